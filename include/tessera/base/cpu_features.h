@@ -1,0 +1,32 @@
+// Which vector ISAs this CPU runs, detected once. Kernels are compiled per ISA
+// (files ending _avx512.cc / _avx2.cc) and chosen with these flags at program
+// compile time, never inside a kernel.
+#pragma once
+
+#include <string>
+
+namespace tessera {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool fma = false;
+  bool avx512f = false;
+  bool avx512bw = false;
+  bool avx512vl = false;
+  bool avx512dq = false;
+  bool avx512_bf16 = false;
+  bool avx512_vnni = false;
+
+  // The AVX-512 kernel set needs F, BW, VL, DQ and BF16.
+  bool has_avx512_kernels() const { return avx512f && avx512bw && avx512vl && avx512dq && avx512_bf16; }
+  std::string to_string() const;  // "avx2 fma avx512f ..."
+};
+
+const CpuFeatures& cpu_features();
+
+// Forces the portable (non-AVX-512) kernels, for tests that compare ISA paths.
+// Affects only programs compiled after the call.
+void set_avx512_kernels_enabled(bool enabled);
+bool avx512_kernels_enabled();
+
+}  // namespace tessera

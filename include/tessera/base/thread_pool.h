@@ -1,0 +1,71 @@
+// ThreadPool: the worker threads that execute a device's per-core programs.
+//
+// parallel_for(n, fn) runs fn(begin, end) over [0, n) split into chunks and
+// returns when every chunk is done. The calling thread works too, so a call
+// never waits on a busy pool to make progress, and several threads (one per
+// command queue) may call parallel_for concurrently: their jobs share the
+// workers. No allocation happens on this path.
+//
+// Thread-safety: all methods may be called from any thread. The destructor
+// must not race with parallel_for.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tessera {
+
+// A non-owning reference to a callable, so parallel_for needs no allocation.
+template <class Sig>
+class FunctionRef;
+template <class R, class... A>
+class FunctionRef<R(A...)> {
+ public:
+  template <class F>
+  FunctionRef(F& f) : obj_(&f), call_([](void* o, A... a) -> R { return (*static_cast<F*>(o))(a...); }) {}
+  R operator()(A... a) const { return call_(obj_, a...); }
+
+ private:
+  void* obj_;
+  R (*call_)(void*, A...);
+};
+
+class ThreadPool {
+ public:
+  // `num_threads` counts the caller: num_threads - 1 workers are started.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs fn over [0, n) in chunks of `grain` indices. n == 0 is a no-op; when
+  // the work fits one chunk it runs inline on the caller.
+  void parallel_for(uint32_t n, uint32_t grain, FunctionRef<void(uint32_t, uint32_t)> fn);
+
+ private:
+  struct Job {
+    FunctionRef<void(uint32_t, uint32_t)> fn;
+    uint32_t n, grain, chunks;
+    std::atomic<uint32_t> next{0};
+    std::atomic<uint32_t> done{0};
+    int active_workers = 0;  // guarded by mu_
+    Job* link = nullptr;     // guarded by mu_
+  };
+  static bool run_chunks(Job& job);
+  void worker_loop();
+
+  std::mutex mu_;
+  std::condition_variable wake_;      // workers: a job arrived or stopping
+  std::condition_variable released_;  // callers: a worker left a job
+  Job* jobs_ = nullptr;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace tessera

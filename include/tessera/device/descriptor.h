@@ -1,0 +1,45 @@
+// DeviceDescriptor: what a device looks like to configurations written for it.
+//
+// The native CPU descriptor is read from the machine: a 1 x N grid of the
+// machine's physical cores, L1 = each core's private L2 cache (the budget a
+// core's working set should fit), one DRAM bank per NUMA node sized from
+// physical memory. The built-in `wormhole_b0` descriptor reproduces the
+// original's n150 user grid (8x8 cores, 1,499,136 B of L1 each, 12 DRAM banks
+// of 1 GiB) so that seed-style configurations, including their L1 failures,
+// run unchanged; its memory is host memory reserved lazily.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/base/status.h"
+#include "tessera/device/core_coord.h"
+
+namespace tessera {
+
+struct DeviceDescriptor {
+  std::string name;                     // "cpu" or "wormhole_b0"
+  CoreCoord grid;                       // compute grid size: x columns, y rows
+  uint64_t l1_size_per_core = 0;        // bytes
+  uint32_t num_dram_banks = 0;
+  uint64_t dram_bank_size = 0;          // bytes per bank
+  uint32_t l1_alignment = 16;           // bytes; buffer addresses and pages
+  uint32_t dram_alignment = 32;
+  std::string isa;                      // vector ISA features used by kernels
+  std::vector<CoreCoord> disabled_cores;  // inside `grid`, not usable
+  uint32_t host_cores = 1;              // physical cores backing the device
+  bool emulated = false;                // true: a descriptor of another machine
+
+  uint32_t num_cores() const { return grid.x * grid.y; }
+  uint32_t core_index(CoreCoord c) const { return c.y * grid.x + c.x; }
+  bool is_usable(CoreCoord c) const;
+  std::string to_string() const;  // one line for logs and the demo
+};
+
+StatusOr<DeviceDescriptor> native_cpu_descriptor();
+DeviceDescriptor wormhole_b0_descriptor();
+// "cpu" or "wormhole_b0".
+StatusOr<DeviceDescriptor> find_device_descriptor(std::string_view name);
+
+}  // namespace tessera

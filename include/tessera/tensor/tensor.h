@@ -1,0 +1,87 @@
+// Tensor: a TensorSpec plus storage on the host or on a device, and the
+// transfers between them.
+//
+// Copies of a Tensor share storage (like the original's Python objects): a
+// device buffer is freed when the last copy goes, or at deallocate().
+//
+// Transfers run on a command queue in order with that queue's other work.
+// copy_host_to_device_tensor keeps the host storage alive until the write
+// has run. A non-blocking read's host tensor is valid only after
+// synchronize_device or an event recorded after it.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tessera/base/status.h"
+#include "tessera/device/device.h"
+#include "tessera/tensor/tensor_spec.h"
+
+namespace tessera {
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  const TensorSpec& spec() const { return spec_; }
+  const Shape& shape() const { return spec_.shape; }
+  DataType dtype() const { return spec_.dtype; }
+  Layout layout() const { return spec_.layout; }
+  const MemoryConfig& memory_config() const { return spec_.memory_config; }
+  StorageType storage_type() const { return buffer_ ? StorageType::DEVICE : StorageType::HOST; }
+  bool is_on_device() const { return buffer_ != nullptr; }
+  // Host tensors are always allocated; device tensors until deallocated.
+  bool is_allocated() const { return buffer_ ? buffer_->is_allocated() : host_ != nullptr; }
+  Device* device() const { return buffer_ ? &buffer_->device() : nullptr; }
+  const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
+  // FAILED_PRECONDITION for host or deallocated tensors.
+  StatusOr<uint64_t> buffer_address() const;
+
+  // Host storage (nullptr for device tensors).
+  std::byte* host_data() const { return host_.get(); }
+
+  // Reads a device tensor into a new host tensor on `cq_id`.
+  StatusOr<Tensor> cpu(bool blocking = true, uint8_t cq_id = 0) const;
+
+  // A host tensor from values in logical row-major order, converted to
+  // `dtype` and laid out in `layout` (TILE pads with zeros).
+  static StatusOr<Tensor> from_vector(const std::vector<float>& values, const Shape& shape, DataType dtype,
+                                      Layout layout = Layout::ROW_MAJOR);
+  // Raw integer values, for integer dtypes (no float rounding).
+  static StatusOr<Tensor> from_integers(const std::vector<int64_t>& values, const Shape& shape, DataType dtype,
+                                        Layout layout = Layout::ROW_MAJOR);
+  // Logical row-major values of a host tensor as float.
+  StatusOr<std::vector<float>> to_vector() const;
+
+ private:
+  friend Tensor allocate_tensor_on_host(const TensorSpec& spec);
+  friend StatusOr<Tensor> allocate_tensor_on_device(const TensorSpec& spec, Device& device);
+  TensorSpec spec_;
+  std::shared_ptr<std::byte[]> host_;
+  std::shared_ptr<Buffer> buffer_;
+};
+
+// A zero-filled host tensor (its memory config is kept as a target for later
+// transfers).
+Tensor allocate_tensor_on_host(const TensorSpec& spec);
+// An uninitialised device tensor; errors for invalid specs and full regions.
+StatusOr<Tensor> allocate_tensor_on_device(const TensorSpec& spec, Device& device);
+
+// Writes `host` into the existing device tensor `dst` on `cq_id`. Shapes,
+// dtypes and layouts must match.
+Status copy_host_to_device_tensor(const Tensor& host, const Tensor& dst, uint8_t cq_id = 0);
+// Reads `src` into the existing host tensor `host` on `cq_id`.
+Status copy_device_to_host_tensor(const Tensor& src, const Tensor& host, bool blocking = true, uint8_t cq_id = 0);
+// Allocates a device tensor with `memory_config` and writes `host` into it.
+StatusOr<Tensor> to_device(const Tensor& host, Device& device, const MemoryConfig& memory_config = DRAM_MEMORY_CONFIG,
+                           uint8_t cq_id = 0);
+
+// Frees a device tensor's buffer. Without force only when no other Tensor
+// shares it. No-op for host tensors and already freed tensors.
+void deallocate(Tensor& t, bool force = false);
+
+// Host-side conversions used by reference kernels and tests.
+StatusOr<Tensor> host_to_layout(const Tensor& host, Layout layout);
+StatusOr<Tensor> host_typecast(const Tensor& host, DataType dtype);
+
+}  // namespace tessera

@@ -1,0 +1,10 @@
+// Tessera: everything a user of the device runtime needs, in one include.
+#pragma once
+
+#include "tessera/base/status.h"
+#include "tessera/device/device.h"
+#include "tessera/numerics/bfloat16.h"
+#include "tessera/numerics/block_float.h"
+#include "tessera/ops/data_movement.h"
+#include "tessera/ops/eltwise.h"
+#include "tessera/tensor/tensor.h"

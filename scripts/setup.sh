@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs every Debian package Tessera needs to build, test and benchmark.
+set -euo pipefail
+PACKAGES=(cmake ninja-build g++ pkg-config libfmt-dev libhwloc-dev libgtest-dev libgmock-dev libbenchmark-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi

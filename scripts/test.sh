@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set up, build and run every test: release, then ASan+UBSan (whole suite),
+# then TSan (the queue, event and trace suites).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+for preset in release asan tsan; do
+  echo "== ${preset} =="
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset"
+  # TSan needs a fixed, non-randomised address space on some kernels.
+  if [ "$preset" = tsan ] && command -v setarch >/dev/null; then
+    setarch "$(uname -m)" -R ctest --preset "$preset"
+  else
+    ctest --preset "$preset"
+  fi
+done

@@ -1,0 +1,49 @@
+#include "tessera/base/cpu_features.h"
+
+#include <atomic>
+
+namespace tessera {
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = [] {
+    CpuFeatures c;
+    __builtin_cpu_init();
+    c.avx2 = __builtin_cpu_supports("avx2");
+    c.fma = __builtin_cpu_supports("fma");
+    c.avx512f = __builtin_cpu_supports("avx512f");
+    c.avx512bw = __builtin_cpu_supports("avx512bw");
+    c.avx512vl = __builtin_cpu_supports("avx512vl");
+    c.avx512dq = __builtin_cpu_supports("avx512dq");
+    c.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+    c.avx512_vnni = __builtin_cpu_supports("avx512vnni");
+    return c;
+  }();
+  return f;
+}
+
+std::string CpuFeatures::to_string() const {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(avx512f, "avx512f");
+  add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
+  add(avx512dq, "avx512dq");
+  add(avx512_bf16, "avx512_bf16");
+  add(avx512_vnni, "avx512_vnni");
+  return s;
+}
+
+namespace {
+std::atomic<bool> g_avx512_enabled{true};
+}
+
+void set_avx512_kernels_enabled(bool enabled) { g_avx512_enabled = enabled; }
+bool avx512_kernels_enabled() { return g_avx512_enabled && cpu_features().has_avx512_kernels(); }
+
+}  // namespace tessera

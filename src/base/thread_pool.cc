@@ -1,0 +1,76 @@
+#include "tessera/base/thread_pool.h"
+
+namespace tessera {
+
+ThreadPool::ThreadPool(int num_threads) {
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+// Claims and runs chunks until none are left; returns whether it ran any.
+bool ThreadPool::run_chunks(Job& job) {
+  bool ran = false;
+  for (uint32_t c; (c = job.next.fetch_add(1, std::memory_order_relaxed)) < job.chunks;) {
+    uint32_t begin = c * job.grain;
+    uint32_t end = begin + job.grain < job.n ? begin + job.grain : job.n;
+    job.fn(begin, end);
+    job.done.fetch_add(1, std::memory_order_acq_rel);
+    ran = true;
+  }
+  return ran;
+}
+
+void ThreadPool::parallel_for(uint32_t n, uint32_t grain, FunctionRef<void(uint32_t, uint32_t)> fn) {
+  if (n == 0) return;
+  if (grain == 0) grain = 1;
+  uint32_t chunks = (n + grain - 1) / grain;
+  if (chunks == 1 || workers_.empty()) {
+    for (uint32_t b = 0; b < n; b += grain) fn(b, b + grain < n ? b + grain : n);
+    return;
+  }
+  Job job{fn, n, grain, chunks};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job.link = jobs_;
+    jobs_ = &job;
+  }
+  wake_.notify_all();
+  run_chunks(job);
+  std::unique_lock<std::mutex> lock(mu_);
+  // Unlink so no new worker joins, then wait for the ones inside.
+  for (Job** p = &jobs_; *p; p = &(*p)->link) {
+    if (*p == &job) {
+      *p = job.link;
+      break;
+    }
+  }
+  released_.wait(lock, [&] { return job.active_workers == 0; });
+}
+
+void ThreadPool::worker_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    Job* job = jobs_;
+    while (job && job->next.load(std::memory_order_relaxed) >= job->chunks) job = job->link;
+    if (!job) {
+      if (stopping_) return;
+      wake_.wait(lock);
+      continue;
+    }
+    ++job->active_workers;
+    lock.unlock();
+    run_chunks(*job);
+    lock.lock();
+    if (--job->active_workers == 0) released_.notify_all();
+  }
+}
+
+}  // namespace tessera

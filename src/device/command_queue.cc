@@ -1,0 +1,119 @@
+#include "command_queue.h"
+
+#include <atomic>
+
+namespace tessera {
+
+Status run_program(ThreadPool& pool, const Program& p, const void* args) {
+  std::atomic<bool> failed{false};
+  Status first;
+  std::mutex err_mu;
+  auto chunk = [&](uint32_t b, uint32_t e) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    Status s = p.kernel(args, b, e);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(err_mu);
+      if (!failed.exchange(true)) first = s;
+    }
+  };
+  pool.parallel_for(p.num_tasks, p.grain, chunk);
+  return first.ok() ? first : first.annotate(p.key);
+}
+
+CommandQueue::CommandQueue(uint8_t id, ThreadPool& pool) : id_(id), pool_(pool), ring_(kCapacity) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+CommandQueue::~CommandQueue() { stop(); }
+
+uint64_t CommandQueue::push(Command&& cmd) {
+  std::unique_lock<std::mutex> lock(mu_);
+  not_full_.wait(lock, [&] { return enqueued_ - taken_ < kCapacity; });
+  ring_[enqueued_ % kCapacity] = std::move(cmd);
+  uint64_t seq = ++enqueued_;
+  lock.unlock();
+  not_empty_.notify_one();
+  return seq;
+}
+
+uint64_t CommandQueue::enqueued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return enqueued_;
+}
+
+void CommandQueue::wait_for(uint64_t sequence) {
+  std::unique_lock<std::mutex> lock(mu_);
+  progress_.wait(lock, [&] { return completed_ >= sequence; });
+}
+
+Status CommandQueue::status_up_to(uint64_t sequence) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_sequence_ <= sequence ? error_ : Status();
+}
+
+Status CommandQueue::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void CommandQueue::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  not_empty_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status CommandQueue::execute(Command& cmd, uint64_t sequence) {
+  switch (cmd.kind) {
+    case Command::Kind::kProgram:
+      return run_program(pool_, *cmd.program, cmd.args.data());
+    case Command::Kind::kHost:
+      return cmd.host();
+    case Command::Kind::kWaitEvent: {
+      cmd.wait_queue->wait_for(cmd.wait_sequence);
+      Status s = cmd.wait_queue->status_up_to(cmd.wait_sequence);
+      if (!s.ok())
+        return aborted_error("cq {} waited on an event of cq {} whose work failed: {}", id_, cmd.wait_queue->id(),
+                             s.to_string());
+      return s;
+    }
+    case Command::Kind::kExecuteTrace: {
+      const std::byte* p = cmd.trace->data;
+      for (uint32_t i = 0; i < cmd.trace->num_launches; ++i) {
+        const auto* rec = reinterpret_cast<const LaunchRecord*>(p);
+        TS_RETURN_IF_ERROR(run_program(pool_, *rec->program, p + sizeof(LaunchRecord)));
+        p += rec->record_size;
+      }
+      return Status();
+    }
+  }
+  (void)sequence;
+  return internal_error("unknown command kind");
+}
+
+void CommandQueue::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    not_empty_.wait(lock, [&] { return taken_ < enqueued_ || stopping_; });
+    if (taken_ == enqueued_) return;  // stopping and drained
+    Command cmd = std::move(ring_[taken_ % kCapacity]);
+    uint64_t seq = ++taken_;
+    bool poisoned = !error_.ok();
+    lock.unlock();
+    not_full_.notify_one();
+    Status s = poisoned ? Status() : execute(cmd, seq);
+    cmd = Command();  // release captured host state before signalling completion
+    lock.lock();
+    if (!s.ok() && error_.ok()) {
+      error_ = s;
+      error_sequence_ = seq;
+    }
+    completed_ = seq;
+    progress_.notify_all();
+  }
+}
+
+}  // namespace tessera

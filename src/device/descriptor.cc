@@ -1,0 +1,137 @@
+#include "tessera/device/descriptor.h"
+
+#include <hwloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "tessera/base/cpu_features.h"
+
+namespace tessera {
+
+uint32_t CoreRangeSet::num_cores() const {
+  uint32_t n = 0;
+  for (const auto& r : ranges_) n += r.num_cores();
+  return n;
+}
+
+bool CoreRangeSet::contains(CoreCoord c) const {
+  return std::any_of(ranges_.begin(), ranges_.end(), [&](const CoreRange& r) { return r.contains(c); });
+}
+
+CoreRange CoreRangeSet::bounding_box() const {
+  if (ranges_.empty()) return {};
+  CoreRange box = ranges_[0];
+  for (const auto& r : ranges_) {
+    box.start.x = std::min(box.start.x, r.start.x);
+    box.start.y = std::min(box.start.y, r.start.y);
+    box.end.x = std::max(box.end.x, r.end.x);
+    box.end.y = std::max(box.end.y, r.end.y);
+  }
+  return box;
+}
+
+std::vector<CoreCoord> CoreRangeSet::cores(bool row_major) const {
+  std::vector<CoreCoord> out;
+  out.reserve(num_cores());
+  for (const auto& r : ranges_) {
+    if (row_major) {
+      for (uint32_t y = r.start.y; y <= r.end.y; ++y)
+        for (uint32_t x = r.start.x; x <= r.end.x; ++x) out.push_back({x, y});
+    } else {
+      for (uint32_t x = r.start.x; x <= r.end.x; ++x)
+        for (uint32_t y = r.start.y; y <= r.end.y; ++y) out.push_back({x, y});
+    }
+  }
+  return out;
+}
+
+Status CoreRangeSet::validate() const {
+  if (ranges_.empty()) return invalid_argument_error("CoreRangeSet: expected at least one core range, found none");
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    const auto& r = ranges_[i];
+    if (r.start.x > r.end.x || r.start.y > r.end.y)
+      return invalid_argument_error("CoreRangeSet: range {} has start after end", r.to_string());
+    for (size_t j = 0; j < i; ++j)
+      if (ranges_[j].intersects(r))
+        return invalid_argument_error("CoreRangeSet: ranges {} and {} overlap", ranges_[j].to_string(), r.to_string());
+  }
+  return ok_status();
+}
+
+std::string CoreRangeSet::to_string() const {
+  std::string s = "{";
+  for (size_t i = 0; i < ranges_.size(); ++i) s += (i ? "," : "") + ranges_[i].to_string();
+  return s + "}";
+}
+
+bool DeviceDescriptor::is_usable(CoreCoord c) const {
+  return c.x < grid.x && c.y < grid.y && std::find(disabled_cores.begin(), disabled_cores.end(), c) == disabled_cores.end();
+}
+
+std::string DeviceDescriptor::to_string() const {
+  return fmt::format("{}: {}x{} cores, {} B L1 per core, {} DRAM bank(s) of {} MiB, host cores {}, isa [{}]{}", name,
+                     grid.x, grid.y, l1_size_per_core, num_dram_banks, dram_bank_size >> 20, host_cores, isa,
+                     emulated ? " (emulated)" : "");
+}
+
+StatusOr<DeviceDescriptor> native_cpu_descriptor() {
+  static const StatusOr<DeviceDescriptor> cached = []() -> StatusOr<DeviceDescriptor> {
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0)
+      return internal_error("cpu descriptor: hwloc could not read the machine topology");
+    DeviceDescriptor d;
+    d.name = "cpu";
+    int cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    if (cores <= 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    // L1 of a logical core = the private cache its working set should stay in:
+    // the L2 when there is one, else the L1 data cache, else 1 MiB.
+    uint64_t l1 = 0;
+    for (hwloc_obj_type_t t : {HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L1CACHE}) {
+      hwloc_obj_t o = hwloc_get_obj_by_type(topo, t, 0);
+      if (o && o->attr && o->attr->cache.size) {
+        l1 = o->attr->cache.size;
+        break;
+      }
+    }
+    int numa = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE));
+    hwloc_topology_destroy(topo);
+    d.grid = {static_cast<uint32_t>(cores), 1};
+    d.l1_size_per_core = l1 ? l1 : (1u << 20);
+    d.num_dram_banks = static_cast<uint32_t>(numa);
+    // DRAM: half of physical memory, at most 8 GiB, reserved lazily.
+    uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+    uint64_t dram = std::min<uint64_t>(phys / 2, uint64_t{8} << 30);
+    d.dram_bank_size = dram / d.num_dram_banks / 4096 * 4096;
+    d.l1_alignment = 64;
+    d.dram_alignment = 64;
+    d.isa = cpu_features().to_string();
+    d.host_cores = static_cast<uint32_t>(cores);
+    return d;
+  }();
+  return cached;
+}
+
+DeviceDescriptor wormhole_b0_descriptor() {
+  DeviceDescriptor d;
+  d.name = "wormhole_b0";
+  d.grid = {8, 8};
+  d.l1_size_per_core = 1499136;
+  d.num_dram_banks = 12;
+  d.dram_bank_size = uint64_t{1} << 30;
+  d.l1_alignment = 16;
+  d.dram_alignment = 32;
+  d.isa = cpu_features().to_string();
+  d.host_cores = std::max(1u, std::thread::hardware_concurrency());
+  d.emulated = true;
+  return d;
+}
+
+StatusOr<DeviceDescriptor> find_device_descriptor(std::string_view name) {
+  if (name == "cpu") return native_cpu_descriptor();
+  if (name == "wormhole_b0") return wormhole_b0_descriptor();
+  return invalid_argument_error("unknown device descriptor '{}': expected 'cpu' or 'wormhole_b0'", name);
+}
+
+}  // namespace tessera

@@ -1,0 +1,46 @@
+#include "tessera/device/descriptor.h"
+
+#include "test_macros.h"
+
+namespace tessera {
+namespace {
+
+TEST(Descriptor, NativeCpuIsReadFromTheMachine) {
+  ASSERT_OK_AND_ASSIGN(DeviceDescriptor d, native_cpu_descriptor());
+  EXPECT_EQ(d.name, "cpu");
+  EXPECT_GE(d.grid.x, 1u);
+  EXPECT_EQ(d.grid.y, 1u);
+  EXPECT_GE(d.l1_size_per_core, 32u * 1024);
+  EXPECT_GE(d.num_dram_banks, 1u);
+  EXPECT_GT(d.dram_bank_size, 0u);
+  EXPECT_FALSE(d.emulated);
+  EXPECT_NE(d.to_string().find("cpu:"), std::string::npos);
+}
+
+TEST(Descriptor, WormholeMatchesTheOriginal) {
+  DeviceDescriptor d = wormhole_b0_descriptor();
+  EXPECT_EQ(d.grid.x, 8u);
+  EXPECT_EQ(d.grid.y, 8u);
+  EXPECT_EQ(d.l1_size_per_core, 1499136u);
+  EXPECT_EQ(d.num_dram_banks, 12u);
+  EXPECT_EQ(d.dram_bank_size, uint64_t{1} << 30);
+  EXPECT_TRUE(d.emulated);
+  EXPECT_ERROR(find_device_descriptor("grayskull"), StatusCode::kInvalidArgument, "unknown device descriptor");
+}
+
+TEST(CoreRangeSet, OrdersAndValidates) {
+  CoreRangeSet s({CoreRange({0, 0}, {1, 1}), CoreRange({3, 0}, {3, 0})});
+  EXPECT_EQ(s.num_cores(), 5u);
+  auto rm = s.cores(true);
+  EXPECT_EQ(rm[1], (CoreCoord{1, 0}));
+  auto cm = s.cores(false);
+  EXPECT_EQ(cm[1], (CoreCoord{0, 1}));
+  EXPECT_EQ(rm[4], (CoreCoord{3, 0}));
+  EXPECT_OK(s.validate());
+  CoreRangeSet overlap({CoreRange({0, 0}, {2, 2}), CoreRange({1, 1}, {3, 3})});
+  EXPECT_ERROR(overlap.validate(), StatusCode::kInvalidArgument, "overlap");
+  EXPECT_ERROR(CoreRangeSet(CoreRange({2, 0}, {1, 0})).validate(), StatusCode::kInvalidArgument, "start after end");
+}
+
+}  // namespace
+}  // namespace tessera

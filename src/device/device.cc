@@ -1,0 +1,411 @@
+#include "tessera/device/device.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "command_queue.h"
+#include "tessera/base/aligned.h"
+#include "tessera/device/allocator.h"
+
+namespace tessera {
+
+std::string_view buffer_type_name(BufferType t) {
+  switch (t) {
+    case BufferType::DRAM: return "DRAM";
+    case BufferType::L1: return "L1";
+    case BufferType::SYSTEM_MEMORY: return "SYSTEM_MEMORY";
+    case BufferType::L1_SMALL: return "L1_SMALL";
+    case BufferType::TRACE: return "TRACE";
+  }
+  return "?";
+}
+
+namespace {
+
+// Anonymous mapping reserved lazily: pages are backed on first touch.
+struct Mapping {
+  std::byte* data = nullptr;
+  size_t size = 0;
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  ~Mapping() {
+    if (data) munmap(data, size);
+  }
+  Status map(size_t bytes, bool huge) {
+    size = align_up(bytes ? bytes : 1, 4096);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      size = 0;
+      return resource_exhausted_error("could not reserve {} B of host memory for device memory", bytes);
+    }
+    data = static_cast<std::byte*>(p);
+    if (huge) madvise(p, size, MADV_HUGEPAGE);
+    return ok_status();
+  }
+};
+
+struct Region {
+  RangeAllocator alloc;
+  std::byte* host = nullptr;  // bank 0, address 0
+  uint64_t bank_stride = 0;
+  uint32_t num_banks = 0;
+};
+
+struct Capture {
+  TraceId id = 0;
+  std::vector<std::byte> blob;
+  uint32_t launches = 0;
+  Status failure;
+};
+
+}  // namespace
+
+struct Device::Impl {
+  Mapping dram, l1;
+  mutable std::mutex mem_mu;
+  Region regions[5];
+  uint64_t allocations = 0;
+  std::vector<std::unique_ptr<CommandQueue>> queues;
+  mutable std::mutex state_mu;  // open flag, captures, traces
+  bool open = true;
+  std::optional<Capture> capture[2];
+  std::map<TraceId, TraceRecord> traces;
+  TraceId next_trace = 0;
+};
+
+Device::Device(DeviceDescriptor desc, DeviceParams params)
+    : desc_(std::move(desc)), params_(std::move(params)), impl_(std::make_unique<Impl>()) {}
+
+Device::~Device() {
+  if (is_open()) (void)close_device(*this);
+}
+
+bool Device::is_open() const {
+  std::lock_guard<std::mutex> lock(impl_->state_mu);
+  return impl_->open;
+}
+
+StatusOr<std::shared_ptr<Device>> open_device(const DeviceParams& params) {
+  if (params.num_command_queues < 1 || params.num_command_queues > 2)
+    return invalid_argument_error("open_device: num_command_queues must be 1 or 2, found {}",
+                                  params.num_command_queues);
+  if (params.worker_threads < 0)
+    return invalid_argument_error("open_device: worker_threads must be >= 0, found {}", params.worker_threads);
+  TS_ASSIGN_OR_RETURN(DeviceDescriptor desc, find_device_descriptor(params.descriptor));
+  if (params.l1_small_size >= desc.l1_size_per_core)
+    return invalid_argument_error("open_device: l1_small_size {} B does not fit in the {} B of L1 per core of {}",
+                                  params.l1_small_size, desc.l1_size_per_core, desc.name);
+  if (params.trace_region_size >= desc.dram_bank_size)
+    return invalid_argument_error("open_device: trace_region_size {} B does not fit in a {} B DRAM bank of {}",
+                                  params.trace_region_size, desc.dram_bank_size, desc.name);
+  std::shared_ptr<Device> dev(new Device(desc, params));
+  Device::Impl& im = *dev->impl_;
+  TS_RETURN_IF_ERROR(im.dram.map(desc.dram_bank_size * desc.num_dram_banks, true));
+  TS_RETURN_IF_ERROR(im.l1.map(desc.l1_size_per_core * desc.num_cores(), false));
+
+  const uint64_t l1_small = align_up(params.l1_small_size, desc.l1_alignment);
+  const uint64_t trace = align_up(params.trace_region_size, desc.dram_alignment);
+  const uint64_t dram_main = desc.dram_bank_size - trace, l1_main = desc.l1_size_per_core - l1_small;
+  auto set = [&](BufferType t, uint64_t base, uint64_t size, uint32_t align, std::byte* host, uint64_t stride,
+                 uint32_t banks) {
+    Region& r = im.regions[static_cast<int>(t)];
+    r.alloc = RangeAllocator(base, size, align);
+    r.host = host;
+    r.bank_stride = stride;
+    r.num_banks = banks;
+  };
+  set(BufferType::DRAM, 0, dram_main, desc.dram_alignment, im.dram.data, desc.dram_bank_size, desc.num_dram_banks);
+  set(BufferType::TRACE, dram_main, trace, desc.dram_alignment, im.dram.data, desc.dram_bank_size, 1);
+  set(BufferType::L1, 0, l1_main, desc.l1_alignment, im.l1.data, desc.l1_size_per_core, desc.num_cores());
+  set(BufferType::L1_SMALL, l1_main, l1_small, desc.l1_alignment, im.l1.data, desc.l1_size_per_core,
+      desc.num_cores());
+
+  int workers = params.worker_threads ? params.worker_threads : static_cast<int>(desc.host_cores);
+  dev->workers_ = std::make_unique<ThreadPool>(workers);
+  for (int q = 0; q < params.num_command_queues; ++q)
+    im.queues.push_back(std::make_unique<CommandQueue>(static_cast<uint8_t>(q), *dev->workers_));
+  return dev;
+}
+
+Status close_device(Device& device) {
+  Device::Impl& im = *device.impl_;
+  {
+    std::lock_guard<std::mutex> lock(im.state_mu);
+    if (!im.open) return ok_status();
+    im.open = false;
+  }
+  Status first;
+  for (auto& q : im.queues) {
+    q->stop();
+    if (first.ok()) first = q->error();
+  }
+  std::lock_guard<std::mutex> lock(im.state_mu);
+  for (auto& [id, t] : im.traces) device.free_buffer(BufferType::TRACE, t.address);
+  im.traces.clear();
+  return first;
+}
+
+Status Device::check_cq(uint8_t cq_id, std::string_view what) const {
+  if (cq_id >= params_.num_command_queues)
+    return out_of_range_error("{}: cq_id {} is out of range; device {} was opened with {} command queue(s)", what,
+                              cq_id, params_.device_id, params_.num_command_queues);
+  if (!impl_->open) return failed_precondition_error("{}: device {} is closed", what, params_.device_id);
+  return ok_status();
+}
+
+StatusOr<std::shared_ptr<Buffer>> Device::allocate_buffer(BufferType type, uint64_t size_per_bank,
+                                                          std::string_view what) {
+  if (type == BufferType::SYSTEM_MEMORY)
+    return invalid_argument_error("allocate_buffer: SYSTEM_MEMORY is host memory, not a device region");
+  if (!is_open()) return failed_precondition_error("allocate_buffer: device {} is closed", params_.device_id);
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  Region& r = impl_->regions[static_cast<int>(type)];
+  ++impl_->allocations;
+  std::optional<uint64_t> addr = r.alloc.allocate(size_per_bank);
+  if (!addr) {
+    return resource_exhausted_error(
+        "Out of Memory: Not enough space to allocate {} B {} buffer across {} banks, where each bank needs to store "
+        "{} B, but the {} region of a bank is {} B with {} B free (largest free block {} B){}{}",
+        size_per_bank * r.num_banks, buffer_type_name(type), r.num_banks, size_per_bank, buffer_type_name(type),
+        r.alloc.size(), r.alloc.free_bytes(), r.alloc.largest_free_block(), what.empty() ? "" : "; while allocating ",
+        what);
+  }
+  return std::make_shared<Buffer>(shared_from_this(), type, *addr, size_per_bank);
+}
+
+void Device::free_buffer(BufferType type, uint64_t address) {
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  impl_->regions[static_cast<int>(type)].alloc.free(address);
+}
+
+MemoryRegionStats Device::memory_stats(BufferType type) const {
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  const Region& r = impl_->regions[static_cast<int>(type)];
+  return {type, r.num_banks, r.alloc.size(), r.alloc.allocated_bytes(), r.alloc.free_bytes(),
+          r.alloc.largest_free_block(), r.alloc.num_allocations()};
+}
+
+uint32_t Device::alignment(BufferType type) const {
+  return (type == BufferType::L1 || type == BufferType::L1_SMALL) ? desc_.l1_alignment : desc_.dram_alignment;
+}
+
+uint64_t Device::allocation_count() const {
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  return impl_->allocations;
+}
+
+std::byte* Device::host_address(BufferType type, uint32_t bank, uint64_t address) const {
+  const Region& r = impl_->regions[static_cast<int>(type)];
+  return r.host + bank * r.bank_stride + address;
+}
+
+bool Device::may_compile_programs(uint8_t cq_id) const {
+  std::lock_guard<std::mutex> lock(impl_->state_mu);
+  return cq_id >= 2 || !impl_->capture[cq_id].has_value();
+}
+
+Status Device::enqueue_program(uint8_t cq_id, const Program& program, const void* args, size_t args_size) {
+  std::unique_lock<std::mutex> lock(impl_->state_mu);
+  TS_RETURN_IF_ERROR(check_cq(cq_id, "enqueue_program"));
+  if (auto& cap = impl_->capture[cq_id]) {
+    const uint32_t record = static_cast<uint32_t>(sizeof(LaunchRecord) + align_up(args_size, 16));
+    size_t at = cap->blob.size();
+    cap->blob.resize(at + record);
+    LaunchRecord hdr{&program, static_cast<uint32_t>(args_size), record};
+    std::memcpy(cap->blob.data() + at, &hdr, sizeof hdr);
+    std::memcpy(cap->blob.data() + at + sizeof hdr, args, args_size);
+    ++cap->launches;
+    return ok_status();
+  }
+  CommandQueue& q = *impl_->queues[cq_id];
+  lock.unlock();
+  Command cmd;
+  cmd.kind = Command::Kind::kProgram;
+  cmd.program = &program;
+  cmd.args.assign(static_cast<const std::byte*>(args), static_cast<const std::byte*>(args) + args_size);
+  q.push(std::move(cmd));
+  return ok_status();
+}
+
+Status Device::enqueue_host_command(uint8_t cq_id, std::string_view what, std::function<Status()> fn,
+                                    bool blocking) {
+  std::unique_lock<std::mutex> lock(impl_->state_mu);
+  TS_RETURN_IF_ERROR(check_cq(cq_id, what));
+  if (impl_->capture[cq_id]) {
+    Status s = failed_precondition_error(
+        "{}s are not supported during trace capture (cq {} is capturing trace {}); move the {} before "
+        "begin_trace_capture or onto the other command queue",
+        what, cq_id, impl_->capture[cq_id]->id, what);
+    if (impl_->capture[cq_id]->failure.ok()) impl_->capture[cq_id]->failure = s;
+    return s;
+  }
+  CommandQueue& q = *impl_->queues[cq_id];
+  lock.unlock();
+  Command cmd;
+  cmd.kind = Command::Kind::kHost;
+  cmd.host = std::move(fn);
+  uint64_t seq = q.push(std::move(cmd));
+  if (!blocking) return ok_status();
+  q.wait_for(seq);
+  return q.status_up_to(seq);
+}
+
+StatusOr<Event> record_event(Device& device, uint8_t cq_id) {
+  std::lock_guard<std::mutex> lock(device.impl_->state_mu);
+  TS_RETURN_IF_ERROR(device.check_cq(cq_id, "record_event"));
+  if (device.impl_->capture[cq_id])
+    return failed_precondition_error("record_event: events cannot be recorded during trace capture (cq {})", cq_id);
+  return Event{device.shared_from_this(), cq_id, device.impl_->queues[cq_id]->enqueued()};
+}
+
+Status wait_for_event(uint8_t cq_id, const Event& event) {
+  if (!event.device) return invalid_argument_error("wait_for_event: the event was never recorded");
+  Device& device = *event.device;
+  std::unique_lock<std::mutex> lock(device.impl_->state_mu);
+  TS_RETURN_IF_ERROR(device.check_cq(cq_id, "wait_for_event"));
+  if (device.impl_->capture[cq_id])
+    return failed_precondition_error("wait_for_event: events cannot be waited on during trace capture (cq {})",
+                                     cq_id);
+  CommandQueue& q = *device.impl_->queues[cq_id];
+  Command cmd;
+  cmd.kind = Command::Kind::kWaitEvent;
+  cmd.wait_queue = device.impl_->queues[event.cq_id].get();
+  cmd.wait_sequence = event.sequence;
+  lock.unlock();
+  q.push(std::move(cmd));
+  return ok_status();
+}
+
+Status event_synchronize(const Event& event) {
+  if (!event.device) return invalid_argument_error("event_synchronize: the event was never recorded");
+  CommandQueue& q = *event.device->impl_->queues[event.cq_id];
+  q.wait_for(event.sequence);
+  return q.status_up_to(event.sequence);
+}
+
+Status synchronize_device(Device& device, std::optional<uint8_t> cq_id) {
+  if (cq_id && *cq_id >= device.num_command_queues())
+    return out_of_range_error("synchronize_device: cq_id {} is out of range; device {} has {} command queue(s)",
+                              *cq_id, device.id(), device.num_command_queues());
+  Status first;
+  for (auto& q : device.impl_->queues) {
+    if (cq_id && q->id() != *cq_id) continue;
+    q->wait_for(q->enqueued());
+    if (first.ok()) first = q->error();
+  }
+  return first;
+}
+
+StatusOr<TraceId> begin_trace_capture(Device& device, uint8_t cq_id) {
+  std::lock_guard<std::mutex> lock(device.impl_->state_mu);
+  TS_RETURN_IF_ERROR(device.check_cq(cq_id, "begin_trace_capture"));
+  auto& cap = device.impl_->capture[cq_id];
+  if (cap)
+    return failed_precondition_error("begin_trace_capture: cq {} is already capturing trace {}", cq_id, cap->id);
+  cap.emplace();
+  cap->id = device.impl_->next_trace++;
+  return cap->id;
+}
+
+Status end_trace_capture(Device& device, TraceId trace_id, uint8_t cq_id) {
+  Device::Impl& im = *device.impl_;
+  std::unique_lock<std::mutex> lock(im.state_mu);
+  TS_RETURN_IF_ERROR(device.check_cq(cq_id, "end_trace_capture"));
+  auto& cap = im.capture[cq_id];
+  if (!cap || cap->id != trace_id)
+    return failed_precondition_error("end_trace_capture: cq {} is not capturing trace {}", cq_id, trace_id);
+  Capture c = std::move(*cap);
+  cap.reset();
+  if (!c.failure.ok())
+    return failed_precondition_error("end_trace_capture: trace {} is unusable because a command was refused "
+                                     "during its capture: {}",
+                                     trace_id, c.failure.message());
+  const uint64_t region = im.regions[static_cast<int>(BufferType::TRACE)].alloc.size();
+  const uint64_t need = std::max<uint64_t>(c.blob.size(), 1);
+  std::optional<uint64_t> addr;
+  {
+    std::lock_guard<std::mutex> mlock(im.mem_mu);
+    ++im.allocations;
+    addr = im.regions[static_cast<int>(BufferType::TRACE)].alloc.allocate(need);
+  }
+  if (!addr) {
+    if (need > region)
+      return resource_exhausted_error(
+          "Creating trace buffers of size {}B on device {}, but only {}B is allocated for trace region; open the "
+          "device with trace_region_size >= {}",
+          need, device.id(), region, need);
+    return resource_exhausted_error("Creating trace buffers of size {}B on device {}, but only {}B of the {}B trace "
+                                    "region is free; release unused traces",
+                                    need, device.id(), device.memory_stats(BufferType::TRACE).free_bytes, region);
+  }
+  std::byte* dst = device.host_address(BufferType::TRACE, 0, *addr);
+  std::memcpy(dst, c.blob.data(), c.blob.size());
+  im.traces[trace_id] = TraceRecord{trace_id, *addr, c.blob.size(), c.launches, dst};
+  return ok_status();
+}
+
+Status execute_trace(Device& device, TraceId trace_id, uint8_t cq_id, bool blocking) {
+  Device::Impl& im = *device.impl_;
+  std::unique_lock<std::mutex> lock(im.state_mu);
+  TS_RETURN_IF_ERROR(device.check_cq(cq_id, "execute_trace"));
+  if (im.capture[cq_id])
+    return failed_precondition_error("execute_trace: cq {} is capturing trace {}; traces cannot be nested", cq_id,
+                                     im.capture[cq_id]->id);
+  auto it = im.traces.find(trace_id);
+  if (it == im.traces.end())
+    return not_found_error("execute_trace: trace {} does not exist on device {} (never captured, or released)",
+                           trace_id, device.id());
+  CommandQueue& q = *im.queues[cq_id];
+  Command cmd;
+  cmd.kind = Command::Kind::kExecuteTrace;
+  cmd.trace = &it->second;
+  lock.unlock();
+  uint64_t seq = q.push(std::move(cmd));
+  if (!blocking) return ok_status();
+  q.wait_for(seq);
+  return q.status_up_to(seq);
+}
+
+Status release_trace(Device& device, TraceId trace_id) {
+  Device::Impl& im = *device.impl_;
+  {
+    std::lock_guard<std::mutex> lock(im.state_mu);
+    if (!im.traces.count(trace_id))
+      return not_found_error("release_trace: trace {} does not exist on device {}", trace_id, device.id());
+  }
+  // A replay of this trace may still be queued: let it finish first.
+  for (auto& q : im.queues) q->wait_for(q->enqueued());
+  std::lock_guard<std::mutex> lock(im.state_mu);
+  auto it = im.traces.find(trace_id);
+  if (it == im.traces.end()) return ok_status();
+  device.free_buffer(BufferType::TRACE, it->second.address);
+  im.traces.erase(it);
+  return ok_status();
+}
+
+StatusOr<TraceInfo> trace_info(Device& device, TraceId trace_id) {
+  std::lock_guard<std::mutex> lock(device.impl_->state_mu);
+  auto it = device.impl_->traces.find(trace_id);
+  if (it == device.impl_->traces.end())
+    return not_found_error("trace_info: trace {} does not exist on device {}", trace_id, device.id());
+  return TraceInfo{it->second.size, it->second.num_launches, it->second.address};
+}
+
+Buffer::Buffer(std::shared_ptr<Device> device, BufferType type, uint64_t address, uint64_t size_per_bank)
+    : device_(std::move(device)), type_(type), address_(address), size_per_bank_(size_per_bank) {}
+
+Buffer::~Buffer() { deallocate(); }
+
+void Buffer::deallocate() {
+  if (!allocated_) return;
+  allocated_ = false;
+  device_->free_buffer(type_, address_);
+}
+
+std::byte* Buffer::bank_data(uint32_t bank) const { return device_->host_address(type_, bank, address_); }
+
+}  // namespace tessera

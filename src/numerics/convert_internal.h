@@ -1,0 +1,15 @@
+// AVX-512 variants of the numerics bulk functions; called only when
+// avx512_kernels_enabled(). Bit-identical to the scalar code by contract.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::avx512 {
+
+void float_to_bfloat16(const float* src, uint16_t* dst, size_t n);
+void bfloat16_to_float(const uint16_t* src, float* dst, size_t n);
+void pack_bfp_tiles(const float* src, std::byte* dst, size_t num_tiles, int mantissa_bits);
+void unpack_bfp_tiles(const std::byte* src, float* dst, size_t num_tiles, int mantissa_bits);
+
+}  // namespace tessera::avx512

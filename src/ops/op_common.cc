@@ -1,0 +1,19 @@
+#include "op_common.h"
+
+namespace tessera::ops {
+
+Status require_device_tensor(const Tensor& t, std::string_view op, std::string_view name) {
+  if (!t.is_on_device())
+    return invalid_argument_error("{}: {} must be a device tensor, found a host tensor {}; use to_device first", op,
+                                  name, t.spec().to_string());
+  if (!t.is_allocated())
+    return failed_precondition_error("{}: {} {} has been deallocated", op, name, t.spec().to_string());
+  return ok_status();
+}
+
+uint32_t default_grain(const Device& device, uint32_t n) {
+  uint32_t chunks = static_cast<uint32_t>(device.workers().num_threads()) * 4;
+  return std::max<uint32_t>(1, (n + chunks - 1) / chunks);
+}
+
+}  // namespace tessera::ops

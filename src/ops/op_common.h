@@ -1,0 +1,29 @@
+// Shared plumbing for device ops (internal): compile-or-fetch a program and
+// enqueue one launch with a trivially copyable argument struct.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "tessera/device/device.h"
+#include "tessera/tensor/access.h"
+#include "tessera/tensor/tensor.h"
+
+namespace tessera::ops {
+
+template <class Args>
+Status launch(Device& device, uint8_t cq_id, const std::string& key, const std::function<StatusOr<Program>()>& compile,
+              const Args& args) {
+  static_assert(std::is_trivially_copyable_v<Args>, "kernel arguments must be trivially copyable");
+  TS_ASSIGN_OR_RETURN(const Program* p, device.program_cache().get_or_compile(key, device.may_compile_programs(cq_id),
+                                                                             compile));
+  return device.enqueue_program(cq_id, *p, &args, sizeof(Args));
+}
+
+Status require_device_tensor(const Tensor& t, std::string_view op, std::string_view name = "input");
+
+// Splits `n` tasks into about 4 chunks per worker thread.
+uint32_t default_grain(const Device& device, uint32_t n);
+
+}  // namespace tessera::ops

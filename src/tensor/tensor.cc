@@ -1,0 +1,158 @@
+#include "tessera/tensor/tensor.h"
+
+#include <cstring>
+
+#include "tessera/base/aligned.h"
+#include "tessera/numerics/convert.h"
+#include "tessera/numerics/tilize.h"
+
+namespace tessera {
+
+namespace {
+
+// Logical rows x width (rows = volume / width) <-> the TILE 2D view where the
+// second-to-last dim of every slice is padded to 32 rows.
+struct Slices {
+  uint64_t outer;
+  uint32_t h, w, hp;
+};
+Slices slices_of(const Shape& s) {
+  uint32_t w = s[-1], h = s.rank() >= 2 ? s[-2] : 1;
+  return {s.volume() / (uint64_t{w} * h), h, w, static_cast<uint32_t>(align_up(h, kTileHeight))};
+}
+
+// Row-major elements (logical) -> tiles.
+void tilize_logical(const std::byte* rm, const Shape& shape, std::byte* tiles, uint32_t es) {
+  Slices s = slices_of(shape);
+  const uint64_t slice_tiles = uint64_t{s.hp / 32} * div_up(s.w, 32);
+  for (uint64_t o = 0; o < s.outer; ++o)
+    tilize(rm + o * s.h * s.w * es, size_t{s.w} * es, s.h, s.w, tiles + o * slice_tiles * 1024 * es, es);
+}
+
+void untilize_logical(const std::byte* tiles, const Shape& shape, std::byte* rm, uint32_t es) {
+  Slices s = slices_of(shape);
+  const uint64_t slice_tiles = uint64_t{s.hp / 32} * div_up(s.w, 32);
+  for (uint64_t o = 0; o < s.outer; ++o)
+    untilize(tiles + o * slice_tiles * 1024 * es, s.h, s.w, rm + o * s.h * s.w * es, size_t{s.w} * es, es);
+}
+
+}  // namespace
+
+StatusOr<uint64_t> Tensor::buffer_address() const {
+  if (!buffer_) return failed_precondition_error("buffer_address: tensor {} is on the host", spec_.to_string());
+  if (!buffer_->is_allocated())
+    return failed_precondition_error("buffer_address: tensor {} has been deallocated", spec_.to_string());
+  return buffer_->address();
+}
+
+Tensor allocate_tensor_on_host(const TensorSpec& spec) {
+  Tensor t;
+  t.spec_ = spec;
+  t.host_ = make_aligned_bytes(spec.storage_bytes());
+  return t;
+}
+
+StatusOr<Tensor> allocate_tensor_on_device(const TensorSpec& spec, Device& device) {
+  TS_RETURN_IF_ERROR(spec.validate_for_device(device.descriptor()));
+  const BufferType type = spec.memory_config.buffer_type;
+  uint64_t bytes = spec.device_bytes_per_bank(device.descriptor(), device.alignment(type));
+  Tensor t;
+  t.spec_ = spec;
+  TS_ASSIGN_OR_RETURN(t.buffer_, device.allocate_buffer(type, bytes, spec.to_string()));
+  return t;
+}
+
+StatusOr<Tensor> Tensor::from_vector(const std::vector<float>& values, const Shape& shape, DataType dtype,
+                                     Layout layout) {
+  TensorSpec spec{shape, dtype, layout, DRAM_MEMORY_CONFIG};
+  TS_RETURN_IF_ERROR(spec.validate());
+  if (values.size() != shape.volume())
+    return invalid_argument_error("from_vector: shape {} needs {} values, found {}", shape.to_string(),
+                                  shape.volume(), values.size());
+  Tensor t = allocate_tensor_on_host(spec);
+  if (layout == Layout::ROW_MAJOR) {
+    convert_from_float(values.data(), t.host_data(), dtype, values.size());
+    return t;
+  }
+  const size_t n = size_t{spec.unit_rows()} * spec.unit_cols() * kTileElements;
+  std::vector<float> tiles(n);
+  tilize_logical(reinterpret_cast<const std::byte*>(values.data()), shape, reinterpret_cast<std::byte*>(tiles.data()),
+                 4);
+  convert_from_float(tiles.data(), t.host_data(), dtype, n);
+  return t;
+}
+
+StatusOr<Tensor> Tensor::from_integers(const std::vector<int64_t>& values, const Shape& shape, DataType dtype,
+                                       Layout layout) {
+  if (is_floating(dtype))
+    return invalid_argument_error("from_integers: expected an integer dtype, found {}", data_type_name(dtype));
+  TensorSpec spec{shape, dtype, layout, DRAM_MEMORY_CONFIG};
+  TS_RETURN_IF_ERROR(spec.validate());
+  if (values.size() != shape.volume())
+    return invalid_argument_error("from_integers: shape {} needs {} values, found {}", shape.to_string(),
+                                  shape.volume(), values.size());
+  const uint32_t es = element_size(dtype);
+  std::vector<std::byte> rm(values.size() * es);
+  std::vector<int32_t> tmp(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    int64_t v = saturate_integer(values[i], dtype);
+    std::memcpy(rm.data() + i * es, &v, es);  // little-endian: low bytes
+  }
+  Tensor t = allocate_tensor_on_host(spec);
+  if (layout == Layout::ROW_MAJOR)
+    std::memcpy(t.host_data(), rm.data(), rm.size());
+  else
+    tilize_logical(rm.data(), shape, t.host_data(), es);
+  return t;
+}
+
+StatusOr<std::vector<float>> Tensor::to_vector() const {
+  if (is_on_device())
+    return failed_precondition_error("to_vector: tensor {} is on device; read it with cpu() first",
+                                     spec_.to_string());
+  std::vector<float> out(spec_.shape.volume());
+  if (spec_.layout == Layout::ROW_MAJOR) {
+    convert_to_float(host_data(), spec_.dtype, out.data(), out.size());
+    return out;
+  }
+  const size_t n = size_t{spec_.unit_rows()} * spec_.unit_cols() * kTileElements;
+  std::vector<float> tiles(n);
+  convert_to_float(host_data(), spec_.dtype, tiles.data(), n);
+  untilize_logical(reinterpret_cast<const std::byte*>(tiles.data()), spec_.shape,
+                   reinterpret_cast<std::byte*>(out.data()), 4);
+  return out;
+}
+
+StatusOr<Tensor> host_to_layout(const Tensor& host, Layout layout) {
+  if (host.is_on_device()) return failed_precondition_error("host_to_layout: tensor is on device");
+  if (host.layout() == layout) return host;
+  TensorSpec spec = host.spec();
+  spec.layout = layout;
+  TS_RETURN_IF_ERROR(spec.validate().annotate("to_layout"));
+  Tensor out = allocate_tensor_on_host(spec);
+  const uint32_t es = element_size(host.dtype());
+  if (layout == Layout::TILE)
+    tilize_logical(host.host_data(), host.shape(), out.host_data(), es);
+  else
+    untilize_logical(host.host_data(), host.shape(), out.host_data(), es);
+  return out;
+}
+
+StatusOr<Tensor> host_typecast(const Tensor& host, DataType dtype) {
+  if (host.is_on_device()) return failed_precondition_error("host_typecast: tensor is on device");
+  TensorSpec spec = host.spec();
+  spec.dtype = dtype;
+  TS_RETURN_IF_ERROR(spec.validate().annotate("typecast"));
+  Tensor out = allocate_tensor_on_host(spec);
+  const uint64_t n = host.layout() == Layout::TILE ? uint64_t{spec.unit_rows()} * spec.unit_cols() * kTileElements
+                                                   : host.shape().volume();
+  convert_elements(host.host_data(), host.dtype(), out.host_data(), dtype, n);
+  return out;
+}
+
+void deallocate(Tensor& t, bool force) {
+  if (!t.is_on_device()) return;
+  if (force || t.buffer().use_count() == 1) t.buffer()->deallocate();
+}
+
+}  // namespace tessera

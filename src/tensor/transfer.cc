@@ -1,0 +1,77 @@
+#include <algorithm>
+
+#include "tessera/tensor/access.h"
+#include "tessera/tensor/tensor.h"
+
+namespace tessera {
+
+namespace {
+
+Status check_pair(const Tensor& host, const Tensor& dev, std::string_view what) {
+  if (host.is_on_device())
+    return invalid_argument_error("{}: expected a host tensor, found a tensor on device {}", what,
+                                  host.device()->id());
+  if (!dev.is_on_device()) return invalid_argument_error("{}: expected a device tensor, found a host tensor", what);
+  if (!host.spec().same_data_format(dev.spec()))
+    return invalid_argument_error("{}: host tensor {} does not match device tensor {} (shape, dtype and layout must "
+                                  "be equal)",
+                                  what, host.spec().to_string(), dev.spec().to_string());
+  return ok_status();
+}
+
+// Copies on the worker pool of the queue's device, in row chunks.
+void parallel_copy(Device& device, const TensorAccess& src, const TensorAccess& dst) {
+  const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
+  const uint64_t bytes = uint64_t{src.rows} * src.cols * src.unit_bytes;
+  const uint32_t chunks = static_cast<uint32_t>(std::clamp<uint64_t>(bytes >> 16, 1, threads * 4));
+  const uint32_t grain = std::max<uint32_t>(1, (src.rows + chunks - 1) / chunks);
+  auto fn = [&](uint32_t b, uint32_t e) { copy_units(src, dst, b, e); };
+  device.workers().parallel_for(src.rows, grain, fn);
+}
+
+}  // namespace
+
+Status copy_host_to_device_tensor(const Tensor& host, const Tensor& dst, uint8_t cq_id) {
+  TS_RETURN_IF_ERROR(check_pair(host, dst, "copy_host_to_device_tensor"));
+  TS_ASSIGN_OR_RETURN(TensorAccess s, make_access(host));
+  TS_ASSIGN_OR_RETURN(TensorAccess d, make_access(dst));
+  Device& device = *dst.device();
+  // The command owns references to both storages until it has run.
+  auto fn = [s, d, &device, keep_host = host, keep_dev = dst.buffer()]() -> Status {
+    parallel_copy(device, s, d);
+    return ok_status();
+  };
+  return device.enqueue_host_command(cq_id, "write", std::move(fn), false);
+}
+
+Status copy_device_to_host_tensor(const Tensor& src, const Tensor& host, bool blocking, uint8_t cq_id) {
+  TS_RETURN_IF_ERROR(check_pair(host, src, "copy_device_to_host_tensor"));
+  TS_ASSIGN_OR_RETURN(TensorAccess s, make_access(src));
+  TS_ASSIGN_OR_RETURN(TensorAccess d, make_access(host));
+  Device& device = *src.device();
+  auto fn = [s, d, &device, keep_host = host, keep_dev = src.buffer()]() -> Status {
+    parallel_copy(device, s, d);
+    return ok_status();
+  };
+  return device.enqueue_host_command(cq_id, "read", std::move(fn), blocking);
+}
+
+StatusOr<Tensor> to_device(const Tensor& host, Device& device, const MemoryConfig& memory_config, uint8_t cq_id) {
+  if (host.is_on_device()) return invalid_argument_error("to_device: tensor is already on device {}", host.device()->id());
+  TensorSpec spec = host.spec();
+  spec.memory_config = memory_config;
+  TS_ASSIGN_OR_RETURN(Tensor dev, allocate_tensor_on_device(spec, device));
+  TS_RETURN_IF_ERROR(copy_host_to_device_tensor(host, dev, cq_id));
+  return dev;
+}
+
+StatusOr<Tensor> Tensor::cpu(bool blocking, uint8_t cq_id) const {
+  if (!is_on_device()) return *this;
+  TensorSpec spec = spec_;
+  spec.memory_config = DRAM_MEMORY_CONFIG;
+  Tensor host = allocate_tensor_on_host(spec);
+  TS_RETURN_IF_ERROR(copy_device_to_host_tensor(*this, host, blocking, cq_id));
+  return host;
+}
+
+}  // namespace tessera
