@@ -36,8 +36,10 @@ Status copy_host_to_device_tensor(const Tensor& host, const Tensor& dst, uint8_t
   TS_ASSIGN_OR_RETURN(TensorAccess s, make_access(host));
   TS_ASSIGN_OR_RETURN(TensorAccess d, make_access(dst));
   Device& device = *dst.device();
-  // The command owns references to both storages until it has run.
-  auto fn = [s, d, &device, keep_host = host, keep_dev = dst.buffer()]() -> Status {
+  // The command keeps the host storage alive until it has run. It holds no
+  // reference to the device: a queue thread must never drop the last one
+  // (closing a device drains its queues first, so device memory outlives them).
+  auto fn = [s, d, &device, keep_host = host]() -> Status {
     parallel_copy(device, s, d);
     return ok_status();
   };
@@ -49,7 +51,7 @@ Status copy_device_to_host_tensor(const Tensor& src, const Tensor& host, bool bl
   TS_ASSIGN_OR_RETURN(TensorAccess s, make_access(src));
   TS_ASSIGN_OR_RETURN(TensorAccess d, make_access(host));
   Device& device = *src.device();
-  auto fn = [s, d, &device, keep_host = host, keep_dev = src.buffer()]() -> Status {
+  auto fn = [s, d, &device, keep_host = host]() -> Status {
     parallel_copy(device, s, d);
     return ok_status();
   };

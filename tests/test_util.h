@@ -1,0 +1,83 @@
+// Helpers shared by tests: random host tensors and the memory configs every
+// transfer and op is tested over.
+#pragma once
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/tensor/tensor.h"
+#include "test_macros.h"
+
+namespace tessera::testing {
+
+inline std::vector<float> random_values(size_t n, uint32_t seed, float scale = 4.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// A host tensor of random values; integer dtypes get small non-negative integers.
+inline Tensor random_tensor(const Shape& shape, DataType dtype, Layout layout, uint32_t seed) {
+  auto v = random_values(shape.volume(), seed);
+  if (!is_floating(dtype))
+    for (auto& x : v) x = std::fabs(std::round(x * 10));
+  return Tensor::from_vector(v, shape, dtype, layout).value();
+}
+
+inline std::vector<std::byte> host_bytes(const Tensor& t) {
+  return {t.host_data(), t.host_data() + t.spec().storage_bytes()};
+}
+
+struct NamedConfig {
+  std::string name;
+  MemoryConfig config;
+};
+
+// Memory configs of the native cpu device (a 1 x n grid, n >= 1, using at
+// most 2 cores) for a tensor whose 2D view is `h` x `w`.
+inline std::vector<NamedConfig> memory_configs_for(uint32_t h, uint32_t w, uint32_t grid_x) {
+  const uint32_t n = grid_x >= 2 ? 2 : 1;
+  const CoreRange cores({0, 0}, {n - 1, 0});
+  using ML = TensorMemoryLayout;
+  auto sharded = [](ML ml, BufferType bt, CoreRangeSet g, uint32_t sh, uint32_t sw,
+                    ShardOrientation o = ShardOrientation::ROW_MAJOR) {
+    return MemoryConfig{ml, bt, ShardSpec{std::move(g), {sh, sw}, o}};
+  };
+  return {
+      {"dram_interleaved", DRAM_MEMORY_CONFIG},
+      {"l1_interleaved", L1_MEMORY_CONFIG},
+      {"l1_height", sharded(ML::HEIGHT_SHARDED, BufferType::L1, cores, h / n, w)},
+      {"l1_width", sharded(ML::WIDTH_SHARDED, BufferType::L1, cores, h, w / n)},
+      {"l1_block", sharded(ML::BLOCK_SHARDED, BufferType::L1, cores, h, w / n)},
+      {"l1_block_col", sharded(ML::BLOCK_SHARDED, BufferType::L1, cores, h / n, w, ShardOrientation::COL_MAJOR)},
+      {"dram_height", sharded(ML::HEIGHT_SHARDED, BufferType::DRAM, CoreRange({0, 0}, {0, 0}), h, w)},
+      {"dram_width", sharded(ML::WIDTH_SHARDED, BufferType::DRAM, CoreRange({0, 0}, {0, 0}), h, w)},
+  };
+}
+
+// Wider shard grids for the 8x8 wormhole_b0 descriptor and its 12 DRAM banks.
+inline std::vector<NamedConfig> wormhole_memory_configs_for(uint32_t h, uint32_t w) {
+  using ML = TensorMemoryLayout;
+  auto sharded = [](ML ml, BufferType bt, CoreRangeSet g, uint32_t sh, uint32_t sw,
+                    ShardOrientation o = ShardOrientation::ROW_MAJOR) {
+    return MemoryConfig{ml, bt, ShardSpec{std::move(g), {sh, sw}, o}};
+  };
+  return {
+      {"dram_interleaved", DRAM_MEMORY_CONFIG},
+      {"l1_interleaved", L1_MEMORY_CONFIG},
+      {"l1_height_two_ranges",
+       sharded(ML::HEIGHT_SHARDED, BufferType::L1, CoreRangeSet({CoreRange({0, 0}, {1, 0}), CoreRange({5, 5})}), h / 3,
+               w)},
+      {"l1_width", sharded(ML::WIDTH_SHARDED, BufferType::L1, CoreRange({0, 0}, {2, 0}), h, w / 3)},
+      {"l1_block", sharded(ML::BLOCK_SHARDED, BufferType::L1, CoreRange({1, 1}, {3, 2}), h / 2, w / 3)},
+      {"l1_block_col", sharded(ML::BLOCK_SHARDED, BufferType::L1, CoreRange({0, 0}, {2, 1}), h / 3, w / 2,
+                               ShardOrientation::COL_MAJOR)},
+      {"dram_height", sharded(ML::HEIGHT_SHARDED, BufferType::DRAM, CoreRange({0, 0}, {2, 0}), h / 3, w)},
+      {"dram_width", sharded(ML::WIDTH_SHARDED, BufferType::DRAM, CoreRange({0, 0}, {2, 0}), h, w / 3)},
+  };
+}
+
+}  // namespace tessera::testing
