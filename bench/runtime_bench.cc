@@ -1,1 +1,193 @@
-int main(){}
+// Runtime benchmarks of the device layer, each beside its anchor, in one run:
+//   1. dispatch overhead: a chain of 100 small ops, eager vs traced replay;
+//   2. host <-> device transfer bandwidth vs memcpy of the same bytes;
+//   3. tilize, bfloat8_b / bfloat4_b pack and unpack throughput vs this
+//      machine's memory bandwidth (read, write, copy), 1 thread and all cores.
+//
+//   bench_runtime [--quick]
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "harness.h"
+#include "tessera/numerics/block_float.h"
+#include "tessera/numerics/convert.h"
+#include "tessera/numerics/tilize.h"
+#include "tessera/tessera.h"
+
+namespace {
+
+using namespace tessera;
+using bench::time_it;
+
+#define CHECK_OK(expr)                                                        \
+  do {                                                                        \
+    ::tessera::Status s_ = (expr);                                            \
+    if (!s_.ok()) {                                                           \
+      std::fprintf(stderr, "%s: %s\n", #expr, s_.to_string().c_str());        \
+      std::exit(1);                                                           \
+    }                                                                         \
+  } while (0)
+
+template <class T>
+T value_or_die(StatusOr<T> r) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
+    std::exit(1);
+  }
+  return std::move(r).value();
+}
+
+void dispatch_overhead(int reps) {
+  std::printf("\n## Dispatch overhead: chain of 100 small ops (relu on one bf16 tile, cpu device)\n\n");
+  std::printf("| mode | us per op (median) | min | max | vs eager |\n|---|---|---|---|---|\n");
+  auto dev = value_or_die(open_device({.trace_region_size = 1 << 20}));
+  Tensor h = value_or_die(Tensor::from_vector(std::vector<float>(1024, -1.5f), Shape{32, 32}, DataType::BFLOAT16,
+                                              Layout::TILE));
+  Tensor in = value_or_die(to_device(h, *dev, L1_MEMORY_CONFIG));
+  auto chain = [&] {
+    Tensor x = in;
+    for (int i = 0; i < 100; ++i) x = value_or_die(relu(x));
+    return x;
+  };
+  chain();
+  CHECK_OK(synchronize_device(*dev));
+  auto eager = time_it(reps, [&] {
+    chain();
+    CHECK_OK(synchronize_device(*dev));
+  });
+  TraceId tid = value_or_die(begin_trace_capture(*dev, 0));
+  Tensor out = chain();
+  CHECK_OK(end_trace_capture(*dev, tid, 0));
+  auto traced = time_it(reps, [&] { CHECK_OK(execute_trace(*dev, tid, 0, true)); });
+  auto row = [&](const char* name, bench::Timing t) {
+    std::printf("| %s | %.2f | %.2f | %.2f | %.1fx |\n", name, t.median_s * 1e4, t.min_s * 1e4, t.max_s * 1e4,
+                eager.median_s / t.median_s);
+  };
+  row("eager (validate, allocate, cache lookup, enqueue, run)", eager);
+  row("traced replay (execute_trace)", traced);
+}
+
+void transfers(int reps) {
+  std::printf("\n## Host <-> device transfers vs memcpy of the same bytes (cpu device)\n\n");
+  std::printf("| transfer | MiB | GB/s (median) | memcpy GB/s | ratio |\n|---|---|---|---|---|\n");
+  auto dev = value_or_die(open_device({}));
+  for (uint32_t mib : {1u, 16u, 64u}) {
+    const uint32_t rows = mib * 1024 / 4;  // 1024 floats per row = 4 KiB
+    Shape shape{1, 1, rows, 1024};
+    Tensor h = allocate_tensor_on_host({shape, DataType::FLOAT32, Layout::TILE});
+    Tensor back = allocate_tensor_on_host(h.spec());
+    Tensor d = value_or_die(to_device(h, *dev, DRAM_MEMORY_CONFIG));
+    const size_t bytes = h.spec().storage_bytes();
+    std::vector<std::byte> a(bytes, std::byte{1}), b(bytes, std::byte{2});
+    auto mc = time_it(reps, [&] { std::memcpy(b.data(), a.data(), bytes); });
+    auto w = time_it(reps, [&] {
+      CHECK_OK(copy_host_to_device_tensor(h, d, 0));
+      CHECK_OK(synchronize_device(*dev));
+    });
+    auto r = time_it(reps, [&] { CHECK_OK(copy_device_to_host_tensor(d, back, true, 0)); });
+    auto gbs = [&](bench::Timing t) { return bytes / t.median_s / 1e9; };
+    std::printf("| host->device (TILE f32, DRAM interleaved) | %u | %.2f | %.2f | %.2f |\n", mib, gbs(w), gbs(mc),
+                gbs(w) / gbs(mc));
+    std::printf("| device->host (TILE f32, DRAM interleaved) | %u | %.2f | %.2f | %.2f |\n", mib, gbs(r), gbs(mc),
+                gbs(r) / gbs(mc));
+  }
+}
+
+// Memory bandwidth of this machine with `threads` threads over `bytes`.
+struct Bandwidth {
+  double read, write, copy;
+};
+Bandwidth measure_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> a(n, 1.0f), b(n, 0.0f);
+  const uint32_t parts = static_cast<uint32_t>(pool.num_threads());
+  std::vector<double> sums(parts);
+  auto split = [&](auto fn) {
+    auto body = [&](uint32_t s, uint32_t e) {
+      for (uint32_t p = s; p < e; ++p) fn(p, n * p / parts, n * (p + 1) / parts);
+    };
+    pool.parallel_for(parts, 1, body);
+  };
+  auto rd = time_it(reps, [&] {
+    split([&](uint32_t p, size_t s, size_t e) {
+      float acc[16] = {};
+      for (size_t i = s; i + 16 <= e; i += 16)
+        for (int k = 0; k < 16; ++k) acc[k] += a[i + static_cast<size_t>(k)];
+      double t = 0;
+      for (float x : acc) t += x;
+      sums[p] = t;
+    });
+  });
+  auto wr = time_it(reps, [&] { split([&](uint32_t, size_t s, size_t e) { std::memset(&b[s], 0, (e - s) * 4); }); });
+  auto cp = time_it(reps, [&] {
+    split([&](uint32_t, size_t s, size_t e) { std::memcpy(&b[s], &a[s], (e - s) * 4); });
+  });
+  return {bytes / rd.median_s / 1e9, bytes / wr.median_s / 1e9, 2.0 * bytes / cp.median_s / 1e9};
+}
+
+void numerics(int reps) {
+  std::printf("\n## Tilize and block-float throughput vs memory bandwidth\n\n");
+  const size_t tiles = 16384;  // 64 MiB of fp32: well past the caches
+  const size_t n = tiles * 1024;
+  std::vector<float> src(n), dst(n);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i % 1000) * 0.37f - 100.0f;
+  std::vector<std::byte> bfp8(tiles * 1088), bfp4(tiles * 576);
+  for (int threads : {1, static_cast<int>(std::thread::hardware_concurrency())}) {
+    ThreadPool pool(threads);
+    Bandwidth bw = measure_bandwidth(pool, n * 4, reps);
+    std::printf("### %d thread(s): memory read %.1f GB/s, write %.1f GB/s, copy (read+write) %.1f GB/s\n\n", threads,
+                bw.read, bw.write, bw.copy);
+    std::printf("| kernel | bytes moved per tile | GB/s (median) | %% of copy bandwidth |\n|---|---|---|---|\n");
+    const uint32_t chunks = static_cast<uint32_t>(threads) * 8;
+    auto run = [&](const char* name, double bytes_per_tile, auto fn) {
+      auto t = time_it(reps, [&] {
+        auto body = [&](uint32_t s, uint32_t e) {
+          for (uint32_t c = s; c < e; ++c) fn(tiles * c / chunks, tiles * (c + 1) / chunks);
+        };
+        pool.parallel_for(chunks, 1, body);
+      });
+      double gbs = bytes_per_tile * tiles / t.median_s / 1e9;
+      std::printf("| %s | %.0f | %.2f | %.0f%% |\n", name, bytes_per_tile, gbs, 100.0 * gbs / bw.copy);
+    };
+    // Tilize a (tiles/32) x 32*1024 fp32 matrix: 32 tile rows per band.
+    const uint32_t cols = 32 * 1024, rows = static_cast<uint32_t>(n / cols);
+    run("tilize f32 (rows -> tiles)", 8192, [&](size_t t0, size_t t1) {
+      // Whole tile rows only: split by tile row.
+      size_t tr0 = t0 / 1024, tr1 = t1 / 1024;
+      if (tr1 > tr0)
+        tilize(reinterpret_cast<const std::byte*>(src.data()) + tr0 * 32 * cols * 4, cols * 4,
+               static_cast<uint32_t>((tr1 - tr0) * 32), cols, reinterpret_cast<std::byte*>(dst.data()) + tr0 * 32 * cols * 4,
+               4);
+    });
+    (void)rows;
+    run("pack bfloat8_b (f32 tiles -> bfp8)", 4096 + 1088, [&](size_t a, size_t b) {
+      pack_bfp_tiles(src.data() + a * 1024, bfp8.data() + a * 1088, b - a, DataType::BFLOAT8_B);
+    });
+    run("unpack bfloat8_b (bfp8 -> f32 tiles)", 4096 + 1088, [&](size_t a, size_t b) {
+      unpack_bfp_tiles(bfp8.data() + a * 1088, dst.data() + a * 1024, b - a, DataType::BFLOAT8_B);
+    });
+    run("pack bfloat4_b", 4096 + 576, [&](size_t a, size_t b) {
+      pack_bfp_tiles(src.data() + a * 1024, bfp4.data() + a * 576, b - a, DataType::BFLOAT4_B);
+    });
+    run("unpack bfloat4_b", 4096 + 576, [&](size_t a, size_t b) {
+      unpack_bfp_tiles(bfp4.data() + a * 576, dst.data() + a * 1024, b - a, DataType::BFLOAT4_B);
+    });
+    run("f32 -> bf16", 4096 + 2048, [&](size_t a, size_t b) {
+      float_to_bfloat16(src.data() + a * 1024, reinterpret_cast<uint16_t*>(bfp8.data()) + a * 1024, (b - a) * 1024);
+    });
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const int reps = quick ? 5 : 21;
+  std::printf("# Tessera runtime benchmarks (%s)\n", cpu_features().to_string().c_str());
+  dispatch_overhead(reps);
+  transfers(reps);
+  numerics(reps);
+  return 0;
+}
