@@ -1,5 +1,7 @@
 #include "tessera/base/thread_pool.h"
 
+#include <chrono>
+
 namespace tessera {
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -37,39 +39,64 @@ void ThreadPool::parallel_for(uint32_t n, uint32_t grain, FunctionRef<void(uint3
     return;
   }
   Job job{fn, n, grain, chunks};
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     job.link = jobs_;
     jobs_ = &job;
+    num_jobs_.fetch_add(1, std::memory_order_release);
+    wake = sleepers_ > 0;
   }
-  wake_.notify_all();
+  if (wake) wake_.notify_all();
   run_chunks(job);
+  // Wait until every chunk is done; spin first, as the workers are finishing.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+  while (job.done.load(std::memory_order_acquire) < chunks && std::chrono::steady_clock::now() < until)
+    __builtin_ia32_pause();
   std::unique_lock<std::mutex> lock(mu_);
   // Unlink so no new worker joins, then wait for the ones inside.
   for (Job** p = &jobs_; *p; p = &(*p)->link) {
     if (*p == &job) {
       *p = job.link;
+      num_jobs_.fetch_sub(1, std::memory_order_relaxed);
       break;
     }
   }
-  released_.wait(lock, [&] { return job.active_workers == 0; });
+  if (job.active_workers.load() != 0) {
+    job.caller_sleeping = true;
+    released_.wait(lock, [&] { return job.active_workers.load() == 0; });
+  }
+}
+
+ThreadPool::Job* ThreadPool::find_job() const {
+  Job* job = jobs_;
+  while (job && job->next.load(std::memory_order_relaxed) >= job->chunks) job = job->link;
+  return job;
 }
 
 void ThreadPool::worker_loop() {
+  using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    Job* job = jobs_;
-    while (job && job->next.load(std::memory_order_relaxed) >= job->chunks) job = job->link;
+    Job* job = find_job();
     if (!job) {
       if (stopping_) return;
+      // Spin briefly for the next launch, then sleep until one arrives.
+      lock.unlock();
+      const auto until = Clock::now() + std::chrono::microseconds(50);
+      while (num_jobs_.load(std::memory_order_acquire) == 0 && Clock::now() < until) __builtin_ia32_pause();
+      lock.lock();
+      if (find_job() || stopping_) continue;
+      ++sleepers_;
       wake_.wait(lock);
+      --sleepers_;
       continue;
     }
-    ++job->active_workers;
+    job->active_workers.fetch_add(1);
     lock.unlock();
     run_chunks(*job);
     lock.lock();
-    if (--job->active_workers == 0) released_.notify_all();
+    if (job->active_workers.fetch_sub(1) == 1 && job->caller_sleeping) released_.notify_all();
   }
 }
 

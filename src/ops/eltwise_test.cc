@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "tessera/base/cpu_features.h"
+#include "tessera/ops/data_movement.h"
 #include "tessera/ops/reference.h"
 #include "test_util.h"
 
@@ -149,6 +150,37 @@ TEST(Eltwise, Errors) {
   EXPECT_ERROR(typecast(rm, DataType::BFLOAT8_B), StatusCode::kInvalidArgument, "requires TILE layout");
   deallocate(a, true);
   EXPECT_ERROR(relu(a), StatusCode::kFailedPrecondition, "has been deallocated");
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Tensors big enough that launches are split into chunks over the worker
+// threads (>= 256 KiB per chunk): the split must not change a bit.
+TEST(Eltwise, LargeTensorsSplitOverWorkers) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 3}));
+  const Shape shape{1, 3, 320, 1024};
+  for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT8_B}) {
+    Tensor ha = testing::random_tensor(shape, dt, Layout::TILE, 1);
+    Tensor hb = testing::random_tensor(shape, dt, Layout::TILE, 2);
+    ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor s, add(a, b));
+    ASSERT_OK_AND_ASSIGN(Tensor r, relu(s));
+    ASSERT_OK_AND_ASSIGN(Tensor got, r.cpu());
+    ASSERT_OK_AND_ASSIGN(Tensor es, reference::add(ha, hb, dt));
+    ASSERT_OK_AND_ASSIGN(Tensor er, reference::relu(es, dt));
+    EXPECT_EQ(testing::host_bytes(got), testing::host_bytes(er)) << data_type_name(dt);
+  }
+  Tensor rm = testing::random_tensor(shape, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(rm, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor t, tilize(d, {.dtype = DataType::BFLOAT16}));
+  ASSERT_OK_AND_ASSIGN(Tensor got, t.cpu());
+  ASSERT_OK_AND_ASSIGN(Tensor expected, reference::tilize(rm, DataType::BFLOAT16));
+  EXPECT_EQ(testing::host_bytes(got), testing::host_bytes(expected));
 }
 
 }  // namespace

@@ -23,7 +23,11 @@ Status launch(Device& device, uint8_t cq_id, const std::string& key, const std::
 
 Status require_device_tensor(const Tensor& t, std::string_view op, std::string_view name = "input");
 
-// Splits `n` tasks into about 4 chunks per worker thread.
-uint32_t default_grain(const Device& device, uint32_t n);
+// Tasks per chunk for `n` tasks that together touch `total_bytes`: about 4
+// chunks per worker thread, but no chunk under kMinChunkBytes, because handing
+// a chunk to another core costs a wake-up (several microseconds on a VM) and
+// small ops run faster on the queue's own thread.
+inline constexpr uint64_t kMinChunkBytes = 256 * 1024;
+uint32_t default_grain(const Device& device, uint32_t n, uint64_t total_bytes);
 
 }  // namespace tessera::ops

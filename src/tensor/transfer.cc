@@ -23,7 +23,7 @@ Status check_pair(const Tensor& host, const Tensor& dev, std::string_view what) 
 void parallel_copy(Device& device, const TensorAccess& src, const TensorAccess& dst) {
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
   const uint64_t bytes = uint64_t{src.rows} * src.cols * src.unit_bytes;
-  const uint32_t chunks = static_cast<uint32_t>(std::clamp<uint64_t>(bytes >> 16, 1, threads * 4));
+  const uint32_t chunks = static_cast<uint32_t>(std::clamp<uint64_t>(bytes >> 18, 1, threads * 4));  // >= 256 KiB
   const uint32_t grain = std::max<uint32_t>(1, (src.rows + chunks - 1) / chunks);
   auto fn = [&](uint32_t b, uint32_t e) { copy_units(src, dst, b, e); };
   device.workers().parallel_for(src.rows, grain, fn);

@@ -6,6 +6,9 @@
 // command queue) may call parallel_for concurrently: their jobs share the
 // workers. No allocation happens on this path.
 //
+// Idle workers spin for about 50 us before they sleep, so back-to-back
+// launches (a trace replay) do not pay a futex wake-up per launch.
+//
 // Thread-safety: all methods may be called from any thread. The destructor
 // must not race with parallel_for.
 #pragma once
@@ -54,13 +57,18 @@ class ThreadPool {
     uint32_t n, grain, chunks;
     std::atomic<uint32_t> next{0};
     std::atomic<uint32_t> done{0};
-    int active_workers = 0;  // guarded by mu_
+    std::atomic<int> active_workers{0};  // changed under mu_, read by the spinning caller
+    bool caller_sleeping = false;        // guarded by mu_
     Job* link = nullptr;     // guarded by mu_
   };
   static bool run_chunks(Job& job);
   void worker_loop();
 
+  Job* find_job() const;  // a job with unclaimed chunks; mu_ held
+
   std::mutex mu_;
+  std::atomic<int> num_jobs_{0};      // jobs in the list, read while spinning
+  int sleepers_ = 0;                  // workers blocked on wake_; guarded by mu_
   std::condition_variable wake_;      // workers: a job arrived or stopping
   std::condition_variable released_;  // callers: a worker left a job
   Job* jobs_ = nullptr;

@@ -3,7 +3,8 @@
 // A tile stores face 0 (top-left), face 1 (top-right), face 2 (bottom-left),
 // face 3 (bottom-right), each face row-major. A matrix of rows x cols becomes
 // ceil(rows/32) x ceil(cols/32) tiles in row-major tile order; padding
-// elements are zero. Untilize drops the padding. `elem_size` is 1, 2 or 4.
+// elements are zero. Untilize drops the padding. `elem_size` is 1, 2 or 4
+// (any other value is treated as 4).
 #pragma once
 
 #include <cstddef>
