@@ -1,8 +1,23 @@
 #include "command_queue.h"
 
 #include <atomic>
+#include <chrono>
 
 namespace tessera {
+
+namespace {
+// Spins up to `us` microseconds until pred() holds; returns pred().
+template <class Pred>
+bool spin_until(Pred pred, int us) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    __builtin_ia32_pause();
+  }
+  return true;
+}
+constexpr int kSpinMicros = 20;
+}  // namespace
 
 Status run_program(ThreadPool& pool, const Program& p, const void* args) {
   std::atomic<bool> failed{false};
@@ -28,11 +43,13 @@ CommandQueue::~CommandQueue() { stop(); }
 
 uint64_t CommandQueue::push(Command&& cmd) {
   std::unique_lock<std::mutex> lock(mu_);
-  not_full_.wait(lock, [&] { return enqueued_ - taken_ < kCapacity; });
+  not_full_.wait(lock, [&] { return enqueued_ - taken_ < kCapacity; });  // rare: 1024 commands in flight
   ring_[enqueued_ % kCapacity] = std::move(cmd);
   uint64_t seq = ++enqueued_;
+  enqueued_mirror_.store(seq, std::memory_order_release);
+  const bool wake = loop_sleeping_;
   lock.unlock();
-  not_empty_.notify_one();
+  if (wake) not_empty_.notify_one();
   return seq;
 }
 
@@ -42,8 +59,12 @@ uint64_t CommandQueue::enqueued() const {
 }
 
 void CommandQueue::wait_for(uint64_t sequence) {
+  // The acquire load pairs with the loop's release store after the command ran.
+  if (spin_until([&] { return completed_mirror_.load(std::memory_order_acquire) >= sequence; }, kSpinMicros)) return;
   std::unique_lock<std::mutex> lock(mu_);
+  ++progress_waiters_;
   progress_.wait(lock, [&] { return completed_ >= sequence; });
+  --progress_waiters_;
 }
 
 Status CommandQueue::status_up_to(uint64_t sequence) const {
@@ -97,7 +118,15 @@ Status CommandQueue::execute(Command& cmd, uint64_t sequence) {
 void CommandQueue::loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    not_empty_.wait(lock, [&] { return taken_ < enqueued_ || stopping_; });
+    if (taken_ == enqueued_ && !stopping_) {
+      lock.unlock();
+      const uint64_t taken = taken_;  // only this thread writes taken_
+      spin_until([&] { return enqueued_mirror_.load(std::memory_order_acquire) > taken; }, kSpinMicros);
+      lock.lock();
+      loop_sleeping_ = true;
+      not_empty_.wait(lock, [&] { return taken_ < enqueued_ || stopping_; });
+      loop_sleeping_ = false;
+    }
     if (taken_ == enqueued_) return;  // stopping and drained
     Command cmd = std::move(ring_[taken_ % kCapacity]);
     uint64_t seq = ++taken_;
@@ -112,7 +141,8 @@ void CommandQueue::loop() {
       error_sequence_ = seq;
     }
     completed_ = seq;
-    progress_.notify_all();
+    completed_mirror_.store(seq, std::memory_order_release);
+    if (progress_waiters_) progress_.notify_all();
   }
 }
 
