@@ -47,6 +47,28 @@ bool RangeAllocator::free(uint64_t address) {
   return true;
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> RangeAllocator::reserve_free_parts(uint64_t address, uint64_t size) {
+  std::vector<std::pair<uint64_t, uint64_t>> parts;
+  const uint64_t end = address + size;
+  auto it = free_.upper_bound(address);
+  if (it != free_.begin()) --it;
+  while (it != free_.end() && it->first < end) {
+    const uint64_t fa = it->first, fe = fa + it->second;
+    const uint64_t lo = std::max(fa, address), hi = std::min(fe, end);
+    if (lo >= hi) {
+      ++it;
+      continue;
+    }
+    it = free_.erase(it);
+    if (fa < lo) free_[fa] = lo - fa;
+    if (hi < fe) free_[hi] = fe - hi;
+    live_[lo] = hi - lo;
+    allocated_ += hi - lo;
+    parts.emplace_back(lo, hi - lo);
+  }
+  return parts;
+}
+
 uint64_t RangeAllocator::largest_free_block() const {
   uint64_t best = 0;
   for (const auto& [a, s] : free_) best = std::max(best, s);

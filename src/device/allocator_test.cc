@@ -54,3 +54,27 @@ TEST(RangeAllocator, Deterministic) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(RangeAllocator, ReserveFreePartsSkipsLiveBlocks) {
+  RangeAllocator a(0, 1024, 32);
+  auto x = a.allocate(64);    // [0, 64)
+  auto y = a.allocate(64);    // [64, 128)
+  auto z = a.allocate(64);    // [128, 192)
+  a.free(*x);
+  a.free(*z);
+  auto parts = a.reserve_free_parts(0, 256);  // free: [0,64) and [128,256)
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0], (std::pair<uint64_t, uint64_t>{0, 64}));
+  EXPECT_EQ(parts[1], (std::pair<uint64_t, uint64_t>{128, 128}));
+  EXPECT_EQ(a.allocate(32), 256u);  // the reserved ranges are taken
+  for (auto [addr, size] : parts) EXPECT_TRUE(a.free(addr));
+  EXPECT_TRUE(a.free(*y));
+  EXPECT_TRUE(a.free(256));
+  EXPECT_EQ(a.largest_free_block(), 1024u);
+}
+
+}  // namespace
+}  // namespace tessera

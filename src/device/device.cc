@@ -62,6 +62,29 @@ struct Capture {
   Status failure;
 };
 
+using BufferKey = std::pair<BufferType, uint64_t>;  // region, address
+
+// A buffer allocated while a trace was being captured.
+struct CaptureAlloc {
+  BufferKey key;
+  uint64_t size;
+  bool freed;
+};
+
+// A live buffer a trace writes at a fixed address: its owner's free is
+// deferred until every trace holding it is released.
+struct Hold {
+  int traces = 0;
+  bool owner_freed = false;
+};
+
+// What a trace keeps reserved: free ranges carved out at capture end, and
+// holds on buffers that were still live then.
+struct TraceMemory {
+  std::vector<std::pair<BufferType, std::pair<uint64_t, uint64_t>>> pieces;
+  std::vector<BufferKey> held;
+};
+
 }  // namespace
 
 struct Device::Impl {
@@ -74,6 +97,14 @@ struct Device::Impl {
   bool open = true;
   std::optional<Capture> capture[2];
   std::map<TraceId, TraceRecord> traces;
+  // Guarded by mem_mu: allocations of captures in progress, holds, and the
+  // memory each trace keeps reserved.
+  std::map<TraceId, std::vector<CaptureAlloc>> capture_allocs;
+  std::map<BufferKey, Hold> holds;
+  std::map<TraceId, TraceMemory> trace_memory;
+
+  void reserve_for_trace(TraceId id);  // mem_mu held
+  void release_trace_memory(TraceId id);  // mem_mu held
   TraceId next_trace = 0;
 };
 
@@ -174,12 +205,68 @@ StatusOr<std::shared_ptr<Buffer>> Device::allocate_buffer(BufferType type, uint6
         r.alloc.size(), r.alloc.free_bytes(), r.alloc.largest_free_block(), what.empty() ? "" : "; while allocating ",
         what);
   }
+  for (auto& [id, allocs] : impl_->capture_allocs)
+    allocs.push_back({{type, *addr}, align_up(size_per_bank ? size_per_bank : 1, r.alloc.alignment()), false});
   return std::make_shared<Buffer>(shared_from_this(), type, *addr, size_per_bank);
 }
 
 void Device::free_buffer(BufferType type, uint64_t address) {
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  const BufferKey key{type, address};
+  for (auto& [id, allocs] : impl_->capture_allocs) {
+    for (auto it = allocs.rbegin(); it != allocs.rend(); ++it) {
+      if (it->key == key && !it->freed) {
+        it->freed = true;
+        break;
+      }
+    }
+  }
+  auto h = impl_->holds.find(key);
+  if (h != impl_->holds.end()) {
+    h->second.owner_freed = true;  // a trace still writes here: freed at release_trace
+    return;
+  }
   impl_->regions[static_cast<int>(type)].alloc.free(address);
+}
+
+// Every address range the capture allocated stays the trace's: buffers still
+// live are held (their owner's free waits for release_trace), and the ranges
+// of buffers freed during capture are reserved again. Reuse inside the
+// capture stays allowed; only allocations after it are kept away.
+void Device::Impl::reserve_for_trace(TraceId id) {
+  std::vector<CaptureAlloc> allocs = std::move(capture_allocs[id]);
+  capture_allocs.erase(id);
+  TraceMemory& mem = trace_memory[id];
+  std::map<BufferType, std::vector<std::pair<uint64_t, uint64_t>>> ranges;
+  for (const CaptureAlloc& a : allocs) {
+    if (!a.freed && std::find(mem.held.begin(), mem.held.end(), a.key) == mem.held.end()) {
+      ++holds[a.key].traces;
+      mem.held.push_back(a.key);
+    }
+    ranges[a.key.first].emplace_back(a.key.second, a.key.second + a.size);
+  }
+  for (auto& [type, rs] : ranges) {
+    std::sort(rs.begin(), rs.end());
+    for (size_t i = 0; i < rs.size();) {
+      uint64_t lo = rs[i].first, hi = rs[i].second;
+      for (++i; i < rs.size() && rs[i].first <= hi; ++i) hi = std::max(hi, rs[i].second);
+      for (auto part : regions[static_cast<int>(type)].alloc.reserve_free_parts(lo, hi - lo))
+        mem.pieces.push_back({type, part});
+    }
+  }
+}
+
+void Device::Impl::release_trace_memory(TraceId id) {
+  auto it = trace_memory.find(id);
+  if (it == trace_memory.end()) return;
+  for (const auto& [type, part] : it->second.pieces) regions[static_cast<int>(type)].alloc.free(part.first);
+  for (const BufferKey& key : it->second.held) {
+    auto h = holds.find(key);
+    if (h == holds.end() || --h->second.traces > 0) continue;
+    if (h->second.owner_freed) regions[static_cast<int>(key.first)].alloc.free(key.second);
+    holds.erase(h);
+  }
+  trace_memory.erase(it);
 }
 
 MemoryRegionStats Device::memory_stats(BufferType type) const {
@@ -308,6 +395,8 @@ StatusOr<TraceId> begin_trace_capture(Device& device, uint8_t cq_id) {
     return failed_precondition_error("begin_trace_capture: cq {} is already capturing trace {}", cq_id, cap->id);
   cap.emplace();
   cap->id = device.impl_->next_trace++;
+  std::lock_guard<std::mutex> mlock(device.impl_->mem_mu);
+  device.impl_->capture_allocs[cap->id];
   return cap->id;
 }
 
@@ -320,6 +409,11 @@ Status end_trace_capture(Device& device, TraceId trace_id, uint8_t cq_id) {
     return failed_precondition_error("end_trace_capture: cq {} is not capturing trace {}", cq_id, trace_id);
   Capture c = std::move(*cap);
   cap.reset();
+  auto drop_allocs = [&] {
+    std::lock_guard<std::mutex> mlock(im.mem_mu);
+    im.capture_allocs.erase(trace_id);
+  };
+  if (!c.failure.ok()) drop_allocs();
   if (!c.failure.ok())
     return failed_precondition_error("end_trace_capture: trace {} is unusable because a command was refused "
                                      "during its capture: {}",
@@ -333,6 +427,7 @@ Status end_trace_capture(Device& device, TraceId trace_id, uint8_t cq_id) {
     addr = im.regions[static_cast<int>(BufferType::TRACE)].alloc.allocate(need);
   }
   if (!addr) {
+    drop_allocs();
     if (need > region)
       return resource_exhausted_error(
           "Creating trace buffers of size {}B on device {}, but only {}B is allocated for trace region; open the "
@@ -345,6 +440,8 @@ Status end_trace_capture(Device& device, TraceId trace_id, uint8_t cq_id) {
   std::byte* dst = device.host_address(BufferType::TRACE, 0, *addr);
   std::memcpy(dst, c.blob.data(), c.blob.size());
   im.traces[trace_id] = TraceRecord{trace_id, *addr, c.blob.size(), c.launches, dst};
+  std::lock_guard<std::mutex> mlock(im.mem_mu);
+  im.reserve_for_trace(trace_id);
   return ok_status();
 }
 
@@ -384,6 +481,8 @@ Status release_trace(Device& device, TraceId trace_id) {
   if (it == im.traces.end()) return ok_status();
   device.free_buffer(BufferType::TRACE, it->second.address);
   im.traces.erase(it);
+  std::lock_guard<std::mutex> mlock(im.mem_mu);
+  im.release_trace_memory(trace_id);
   return ok_status();
 }
 

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace tessera {
 
@@ -26,6 +28,9 @@ class RangeAllocator {
   std::optional<uint64_t> allocate(uint64_t size);
   // Returns false when `address` is not the start of a live allocation.
   bool free(uint64_t address);
+  // Allocates every free part of [address, address + size) as its own block
+  // and returns the parts (address, size); parts in use are left alone.
+  std::vector<std::pair<uint64_t, uint64_t>> reserve_free_parts(uint64_t address, uint64_t size);
 
   uint64_t base() const { return base_; }
   uint64_t size() const { return size_; }

@@ -29,9 +29,14 @@
 // launch whose program is not yet in the program cache (run the op once
 // first). end_trace_capture copies the trace into the TRACE region and fails
 // if it does not fit. execute_trace replays the launches with no allocation,
-// no validation and no kernel selection; buffers allocated after capture may
-// be overwritten by a replay if they reuse a captured address (as on the
-// original): keep the tensors a trace uses alive and in place.
+// no validation and no kernel selection.
+//
+// NOTE: unlike the original, where a buffer allocated after capture may land
+// on a captured intermediate and be overwritten by every replay, Tessera keeps
+// every address range a capture allocated reserved until release_trace:
+// intermediates freed during capture stay reserved, and freeing a captured
+// output only takes effect when the trace is released. Buffers allocated
+// before capture (the trace's inputs) are the caller's to keep in place.
 //
 // Thread-safety: all functions may be called from any thread; a single queue
 // keeps the order in which its commands were enqueued.
@@ -121,6 +126,8 @@ class Device : public std::enable_shared_from_this<Device> {
   // that queue captures a trace).
   bool may_compile_programs(uint8_t cq_id) const;
 
+  struct Impl;  // internal
+
  private:
   friend StatusOr<std::shared_ptr<Device>> open_device(const DeviceParams&);
   friend Status close_device(Device&);
@@ -134,7 +141,6 @@ class Device : public std::enable_shared_from_this<Device> {
   friend Status execute_trace(Device&, TraceId, uint8_t, bool);
   friend Status release_trace(Device&, TraceId);
   friend StatusOr<struct TraceInfo> trace_info(Device&, TraceId);
-  struct Impl;
 
   Device(DeviceDescriptor desc, DeviceParams params);
   Status check_cq(uint8_t cq_id, std::string_view what) const;
