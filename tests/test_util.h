@@ -31,6 +31,11 @@ inline std::vector<std::byte> host_bytes(const Tensor& t) {
   return {t.host_data(), t.host_data() + t.spec().storage_bytes()};
 }
 
+inline MemoryConfig sharded(TensorMemoryLayout ml, BufferType bt, CoreRangeSet grid, uint32_t sh, uint32_t sw,
+                            ShardOrientation o = ShardOrientation::ROW_MAJOR) {
+  return MemoryConfig{ml, bt, ShardSpec{std::move(grid), {sh, sw}, o}};
+}
+
 struct NamedConfig {
   std::string name;
   MemoryConfig config;
@@ -42,10 +47,6 @@ inline std::vector<NamedConfig> memory_configs_for(uint32_t h, uint32_t w, uint3
   const uint32_t n = grid_x >= 2 ? 2 : 1;
   const CoreRange cores({0, 0}, {n - 1, 0});
   using ML = TensorMemoryLayout;
-  auto sharded = [](ML ml, BufferType bt, CoreRangeSet g, uint32_t sh, uint32_t sw,
-                    ShardOrientation o = ShardOrientation::ROW_MAJOR) {
-    return MemoryConfig{ml, bt, ShardSpec{std::move(g), {sh, sw}, o}};
-  };
   return {
       {"dram_interleaved", DRAM_MEMORY_CONFIG},
       {"l1_interleaved", L1_MEMORY_CONFIG},
@@ -61,10 +62,6 @@ inline std::vector<NamedConfig> memory_configs_for(uint32_t h, uint32_t w, uint3
 // Wider shard grids for the 8x8 wormhole_b0 descriptor and its 12 DRAM banks.
 inline std::vector<NamedConfig> wormhole_memory_configs_for(uint32_t h, uint32_t w) {
   using ML = TensorMemoryLayout;
-  auto sharded = [](ML ml, BufferType bt, CoreRangeSet g, uint32_t sh, uint32_t sw,
-                    ShardOrientation o = ShardOrientation::ROW_MAJOR) {
-    return MemoryConfig{ml, bt, ShardSpec{std::move(g), {sh, sw}, o}};
-  };
   return {
       {"dram_interleaved", DRAM_MEMORY_CONFIG},
       {"l1_interleaved", L1_MEMORY_CONFIG},

@@ -43,7 +43,8 @@ CommandQueue::~CommandQueue() { stop(); }
 
 uint64_t CommandQueue::push(Command&& cmd) {
   std::unique_lock<std::mutex> lock(mu_);
-  not_full_.wait(lock, [&] { return enqueued_ - taken_ < kCapacity; });  // rare: 1024 commands in flight
+  not_full_.wait(lock, [&] { return enqueued_ - taken_ < kCapacity || stopping_; });  // rare: 1024 in flight
+  if (stopping_) return 0;
   ring_[enqueued_ % kCapacity] = std::move(cmd);
   uint64_t seq = ++enqueued_;
   enqueued_mirror_.store(seq, std::memory_order_release);

@@ -43,7 +43,8 @@ class CommandQueue {
   ~CommandQueue();
 
   uint8_t id() const { return id_; }
-  // Enqueues and returns the command's sequence number (blocks while the ring is full).
+  // Enqueues and returns the command's sequence number (blocks while the ring
+  // is full); 0 when the queue has been stopped (the command is dropped).
   uint64_t push(Command&& cmd);
   uint64_t enqueued() const;
   // Blocks until every command up to `sequence` has run.

@@ -85,6 +85,11 @@ struct TraceMemory {
   std::vector<BufferKey> held;
 };
 
+// A command that raced with close_device and was not enqueued.
+Status closed_error(std::string_view what, int device_id) {
+  return failed_precondition_error("{}: device {} was closed before the command could be enqueued", what, device_id);
+}
+
 }  // namespace
 
 struct Device::Impl {
@@ -314,7 +319,7 @@ Status Device::enqueue_program(uint8_t cq_id, const Program& program, const void
   cmd.kind = Command::Kind::kProgram;
   cmd.program = &program;
   cmd.args.assign(static_cast<const std::byte*>(args), static_cast<const std::byte*>(args) + args_size);
-  q.push(std::move(cmd));
+  if (q.push(std::move(cmd)) == 0) return closed_error("enqueue_program", params_.device_id);
   return ok_status();
 }
 
@@ -336,6 +341,7 @@ Status Device::enqueue_host_command(uint8_t cq_id, std::string_view what, std::f
   cmd.kind = Command::Kind::kHost;
   cmd.host = std::move(fn);
   uint64_t seq = q.push(std::move(cmd));
+  if (seq == 0) return closed_error(what, params_.device_id);
   if (!blocking) return ok_status();
   q.wait_for(seq);
   return q.status_up_to(seq);
@@ -363,7 +369,7 @@ Status wait_for_event(uint8_t cq_id, const Event& event) {
   cmd.wait_queue = device.impl_->queues[event.cq_id].get();
   cmd.wait_sequence = event.sequence;
   lock.unlock();
-  q.push(std::move(cmd));
+  if (q.push(std::move(cmd)) == 0) return closed_error("wait_for_event", device.id());
   return ok_status();
 }
 
@@ -462,6 +468,7 @@ Status execute_trace(Device& device, TraceId trace_id, uint8_t cq_id, bool block
   cmd.trace = &it->second;
   lock.unlock();
   uint64_t seq = q.push(std::move(cmd));
+  if (seq == 0) return closed_error("execute_trace", device.id());
   if (!blocking) return ok_status();
   q.wait_for(seq);
   return q.status_up_to(seq);

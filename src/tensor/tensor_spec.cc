@@ -45,12 +45,24 @@ uint32_t TensorSpec::unit_bytes() const {
 
 Status TensorSpec::validate() const {
   if (shape.rank() == 0) return invalid_argument_error("tensor spec: expected a shape of rank >= 1, found rank 0");
-  if (shape.volume() == 0)
-    return invalid_argument_error("tensor spec: expected non-empty dims, found shape {}", shape.to_string());
+  uint64_t volume = 1;
+  for (uint32_t d : shape.dims()) {
+    if (d == 0) return invalid_argument_error("tensor spec: expected non-empty dims, found shape {}", shape.to_string());
+    if (__builtin_mul_overflow(volume, uint64_t{d}, &volume) || volume > (uint64_t{1} << 40))
+      return invalid_argument_error("tensor spec: shape {} has more elements than Tessera supports (2^40)",
+                                    shape.to_string());
+  }
   if (is_block_float(dtype) && layout != Layout::TILE)
     return invalid_argument_error("tensor spec: {} requires TILE layout, found ROW_MAJOR (block-float tensors are "
                                   "stored as 32x32 tiles)",
                                   data_type_name(dtype));
+  uint64_t rows = 1;  // the 2D height in 64 bits, before anything narrows it
+  for (int i = 0; i + 1 < shape.rank(); ++i) rows *= shape[i];
+  if (layout == Layout::TILE && shape.rank() >= 2) rows = rows / shape[-2] * align_up(shape[-2], kTileHeight);
+  if (rows > (uint64_t{1} << 31) || shape[-1] > (uint32_t{1} << 31))
+    return invalid_argument_error("tensor spec: shape {} has a 2D view of {} x {}, more than Tessera supports "
+                                  "(2^31 rows or columns)",
+                                  shape.to_string(), rows, shape[-1]);
   if (storage_bytes() > (uint64_t{1} << 40))
     return invalid_argument_error("tensor spec: {} needs {} B, more than Tessera supports", shape.to_string(),
                                   storage_bytes());

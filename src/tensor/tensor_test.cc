@@ -61,3 +61,17 @@ TEST(Tensor, DeallocateAndSharing) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(TensorSpec, HugeDeclaredShapesAreRefused) {
+  TensorSpec s{Shape{1u << 20, 1u << 20, 4096, 4096}, DataType::FLOAT32, Layout::TILE};
+  EXPECT_ERROR(s.validate(), StatusCode::kInvalidArgument, "than Tessera supports");
+  TensorSpec t{Shape{1u << 30, 1u << 12}, DataType::FLOAT32, Layout::ROW_MAJOR};  // 16 TiB
+  EXPECT_ERROR(t.validate(), StatusCode::kInvalidArgument, "than Tessera supports");
+  EXPECT_ERROR(allocate_tensor_on_device(s, *open_device({}).value()), StatusCode::kInvalidArgument, "supports");
+}
+
+}  // namespace
+}  // namespace tessera
