@@ -4,7 +4,7 @@
 // that replay matches eager execution bit for bit, and print what happened
 // and how fast.
 //
-//   tessera_demo [--device cpu|wormhole_b0] [--iterations N]
+//   tessera_demo [--device cpu|wormhole_b0] [--iterations N] [--workers N]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -32,12 +32,12 @@ StatusOr<Tensor> model(const Tensor& input) {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-Status run(const std::string& descriptor, int iterations) {
+Status run(const std::string& descriptor, int iterations, int workers) {
   TS_ASSIGN_OR_RETURN(auto device, open_device({.descriptor = descriptor,
                                                 .l1_small_size = 16384,
                                                 .trace_region_size = 1 << 20,
                                                 .num_command_queues = 2,
-                                                .worker_threads = std::getenv("TS_WORKERS") ? std::atoi(std::getenv("TS_WORKERS")) : 0}));
+                                                .worker_threads = workers}));
   std::printf("device 0: %s\n", device->descriptor().to_string().c_str());
   const Shape shape{1, 1, 512, 512};
   // Host inputs and both sets of outputs are allocated (and their pages
@@ -53,13 +53,13 @@ Status run(const std::string& descriptor, int iterations) {
   }
   // 1 MiB activations: too large for this CPU's L1 budget, so they live in DRAM
   // (interleaved over its banks); the launches split over the worker threads.
-  const MemoryConfig l1_input = DRAM_MEMORY_CONFIG;
+  const MemoryConfig input_config = DRAM_MEMORY_CONFIG;
   std::printf("model: %s -> tilize -> %d x (relu, add) -> untilize, %d launches per run\n",
-              TensorSpec{shape, DataType::FLOAT32, Layout::ROW_MAJOR, l1_input}.to_string().c_str(), kReluAddPairs,
+              TensorSpec{shape, DataType::FLOAT32, Layout::ROW_MAJOR, input_config}.to_string().c_str(), kReluAddPairs,
               2 + 2 * kReluAddPairs);
 
   // Eager: write, run, read, one after another on cq 0.
-  TS_ASSIGN_OR_RETURN(Tensor input, to_device(inputs[0], *device, l1_input));
+  TS_ASSIGN_OR_RETURN(Tensor input, to_device(inputs[0], *device, input_config));
   TS_ASSIGN_OR_RETURN(Tensor warm, model(input));  // compiles every program
   TS_RETURN_IF_ERROR(synchronize_device(*device));
   auto t0 = Clock::now();
@@ -134,15 +134,17 @@ Status run(const std::string& descriptor, int iterations) {
 
 int main(int argc, char** argv) {
   std::string descriptor = "cpu";
-  int iterations = 200;
+  int iterations = 200, workers = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--device" && i + 1 < argc) {
       descriptor = argv[++i];
     } else if (a == "--iterations" && i + 1 < argc) {
       iterations = std::atoi(argv[++i]);
+    } else if (a == "--workers" && i + 1 < argc) {
+      workers = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: tessera_demo [--device cpu|wormhole_b0] [--iterations N]\nunknown argument: %s\n",
+      std::fprintf(stderr, "usage: tessera_demo [--device cpu|wormhole_b0] [--iterations N] [--workers N]\nunknown argument: %s\n",
                    a.c_str());
       return 2;
     }
@@ -151,7 +153,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera_demo: --iterations must be >= 1\n");
     return 2;
   }
-  tessera::Status s = run(descriptor, iterations);
+  tessera::Status s = run(descriptor, iterations, workers);
   if (!s.ok()) {
     std::fprintf(stderr, "tessera_demo: %s\n", s.to_string().c_str());
     return 1;

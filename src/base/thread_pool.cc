@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "tessera/base/spin.h"
+
 namespace tessera {
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -50,9 +52,7 @@ void ThreadPool::parallel_for(uint32_t n, uint32_t grain, FunctionRef<void(uint3
   if (wake) wake_.notify_all();
   run_chunks(job);
   // Wait until every chunk is done; spin first, as the workers are finishing.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
-  while (job.done.load(std::memory_order_acquire) < chunks && std::chrono::steady_clock::now() < until)
-    __builtin_ia32_pause();
+  spin_until([&] { return job.done.load(std::memory_order_acquire) >= chunks; }, std::chrono::microseconds(20));
   std::unique_lock<std::mutex> lock(mu_);
   // Unlink so no new worker joins, then wait for the ones inside.
   for (Job** p = &jobs_; *p; p = &(*p)->link) {
@@ -75,7 +75,6 @@ ThreadPool::Job* ThreadPool::find_job() const {
 }
 
 void ThreadPool::worker_loop() {
-  using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     Job* job = find_job();
@@ -83,8 +82,7 @@ void ThreadPool::worker_loop() {
       if (stopping_) return;
       // Spin briefly for the next launch, then sleep until one arrives.
       lock.unlock();
-      const auto until = Clock::now() + std::chrono::microseconds(50);
-      while (num_jobs_.load(std::memory_order_acquire) == 0 && Clock::now() < until) __builtin_ia32_pause();
+      spin_until([&] { return num_jobs_.load(std::memory_order_acquire) != 0; }, std::chrono::microseconds(50));
       lock.lock();
       if (find_job() || stopping_) continue;
       ++sleepers_;

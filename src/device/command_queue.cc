@@ -1,22 +1,14 @@
 #include "command_queue.h"
 
+#include "tessera/base/spin.h"
+
 #include <atomic>
 #include <chrono>
 
 namespace tessera {
 
 namespace {
-// Spins up to `us` microseconds until pred() holds; returns pred().
-template <class Pred>
-bool spin_until(Pred pred, int us) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    __builtin_ia32_pause();
-  }
-  return true;
-}
-constexpr int kSpinMicros = 20;
+constexpr std::chrono::microseconds kSpinMicros{20};
 }  // namespace
 
 Status run_program(ThreadPool& pool, const Program& p, const void* args) {

@@ -136,7 +136,8 @@ StatusOr<Tensor> tile_convert(const Tensor& input, bool to_tile, const DataMovem
     prog.kernel = to_tile ? tilize_kernel : untilize_kernel;
     prog.kernel_name = fmt::format("{}_{}__generic", short_dtype_name(input.dtype()), name);
     prog.num_tasks = tasks;
-    prog.grain = ops::default_grain(device, tasks, input.spec().storage_bytes() + spec.storage_bytes());
+    prog.grain = ops::default_grain(device, tasks, input.spec().storage_bytes() + spec.storage_bytes(),
+                                    ops::kMinChunkBytesReordering);
     return prog;
   };
   TS_RETURN_IF_ERROR(ops::launch(device, p.cq_id, key, compile, g));
@@ -155,7 +156,7 @@ Status launch_copy(const Tensor& src, const Tensor& dst, uint8_t cq_id, std::str
     prog.kernel = copy_kernel;
     prog.kernel_name = "any_copy__generic";
     prog.num_tasks = rows;
-    prog.grain = ops::default_grain(device, rows, 2 * src.spec().storage_bytes());
+    prog.grain = ops::default_grain(device, rows, 2 * src.spec().storage_bytes(), ops::kMinChunkBytesStreaming);
     return prog;
   };
   return ops::launch(device, cq_id, key, compile, args).annotate(name);

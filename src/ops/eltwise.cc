@@ -54,7 +54,8 @@ StatusOr<Tensor> run_eltwise(EltwiseOp op, std::string_view name, const Tensor& 
     p.kernel = cpu::select_eltwise_kernel(op, args.a_type, args.b_type, out_type, &p.kernel_name);
     p.num_tasks = args.num_pages;
     p.grain = ops::default_grain(device, args.num_pages,
-                                 a.spec().storage_bytes() * (b ? 2 : 1) + out_spec.storage_bytes());
+                                 a.spec().storage_bytes() * (b ? 2 : 1) + out_spec.storage_bytes(),
+                                 ops::kMinChunkBytesStreaming);
     return p;
   };
   TS_RETURN_IF_ERROR(ops::launch(device, cq_id, key, compile, args));

@@ -11,9 +11,9 @@ Status require_device_tensor(const Tensor& t, std::string_view op, std::string_v
   return ok_status();
 }
 
-uint32_t default_grain(const Device& device, uint32_t n, uint64_t total_bytes) {
+uint32_t default_grain(const Device& device, uint32_t n, uint64_t total_bytes, uint64_t min_chunk_bytes) {
   uint64_t chunks = static_cast<uint64_t>(device.workers().num_threads()) * 4;
-  chunks = std::clamp<uint64_t>(total_bytes / kMinChunkBytes, 1, chunks);
+  chunks = std::clamp<uint64_t>(total_bytes / min_chunk_bytes, 1, chunks);
   return static_cast<uint32_t>(std::max<uint64_t>(1, (n + chunks - 1) / chunks));
 }
 
