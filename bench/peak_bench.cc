@@ -1,0 +1,83 @@
+// Measured peaks of this machine: FP32 FMA and BF16 dot-product FLOP/s and
+// memory bandwidth, on 1 thread and on every core. Kernel targets ("85% of
+// peak", "70% of bandwidth") are stated against these numbers.
+//
+//   bench_peak
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "tessera/base/cpu_features.h"
+#include "tessera/base/thread_pool.h"
+
+namespace tessera::bench {
+float fma_f32_loop(uint64_t iterations);
+float dot_bf16_loop(uint64_t iterations);
+}  // namespace tessera::bench
+
+namespace {
+
+using namespace tessera;
+
+volatile float g_sink;
+
+double gflops(ThreadPool& pool, float (*loop)(uint64_t), double flops_per_iteration) {
+  const uint64_t iterations = 20'000'000;
+  const uint32_t threads = static_cast<uint32_t>(pool.num_threads());
+  auto t = bench::time_it(7, [&] {
+    auto body = [&](uint32_t b, uint32_t e) {
+      for (uint32_t i = b; i < e; ++i) g_sink = loop(iterations);
+    };
+    pool.parallel_for(threads, 1, body);
+  });
+  return flops_per_iteration * static_cast<double>(iterations) * threads / t.median_s / 1e9;
+}
+
+double bandwidth(ThreadPool& pool, size_t bytes, int kind) {  // 0 read, 1 write, 2 copy
+  const size_t n = bytes / 4;
+  std::vector<float> a(n, 1.0f), b(n, 0.0f);
+  const uint32_t parts = static_cast<uint32_t>(pool.num_threads());
+  std::vector<float> sums(parts);
+  auto t = bench::time_it(9, [&] {
+    auto body = [&](uint32_t s, uint32_t e) {
+      for (uint32_t p = s; p < e; ++p) {
+        size_t lo = n * p / parts, hi = n * (p + 1) / parts;
+        if (kind == 0) {
+          float acc[16] = {};
+          for (size_t i = lo; i + 16 <= hi; i += 16)
+            for (int k = 0; k < 16; ++k) acc[k] += a[i + static_cast<size_t>(k)];
+          sums[p] = acc[0] + acc[15];
+        } else if (kind == 1) {
+          std::memset(&b[lo], 0, (hi - lo) * 4);
+        } else {
+          std::memcpy(&b[lo], &a[lo], (hi - lo) * 4);
+        }
+      }
+    };
+    pool.parallel_for(parts, 1, body);
+  });
+  return (kind == 2 ? 2.0 : 1.0) * static_cast<double>(bytes) / t.median_s / 1e9;
+}
+
+}  // namespace
+
+int main() {
+  if (!cpu_features().has_avx512_kernels()) {
+    std::printf("bench_peak: this CPU lacks the AVX-512 (F, BW, VL, DQ, BF16) set the peak loops use\n");
+    return 0;
+  }
+  std::printf("# Measured peaks (%s)\n\n", cpu_features().to_string().c_str());
+  std::printf("| threads | FP32 FMA GFLOP/s | BF16 dot GFLOP/s | read GB/s | write GB/s | copy GB/s (read+write) |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  const int all = static_cast<int>(std::thread::hardware_concurrency());
+  for (int threads : {1, all}) {
+    ThreadPool pool(threads);
+    const size_t bytes = size_t{256} << 20;
+    std::printf("| %d | %.0f | %.0f | %.1f | %.1f | %.1f |\n", threads,
+                gflops(pool, bench::fma_f32_loop, 12.0 * 16 * 2), gflops(pool, bench::dot_bf16_loop, 12.0 * 32 * 2),
+                bandwidth(pool, bytes, 0), bandwidth(pool, bytes, 1), bandwidth(pool, bytes, 2));
+  }
+  return 0;
+}
