@@ -1,38 +1,46 @@
-// Peak-throughput loops (AVX-512): independent accumulator chains, enough to
-// cover FMA latency on two pipes, so the loop runs at the issue rate.
+// Peak-throughput loops (AVX-512): 12 independent accumulator chains, enough
+// to cover FMA latency on two pipes, so each loop runs at the issue rate.
 #include <immintrin.h>
 
 #include <cstdint>
 
 namespace tessera::bench {
 
-// 12 chains x 16 lanes x 2 FLOPs per iteration.
-float fma_f32_loop(uint64_t iterations) {
-  __m512 acc[12];
-  for (int k = 0; k < 12; ++k) acc[k] = _mm512_set1_ps(static_cast<float>(k));
-  const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
-  for (uint64_t i = 0; i < iterations; ++i)
-    for (int k = 0; k < 12; ++k) acc[k] = _mm512_fmadd_ps(acc[k], b, c);
+namespace {
+
+constexpr int kChains = 12;
+
+// Keeps the result observable so the loops are not optimised away.
+float combine(const __m512* acc) {
   __m512 s = acc[0];
-  for (int k = 1; k < 12; ++k) s = _mm512_add_ps(s, acc[k]);
+  for (int k = 1; k < kChains; ++k) s = _mm512_add_ps(s, acc[k]);
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, s);
   return lanes[0] + lanes[15];
 }
 
+template <class Step>
+float run_chains(uint64_t iterations, Step step) {
+  __m512 acc[kChains];
+  for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_ps(static_cast<float>(k));
+  for (uint64_t i = 0; i < iterations; ++i)
+    for (int k = 0; k < kChains; ++k) acc[k] = step(acc[k]);
+  return combine(acc);
+}
+
+}  // namespace
+
+// 12 chains x 16 lanes x 2 FLOPs per iteration.
+float fma_f32_loop(uint64_t iterations) {
+  const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
+  return run_chains(iterations, [&](__m512 a) { return _mm512_fmadd_ps(a, b, c); });
+}
+
 // 12 chains x 32 bf16 pairs x 2 FLOPs per iteration (vdpbf16ps).
 float dot_bf16_loop(uint64_t iterations) {
-  __m512 acc[12];
-  for (int k = 0; k < 12; ++k) acc[k] = _mm512_set1_ps(static_cast<float>(k));
   const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
   const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.001f), _mm512_set1_ps(0.002f));
-  for (uint64_t i = 0; i < iterations; ++i)
-    for (int k = 0; k < 12; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
-  __m512 s = acc[0];
-  for (int k = 1; k < 12; ++k) s = _mm512_add_ps(s, acc[k]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, s);
-  return lanes[0] + lanes[15];
+  return run_chains(iterations, [&](__m512 acc) { return _mm512_dpbf16_ps(acc, a, b); });
 }
 
 }  // namespace tessera::bench

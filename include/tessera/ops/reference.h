@@ -5,6 +5,9 @@
 // ops the fast kernels must match them bit for bit.
 #pragma once
 
+#include <optional>
+
+#include "tessera/ops/conv2d_params.h"
 #include "tessera/tensor/tensor.h"
 
 namespace tessera::reference {
@@ -14,5 +17,11 @@ StatusOr<Tensor> add(const Tensor& a, const Tensor& b, DataType out_dtype);
 StatusOr<Tensor> typecast(const Tensor& input, DataType out_dtype);
 StatusOr<Tensor> tilize(const Tensor& input, DataType out_dtype);
 StatusOr<Tensor> untilize(const Tensor& input, DataType out_dtype);
+
+// Direct convolution with double accumulation: bias added, activation applied
+// in double, one rounding to `out_dtype`. Any float dtype and layout in; the
+// output is (1, 1, N*OH*OW, out_channels) ROW_MAJOR (see conv2d_params.h).
+StatusOr<Tensor> conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                        const Conv2dParams& params, DataType out_dtype);
 
 }  // namespace tessera::reference

@@ -1,0 +1,45 @@
+// Unary activations that ops apply on their own or fuse into their output
+// (conv2d, add, ...). Names follow the original's UnaryOpType.
+//
+// apply_activation is the scalar definition every kernel is tested against:
+//   relu        max(x, 0)                 relu6      min(max(x, 0), 6)
+//   silu        x * sigmoid(x)            sigmoid    1 / (1 + e^-x)
+//   gelu        x/2 * (1 + erf(x/sqrt 2)) (exact form, as torch's default)
+//   tanh        tanh(x)                   leaky_relu x >= 0 ? x : param * x
+//   hardswish   x * min(max(x + 3, 0), 6) / 6
+//   hardsigmoid min(max(x / 6 + 1/2, 0), 1)
+//   mish        x * tanh(softplus(x))     exp, sqrt
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace tessera {
+
+enum class UnaryOpType : uint8_t {
+  IDENTITY,
+  RELU,
+  RELU6,
+  SILU,
+  GELU,
+  SIGMOID,
+  TANH,
+  LEAKY_RELU,
+  HARDSWISH,
+  HARDSIGMOID,
+  MISH,
+  EXP,
+  SQRT,
+};
+
+struct UnaryWithParam {
+  UnaryOpType op = UnaryOpType::IDENTITY;
+  float param = 0.0f;  // leaky_relu slope (torch default 0.01 when built by name)
+};
+
+std::string_view unary_op_name(UnaryOpType op);  // "relu", "leaky_relu", ...
+std::optional<UnaryOpType> parse_unary_op(std::string_view name);
+
+double apply_activation(const UnaryWithParam& a, double x);
+
+}  // namespace tessera

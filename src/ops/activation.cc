@@ -1,0 +1,39 @@
+#include "tessera/ops/activation.h"
+
+#include <cmath>
+
+namespace tessera {
+
+namespace {
+constexpr std::string_view kNames[] = {"identity",   "relu",      "relu6",       "silu", "gelu", "sigmoid", "tanh",
+                                       "leaky_relu", "hardswish", "hardsigmoid", "mish", "exp",  "sqrt"};
+}  // namespace
+
+std::string_view unary_op_name(UnaryOpType op) { return kNames[static_cast<int>(op)]; }
+
+std::optional<UnaryOpType> parse_unary_op(std::string_view name) {
+  for (size_t i = 0; i < std::size(kNames); ++i)
+    if (kNames[i] == name) return static_cast<UnaryOpType>(i);
+  return std::nullopt;
+}
+
+double apply_activation(const UnaryWithParam& a, double x) {
+  switch (a.op) {
+    case UnaryOpType::IDENTITY: return x;
+    case UnaryOpType::RELU: return x < 0 ? 0 : x;
+    case UnaryOpType::RELU6: return x < 0 ? 0 : x > 6 ? 6 : x;
+    case UnaryOpType::SILU: return x / (1 + std::exp(-x));
+    case UnaryOpType::GELU: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case UnaryOpType::SIGMOID: return 1 / (1 + std::exp(-x));
+    case UnaryOpType::TANH: return std::tanh(x);
+    case UnaryOpType::LEAKY_RELU: return x >= 0 ? x : a.param * x;
+    case UnaryOpType::HARDSWISH: return x * std::fmin(std::fmax(x + 3, 0.0), 6.0) / 6;
+    case UnaryOpType::HARDSIGMOID: return std::fmin(std::fmax(x / 6 + 0.5, 0.0), 1.0);
+    case UnaryOpType::MISH: return x * std::tanh(std::log1p(std::exp(x)));
+    case UnaryOpType::EXP: return std::exp(x);
+    case UnaryOpType::SQRT: return std::sqrt(x);
+  }
+  return x;
+}
+
+}  // namespace tessera

@@ -1,0 +1,61 @@
+#include <vector>
+
+#include "tessera/ops/reference.h"
+
+namespace tessera::reference {
+
+StatusOr<Tensor> conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                        const Conv2dParams& p, DataType out_dtype) {
+  TS_RETURN_IF_ERROR(p.validate());
+  for (const Tensor* t : {&input, &weight, bias ? &*bias : nullptr})
+    if (t && t->is_on_device()) return invalid_argument_error("reference::conv2d: expected host tensors");
+  const Shape& is = input.shape();
+  const uint64_t pixels = uint64_t{p.batch_size} * p.input_height * p.input_width;
+  const bool nhwc = is.rank() == 4 && is[0] == p.batch_size && is[1] == p.input_height && is[2] == p.input_width;
+  const bool flat = is.rank() == 4 && is[0] == 1 && is[1] == 1 && is[2] == pixels;
+  if (!(nhwc || flat) || is[-1] != p.in_channels)
+    return invalid_argument_error("conv2d: expected input ({},{},{},{}) or (1,1,{},{}), found {}", p.batch_size,
+                                  p.input_height, p.input_width, p.in_channels, pixels, p.in_channels,
+                                  is.to_string());
+  const uint32_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
+  const Shape expected_w{p.out_channels, cin_g, p.kernel_size[0], p.kernel_size[1]};
+  if (weight.shape() != expected_w)
+    return invalid_argument_error("conv2d: expected weight shape {} (out_channels, in_channels/groups, kh, kw), "
+                                  "found {}",
+                                  expected_w.to_string(), weight.shape().to_string());
+  if (bias && bias->shape().volume() != p.out_channels)
+    return invalid_argument_error("conv2d: expected bias with {} values, found shape {}", p.out_channels,
+                                  bias->shape().to_string());
+  TS_ASSIGN_OR_RETURN(std::vector<float> x, input.to_vector());
+  TS_ASSIGN_OR_RETURN(std::vector<float> w, weight.to_vector());
+  std::vector<float> b(p.out_channels, 0.0f);
+  if (bias) {
+    TS_ASSIGN_OR_RETURN(b, bias->to_vector());
+  }
+  const uint32_t oh = p.output_height(), ow = p.output_width();
+  const uint32_t kh = p.kernel_size[0], kw = p.kernel_size[1];
+  std::vector<float> y(uint64_t{p.batch_size} * oh * ow * p.out_channels);
+  for (uint32_t n = 0; n < p.batch_size; ++n)
+    for (uint32_t oy = 0; oy < oh; ++oy)
+      for (uint32_t ox = 0; ox < ow; ++ox)
+        for (uint32_t oc = 0; oc < p.out_channels; ++oc) {
+          const uint32_t g = oc / cout_g;
+          double acc = b[oc];
+          for (uint32_t ky = 0; ky < kh; ++ky) {
+            const int64_t iy = int64_t{oy} * p.stride[0] + int64_t{ky} * p.dilation[0] - p.padding[0];
+            if (iy < 0 || iy >= p.input_height) continue;
+            for (uint32_t kx = 0; kx < kw; ++kx) {
+              const int64_t ix = int64_t{ox} * p.stride[1] + int64_t{kx} * p.dilation[1] - p.padding[2];
+              if (ix < 0 || ix >= p.input_width) continue;
+              const float* xp = &x[((uint64_t{n} * p.input_height + iy) * p.input_width + ix) * p.in_channels + g * cin_g];
+              for (uint32_t ic = 0; ic < cin_g; ++ic)
+                acc += double{xp[ic]} * w[((uint64_t{oc} * cin_g + ic) * kh + ky) * kw + kx];
+            }
+          }
+          y[((uint64_t{n} * oh + oy) * ow + ox) * p.out_channels + oc] =
+              static_cast<float>(apply_activation(p.activation, acc));
+        }
+  return Tensor::from_vector(y, Shape{1, 1, p.batch_size * oh * ow, p.out_channels}, out_dtype, Layout::ROW_MAJOR);
+}
+
+}  // namespace tessera::reference
