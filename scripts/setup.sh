@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package Tessera needs to build, test and benchmark.
 set -euo pipefail
-PACKAGES=(cmake ninja-build g++ pkg-config libfmt-dev libhwloc-dev libgtest-dev libgmock-dev libbenchmark-dev)
+PACKAGES=(cmake ninja-build g++ pkg-config libfmt-dev libhwloc-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libdnnl-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -25,6 +25,12 @@ StatusOr<const Program*> ProgramCache::get_or_compile(const std::string& key, bo
   return it->second.get();
 }
 
+const Program* ProgramCache::find(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = programs_.find(key);
+  return it == programs_.end() ? nullptr : it->second.get();
+}
+
 size_t ProgramCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return programs_.size();

@@ -32,6 +32,10 @@ struct Program {
   KernelFn kernel = nullptr;
   uint32_t num_tasks = 0;
   uint32_t grain = 1;    // tasks per chunk handed to a worker
+  // What the op computed at compile time and its kernel reads at run time (a
+  // oneDNN primitive, scratch buffers). Owned here, so it lives as long as
+  // the device; launches reach it through a pointer in their arguments.
+  std::shared_ptr<void> plan;
 };
 
 // Thread-safe cache of Programs keyed by descriptor string.
@@ -42,6 +46,8 @@ class ProgramCache {
   // FAILED_PRECONDITION error naming the key.
   StatusOr<const Program*> get_or_compile(const std::string& key, bool allow_compile,
                                           const std::function<StatusOr<Program>()>& compile);
+  // The cached program for `key`, or nullptr; never compiles.
+  const Program* find(const std::string& key) const;
   size_t size() const;
   uint64_t hits() const;
   uint64_t misses() const;

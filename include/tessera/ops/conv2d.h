@@ -1,0 +1,61 @@
+// conv2d on a device.
+//
+// Input: a ROW_MAJOR device tensor in NHWC, shaped (N, H, W, C) or flattened
+// (1, 1, N*H*W, C), float32 or bfloat16, interleaved in DRAM or L1.
+// Output: (1, 1, N*OH*OW, out_channels) ROW_MAJOR in the input's memory config.
+// Accumulation is float32; bias and the fused activation are applied before
+// the single rounding to the output dtype.
+//
+// Weights: a host tensor (out_channels, in_channels/groups, kh, kw) as PyTorch
+// stores it, and an optional bias (out_channels) or (1, 1, 1, out_channels).
+// They are prepared once: converted to `weights_dtype` (bfloat8_b / bfloat4_b
+// round like the original, over 16 output channels of the (kh*kw*cin) x cout
+// weight matrix, then compute in bfloat16, which holds them exactly), packed
+// for the kernel, and copied to the device. Conv2dResult hands the prepared
+// weights back; pass them to later calls to skip preparation, as the
+// original's prepared weights are reused.
+//
+// The kernel is oneDNN's (Debian libdnnl): on this project's reference machine
+// it runs 3x3 and 1x1 convolutions at 88-100% of the measured FP32 FMA peak
+// and about 2x that in bfloat16 (bench/RESULTS.md).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "tessera/ops/conv2d_params.h"
+#include "tessera/tensor/tensor.h"
+
+namespace tessera {
+
+struct Conv2dConfig {
+  DataType weights_dtype = DataType::BFLOAT16;  // the original's default
+  std::optional<DataType> dtype;                // output dtype; default: the input's
+};
+
+struct PreparedConv2dWeights {
+  std::string key;   // the problem they were prepared for (checked on use)
+  Tensor weight;     // packed for the kernel: opaque bytes in DRAM
+  Tensor bias;       // float32 (1, 1, 1, out_channels) in DRAM (zeros without bias)
+};
+
+struct Conv2dResult {
+  Tensor output;
+  uint32_t output_height = 0;
+  uint32_t output_width = 0;
+  PreparedConv2dWeights weights;
+};
+
+StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                              const Conv2dParams& params, const Conv2dConfig& config = {}, uint8_t cq_id = 0);
+StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& weights, const Conv2dParams& params,
+                              const Conv2dConfig& config = {}, uint8_t cq_id = 0);
+
+// The weights as the device computes with them: `weight` rounded to
+// `weights_dtype` the way preparation rounds it (and to bfloat16 when the
+// input is bfloat16), as float32 OIHW on the host. The reference kernel run
+// on these operands is what conv2d is tested against.
+StatusOr<Tensor> round_conv2d_weights(const Tensor& weight, const Conv2dParams& params, DataType weights_dtype,
+                                      DataType input_dtype);
+
+}  // namespace tessera

@@ -1,0 +1,207 @@
+// conv2d against the reference kernel run on the operands the device uses
+// (inputs as stored, weights rounded by round_conv2d_weights).
+// Tolerances: float32 compute: |d| <= 1e-4 * max(1, max|ref|) (accumulation
+// order differs from the double reference); bfloat16 output: |d| <= 2^-7 *
+// |ref| + 2^-9 * max|ref| (one bfloat16 rounding of the output, float32
+// accumulation). Every case also needs PCC >= 0.9999.
+#include "tessera/ops/conv2d.h"
+
+#include <cmath>
+
+#include "tessera/device/device.h"
+#include "tessera/numerics/bfloat16.h"
+#include "tessera/ops/data_movement.h"
+#include "tessera/ops/reference.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+double pcc(const std::vector<float>& a, const std::vector<float>& b) {
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < a.size(); ++i) ma += a[i], mb += b[i];
+  ma /= static_cast<double>(a.size());
+  mb /= static_cast<double>(b.size());
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    sab += (a[i] - ma) * (b[i] - mb);
+    saa += (a[i] - ma) * (a[i] - ma);
+    sbb += (b[i] - mb) * (b[i] - mb);
+  }
+  if (saa == 0 && sbb == 0) return 1.0;
+  return sab / std::sqrt(saa * sbb);
+}
+
+struct Case {
+  uint32_t n, h, w, c, k, kh, kw, stride, dilation, groups;
+  std::array<uint32_t, 4> pad;
+  UnaryOpType act = UnaryOpType::IDENTITY;
+};
+
+Conv2dParams to_params(const Case& c) {
+  Conv2dParams p;
+  p.batch_size = c.n;
+  p.input_height = c.h;
+  p.input_width = c.w;
+  p.in_channels = c.c;
+  p.out_channels = c.k;
+  p.kernel_size = {c.kh, c.kw};
+  p.stride = {c.stride, c.stride};
+  p.dilation = {c.dilation, c.dilation};
+  p.padding = c.pad;
+  p.groups = c.groups;
+  p.activation = {c.act, 0.1f};
+  return p;
+}
+
+void check_case(Device& dev, const Case& cs, DataType in_type, DataType w_type, const MemoryConfig& mc) {
+  const Conv2dParams p = to_params(cs);
+  SCOPED_TRACE(fmt::format("{} in={} w={} {}", p.descriptor(), data_type_name(in_type), data_type_name(w_type),
+                           mc.to_string()));
+  Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, in_type, Layout::ROW_MAJOR, 1);
+  auto wv = testing::random_values(uint64_t{cs.k} * (cs.c / cs.groups) * cs.kh * cs.kw, 2, 0.2f);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(wv, Shape{cs.k, cs.c / cs.groups, cs.kh, cs.kw}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, dev, mc));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, b, p, {.weights_dtype = w_type}));
+  EXPECT_EQ(r.output_height, p.output_height());
+  EXPECT_EQ(r.output_width, p.output_width());
+  ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+  ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, w_type, in_type));
+  ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(x, rw, b, p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+  ASSERT_EQ(got.size(), ref.size());
+  float mx = 0;
+  for (float v : ref) mx = std::max(mx, std::fabs(v));
+  size_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const float d = std::fabs(got[i] - ref[i]);
+    const float tol = in_type == DataType::FLOAT32 ? 1e-4f * std::max(1.0f, mx)
+                                                   : std::ldexp(std::fabs(ref[i]), -7) + std::ldexp(mx, -9);
+    if (!(d <= tol) && bad++ < 3) ADD_FAILURE() << "i=" << i << " got " << got[i] << " ref " << ref[i];
+  }
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GE(pcc(got, ref), 0.9999);
+  // Prepared weights are reused bit for bit.
+  ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d(dx, r.weights, p, {.weights_dtype = w_type}));
+  ASSERT_OK_AND_ASSIGN(Tensor again_t, again.output.cpu());
+  EXPECT_EQ(testing::host_bytes(again_t), testing::host_bytes(got_t));
+}
+
+const Case kCases[] = {
+    {1, 9, 11, 8, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
+    {1, 14, 14, 64, 32, 1, 1, 1, 1, 1, {0, 0, 0, 0}},                       // pointwise
+    {2, 13, 7, 5, 7, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},       // batch, stride 2, odd/prime
+    {1, 17, 19, 16, 16, 3, 3, 1, 2, 1, {2, 2, 2, 2}, UnaryOpType::GELU},    // dilation
+    {1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}, UnaryOpType::RELU6},  // depthwise
+    {1, 10, 10, 16, 32, 3, 3, 2, 1, 4, {0, 1, 0, 1}, UnaryOpType::HARDSWISH},  // groups, asymmetric pad
+    {1, 8, 8, 3, 32, 7, 7, 2, 1, 1, {3, 3, 3, 3}, UnaryOpType::LEAKY_RELU},    // stem-like
+    {1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID},    // activation applied after
+    {1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SIGMOID},
+    {1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::MISH},
+};
+
+TEST(Conv2d, MatchesReferenceFloat32AndBfloat16) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (const Case& c : kCases) {
+    check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+    check_case(*dev, c, DataType::BFLOAT16, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
+  }
+}
+
+TEST(Conv2d, BlockFloatWeights) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (const Case& c : {kCases[0], kCases[1], kCases[5]}) {
+    for (DataType w : {DataType::BFLOAT8_B, DataType::BFLOAT4_B}) {
+      check_case(*dev, c, DataType::BFLOAT16, w, DRAM_MEMORY_CONFIG);
+      check_case(*dev, c, DataType::FLOAT32, w, DRAM_MEMORY_CONFIG);
+    }
+  }
+}
+
+// Rows spread over banks (L1 on the cpu device, DRAM on wormhole_b0) are
+// staged into one contiguous buffer for the kernel and scattered back.
+TEST(Conv2d, InterleavedOverSeveralBanks) {
+  ASSERT_OK_AND_ASSIGN(auto cpu, open_device({}));
+  check_case(*cpu, kCases[0], DataType::BFLOAT16, DataType::BFLOAT16, L1_MEMORY_CONFIG);
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  check_case(*wh, kCases[2], DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+  check_case(*wh, kCases[0], DataType::BFLOAT16, DataType::BFLOAT8_B, L1_MEMORY_CONFIG);
+}
+
+TEST(Conv2d, TracedReplayEqualsEager) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 16}));
+  const Conv2dParams p = to_params(kCases[0]);
+  Tensor x = testing::random_tensor(Shape{1, 9, 11, 8}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(16 * 8 * 9, 2), Shape{16, 8, 3, 3},
+                                                     DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult eager, conv2d(dx, w, std::nullopt, p));
+  ASSERT_OK_AND_ASSIGN(Tensor expected, eager.output.cpu());
+  ASSERT_OK_AND_ASSIGN(TraceId tid, begin_trace_capture(*dev, 0));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult traced, conv2d(dx, eager.weights, p));
+  ASSERT_OK(end_trace_capture(*dev, tid, 0));
+  ASSERT_OK(execute_trace(*dev, tid, 0, true));
+  ASSERT_OK_AND_ASSIGN(Tensor got, traced.output.cpu());
+  EXPECT_EQ(testing::host_bytes(got), testing::host_bytes(expected));
+}
+
+TEST(Conv2d, Errors) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Conv2dParams p = to_params(kCases[0]);
+  Tensor x = testing::random_tensor(Shape{1, 9, 11, 8}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(std::vector<float>(16 * 8 * 9), Shape{16, 8, 3, 3}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor bad_w, Tensor::from_vector(std::vector<float>(16 * 8 * 9), Shape{16, 8, 9, 1}, DataType::FLOAT32));
+  EXPECT_ERROR(conv2d(x, w, std::nullopt, p), StatusCode::kInvalidArgument, "must be a device tensor");
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+  EXPECT_ERROR(conv2d(dx, bad_w, std::nullopt, p), StatusCode::kInvalidArgument, "expected weight shape [16,8,3,3]");
+  auto wrong = p;
+  wrong.in_channels = 4;
+  EXPECT_ERROR(conv2d(dx, w, std::nullopt, wrong), StatusCode::kInvalidArgument, "expected input (1,9,11,4)");
+  ASSERT_OK_AND_ASSIGN(Tensor tiled, to_layout(dx, Layout::TILE));
+  EXPECT_ERROR(conv2d(tiled, w, std::nullopt, p), StatusCode::kUnimplemented, "must be ROW_MAJOR");
+  MemoryConfig hs{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                  ShardSpec{CoreRange({0, 0}, {0, 0}), {99, 8}, ShardOrientation::ROW_MAJOR}};
+  ASSERT_OK_AND_ASSIGN(Tensor sharded, to_device(x, *dev, hs));
+  EXPECT_ERROR(conv2d(sharded, w, std::nullopt, p), StatusCode::kUnimplemented, "sharded inputs are not supported");
+  ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, std::nullopt, p));
+  auto other = p;
+  other.activation = {UnaryOpType::SILU};
+  EXPECT_ERROR(conv2d(dx, r.weights, other), StatusCode::kInvalidArgument, "the prepared weights are for");
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Blocks run over 16 output channels of one (ky, kx, ci) row: a small weight
+// next to a large one in the same block loses its low bits; the same value in
+// a block of its own keeps them.
+TEST(Conv2d, BlockFloatWeightRoundingFollowsOutputChannelBlocks) {
+  Conv2dParams p;
+  p.batch_size = 1;
+  p.input_height = p.input_width = 4;
+  p.in_channels = 2;
+  p.out_channels = 16;
+  p.kernel_size = {1, 1};
+  // W[oc][ci]: ci 0 holds 1.0 for oc 0 and 0.3 elsewhere; ci 1 holds 0.3 everywhere.
+  std::vector<float> w(32, 0.3f);
+  w[0] = 1.0f;
+  ASSERT_OK_AND_ASSIGN(Tensor wt, Tensor::from_vector(w, Shape{16, 2, 1, 1}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor r4, round_conv2d_weights(wt, p, DataType::BFLOAT4_B, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(auto v, r4.to_vector());
+  EXPECT_EQ(v[0], 1.0f);
+  EXPECT_EQ(v[2], 0.25f);    // oc 1, ci 0: shares 2^0 with 1.0 -> 3-bit magnitude step 0.25
+  EXPECT_EQ(v[3], 0.3125f);  // oc 1, ci 1: its own block, exponent of 0.3 -> step 2^-4 (0.3 -> 5/16)
+  ASSERT_OK_AND_ASSIGN(Tensor r16, round_conv2d_weights(wt, p, DataType::FLOAT32, DataType::BFLOAT16));
+  ASSERT_OK_AND_ASSIGN(auto b, r16.to_vector());
+  EXPECT_EQ(b[3], round_to_bfloat16(0.3f));
+  ASSERT_OK_AND_ASSIGN(Tensor r32, round_conv2d_weights(wt, p, DataType::FLOAT32, DataType::FLOAT32));
+  EXPECT_EQ(r32.to_vector().value(), w);
+}
+
+}  // namespace
+}  // namespace tessera
