@@ -148,13 +148,7 @@ struct Problem {
 StatusOr<Problem> make_problem(const Tensor& input, const Conv2dParams& p, const Conv2dConfig& config) {
   TS_RETURN_IF_ERROR(p.validate());
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "conv2d"));
-  const Shape& s = input.shape();
-  const uint64_t pixels = uint64_t{p.batch_size} * p.input_height * p.input_width;
-  const bool nhwc = s.rank() == 4 && s[0] == p.batch_size && s[1] == p.input_height && s[2] == p.input_width;
-  const bool flat = s.rank() == 4 && s[0] == 1 && s[1] == 1 && s[2] == pixels;
-  if (!(nhwc || flat) || s[-1] != p.in_channels)
-    return invalid_argument_error("conv2d: expected input ({},{},{},{}) or (1,1,{},{}), found {}", p.batch_size,
-                                  p.input_height, p.input_width, p.in_channels, pixels, p.in_channels, s.to_string());
+  TS_RETURN_IF_ERROR(p.check_input_shape(input.shape().dims()));
   if (input.layout() != Layout::ROW_MAJOR)
     return unimplemented_error("conv2d: the input must be ROW_MAJOR (NHWC rows) for now, found TILE; untilize it");
   if (input.dtype() != DataType::FLOAT32 && input.dtype() != DataType::BFLOAT16)

@@ -38,6 +38,17 @@ Status Conv2dParams::validate() const {
   return ok_status();
 }
 
+Status Conv2dParams::check_input_shape(std::span<const uint32_t> s) const {
+  const uint64_t pixels = uint64_t{batch_size} * input_height * input_width;
+  const bool nhwc = s.size() == 4 && s[0] == batch_size && s[1] == input_height && s[2] == input_width;
+  const bool flat = s.size() == 4 && s[0] == 1 && s[1] == 1 && s[2] == pixels;
+  if ((nhwc || flat) && s[3] == in_channels) return ok_status();
+  std::string found = "[";
+  for (size_t i = 0; i < s.size(); ++i) found += (i ? "," : "") + std::to_string(s[i]);
+  return invalid_argument_error("conv2d: expected input ({},{},{},{}) or (1,1,{},{}), found {}]", batch_size,
+                                input_height, input_width, in_channels, pixels, in_channels, found);
+}
+
 std::string Conv2dParams::descriptor() const {
   return fmt::format("conv2d:n{}h{}w{}c{}k{}:r{}x{}s{}x{}p{}x{}x{}x{}d{}x{}g{}:{}", batch_size, input_height,
                      input_width, in_channels, out_channels, kernel_size[0], kernel_size[1], stride[0], stride[1],

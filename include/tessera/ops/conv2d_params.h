@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "tessera/base/status.h"
@@ -43,6 +44,8 @@ struct Conv2dParams {
   // INVALID_ARGUMENT for zero sizes, channels not divisible by groups, or a
   // kernel (with dilation) larger than the padded input.
   Status validate() const;
+  // INVALID_ARGUMENT unless `input` is (N, H, W, C) or (1, 1, N*H*W, C).
+  Status check_input_shape(std::span<const uint32_t> input) const;
   // "conv2d:n1h480w640c3k32:r3x3s1x1p1x1x1x1d1x1g1:relu" (the problem, no dtypes).
   std::string descriptor() const;
 };

@@ -9,14 +9,7 @@ StatusOr<Tensor> conv2d(const Tensor& input, const Tensor& weight, const std::op
   TS_RETURN_IF_ERROR(p.validate());
   for (const Tensor* t : {&input, &weight, bias ? &*bias : nullptr})
     if (t && t->is_on_device()) return invalid_argument_error("reference::conv2d: expected host tensors");
-  const Shape& is = input.shape();
-  const uint64_t pixels = uint64_t{p.batch_size} * p.input_height * p.input_width;
-  const bool nhwc = is.rank() == 4 && is[0] == p.batch_size && is[1] == p.input_height && is[2] == p.input_width;
-  const bool flat = is.rank() == 4 && is[0] == 1 && is[1] == 1 && is[2] == pixels;
-  if (!(nhwc || flat) || is[-1] != p.in_channels)
-    return invalid_argument_error("conv2d: expected input ({},{},{},{}) or (1,1,{},{}), found {}", p.batch_size,
-                                  p.input_height, p.input_width, p.in_channels, pixels, p.in_channels,
-                                  is.to_string());
+  TS_RETURN_IF_ERROR(p.check_input_shape(input.shape().dims()));
   const uint32_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
   const Shape expected_w{p.out_channels, cin_g, p.kernel_size[0], p.kernel_size[1]};
   if (weight.shape() != expected_w)
