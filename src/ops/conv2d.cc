@@ -32,14 +32,16 @@ memory::data_type dnnl_type(DataType t) {
   return t == DataType::BFLOAT16 ? memory::data_type::bf16 : memory::data_type::f32;
 }
 
-// Row stride in bytes when every row (pixel) of `a` sits at a uniform stride
-// from the first; 0 when rows are spread over banks and must be staged.
-uint64_t uniform_row_stride(const TensorAccess& a) {
+// Row stride in bytes when the rows (pixels) of `a` are packed densely one
+// after the other; 0 when they must be staged: spread over banks, or padded to
+// the page alignment (C = 3 in float32 is 12 B of every 64 B page), which
+// sends oneDNN to its reference implementation (1 GFLOP/s, measured).
+uint64_t dense_row_stride(const TensorAccess& a) {
+  const uint64_t row = uint64_t{a.cols} * a.unit_bytes;
   switch (a.kind) {
-    case TensorAccess::Kind::kContiguous: return uint64_t{a.cols} * a.unit_bytes;
-    case TensorAccess::Kind::kInterleavedRows: return a.num_banks == 1 ? a.page_stride : 0;
-    case TensorAccess::Kind::kSharded:
-      return a.num_pages() == 1 ? uint64_t{a.cols} * a.unit_bytes : 0;
+    case TensorAccess::Kind::kContiguous: return row;
+    case TensorAccess::Kind::kInterleavedRows: return a.num_banks == 1 && a.page_stride == row ? row : 0;
+    case TensorAccess::Kind::kSharded: return a.num_pages() == 1 ? row : 0;
     case TensorAccess::Kind::kInterleavedTiles: return 0;
   }
   return 0;
@@ -132,7 +134,7 @@ Status conv_kernel(const void* raw, uint32_t, uint32_t) {
     plan.stream.wait();
   });
   TS_RETURN_IF_ERROR(s);
-  const uint64_t dst_stride = plan.stage_dst ? uint64_t{a.dst.cols} * a.dst.unit_bytes : uniform_row_stride(a.dst);
+  const uint64_t dst_stride = plan.stage_dst ? uint64_t{a.dst.cols} * a.dst.unit_bytes : dense_row_stride(a.dst);
   if (plan.post_activation) apply_post_activation(plan, dst, a.dst.rows, dst_stride, a.dst.cols);
   if (plan.stage_dst) copy_units(staged(a.dst, dst), a.dst, 0, a.dst.rows);
   return ok_status();
@@ -192,7 +194,7 @@ StatusOr<Program> compile(const Problem& pr, const TensorAccess& src, const Tens
   auto plan = std::make_shared<ConvPlan>();
   const Conv2dParams& p = pr.params;
   plan->out_type = pr.output.dtype;
-  const uint64_t src_stride = uniform_row_stride(src), dst_stride = uniform_row_stride(dst);
+  const uint64_t src_stride = dense_row_stride(src), dst_stride = dense_row_stride(dst);
   plan->stage_src = src_stride == 0;
   plan->stage_dst = dst_stride == 0;
   const uint64_t src_rs = plan->stage_src ? uint64_t{src.cols} * src.unit_bytes : src_stride;
