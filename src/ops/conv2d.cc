@@ -1,6 +1,9 @@
 #include "tessera/ops/conv2d.h"
 
 #include <dnnl.hpp>
+#include <omp.h>
+
+#include <map>
 
 #include <cstring>
 #include <mutex>
@@ -68,19 +71,31 @@ bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {
   return false;
 }
 
-// Everything compiled for one conv problem. Launches of the same program
-// from two queues serialise on `mu` (they share the staging buffers).
-struct ConvPlan {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  dnnl::convolution_forward::primitive_desc pd;
-  dnnl::convolution_forward prim;
+// One shard of the output rows of every image: its own single-threaded
+// oneDNN primitive (with the halo rows it reads and the padding it owns),
+// run by one worker thread. Shards own their memory objects, scratchpad and
+// staging buffers, so they run in parallel without sharing anything; two
+// queues launching the same program serialise per shard on `mu`.
+struct ConvShard {
+  uint32_t out_row0 = 0, out_rows = 0;  // output rows of each image
+  uint32_t in_row0 = 0, in_rows = 0;    // input rows it reads, halo included
+  size_t primitive = 0;                 // index into ConvPlan::prims
+  dnnl::stream stream;
   memory src_mem, dst_mem, weights_mem, bias_mem, scratch_mem;
   std::shared_ptr<std::byte[]> scratch, src_stage, dst_stage;
-  bool stage_src = false, stage_dst = false;
+  std::mutex mu;
+};
+
+// Everything compiled for one conv problem.
+struct ConvPlan {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  std::vector<dnnl::convolution_forward::primitive_desc> pds;
+  std::vector<dnnl::convolution_forward> prims;
+  std::vector<std::unique_ptr<ConvShard>> shards;
+  bool stage_src = false, stage_dst = false;  // rows not dense in the tensor: copy through
   std::optional<UnaryWithParam> post_activation;  // when oneDNN lacks it
   DataType out_type = DataType::FLOAT32;
-  std::mutex mu;
+  uint32_t batch = 1, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
 };
 
 struct ConvArgs {
@@ -90,53 +105,74 @@ struct ConvArgs {
   ConvPlan* plan;
 };
 
-TensorAccess staged(const TensorAccess& like, std::byte* data) {
-  TensorAccess a;
-  a.rows = like.rows;
-  a.cols = like.cols;
-  a.unit_bytes = like.unit_bytes;
-  a.base = data;
-  return a;
+// Rows [r0, r1) of `a` to / from a dense buffer.
+void gather_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, std::byte* out) {
+  for (uint64_t r = r0; r < r1; ++r)
+    for (uint32_t c = 0; c < a.cols;) {
+      uint32_t run = 0;
+      const std::byte* p = a.unit(static_cast<uint32_t>(r), c, &run);
+      std::memcpy(out + ((r - r0) * a.cols + c) * a.unit_bytes, p, uint64_t{run} * a.unit_bytes);
+      c += run;
+    }
+}
+void scatter_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, const std::byte* in) {
+  for (uint64_t r = r0; r < r1; ++r)
+    for (uint32_t c = 0; c < a.cols;) {
+      uint32_t run = 0;
+      std::byte* p = a.unit(static_cast<uint32_t>(r), c, &run);
+      std::memcpy(p, in + ((r - r0) * a.cols + c) * a.unit_bytes, uint64_t{run} * a.unit_bytes);
+      c += run;
+    }
 }
 
-void apply_post_activation(const ConvPlan& plan, std::byte* dst, uint64_t rows, uint64_t stride, uint32_t cols) {
+void apply_post_activation(const ConvPlan& plan, std::byte* dst, uint64_t elements) {
   float buf[kTileElements];
-  for (uint64_t r = 0; r < rows; ++r) {
-    std::byte* row = dst + r * stride;
-    for (uint32_t c = 0; c < cols; c += kTileElements) {
-      uint32_t n = std::min(kTileElements, cols - c);
-      std::byte* p = row + uint64_t{c} * element_size(plan.out_type);
-      convert_to_float(p, plan.out_type, buf, n);
-      for (uint32_t i = 0; i < n; ++i) buf[i] = static_cast<float>(apply_activation(*plan.post_activation, buf[i]));
-      convert_from_float(buf, p, plan.out_type, n);
-    }
+  const uint32_t es = element_size(plan.out_type);
+  for (uint64_t i = 0; i < elements; i += kTileElements) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kTileElements, elements - i));
+    convert_to_float(dst + i * es, plan.out_type, buf, n);
+    for (uint32_t k = 0; k < n; ++k) buf[k] = static_cast<float>(apply_activation(*plan.post_activation, buf[k]));
+    convert_from_float(buf, dst + i * es, plan.out_type, n);
   }
 }
 
-Status conv_kernel(const void* raw, uint32_t, uint32_t) {
+Status run_shard(const ConvArgs& a, ConvShard& sh) {
+  const ConvPlan& plan = *a.plan;
+  std::lock_guard<std::mutex> lock(sh.mu);
+  omp_set_num_threads(1);  // this worker is the shard's only thread
+  const uint64_t src_row = uint64_t{a.src.cols} * a.src.unit_bytes, dst_row = uint64_t{a.dst.cols} * a.dst.unit_bytes;
+  for (uint32_t n = 0; n < plan.batch; ++n) {
+    const uint64_t s0 = (uint64_t{n} * plan.in_h + sh.in_row0) * plan.in_w, s1 = s0 + uint64_t{sh.in_rows} * plan.in_w;
+    const uint64_t d0 = (uint64_t{n} * plan.out_h + sh.out_row0) * plan.out_w,
+                   d1 = d0 + uint64_t{sh.out_rows} * plan.out_w;
+    uint32_t run = 0;
+    std::byte* src = plan.stage_src ? sh.src_stage.get() : a.src.base + s0 * src_row;
+    std::byte* dst = plan.stage_dst ? sh.dst_stage.get() : a.dst.base + d0 * dst_row;
+    (void)run;
+    if (plan.stage_src) gather_rows(a.src, s0, s1, src);
+    TS_RETURN_IF_ERROR(guard("running the convolution", [&] {
+      sh.src_mem.set_data_handle(src);
+      sh.dst_mem.set_data_handle(dst);
+      sh.weights_mem.set_data_handle(const_cast<std::byte*>(a.weights));
+      sh.bias_mem.set_data_handle(const_cast<std::byte*>(a.bias));
+      dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, sh.src_mem.get()},
+                                {DNNL_ARG_WEIGHTS, sh.weights_mem.get()},
+                                {DNNL_ARG_BIAS, sh.bias_mem.get()},
+                                {DNNL_ARG_DST, sh.dst_mem.get()},
+                                {DNNL_ARG_SCRATCHPAD, sh.scratch_mem.get()}};
+      dnnl::error::wrap_c_api(dnnl_primitive_execute(plan.prims[sh.primitive].get(), sh.stream.get(), 5, args),
+                              "execute");
+      sh.stream.wait();
+    }));
+    if (plan.post_activation) apply_post_activation(plan, dst, (d1 - d0) * a.dst.cols);
+    if (plan.stage_dst) scatter_rows(a.dst, d0, d1, dst);
+  }
+  return ok_status();
+}
+
+Status conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const ConvArgs*>(raw);
-  ConvPlan& plan = *a.plan;
-  std::lock_guard<std::mutex> lock(plan.mu);
-  std::byte* src = plan.stage_src ? plan.src_stage.get() : [&] { uint32_t run; return a.src.unit(0, 0, &run); }();
-  std::byte* dst = plan.stage_dst ? plan.dst_stage.get() : [&] { uint32_t run; return a.dst.unit(0, 0, &run); }();
-  if (plan.stage_src) copy_units(a.src, staged(a.src, src), 0, a.src.rows);
-  Status s = guard("running the convolution", [&] {
-    plan.src_mem.set_data_handle(src);
-    plan.dst_mem.set_data_handle(dst);
-    plan.weights_mem.set_data_handle(const_cast<std::byte*>(a.weights));
-    plan.bias_mem.set_data_handle(const_cast<std::byte*>(a.bias));
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, plan.src_mem.get()},
-                              {DNNL_ARG_WEIGHTS, plan.weights_mem.get()},
-                              {DNNL_ARG_BIAS, plan.bias_mem.get()},
-                              {DNNL_ARG_DST, plan.dst_mem.get()},
-                              {DNNL_ARG_SCRATCHPAD, plan.scratch_mem.get()}};
-    dnnl::error::wrap_c_api(dnnl_primitive_execute(plan.prim.get(), plan.stream.get(), 5, args), "execute");
-    plan.stream.wait();
-  });
-  TS_RETURN_IF_ERROR(s);
-  const uint64_t dst_stride = plan.stage_dst ? uint64_t{a.dst.cols} * a.dst.unit_bytes : dense_row_stride(a.dst);
-  if (plan.post_activation) apply_post_activation(plan, dst, a.dst.rows, dst_stride, a.dst.cols);
-  if (plan.stage_dst) copy_units(staged(a.dst, dst), a.dst, 0, a.dst.rows);
+  for (uint32_t t = begin; t < end; ++t) TS_RETURN_IF_ERROR(run_shard(a, *a.plan->shards[t]));
   return ok_status();
 }
 
@@ -182,54 +218,121 @@ memory::desc weights_user_desc(const Conv2dParams& p, DataType t) {
   return memory::desc({g, o / g, i, kh, kw}, dnnl_type(t), memory::format_tag::goihw);
 }
 
-memory::desc rows_desc(const Conv2dParams& p, uint32_t h, uint32_t w, uint32_t c, DataType t, uint64_t row_stride) {
-  const auto es = element_size(t);
-  const memory::dim rs = static_cast<memory::dim>(row_stride / es);
-  return memory::desc({static_cast<memory::dim>(p.batch_size), static_cast<memory::dim>(c), static_cast<memory::dim>(h),
-                       static_cast<memory::dim>(w)},
-                      dnnl_type(t), memory::dims{rs * h * w, 1, rs * w, rs});
+// Dense NHWC rows of one image slice: dims (1, C, h, w).
+memory::desc rows_desc(uint32_t h, uint32_t w, uint32_t c, DataType t) {
+  return memory::desc({1, static_cast<memory::dim>(c), static_cast<memory::dim>(h), static_cast<memory::dim>(w)},
+                      dnnl_type(t), memory::format_tag::nhwc);
 }
 
-StatusOr<Program> compile(const Problem& pr, const TensorAccess& src, const TensorAccess& dst) {
+// Output rows split into `parts` shards, each with the input rows (halo
+// included) and the top/bottom padding it needs. Empty when a shard would
+// read no input row (all of it padding): then the caller uses one shard.
+std::vector<ConvShard*> split_rows(ConvPlan& plan, const Conv2dParams& p, uint32_t parts) {
+  const uint32_t oh = p.output_height();
+  parts = std::max<uint32_t>(1, std::min(parts, oh));
+  const uint32_t base = oh / parts, extra = oh % parts;
+  const int64_t span = int64_t{p.dilation[0]} * (p.kernel_size[0] - 1) + 1;
+  std::vector<ConvShard*> out;
+  for (uint32_t c = 0, o0 = 0; c < parts; ++c) {
+    const uint32_t rows = base + (c < extra ? 1 : 0);
+    const int64_t lo = int64_t{o0} * p.stride[0] - p.padding[0];
+    const int64_t hi = int64_t{o0 + rows - 1} * p.stride[0] - p.padding[0] + span;
+    const int64_t in0 = std::max<int64_t>(lo, 0), in1 = std::min<int64_t>(hi, p.input_height);
+    if (in1 <= in0) return {};
+    auto sh = std::make_unique<ConvShard>();
+    sh->out_row0 = o0;
+    sh->out_rows = rows;
+    sh->in_row0 = static_cast<uint32_t>(in0);
+    sh->in_rows = static_cast<uint32_t>(in1 - in0);
+    out.push_back(sh.get());
+    plan.shards.push_back(std::move(sh));
+    o0 += rows;
+  }
+  return out;
+}
+
+// Builds one primitive per distinct shard shape; every shard uses the packed
+// weight layout of the first, so one prepared weight tensor serves them all.
+void build_primitives(ConvPlan& plan, const Problem& pr) {
+  const Conv2dParams& p = pr.params;
+  auto d = [](int64_t v) { return static_cast<memory::dim>(v); };
+  memory::desc b_md({d(p.out_channels)}, memory::data_type::f32, memory::format_tag::x);
+  memory::desc w_md = weights_user_desc(p, pr.compute);
+  w_md = memory::desc(w_md.dims(), dnnl_type(pr.compute), memory::format_tag::any);
+  dnnl::post_ops po;
+  if (!append_activation(po, p.activation)) plan.post_activation = p.activation;
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  std::map<std::array<int64_t, 4>, size_t> by_shape;
+  const int64_t span = int64_t{p.dilation[0]} * (p.kernel_size[0] - 1) + 1;
+  for (auto& sh : plan.shards) {
+    const int64_t lo = int64_t{sh->out_row0} * p.stride[0] - p.padding[0];
+    const int64_t hi = int64_t{sh->out_row0 + sh->out_rows - 1} * p.stride[0] - p.padding[0] + span;
+    const int64_t pad_top = std::max<int64_t>(0, -lo), pad_bottom = std::max<int64_t>(0, hi - p.input_height);
+    const std::array<int64_t, 4> shape{sh->out_rows, sh->in_rows, pad_top, pad_bottom};
+    auto src_md = rows_desc(sh->in_rows, p.input_width, p.in_channels, pr.compute);
+    auto dst_md = rows_desc(sh->out_rows, p.output_width(), p.out_channels, pr.output.dtype);
+    auto [it, fresh] = by_shape.try_emplace(shape, plan.prims.size());
+    if (fresh) {
+      dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                         src_md, plan.pds.empty() ? w_md : plan.pds[0].weights_desc(), b_md, dst_md,
+                                         {d(p.stride[0]), d(p.stride[1])},
+                                         {d(p.dilation[0] - 1), d(p.dilation[1] - 1)}, {d(pad_top), d(p.padding[2])},
+                                         {d(pad_bottom), d(p.padding[3])});
+      plan.pds.emplace_back(cd, attr, plan.engine);
+      plan.prims.emplace_back(plan.pds.back());
+    }
+    sh->primitive = it->second;
+    const auto& pd = plan.pds[sh->primitive];
+    sh->stream = dnnl::stream(plan.engine);
+    sh->scratch = make_aligned_bytes(pd.scratchpad_desc().get_size());
+    sh->src_mem = memory(src_md, plan.engine, DNNL_MEMORY_NONE);
+    sh->dst_mem = memory(dst_md, plan.engine, DNNL_MEMORY_NONE);
+    sh->weights_mem = memory(pd.weights_desc(), plan.engine, DNNL_MEMORY_NONE);
+    sh->bias_mem = memory(b_md, plan.engine, DNNL_MEMORY_NONE);
+    sh->scratch_mem = memory(pd.scratchpad_desc(), plan.engine, sh->scratch.get());
+    if (plan.stage_src)
+      sh->src_stage = make_aligned_bytes(uint64_t{sh->in_rows} * p.input_width * p.in_channels *
+                                         element_size(pr.compute));
+    if (plan.stage_dst)
+      sh->dst_stage = make_aligned_bytes(uint64_t{sh->out_rows} * p.output_width() * p.out_channels *
+                                         element_size(pr.output.dtype));
+  }
+}
+
+StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst) {
   auto plan = std::make_shared<ConvPlan>();
   const Conv2dParams& p = pr.params;
   plan->out_type = pr.output.dtype;
-  const uint64_t src_stride = dense_row_stride(src), dst_stride = dense_row_stride(dst);
-  plan->stage_src = src_stride == 0;
-  plan->stage_dst = dst_stride == 0;
-  const uint64_t src_rs = plan->stage_src ? uint64_t{src.cols} * src.unit_bytes : src_stride;
-  const uint64_t dst_rs = plan->stage_dst ? uint64_t{dst.cols} * dst.unit_bytes : dst_stride;
-  if (plan->stage_src) plan->src_stage = make_aligned_bytes(uint64_t{src.rows} * src_rs);
-  if (plan->stage_dst) plan->dst_stage = make_aligned_bytes(uint64_t{dst.rows} * dst_rs);
-  TS_RETURN_IF_ERROR(guard("compiling the convolution", [&] {
-    auto src_md = rows_desc(p, p.input_height, p.input_width, p.in_channels, pr.compute, src_rs);
-    auto dst_md = rows_desc(p, p.output_height(), p.output_width(), p.out_channels, pr.output.dtype, dst_rs);
-    memory::desc w_any = weights_user_desc(p, pr.compute);
-    w_any = memory::desc(w_any.dims(), dnnl_type(pr.compute), memory::format_tag::any);
-    memory::desc b_md({static_cast<memory::dim>(p.out_channels)}, memory::data_type::f32, memory::format_tag::x);
-    auto d = [](uint32_t v) { return static_cast<memory::dim>(v); };
-    dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                       src_md, w_any, b_md, dst_md, {d(p.stride[0]), d(p.stride[1])},
-                                       {d(p.dilation[0] - 1), d(p.dilation[1] - 1)},
-                                       {d(p.padding[0]), d(p.padding[2])}, {d(p.padding[1]), d(p.padding[3])});
-    dnnl::post_ops po;
-    if (!append_activation(po, p.activation)) plan->post_activation = p.activation;
-    dnnl::primitive_attr attr;
-    attr.set_post_ops(po);
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    plan->pd = dnnl::convolution_forward::primitive_desc(cd, attr, plan->engine);
-    plan->prim = dnnl::convolution_forward(plan->pd);
-    plan->scratch = make_aligned_bytes(plan->pd.scratchpad_desc().get_size());
-    plan->src_mem = memory(src_md, plan->engine, DNNL_MEMORY_NONE);
-    plan->dst_mem = memory(dst_md, plan->engine, DNNL_MEMORY_NONE);
-    plan->weights_mem = memory(plan->pd.weights_desc(), plan->engine, DNNL_MEMORY_NONE);
-    plan->bias_mem = memory(b_md, plan->engine, DNNL_MEMORY_NONE);
-    plan->scratch_mem = memory(plan->pd.scratchpad_desc(), plan->engine, plan->scratch.get());
-  }));
+  plan->batch = p.batch_size;
+  plan->in_h = p.input_height;
+  plan->in_w = p.input_width;
+  plan->out_h = p.output_height();
+  plan->out_w = p.output_width();
+  plan->stage_src = dense_row_stride(src) == 0;
+  plan->stage_dst = dense_row_stride(dst) == 0;
+  // One shard per worker thread: each thread keeps its rows in its own cache.
+  const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
+  Status built = guard("compiling the convolution", [&] {
+    if (split_rows(*plan, p, threads).empty()) split_rows(*plan, p, 1);
+    build_primitives(*plan, pr);
+  });
+  if (!built.ok() && plan->shards.size() > 1) {  // a shard shape oneDNN refused: run whole
+    plan->shards.clear();
+    plan->pds.clear();
+    plan->prims.clear();
+    built = guard("compiling the convolution", [&] {
+      split_rows(*plan, p, 1);
+      build_primitives(*plan, pr);
+    });
+  }
+  TS_RETURN_IF_ERROR(built);
   Program prog;
   prog.kernel = conv_kernel;
-  prog.kernel_name = fmt::format("{}_conv2d__onednn_{}", short_dtype_name(pr.compute), plan->pd.impl_info_str());
-  prog.num_tasks = 1;  // oneDNN parallelises the primitive itself
+  prog.kernel_name = fmt::format("{}_conv2d__onednn_{}_x{}", short_dtype_name(pr.compute), plan->pds[0].impl_info_str(),
+                                 plan->shards.size());
+  prog.num_tasks = static_cast<uint32_t>(plan->shards.size());
   prog.grain = 1;
   prog.plan = plan;
   return prog;
@@ -310,11 +413,11 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const s
   TS_ASSIGN_OR_RETURN(TensorAccess dst, make_access(output));
   TS_ASSIGN_OR_RETURN(const Program* prog, device.program_cache().get_or_compile(
                                                pr.key, device.may_compile_programs(cq_id),
-                                               [&] { return compile(pr, src, dst); }));
+                                               [&] { return compile(device, pr, src, dst); }));
   auto* plan = static_cast<ConvPlan*>(prog->plan.get());
   // Pack on the host, then copy to the device.
   TS_ASSIGN_OR_RETURN(std::vector<float> wv, rounded.to_vector());
-  const size_t packed_bytes = plan->pd.weights_desc().get_size();
+  const size_t packed_bytes = plan->pds[0].weights_desc().get_size();
   Tensor packed_host =
       allocate_tensor_on_host({Shape{static_cast<uint32_t>(packed_bytes)}, DataType::UINT8, Layout::ROW_MAJOR});
   std::vector<uint16_t> wb;
@@ -326,9 +429,10 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const s
   }
   TS_RETURN_IF_ERROR(guard("packing the weights", [&] {
     memory from(weights_user_desc(p, pr.compute), plan->engine, user);
-    memory to(plan->pd.weights_desc(), plan->engine, packed_host.host_data());
-    dnnl::reorder(from, to).execute(plan->stream, from, to);
-    plan->stream.wait();
+    memory to(plan->pds[0].weights_desc(), plan->engine, packed_host.host_data());
+    dnnl::stream stream(plan->engine);
+    dnnl::reorder(from, to).execute(stream, from, to);
+    stream.wait();
   }));
   std::vector<float> bv(p.out_channels, 0.0f);
   if (bias) {
