@@ -6,7 +6,14 @@
 // to back, 10 per synchronize, as layers run inside a model; the line under
 // each table gives the same set synchronised after every call.
 //
-//   bench_conv [--quick]
+//   bench_conv [--layers bench/layers/conv_layers.txt] [--ort ORT_TIMES] [--quick]
+//
+// ORT_TIMES holds "<set>.<name>\t<median ms>" lines from bench/ort/time_models.js
+// (bench/conv_vs_ort.sh makes them in the same run); with it, each table gets
+// ONNX Runtime's float32 time for the same one-layer model.
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,41 +33,40 @@ namespace {
 using namespace tessera;
 
 struct Layer {
-  const char* name;
+  std::string set, name;
   uint32_t h, w, c, k, r, stride;
+  int count;  // occurrences in the network
 };
 
-// ResNet-50 v1.5 (stride in the 3x3), every distinct 3x3 / 1x1 shape once,
-// with how many times it occurs in the network.
-struct Counted {
-  Layer layer;
-  int count;
-};
-const Counted kResNet50[] = {
-    {{"l1 1x1 64->64", 56, 56, 64, 64, 1, 1}, 1},      {{"l1 3x3 64->64", 56, 56, 64, 64, 3, 1}, 3},
-    {{"l1 1x1 64->256", 56, 56, 64, 256, 1, 1}, 4},    {{"l1 1x1 256->64", 56, 56, 256, 64, 1, 1}, 2},
-    {{"l2 1x1 256->128", 56, 56, 256, 128, 1, 1}, 1},  {{"l2 3x3 s2 128", 56, 56, 128, 128, 3, 2}, 1},
-    {{"l2 3x3 128->128", 28, 28, 128, 128, 3, 1}, 3},  {{"l2 1x1 128->512", 28, 28, 128, 512, 1, 1}, 4},
-    {{"l2 1x1 512->128", 28, 28, 512, 128, 1, 1}, 3},  {{"l2 ds 1x1 s2 256->512", 56, 56, 256, 512, 1, 2}, 1},
-    {{"l3 1x1 512->256", 28, 28, 512, 256, 1, 1}, 1},  {{"l3 3x3 s2 256", 28, 28, 256, 256, 3, 2}, 1},
-    {{"l3 3x3 256->256", 14, 14, 256, 256, 3, 1}, 5},  {{"l3 1x1 256->1024", 14, 14, 256, 1024, 1, 1}, 6},
-    {{"l3 1x1 1024->256", 14, 14, 1024, 256, 1, 1}, 5}, {{"l3 ds 1x1 s2 512->1024", 28, 28, 512, 1024, 1, 2}, 1},
-    {{"l4 1x1 1024->512", 14, 14, 1024, 512, 1, 1}, 1}, {{"l4 3x3 s2 512", 14, 14, 512, 512, 3, 2}, 1},
-    {{"l4 3x3 512->512", 7, 7, 512, 512, 3, 1}, 2},    {{"l4 1x1 512->2048", 7, 7, 512, 2048, 1, 1}, 3},
-    {{"l4 1x1 2048->512", 7, 7, 2048, 512, 1, 1}, 2},  {{"l4 ds 1x1 s2 1024->2048", 14, 14, 1024, 2048, 1, 2}, 1},
-};
-const Counted kUNet[] = {
-    {{"enc1 3->32", 480, 640, 3, 32, 3, 1}, 1},      {{"enc1 32->32", 480, 640, 32, 32, 3, 1}, 1},
-    {{"enc2 32->64", 240, 320, 32, 64, 3, 1}, 1},    {{"enc2 64->64", 240, 320, 64, 64, 3, 1}, 1},
-    {{"enc3 64->128", 120, 160, 64, 128, 3, 1}, 1},  {{"enc3 128->128", 120, 160, 128, 128, 3, 1}, 1},
-    {{"enc4 128->256", 60, 80, 128, 256, 3, 1}, 1},  {{"enc4 256->256", 60, 80, 256, 256, 3, 1}, 1},
-    {{"bottleneck 256->512", 30, 40, 256, 512, 3, 1}, 1}, {{"bottleneck 512->512", 30, 40, 512, 512, 3, 1}, 1},
-    {{"dec4 512->256", 60, 80, 512, 256, 3, 1}, 1},  {{"dec4 256->256", 60, 80, 256, 256, 3, 1}, 1},
-    {{"dec3 256->128", 120, 160, 256, 128, 3, 1}, 1}, {{"dec3 128->128", 120, 160, 128, 128, 3, 1}, 1},
-    {{"dec2 128->64", 240, 320, 128, 64, 3, 1}, 1},  {{"dec2 64->64", 240, 320, 64, 64, 3, 1}, 1},
-    {{"dec1 64->32", 480, 640, 64, 32, 3, 1}, 1},    {{"dec1 32->32", 480, 640, 32, 32, 3, 1}, 1},
-    {{"final 1x1 32->1", 480, 640, 32, 1, 1, 1}, 1},
-};
+// bench/layers/conv_layers.txt: "set name h w c k r stride count" per line.
+std::vector<Layer> read_layers(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "bench_conv: cannot read %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::vector<Layer> layers;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream f(line);
+    Layer l;
+    if (!(f >> l.set >> l.name >> l.h >> l.w >> l.c >> l.k >> l.r >> l.stride >> l.count)) {
+      std::fprintf(stderr, "bench_conv: bad layer line: %s\n", line.c_str());
+      std::exit(1);
+    }
+    layers.push_back(l);
+  }
+  return layers;
+}
+
+std::map<std::string, double> read_ort(const std::string& path) {
+  std::map<std::string, double> ms;
+  std::ifstream in(path);
+  std::string key;
+  double v;
+  while (in >> key >> v) ms[key] = v;
+  return ms;
+}
 
 volatile float g_sink;
 
@@ -118,14 +124,14 @@ LayerTime time_layer(Device& dev, const Layer& l, const Variant& v, int reps) {
   return {b2b.median_s / 10, sync.median_s};
 }
 
-void run_set(Device& dev, const char* title, const Counted* layers, size_t n, double f32_peak, double bf16_peak,
-             int reps) {
+void run_set(Device& dev, const char* title, const std::vector<Layer>& layers, const std::map<std::string, double>& ort,
+             double f32_peak, double bf16_peak, int reps) {
+  const bool with_ort = !ort.empty();
   std::printf("\n## %s\n\n| layer | GFLOP | f32 GFLOP/s (%% FMA peak) | bf16 GFLOP/s (%% dot peak) | bf16 act + bfp8 w "
-              "GFLOP/s |\n|---|---|---|---|---|\n",
-              title);
-  double total_flops = 0, total_s[3] = {0, 0, 0}, total_sync[3] = {0, 0, 0};
-  for (size_t i = 0; i < n; ++i) {
-    const Layer& l = layers[i].layer;
+              "GFLOP/s |%s\n|---|---|---|---|---|%s\n",
+              title, with_ort ? " ONNX Runtime f32 GFLOP/s | f32 vs ORT |" : "", with_ort ? "---|---|" : "");
+  double total_flops = 0, total_s[3] = {0, 0, 0}, total_sync[3] = {0, 0, 0}, total_ort = 0;
+  for (const Layer& l : layers) {
     const uint32_t pad = l.r / 2;
     const double oh = (l.h + 2 * pad - l.r) / l.stride + 1, ow = (l.w + 2 * pad - l.r) / l.stride + 1;
     const double flops = 2.0 * oh * ow * l.k * l.c * l.r * l.r;
@@ -133,19 +139,30 @@ void run_set(Device& dev, const char* title, const Counted* layers, size_t n, do
     for (int v = 0; v < 3; ++v) {
       LayerTime t = time_layer(dev, l, kVariants[v], reps);
       s[v] = t.back_to_back;
-      total_s[v] += s[v] * layers[i].count;
-      total_sync[v] += t.synchronous * layers[i].count;
+      total_s[v] += s[v] * l.count;
+      total_sync[v] += t.synchronous * l.count;
     }
-    total_flops += flops * layers[i].count;
-    std::printf("| %s (x%d) | %.3f | %.0f (%.0f%%) | %.0f (%.0f%%) | %.0f |\n", l.name, layers[i].count, flops / 1e9,
+    total_flops += flops * l.count;
+    std::printf("| %s (x%d) | %.3f | %.0f (%.0f%%) | %.0f (%.0f%%) | %.0f |", l.name.c_str(), l.count, flops / 1e9,
                 flops / s[0] / 1e9, 100 * flops / s[0] / 1e9 / f32_peak, flops / s[1] / 1e9,
                 100 * flops / s[1] / 1e9 / bf16_peak, flops / s[2] / 1e9);
+    if (with_ort) {
+      auto it = ort.find(l.set + "." + l.name);
+      const double ort_s = it == ort.end() ? 0 : it->second / 1e3;
+      total_ort += ort_s * l.count;
+      if (ort_s > 0)
+        std::printf(" %.0f | %.2fx |", flops / ort_s / 1e9, ort_s / s[0]);
+      else
+        std::printf(" - | - |");
+    }
+    std::printf("\n");
   }
-  std::printf("| **all layers, weighted by count** | %.2f | **%.0f (%.0f%%)** | **%.0f (%.0f%%)** | **%.0f** |\n",
+  std::printf("| **all layers, weighted by count** | %.2f | **%.0f (%.0f%%)** | **%.0f (%.0f%%)** | **%.0f** |",
               total_flops / 1e9, total_flops / total_s[0] / 1e9, 100 * total_flops / total_s[0] / 1e9 / f32_peak,
               total_flops / total_s[1] / 1e9, 100 * total_flops / total_s[1] / 1e9 / bf16_peak,
               total_flops / total_s[2] / 1e9);
-  std::printf("\nbf16 / f32 throughput: %.2fx; bfp8 weights / bf16: %.2fx\n", total_s[0] / total_s[1],
+  if (with_ort) std::printf(" **%.0f** | **%.2fx** |", total_flops / total_ort / 1e9, total_ort / total_s[0]);
+  std::printf("\n\nbf16 / f32 throughput: %.2fx; bfp8 weights / bf16: %.2fx\n", total_s[0] / total_s[1],
               total_s[1] / total_s[2]);
   std::printf("Synchronised after every call instead: f32 %.0f, bf16 %.0f, bfp8 weights %.0f GFLOP/s over the set.\n",
               total_flops / total_sync[0] / 1e9, total_flops / total_sync[1] / 1e9, total_flops / total_sync[2] / 1e9);
@@ -154,18 +171,42 @@ void run_set(Device& dev, const char* title, const Counted* layers, size_t n, do
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false;
+  std::string layers_path = "bench/layers/conv_layers.txt", ort_path;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--layers" && i + 1 < argc) {
+      layers_path = argv[++i];
+    } else if (a == "--ort" && i + 1 < argc) {
+      ort_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: bench_conv [--layers FILE] [--ort ORT_TIMES] [--quick]\n");
+      return 2;
+    }
+  }
   if (!cpu_features().has_avx512_kernels()) {
     std::printf("bench_conv: needs the AVX-512 peak loops\n");
     return 0;
   }
+  const auto layers = read_layers(layers_path);
+  const auto ort = ort_path.empty() ? std::map<std::string, double>() : read_ort(ort_path);
   const double f32_peak = peak(bench::fma_f32_loop, 12.0 * 16 * 2);
   const double bf16_peak = peak(bench::dot_bf16_loop, 12.0 * 32 * 2);
   std::printf("# conv2d (cpu device, %u threads)\n\nMeasured in this run: FP32 FMA peak %.0f GFLOP/s, BF16 dot peak "
-              "%.0f GFLOP/s.\n",
-              std::thread::hardware_concurrency(), f32_peak, bf16_peak);
+              "%.0f GFLOP/s.%s\n",
+              std::thread::hardware_concurrency(), f32_peak, bf16_peak,
+              ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, one Conv+Relu "
+                                 "model per layer, NCHW float32, median of session.run.");
   auto dev = open_device({}).value();
-  run_set(*dev, "ResNet-50, 224x224, batch 1", kResNet50, std::size(kResNet50), f32_peak, bf16_peak, quick ? 3 : 15);
-  run_set(*dev, "Vanilla UNet, 480x640, batch 1", kUNet, std::size(kUNet), f32_peak, bf16_peak, quick ? 2 : 5);
+  for (const char* set : {"resnet50", "unet"}) {
+    std::vector<Layer> subset;
+    for (const Layer& l : layers)
+      if (l.set == set) subset.push_back(l);
+    const bool unet = std::string(set) == "unet";
+    run_set(*dev, unet ? "Vanilla UNet, 480x640, batch 1" : "ResNet-50, 224x224, batch 1", subset, ort, f32_peak,
+            bf16_peak, quick ? (unet ? 2 : 3) : (unet ? 5 : 15));
+  }
   return 0;
 }

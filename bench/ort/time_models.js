@@ -1,0 +1,41 @@
+// Times the one-layer models written by make_conv_models.py with ONNX Runtime
+// (onnxruntime-node, CPU, 2 intra-op threads, all graph optimisations): the
+// median ms per run over REPS runs after 3 warm-up runs. The output tensor is
+// preallocated and reused, so a run does not pay for a fresh output buffer
+// (first touch of its pages), which Tessera does not pay either. Prints
+// "<set>.<name>\t<median ms>" per layer of LAYERS_TXT.
+//
+//   node time_models.js LAYERS_TXT MODEL_DIR [REPS]
+const fs = require('fs');
+const path = require('path');
+const ort = require('onnxruntime-node');
+
+async function main() {
+  const [layersTxt, dir, repsArg] = process.argv.slice(2);
+  const reps = Number(repsArg || 15);
+  for (const line of fs.readFileSync(layersTxt, 'utf8').split('\n')) {
+    const f = line.trim().split(/\s+/);
+    if (f.length !== 9 || f[0].startsWith('#')) continue;
+    const [set, name] = [f[0], f[1]];
+    const [h, w, c, k, r, stride] = f.slice(2, 8).map(Number);
+    const pad = Math.floor(r / 2);
+    const oh = Math.floor((h + 2 * pad - r) / stride) + 1, ow = Math.floor((w + 2 * pad - r) / stride) + 1;
+    const session = await ort.InferenceSession.create(path.join(dir, `${set}.${name}.onnx`), {
+      executionProviders: ['cpu'], intraOpNumThreads: 2, interOpNumThreads: 1, graphOptimizationLevel: 'all',
+    });
+    const shape = [1, c, h, w];
+    const feeds = {[session.inputNames[0]]: new ort.Tensor('float32', new Float32Array(c * h * w).fill(0.5), shape)};
+    const out = [1, k, oh, ow];
+    const fetches = {[session.outputNames[0]]: new ort.Tensor('float32', new Float32Array(k * oh * ow), out)};
+    for (let i = 0; i < 3; ++i) await session.run(feeds, fetches);
+    const times = [];
+    for (let i = 0; i < reps; ++i) {
+      const t0 = process.hrtime.bigint();
+      await session.run(feeds, fetches);
+      times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    }
+    times.sort((a, b) => a - b);
+    process.stdout.write(`${set}.${name}\t${times[Math.floor(times.length / 2)].toFixed(4)}\n`);
+  }
+}
+main().catch((e) => { console.error(e); process.exit(1); });
