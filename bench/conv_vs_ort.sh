@@ -12,7 +12,7 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 dpkg-query -W python3-onnx python3-numpy nodejs >/dev/null 2>&1 ||
   { $SUDO apt-get update -qq; $SUDO apt-get install -y -qq python3-onnx python3-numpy; }
 command -v node >/dev/null || $SUDO apt-get install -y -qq nodejs npm
-(cd bench/ort && [ -d node_modules/onnxruntime-node ] || npm install --ignore-scripts --no-audit --no-fund --silent)
+(cd bench/ort && [ -d node_modules/onnxruntime-node ] || npm install --ignore-scripts --no-package-lock --no-audit --no-fund --silent)
 cmake --preset release >/dev/null && cmake --build --preset release --target bench_conv
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
