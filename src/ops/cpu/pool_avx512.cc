@@ -1,0 +1,34 @@
+#include <immintrin.h>
+
+#include "pool_kernels.h"
+
+namespace tessera::cpu::avx512 {
+
+namespace {
+inline __mmask16 tail(size_t left) { return static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1); }
+
+// max(v, m) keeps m on ties and when m is NaN; then a NaN v replaces it.
+inline __m512 nan_max(__m512 m, __m512 v) {
+  return _mm512_mask_mov_ps(_mm512_max_ps(v, m), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+}
+}  // namespace
+
+void max_accumulate_f32(float* acc, const void* x, size_t n) {
+  const float* p = static_cast<const float*>(x);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail(n - i);
+    _mm512_mask_storeu_ps(acc + i, k, nan_max(_mm512_maskz_loadu_ps(k, acc + i), _mm512_maskz_loadu_ps(k, p + i)));
+  }
+}
+
+void max_accumulate_bf16(float* acc, const void* x, size_t n) {
+  const uint16_t* p = static_cast<const uint16_t*>(x);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail(n - i);
+    const __m512 v =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p + i)), 16));
+    _mm512_mask_storeu_ps(acc + i, k, nan_max(_mm512_maskz_loadu_ps(k, acc + i), v));
+  }
+}
+
+}  // namespace tessera::cpu::avx512

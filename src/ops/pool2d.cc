@@ -1,0 +1,96 @@
+#include <limits>
+
+#include "cpu/pool_kernels.h"
+#include "op_common.h"
+#include "tessera/numerics/convert.h"
+#include "tessera/ops/pool2d.h"
+
+namespace tessera {
+
+namespace {
+
+struct PoolArgs {
+  TensorAccess in, out;
+  cpu::MaxAccumulateFn accumulate;
+  DataType dtype;
+  uint32_t h, w, c, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+// One task = one output row (n, oy); channels go in chunks of 1024 through a
+// float accumulator on the stack.
+Status max_pool_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& a = *static_cast<const PoolArgs*>(raw);
+  const uint32_t es = element_size(a.dtype);
+  float acc[kTileElements];
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t n = t / a.oh, oy = t % a.oh;
+    for (uint32_t ox = 0; ox < a.ow; ++ox) {
+      uint32_t run = 0;
+      std::byte* dst = a.out.unit((n * a.oh + oy) * a.ow + ox, 0, &run);
+      for (uint32_t c0 = 0; c0 < a.c; c0 += kTileElements) {
+        const uint32_t cn = std::min(kTileElements, a.c - c0);
+        std::fill_n(acc, cn, -std::numeric_limits<float>::infinity());
+        for (uint32_t ky = 0; ky < a.kh; ++ky) {
+          const int64_t iy = int64_t{oy} * a.sh + int64_t{ky} * a.dh - a.ph;
+          if (iy < 0 || iy >= a.h) continue;
+          for (uint32_t kx = 0; kx < a.kw; ++kx) {
+            const int64_t ix = int64_t{ox} * a.sw + int64_t{kx} * a.dw - a.pw;
+            if (ix < 0 || ix >= a.w) continue;
+            const std::byte* src = a.in.unit(static_cast<uint32_t>((uint64_t{n} * a.h + iy) * a.w + ix), c0, &run);
+            a.accumulate(acc, src, cn);
+          }
+        }
+        convert_from_float(acc, dst + uint64_t{c0} * es, a.dtype, cn);
+      }
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<Tensor> max_pool2d(const Tensor& input, const Pool2dParams& p, uint8_t cq_id) {
+  TS_RETURN_IF_ERROR(p.validate());
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "max_pool2d"));
+  TS_RETURN_IF_ERROR(p.check_input_shape(input.shape().dims()));
+  if (input.layout() != Layout::ROW_MAJOR)
+    return unimplemented_error("max_pool2d: the input must be ROW_MAJOR (NHWC rows) for now, found TILE");
+  if (input.dtype() != DataType::FLOAT32 && input.dtype() != DataType::BFLOAT16)
+    return unimplemented_error("max_pool2d: expected a float32 or bfloat16 input, found {}",
+                               data_type_name(input.dtype()));
+  const auto ml = input.memory_config().memory_layout;
+  if (ml == TensorMemoryLayout::WIDTH_SHARDED || ml == TensorMemoryLayout::BLOCK_SHARDED)
+    return unimplemented_error("max_pool2d: a pixel's channels must be contiguous (interleaved or HEIGHT_SHARDED), "
+                               "found {}",
+                               input.memory_config().to_string());
+  Device& device = *input.device();
+  const uint32_t oh = p.output_height(), ow = p.output_width();
+  TensorSpec out_spec{Shape{1, 1, p.batch_size * oh * ow, p.channels}, input.dtype(), Layout::ROW_MAJOR,
+                      input.memory_config()};
+  if (input.memory_config().is_sharded()) out_spec.memory_config = DRAM_MEMORY_CONFIG;  // output rows differ
+  TS_ASSIGN_OR_RETURN(Tensor out, allocate_tensor_on_device(out_spec, device));
+  PoolArgs args{};
+  TS_ASSIGN_OR_RETURN(args.in, make_access(input));
+  TS_ASSIGN_OR_RETURN(args.out, make_access(out));
+  const char* kernel_name = nullptr;
+  args.accumulate = cpu::select_max_accumulate(input.dtype() == DataType::BFLOAT16, &kernel_name);
+  args.dtype = input.dtype();
+  args.h = p.input_height, args.w = p.input_width, args.c = p.channels, args.oh = oh, args.ow = ow;
+  args.kh = p.kernel_size[0], args.kw = p.kernel_size[1], args.sh = p.stride[0], args.sw = p.stride[1];
+  args.ph = p.padding[0], args.pw = p.padding[1], args.dh = p.dilation[0], args.dw = p.dilation[1];
+  const uint32_t tasks = p.batch_size * oh;
+  std::string key = fmt::format("{}:{}->{}", p.descriptor(), input.spec().to_string(), out_spec.to_string());
+  auto compile = [&]() -> StatusOr<Program> {
+    Program prog;
+    prog.kernel = max_pool_kernel;
+    prog.kernel_name = kernel_name;
+    prog.num_tasks = tasks;
+    prog.grain = ops::default_grain(device, tasks, input.spec().storage_bytes() + out_spec.storage_bytes(),
+                                    ops::kMinChunkBytesStreaming);
+    return prog;
+  };
+  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, key, compile, args));
+  return out;
+}
+
+}  // namespace tessera

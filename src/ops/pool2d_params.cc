@@ -1,0 +1,84 @@
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tessera/ops/pool2d.h"
+
+namespace tessera {
+
+namespace {
+uint32_t pooled(uint32_t in, uint32_t pad, uint32_t k, uint32_t s, uint32_t d, bool ceil_mode) {
+  const int64_t span = int64_t{d} * (k - 1) + 1, room = int64_t{in} + 2 * pad - span;
+  if (s == 0 || room < 0) return 0;
+  int64_t out = (ceil_mode ? (room + s - 1) / s : room / s) + 1;
+  // The last window must start inside the input or the leading padding.
+  if (ceil_mode && (out - 1) * s >= int64_t{in} + pad) --out;
+  return static_cast<uint32_t>(out);
+}
+}  // namespace
+
+uint32_t Pool2dParams::output_height() const {
+  return pooled(input_height, padding[0], kernel_size[0], stride[0], dilation[0], ceil_mode);
+}
+uint32_t Pool2dParams::output_width() const {
+  return pooled(input_width, padding[1], kernel_size[1], stride[1], dilation[1], ceil_mode);
+}
+
+Status Pool2dParams::validate() const {
+  if (!batch_size || !input_height || !input_width || !channels)
+    return invalid_argument_error("max_pool2d: batch, height, width and channels must be > 0, found {}", descriptor());
+  if (!kernel_size[0] || !kernel_size[1] || !stride[0] || !stride[1] || !dilation[0] || !dilation[1])
+    return invalid_argument_error("max_pool2d: kernel size, stride and dilation must be > 0, found {}", descriptor());
+  if (2 * padding[0] > kernel_size[0] || 2 * padding[1] > kernel_size[1])
+    return invalid_argument_error("max_pool2d: padding must be at most half the kernel size, found padding {}x{} "
+                                  "for kernel {}x{}",
+                                  padding[0], padding[1], kernel_size[0], kernel_size[1]);
+  if (!output_height() || !output_width())
+    return invalid_argument_error("max_pool2d: the window does not fit the padded input in {}", descriptor());
+  return ok_status();
+}
+
+Status Pool2dParams::check_input_shape(std::span<const uint32_t> s) const {
+  const uint64_t pixels = uint64_t{batch_size} * input_height * input_width;
+  const bool nhwc = s.size() == 4 && s[0] == batch_size && s[1] == input_height && s[2] == input_width;
+  const bool flat = s.size() == 4 && s[0] == 1 && s[1] == 1 && s[2] == pixels;
+  if ((nhwc || flat) && s[3] == channels) return ok_status();
+  return invalid_argument_error("max_pool2d: expected input ({},{},{},{}) or (1,1,{},{}), found {}", batch_size,
+                                input_height, input_width, channels, pixels, channels, Shape(s).to_string());
+}
+
+std::string Pool2dParams::descriptor() const {
+  return fmt::format("max_pool2d:n{}h{}w{}c{}:k{}x{}s{}x{}p{}x{}d{}x{}{}", batch_size, input_height, input_width,
+                     channels, kernel_size[0], kernel_size[1], stride[0], stride[1], padding[0], padding[1],
+                     dilation[0], dilation[1], ceil_mode ? ":ceil" : "");
+}
+
+namespace reference {
+
+StatusOr<Tensor> max_pool2d(const Tensor& input, const Pool2dParams& p, DataType out_dtype) {
+  TS_RETURN_IF_ERROR(p.validate());
+  TS_RETURN_IF_ERROR(p.check_input_shape(input.shape().dims()));
+  if (input.is_on_device()) return invalid_argument_error("reference::max_pool2d: expected a host tensor");
+  TS_ASSIGN_OR_RETURN(std::vector<float> x, input.to_vector());
+  const uint32_t oh = p.output_height(), ow = p.output_width(), c = p.channels;
+  std::vector<float> y(uint64_t{p.batch_size} * oh * ow * c);
+  for (uint32_t n = 0; n < p.batch_size; ++n)
+    for (uint32_t oy = 0; oy < oh; ++oy)
+      for (uint32_t ox = 0; ox < ow; ++ox)
+        for (uint32_t ch = 0; ch < c; ++ch) {
+          float m = -std::numeric_limits<float>::infinity();
+          for (uint32_t ky = 0; ky < p.kernel_size[0]; ++ky)
+            for (uint32_t kx = 0; kx < p.kernel_size[1]; ++kx) {
+              const int64_t iy = int64_t{oy} * p.stride[0] + int64_t{ky} * p.dilation[0] - p.padding[0];
+              const int64_t ix = int64_t{ox} * p.stride[1] + int64_t{kx} * p.dilation[1] - p.padding[1];
+              if (iy < 0 || iy >= p.input_height || ix < 0 || ix >= p.input_width) continue;
+              const float v = x[((uint64_t{n} * p.input_height + iy) * p.input_width + ix) * c + ch];
+              if (std::isnan(v) || v > m) m = std::isnan(m) ? m : v;
+            }
+          y[((uint64_t{n} * oh + oy) * ow + ox) * c + ch] = m;
+        }
+  return Tensor::from_vector(y, Shape{1, 1, p.batch_size * oh * ow, c}, out_dtype, Layout::ROW_MAJOR);
+}
+
+}  // namespace reference
+}  // namespace tessera

@@ -1,0 +1,124 @@
+// max_pool2d against its reference kernel, bit for bit (max selects an input
+// value: no rounding), over shapes, dtypes, memory configs and ISA paths.
+#include "tessera/ops/pool2d.h"
+
+#include <cmath>
+
+#include "tessera/base/cpu_features.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+Pool2dParams pool(uint32_t n, uint32_t h, uint32_t w, uint32_t c, uint32_t k, uint32_t s, uint32_t pad = 0,
+                  uint32_t d = 1, bool ceil_mode = false) {
+  Pool2dParams p;
+  p.batch_size = n;
+  p.input_height = h;
+  p.input_width = w;
+  p.channels = c;
+  p.kernel_size = {k, k};
+  p.stride = {s, s};
+  p.padding = {pad, pad};
+  p.dilation = {d, d};
+  p.ceil_mode = ceil_mode;
+  return p;
+}
+
+std::vector<float> run_device(Device& dev, const std::vector<float>& x, const Pool2dParams& p, DataType dt,
+                              const MemoryConfig& mc = DRAM_MEMORY_CONFIG) {
+  Tensor h = Tensor::from_vector(x, Shape{p.batch_size, p.input_height, p.input_width, p.channels}, dt).value();
+  Tensor d = to_device(h, dev, mc).value();
+  return max_pool2d(d, p).value().cpu().value().to_vector().value();
+}
+
+TEST(MaxPool2d, HandComputed) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  std::vector<float> x(16);
+  for (int i = 0; i < 16; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i);
+  EXPECT_EQ(run_device(*dev, x, pool(1, 4, 4, 1, 2, 2), DataType::FLOAT32), (std::vector<float>{5, 7, 13, 15}));
+  // ceil_mode on 5x5: 3x3 output, the last windows are partial.
+  std::vector<float> y(25);
+  for (int i = 0; i < 25; ++i) y[static_cast<size_t>(i)] = static_cast<float>(i);
+  auto p = pool(1, 5, 5, 1, 2, 2, 0, 1, true);
+  EXPECT_EQ(p.output_height(), 3u);
+  EXPECT_EQ(run_device(*dev, y, p, DataType::FLOAT32), (std::vector<float>{6, 8, 9, 16, 18, 19, 21, 23, 24}));
+  // Padding never wins, even over negative values.
+  auto pp = pool(1, 2, 2, 1, 3, 1, 1);
+  EXPECT_EQ(run_device(*dev, {-4, -3, -2, -1}, pp, DataType::FLOAT32), (std::vector<float>{-1, -1, -1, -1}));
+  // ceil_mode never starts a window in the trailing padding (PyTorch's rule).
+  EXPECT_EQ(pool(1, 4, 4, 1, 2, 2, 1, 1, true).output_height(), 3u);
+  EXPECT_EQ(pool(1, 3, 3, 1, 3, 2, 0, 1, true).output_height(), 1u);
+}
+
+TEST(MaxPool2d, NanPropagatesAndTiesKeepTheFirst) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    auto p = pool(1, 2, 2, 2, 2, 2);
+    auto out = run_device(*dev, {1, -0.0f, NAN, 0.0f, 3, -0.0f, 2, 0.0f}, p, DataType::FLOAT32);
+    EXPECT_TRUE(std::isnan(out[0])) << avx512;
+    EXPECT_TRUE(std::signbit(out[1])) << avx512;  // -0 came first
+  }
+  set_avx512_kernels_enabled(true);
+}
+
+struct Case {
+  Pool2dParams p;
+};
+
+TEST(MaxPool2d, MatchesReferenceEverywhere) {
+  ASSERT_OK_AND_ASSIGN(auto cpu, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  const Pool2dParams cases[] = {
+      pool(1, 8, 8, 32, 2, 2),          pool(2, 7, 9, 5, 2, 2),           pool(1, 13, 11, 37, 3, 2, 1),
+      pool(1, 12, 12, 16, 3, 1, 1, 2),  pool(1, 17, 15, 3, 3, 2, 1, 1, true), pool(1, 6, 6, 1100, 2, 2),
+      pool(1, 1, 1, 8, 1, 1),
+  };
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    for (const Pool2dParams& p : cases)
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+        SCOPED_TRACE(fmt::format("{} {} avx512={}", p.descriptor(), data_type_name(dt), avx512));
+        Tensor h = testing::random_tensor(Shape{p.batch_size, p.input_height, p.input_width, p.channels}, dt,
+                                          Layout::ROW_MAJOR, 3);
+        ASSERT_OK_AND_ASSIGN(Tensor ref, reference::max_pool2d(h, p, dt));
+        for (Device* dev : {cpu.get(), wh.get()})
+          for (const MemoryConfig& mc : {DRAM_MEMORY_CONFIG, L1_MEMORY_CONFIG}) {
+            ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev, mc));
+            ASSERT_OK_AND_ASSIGN(Tensor out, max_pool2d(d, p));
+            EXPECT_EQ(out.memory_config(), mc);
+            ASSERT_OK_AND_ASSIGN(Tensor got, out.cpu());
+            ASSERT_EQ(testing::host_bytes(got), testing::host_bytes(ref)) << dev->descriptor().name;
+          }
+      }
+  }
+  set_avx512_kernels_enabled(true);
+  // Height-sharded input (one pixel row of 8 pixels per core on 8 cores).
+  auto p = pool(1, 8, 8, 32, 2, 2);
+  Tensor h = testing::random_tensor(Shape{1, 8, 8, 32}, DataType::BFLOAT16, Layout::ROW_MAJOR, 4);
+  MemoryConfig hs{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                  ShardSpec{CoreRange({0, 0}, {7, 0}), {8, 32}, ShardOrientation::ROW_MAJOR}};
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *wh, hs));
+  ASSERT_OK_AND_ASSIGN(Tensor out, max_pool2d(d, p));
+  EXPECT_EQ(out.memory_config(), DRAM_MEMORY_CONFIG);
+  ASSERT_OK_AND_ASSIGN(Tensor ref, reference::max_pool2d(h, p, DataType::BFLOAT16));
+  EXPECT_EQ(testing::host_bytes(out.cpu().value()), testing::host_bytes(ref));
+}
+
+TEST(MaxPool2d, Errors) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  Tensor h = testing::random_tensor(Shape{1, 4, 4, 8}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+  EXPECT_ERROR(max_pool2d(d, pool(1, 4, 4, 8, 2, 2, 2)), StatusCode::kInvalidArgument, "at most half the kernel");
+  EXPECT_ERROR(max_pool2d(d, pool(1, 4, 4, 7, 2, 2)), StatusCode::kInvalidArgument, "expected input (1,4,4,7)");
+  EXPECT_ERROR(max_pool2d(d, pool(1, 4, 4, 8, 5, 1)), StatusCode::kInvalidArgument, "does not fit");
+  EXPECT_ERROR(max_pool2d(h, pool(1, 4, 4, 8, 2, 2)), StatusCode::kInvalidArgument, "must be a device tensor");
+  MemoryConfig ws{TensorMemoryLayout::WIDTH_SHARDED, BufferType::L1,
+                  ShardSpec{CoreRange({0, 0}, {1, 0}), {16, 4}, ShardOrientation::ROW_MAJOR}};
+  ASSERT_OK_AND_ASSIGN(Tensor w, to_device(h, *dev, ws));
+  EXPECT_ERROR(max_pool2d(w, pool(1, 4, 4, 8, 2, 2)), StatusCode::kUnimplemented, "channels must be contiguous");
+}
+
+}  // namespace
+}  // namespace tessera
