@@ -1,4 +1,5 @@
 #include "tessera/ops/conv2d_params.h"
+#include "tessera/ops/nhwc.h"
 
 namespace tessera {
 
@@ -38,15 +39,20 @@ Status Conv2dParams::validate() const {
   return ok_status();
 }
 
-Status Conv2dParams::check_input_shape(std::span<const uint32_t> s) const {
-  const uint64_t pixels = uint64_t{batch_size} * input_height * input_width;
-  const bool nhwc = s.size() == 4 && s[0] == batch_size && s[1] == input_height && s[2] == input_width;
+Status check_nhwc_input(std::string_view op, std::span<const uint32_t> s, uint32_t n, uint32_t h, uint32_t w,
+                        uint32_t c) {
+  const uint64_t pixels = uint64_t{n} * h * w;
+  const bool nhwc = s.size() == 4 && s[0] == n && s[1] == h && s[2] == w;
   const bool flat = s.size() == 4 && s[0] == 1 && s[1] == 1 && s[2] == pixels;
-  if ((nhwc || flat) && s[3] == in_channels) return ok_status();
+  if ((nhwc || flat) && s[3] == c) return ok_status();
   std::string found = "[";
   for (size_t i = 0; i < s.size(); ++i) found += (i ? "," : "") + std::to_string(s[i]);
-  return invalid_argument_error("conv2d: expected input ({},{},{},{}) or (1,1,{},{}), found {}]", batch_size,
-                                input_height, input_width, in_channels, pixels, in_channels, found);
+  return invalid_argument_error("{}: expected input ({},{},{},{}) or (1,1,{},{}), found {}]", op, n, h, w, c, pixels, c,
+                                found);
+}
+
+Status Conv2dParams::check_input_shape(std::span<const uint32_t> s) const {
+  return check_nhwc_input("conv2d", s, batch_size, input_height, input_width, in_channels);
 }
 
 std::string Conv2dParams::descriptor() const {

@@ -2,6 +2,7 @@
 #include <limits>
 #include <vector>
 
+#include "tessera/ops/nhwc.h"
 #include "tessera/ops/pool2d.h"
 
 namespace tessera {
@@ -39,12 +40,7 @@ Status Pool2dParams::validate() const {
 }
 
 Status Pool2dParams::check_input_shape(std::span<const uint32_t> s) const {
-  const uint64_t pixels = uint64_t{batch_size} * input_height * input_width;
-  const bool nhwc = s.size() == 4 && s[0] == batch_size && s[1] == input_height && s[2] == input_width;
-  const bool flat = s.size() == 4 && s[0] == 1 && s[1] == 1 && s[2] == pixels;
-  if ((nhwc || flat) && s[3] == channels) return ok_status();
-  return invalid_argument_error("max_pool2d: expected input ({},{},{},{}) or (1,1,{},{}), found {}", batch_size,
-                                input_height, input_width, channels, pixels, channels, Shape(s).to_string());
+  return check_nhwc_input("max_pool2d", s, batch_size, input_height, input_width, channels);
 }
 
 std::string Pool2dParams::descriptor() const {
