@@ -14,6 +14,7 @@
 #include "tessera/numerics/block_float.h"
 #include "tessera/numerics/convert.h"
 #include "tessera/numerics/tilize.h"
+#include "tessera/ops/pool2d.h"
 #include "tessera/tessera.h"
 
 namespace {
@@ -202,6 +203,48 @@ void numerics(int reps) {
   }
 }
 
+// max_pool2d over the UNet's four pools and ResNet-50's stem pool: bytes read
+// and written per call against the 2-thread copy bandwidth measured here.
+void pools(int reps) {
+  ThreadPool pool(static_cast<int>(std::thread::hardware_concurrency()));
+  const Bandwidth bw = measure_bandwidth(pool, size_t{256} << 20, reps);
+  std::printf("\n## max_pool2d vs memory bandwidth (cpu device, DRAM, back to back)\n\n");
+  std::printf("Copy bandwidth (read+write) in this run: %.1f GB/s on %u threads.\n\n", bw.copy,
+              std::thread::hardware_concurrency());
+  std::printf("| layer | dtype | MB moved | ms (median) | GB/s | %% of copy bandwidth |\n|---|---|---|---|---|---|\n");
+  auto dev = value_or_die(open_device({}));
+  struct P {
+    const char* name;
+    uint32_t h, w, c, k, s, pad;
+  };
+  for (P l : {P{"unet pool1 2x2", 480, 640, 32, 2, 2, 0}, P{"unet pool2 2x2", 240, 320, 64, 2, 2, 0},
+              P{"unet pool3 2x2", 120, 160, 128, 2, 2, 0}, P{"unet pool4 2x2", 60, 80, 256, 2, 2, 0},
+              P{"resnet50 stem 3x3 s2 p1", 112, 112, 64, 3, 2, 1}}) {
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      Pool2dParams p;
+      p.input_height = l.h;
+      p.input_width = l.w;
+      p.channels = l.c;
+      p.kernel_size = {l.k, l.k};
+      p.stride = {l.s, l.s};
+      p.padding = {l.pad, l.pad};
+      Tensor x = allocate_tensor_on_host({Shape{1, l.h, l.w, l.c}, dt, Layout::ROW_MAJOR});
+      Tensor d = value_or_die(to_device(x, *dev));
+      (void)value_or_die(max_pool2d(d, p));
+      CHECK_OK(synchronize_device(*dev));
+      auto t = time_it(reps, [&] {
+        for (int i = 0; i < 10; ++i) (void)value_or_die(max_pool2d(d, p));
+        CHECK_OK(synchronize_device(*dev));
+      });
+      const double bytes = double(element_size(dt)) * l.c * (double(l.h) * l.w + double(p.output_height()) * p.output_width());
+      const double s = t.median_s / 10;
+      std::printf("| %s %ux%ux%u | %s | %.1f | %.3f | %.1f | %.0f%% |\n", l.name, l.h, l.w, l.c,
+                  std::string(data_type_name(dt)).c_str(), bytes / 1e6, s * 1e3, bytes / s / 1e9,
+                  100 * bytes / s / 1e9 / bw.copy);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,5 +254,6 @@ int main(int argc, char** argv) {
   dispatch_overhead(reps);
   transfers(reps);
   numerics(reps);
+  pools(reps);
   return 0;
 }
