@@ -23,10 +23,7 @@
 #include "tessera/ops/conv2d.h"
 #include "tessera/tessera.h"
 
-namespace tessera::bench {
-float fma_f32_loop(uint64_t iterations);
-float dot_bf16_loop(uint64_t iterations);
-}  // namespace tessera::bench
+#include "peak.h"
 
 namespace {
 
@@ -66,20 +63,6 @@ std::map<std::string, double> read_ort(const std::string& path) {
   double v;
   while (in >> key >> v) ms[key] = v;
   return ms;
-}
-
-volatile float g_sink;
-
-double peak(float (*loop)(uint64_t), double flops_per_iteration) {
-  ThreadPool pool(static_cast<int>(std::thread::hardware_concurrency()));
-  const uint64_t it = 10'000'000;
-  auto t = bench::time_it(5, [&] {
-    auto body = [&](uint32_t b, uint32_t e) {
-      for (uint32_t i = b; i < e; ++i) g_sink = loop(it);
-    };
-    pool.parallel_for(static_cast<uint32_t>(pool.num_threads()), 1, body);
-  });
-  return flops_per_iteration * static_cast<double>(it) * pool.num_threads() / t.median_s / 1e9;
 }
 
 struct Variant {
@@ -192,8 +175,9 @@ int main(int argc, char** argv) {
   }
   const auto layers = read_layers(layers_path);
   const auto ort = ort_path.empty() ? std::map<std::string, double>() : read_ort(ort_path);
-  const double f32_peak = peak(bench::fma_f32_loop, 12.0 * 16 * 2);
-  const double bf16_peak = peak(bench::dot_bf16_loop, 12.0 * 32 * 2);
+  const int threads = static_cast<int>(std::thread::hardware_concurrency());
+  const double f32_peak = bench::fma_f32_peak_gflops(threads, 10'000'000, 5);
+  const double bf16_peak = bench::dot_bf16_peak_gflops(threads, 10'000'000, 5);
   std::printf("# conv2d (cpu device, %u threads)\n\nMeasured in this run: FP32 FMA peak %.0f GFLOP/s, BF16 dot peak "
               "%.0f GFLOP/s.%s\n",
               std::thread::hardware_concurrency(), f32_peak, bf16_peak,

@@ -12,28 +12,11 @@
 #include "tessera/base/cpu_features.h"
 #include "tessera/base/thread_pool.h"
 
-namespace tessera::bench {
-float fma_f32_loop(uint64_t iterations);
-float dot_bf16_loop(uint64_t iterations);
-}  // namespace tessera::bench
+#include "peak.h"
 
 namespace {
 
 using namespace tessera;
-
-volatile float g_sink;
-
-double gflops(ThreadPool& pool, float (*loop)(uint64_t), double flops_per_iteration) {
-  const uint64_t iterations = 20'000'000;
-  const uint32_t threads = static_cast<uint32_t>(pool.num_threads());
-  auto t = bench::time_it(7, [&] {
-    auto body = [&](uint32_t b, uint32_t e) {
-      for (uint32_t i = b; i < e; ++i) g_sink = loop(iterations);
-    };
-    pool.parallel_for(threads, 1, body);
-  });
-  return flops_per_iteration * static_cast<double>(iterations) * threads / t.median_s / 1e9;
-}
 
 double bandwidth(ThreadPool& pool, size_t bytes, int kind) {  // 0 read, 1 write, 2 copy
   const size_t n = bytes / 4;
@@ -75,8 +58,8 @@ int main() {
   for (int threads : {1, all}) {
     ThreadPool pool(threads);
     const size_t bytes = size_t{256} << 20;
-    std::printf("| %d | %.0f | %.0f | %.1f | %.1f | %.1f |\n", threads,
-                gflops(pool, bench::fma_f32_loop, 12.0 * 16 * 2), gflops(pool, bench::dot_bf16_loop, 12.0 * 32 * 2),
+    std::printf("| %d | %.0f | %.0f | %.1f | %.1f | %.1f |\n", threads, bench::fma_f32_peak_gflops(threads),
+                bench::dot_bf16_peak_gflops(threads),
                 bandwidth(pool, bytes, 0), bandwidth(pool, bytes, 1), bandwidth(pool, bytes, 2));
   }
   return 0;
