@@ -80,7 +80,7 @@ void CommandQueue::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-Status CommandQueue::execute(Command& cmd, uint64_t sequence) {
+Status CommandQueue::execute(Command& cmd) {
   switch (cmd.kind) {
     case Command::Kind::kProgram:
       return run_program(pool_, *cmd.program, cmd.args.data());
@@ -104,7 +104,6 @@ Status CommandQueue::execute(Command& cmd, uint64_t sequence) {
       return Status();
     }
   }
-  (void)sequence;
   return internal_error("unknown command kind");
 }
 
@@ -126,7 +125,7 @@ void CommandQueue::loop() {
     bool poisoned = !error_.ok();
     lock.unlock();
     not_full_.notify_one();
-    Status s = poisoned ? Status() : execute(cmd, seq);
+    Status s = poisoned ? Status() : execute(cmd);
     cmd = Command();  // release captured host state before signalling completion
     lock.lock();
     if (!s.ok() && error_.ok()) {

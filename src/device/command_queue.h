@@ -57,7 +57,7 @@ class CommandQueue {
 
  private:
   void loop();
-  Status execute(Command& cmd, uint64_t sequence);
+  Status execute(Command& cmd);
 
   static constexpr size_t kCapacity = 1024;
   const uint8_t id_;

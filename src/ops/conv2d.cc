@@ -145,10 +145,8 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     const uint64_t s0 = (uint64_t{n} * plan.in_h + sh.in_row0) * plan.in_w, s1 = s0 + uint64_t{sh.in_rows} * plan.in_w;
     const uint64_t d0 = (uint64_t{n} * plan.out_h + sh.out_row0) * plan.out_w,
                    d1 = d0 + uint64_t{sh.out_rows} * plan.out_w;
-    uint32_t run = 0;
     std::byte* src = plan.stage_src ? sh.src_stage.get() : a.src.base + s0 * src_row;
     std::byte* dst = plan.stage_dst ? sh.dst_stage.get() : a.dst.base + d0 * dst_row;
-    (void)run;
     if (plan.stage_src) gather_rows(a.src, s0, s1, src);
     TS_RETURN_IF_ERROR(guard("running the convolution", [&] {
       sh.src_mem.set_data_handle(src);

@@ -93,7 +93,6 @@ StatusOr<Tensor> Tensor::from_integers(const std::vector<int64_t>& values, const
                                   shape.volume(), values.size());
   const uint32_t es = element_size(dtype);
   std::vector<std::byte> rm(values.size() * es);
-  std::vector<int32_t> tmp(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     int64_t v = saturate_integer(values[i], dtype);
     std::memcpy(rm.data() + i * es, &v, es);  // little-endian: low bytes
