@@ -141,10 +141,13 @@ TEST(Eltwise, Errors) {
   ASSERT_OK_AND_ASSIGN(Tensor a, to_device(h, *dev));
   ASSERT_OK_AND_ASSIGN(Tensor b, to_device(testing::random_tensor(Shape{32, 64}, DataType::FLOAT32, Layout::TILE, 1),
                                            *dev));
-  EXPECT_ERROR(add(a, b), StatusCode::kInvalidArgument, "same shape, layout and memory config");
+  EXPECT_ERROR(add(a, b), StatusCode::kInvalidArgument, "add: shapes [32,32] and [32,64] do not broadcast");
+  ASSERT_OK_AND_ASSIGN(Tensor row, to_device(testing::random_tensor(Shape{1, 32}, DataType::FLOAT32, Layout::TILE, 1),
+                                             *dev));
+  EXPECT_ERROR(add(a, row), StatusCode::kUnimplemented, "broadcasting needs ROW_MAJOR operands");
   ASSERT_OK_AND_ASSIGN(Tensor i, to_device(testing::random_tensor(Shape{32, 32}, DataType::INT32, Layout::TILE, 1),
                                            *dev));
-  EXPECT_ERROR(relu(i), StatusCode::kInvalidArgument, "expected a floating dtype");
+  EXPECT_ERROR(relu(i), StatusCode::kInvalidArgument, "expected input to have a floating dtype");
   ASSERT_OK_AND_ASSIGN(Tensor rm, to_device(testing::random_tensor(Shape{4, 4}, DataType::FLOAT32,
                                                                     Layout::ROW_MAJOR, 1), *dev));
   EXPECT_ERROR(typecast(rm, DataType::BFLOAT8_B), StatusCode::kInvalidArgument, "requires TILE layout");

@@ -8,10 +8,16 @@
 #include <optional>
 
 #include "tessera/ops/conv2d_params.h"
+#include "tessera/ops/eltwise.h"
 #include "tessera/tensor/tensor.h"
 
 namespace tessera::reference {
 
+// Element-wise: a op b rounded to float32, then the activation in double,
+// then one rounding to `out_dtype`; numpy broadcasting (eltwise.h).
+StatusOr<Tensor> unary(const Tensor& input, const UnaryWithParam& activation, DataType out_dtype);
+StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const UnaryWithParam& activation,
+                        DataType out_dtype);
 StatusOr<Tensor> relu(const Tensor& input, DataType out_dtype);
 StatusOr<Tensor> add(const Tensor& a, const Tensor& b, DataType out_dtype);
 StatusOr<Tensor> typecast(const Tensor& input, DataType out_dtype);

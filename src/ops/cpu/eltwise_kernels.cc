@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "rows.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/numerics/convert.h"
 
@@ -9,14 +10,14 @@ namespace tessera::cpu {
 
 namespace {
 
-// Calls body(a, b, out, n, byte offsets...) for each <=1024-element chunk of
-// each page in [begin, end).
+// Calls body(a, b, out, n) for each <=1024-element chunk of each page in
+// [begin, end).
 template <class Body>
 Status for_each_chunk(const EltwiseArgs& g, uint32_t begin, uint32_t end, Body body) {
   const uint32_t ca = tile_size_bytes(g.a_type), cb = tile_size_bytes(g.b_type), co = tile_size_bytes(g.out_type);
   for (uint32_t p = begin; p < end; ++p) {
     const std::byte* pa = g.a.page(p);
-    const std::byte* pb = g.op == EltwiseOp::kAdd ? g.b.page(p) : nullptr;
+    const std::byte* pb = g.op == EltwiseOp::kBinary ? g.b.page(p) : nullptr;
     std::byte* po = g.out.page(p);
     for (uint32_t i = 0, k = 0; i < g.page_elements; i += kTileElements, ++k) {
       uint32_t n = std::min(kTileElements, g.page_elements - i);
@@ -30,14 +31,13 @@ Status eltwise_generic(const void* args, uint32_t begin, uint32_t end) {
   const auto& g = *static_cast<const EltwiseArgs*>(args);
   return for_each_chunk(g, begin, end, [&](const std::byte* a, const std::byte* b, std::byte* o, uint32_t n) {
     if (g.op == EltwiseOp::kTypecast) return convert_elements(a, g.a_type, o, g.out_type, n);
-    float fa[kTileElements], fb[kTileElements];
+    alignas(64) float fa[kTileElements], fb[kTileElements];
     convert_to_float(a, g.a_type, fa, n);
-    if (g.op == EltwiseOp::kAdd) {
+    if (g.op == EltwiseOp::kBinary) {
       convert_to_float(b, g.b_type, fb, n);
-      for (uint32_t i = 0; i < n; ++i) fa[i] += fb[i];
-    } else {
-      for (uint32_t i = 0; i < n; ++i) fa[i] = fa[i] < 0.0f ? 0.0f : fa[i];
+      g.math.binary(g.binary_op, fa, fb, fa, n);
     }
+    g.math.unary(g.activation, fa, n);
     convert_from_float(fa, o, g.out_type, n);
   });
 }
@@ -71,18 +71,54 @@ Status add_bf16_avx512(const void* args, uint32_t begin, uint32_t end) {
 
 }  // namespace
 
-KernelFn select_eltwise_kernel(EltwiseOp op, DataType a, DataType b, DataType out, std::string* name) {
-  const char* op_name = op == EltwiseOp::kRelu ? "relu" : op == EltwiseOp::kAdd ? "add" : "typecast";
-  const bool same = a == out && (op != EltwiseOp::kAdd || b == out);
-  if (avx512_kernels_enabled() && same && op != EltwiseOp::kTypecast &&
+KernelFn select_eltwise_kernel(const EltwiseArgs& g, std::string_view op_name, std::string* name) {
+  const DataType out = g.out_type;
+  const bool same = g.a_type == out && (g.op != EltwiseOp::kBinary || g.b_type == out);
+  const bool plain_relu = g.op == EltwiseOp::kUnary && g.activation.op == UnaryOpType::RELU;
+  const bool plain_add = g.op == EltwiseOp::kBinary && g.binary_op == BinaryOpType::ADD &&
+                         g.activation.op == UnaryOpType::IDENTITY;
+  if (avx512_kernels_enabled() && same && (plain_relu || plain_add) &&
       (out == DataType::FLOAT32 || out == DataType::BFLOAT16)) {
     const bool f32 = out == DataType::FLOAT32;
     *name = fmt::format("{}_{}__avx512", f32 ? "f32" : "bf16", op_name);
-    if (op == EltwiseOp::kRelu) return f32 ? relu_f32_avx512 : relu_bf16_avx512;
+    if (plain_relu) return f32 ? relu_f32_avx512 : relu_bf16_avx512;
     return f32 ? add_f32_avx512 : add_bf16_avx512;
   }
-  *name = fmt::format("any_{}__generic", op_name);
+  *name = fmt::format("any_{}__{}", op_name, g.op == EltwiseOp::kTypecast ? "generic" : g.math.isa);
   return eltwise_generic;
+}
+
+Status broadcast_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
+  const auto& g = *static_cast<const BroadcastArgs*>(raw);
+  alignas(64) float fa[kTileElements], fb[kTileElements];
+  for (uint32_t r = row_begin; r < row_end; ++r) {
+    uint32_t ra = 0, rb = 0;
+    for (uint32_t j = g.num_lead, rest = r; j-- > 0;) {
+      const uint32_t i = rest % g.lead[j];
+      rest /= g.lead[j];
+      ra += i * g.a_stride[j];
+      rb += i * g.b_stride[j];
+    }
+    for (uint32_t c = 0; c < g.cols; c += kTileElements) {
+      const uint32_t n = std::min(kTileElements, g.cols - c);
+      if (g.a_col_broadcast) {
+        read_row(g.a, g.a_type, ra, 0, 1, fa);
+        std::fill_n(fa + 1, n - 1, fa[0]);
+      } else {
+        read_row(g.a, g.a_type, ra, c, n, fa);
+      }
+      if (g.b_col_broadcast) {
+        read_row(g.b, g.b_type, rb, 0, 1, fb);
+        std::fill_n(fb + 1, n - 1, fb[0]);
+      } else {
+        read_row(g.b, g.b_type, rb, c, n, fb);
+      }
+      g.math.binary(g.binary_op, fa, fb, fa, n);
+      g.math.unary(g.activation, fa, n);
+      write_row(g.out, g.out_type, r, c, n, fa);
+    }
+  }
+  return Status();
 }
 
 }  // namespace tessera::cpu

@@ -11,21 +11,51 @@ Status require_host(const Tensor& t, std::string_view op) {
 }
 }  // namespace
 
-StatusOr<Tensor> relu(const Tensor& input, DataType out) {
-  TS_RETURN_IF_ERROR(require_host(input, "relu"));
+StatusOr<Tensor> unary(const Tensor& input, const UnaryWithParam& act, DataType out) {
+  TS_RETURN_IF_ERROR(require_host(input, unary_op_name(act.op)));
   TS_ASSIGN_OR_RETURN(std::vector<float> v, input.to_vector());
-  for (float& x : v) x = x < 0.0f ? 0.0f : x;
+  for (float& x : v) x = static_cast<float>(apply_activation(act, x));
   return Tensor::from_vector(v, input.shape(), out, input.layout());
 }
 
-StatusOr<Tensor> add(const Tensor& a, const Tensor& b, DataType out) {
-  TS_RETURN_IF_ERROR(require_host(a, "add"));
-  TS_RETURN_IF_ERROR(require_host(b, "add"));
+StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const UnaryWithParam& act, DataType out) {
+  TS_RETURN_IF_ERROR(require_host(a, binary_op_name(op)));
+  TS_RETURN_IF_ERROR(require_host(b, binary_op_name(op)));
+  TS_ASSIGN_OR_RETURN(Shape shape, broadcast_shapes(a.shape(), b.shape()));
   TS_ASSIGN_OR_RETURN(std::vector<float> va, a.to_vector());
   TS_ASSIGN_OR_RETURN(std::vector<float> vb, b.to_vector());
-  if (va.size() != vb.size()) return invalid_argument_error("reference::add: shapes differ");
-  for (size_t i = 0; i < va.size(); ++i) va[i] += vb[i];
-  return Tensor::from_vector(va, a.shape(), out, a.layout());
+  // Flat index of output element i in an operand: drop the coordinates of
+  // the dims it broadcasts.
+  auto source_index = [&](const Shape& s, uint64_t i) {
+    uint64_t idx = 0, stride = 1;
+    for (int d = 1; d <= shape.rank(); ++d) {
+      const uint64_t coord = i % shape[-d];
+      i /= shape[-d];
+      if (d > s.rank()) continue;
+      if (s[-d] != 1) idx += coord * stride;
+      stride *= s[-d];
+    }
+    return idx;
+  };
+  std::vector<float> v(shape.volume());
+  for (uint64_t i = 0; i < v.size(); ++i) {
+    const double x = va[source_index(a.shape(), i)], y = vb[source_index(b.shape(), i)];
+    double r = 0;
+    switch (op) {
+      case BinaryOpType::ADD: r = x + y; break;
+      case BinaryOpType::SUB: r = x - y; break;
+      case BinaryOpType::MUL: r = x * y; break;
+      case BinaryOpType::DIV: r = x / y; break;
+    }
+    v[i] = static_cast<float>(apply_activation(act, static_cast<float>(r)));
+  }
+  return Tensor::from_vector(v, shape, out, a.shape() == shape ? a.layout() : Layout::ROW_MAJOR);
+}
+
+StatusOr<Tensor> relu(const Tensor& input, DataType out) { return unary(input, {UnaryOpType::RELU}, out); }
+
+StatusOr<Tensor> add(const Tensor& a, const Tensor& b, DataType out) {
+  return binary(a, b, BinaryOpType::ADD, {}, out);
 }
 
 StatusOr<Tensor> typecast(const Tensor& input, DataType out) {
@@ -53,7 +83,7 @@ StatusOr<Tensor> typecast(const Tensor& input, DataType out) {
 StatusOr<Tensor> tilize(const Tensor& input, DataType out) {
   TS_RETURN_IF_ERROR(require_host(input, "tilize"));
   if (!is_floating(input.dtype())) {
-    TS_ASSIGN_OR_RETURN(Tensor t, typecast(input, out));
+    TS_ASSIGN_OR_RETURN(Tensor t, reference::typecast(input, out));
     return host_to_layout(t, Layout::TILE);
   }
   TS_ASSIGN_OR_RETURN(std::vector<float> v, input.to_vector());
@@ -63,7 +93,7 @@ StatusOr<Tensor> tilize(const Tensor& input, DataType out) {
 StatusOr<Tensor> untilize(const Tensor& input, DataType out) {
   TS_RETURN_IF_ERROR(require_host(input, "untilize"));
   if (!is_floating(input.dtype())) {
-    TS_ASSIGN_OR_RETURN(Tensor t, typecast(input, out));
+    TS_ASSIGN_OR_RETURN(Tensor t, reference::typecast(input, out));
     return host_to_layout(t, Layout::ROW_MAJOR);
   }
   TS_ASSIGN_OR_RETURN(std::vector<float> v, input.to_vector());

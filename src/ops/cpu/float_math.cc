@@ -1,0 +1,29 @@
+#include "float_math.h"
+
+#include "tessera/base/cpu_features.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+void unary_scalar(const UnaryWithParam& act, float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(apply_activation(act, x[i]));
+}
+
+void binary_scalar(BinaryOpType op, const float* a, const float* b, float* y, size_t n) {
+  switch (op) {
+    case BinaryOpType::ADD: for (size_t i = 0; i < n; ++i) y[i] = a[i] + b[i]; break;
+    case BinaryOpType::SUB: for (size_t i = 0; i < n; ++i) y[i] = a[i] - b[i]; break;
+    case BinaryOpType::MUL: for (size_t i = 0; i < n; ++i) y[i] = a[i] * b[i]; break;
+    case BinaryOpType::DIV: for (size_t i = 0; i < n; ++i) y[i] = a[i] / b[i]; break;
+  }
+}
+
+constexpr FloatMath kScalar{"generic", unary_scalar, binary_scalar};
+constexpr FloatMath kAvx512{"avx512", avx512::unary_f32, avx512::binary_f32};
+
+}  // namespace
+
+const FloatMath& select_float_math() { return avx512_kernels_enabled() ? kAvx512 : kScalar; }
+
+}  // namespace tessera::cpu

@@ -1,0 +1,218 @@
+// Unary activations and binary arithmetic (with broadcasting and fused
+// activations) against the reference kernels, both ISA paths.
+//
+// Tolerances, per eltwise.h: the portable path and every exact op
+// (arithmetic, relu, relu6, leaky_relu, sqrt) match bit for bit; the AVX-512
+// transcendental activations are within 1e-6 + 1e-6 |ref| in float32 and
+// within one bfloat16 ulp (2^-7 |ref| + 1e-6) in bfloat16.
+#include <cmath>
+
+#include "tessera/base/cpu_features.h"
+#include "tessera/ops/eltwise.h"
+#include "tessera/ops/reference.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+bool exact_op(UnaryOpType op) {
+  switch (op) {
+    case UnaryOpType::IDENTITY:
+    case UnaryOpType::RELU:
+    case UnaryOpType::RELU6:
+    case UnaryOpType::LEAKY_RELU:
+    case UnaryOpType::SQRT: return true;
+    default: return false;
+  }
+}
+
+void expect_close(const Tensor& got, const Tensor& want, bool exact, DataType dt) {
+  ASSERT_TRUE(got.spec().same_data_format(want.spec())) << got.spec().to_string() << " vs " << want.spec().to_string();
+  if (exact) {
+    ASSERT_EQ(testing::host_bytes(got), testing::host_bytes(want));
+    return;
+  }
+  auto g = got.to_vector().value(), w = want.to_vector().value();
+  const double rel = dt == DataType::FLOAT32 ? 1e-6 : std::ldexp(1.0, -7);
+  int bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+    if (std::isinf(w[i]) && g[i] == w[i]) continue;
+    const double tol = 1e-6 + rel * std::fabs(w[i]);
+    if (!(std::fabs(double{g[i]} - w[i]) <= tol) && bad++ < 5)
+      ADD_FAILURE() << "element " << i << ": got " << g[i] << ", reference " << w[i];
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+std::vector<UnaryWithParam> all_activations() {
+  std::vector<UnaryWithParam> v;
+  for (int i = 0; i <= static_cast<int>(UnaryOpType::SQRT); ++i)
+    v.push_back({static_cast<UnaryOpType>(i), static_cast<UnaryOpType>(i) == UnaryOpType::LEAKY_RELU ? 0.01f : 0.0f});
+  return v;
+}
+
+TEST(Unary, EveryActivationMatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  auto configs = testing::memory_configs_for(128, 64, dev->descriptor().grid.x);
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    for (const UnaryWithParam& act : all_activations())
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16, DataType::BFLOAT8_B})
+        for (Layout layout : {Layout::ROW_MAJOR, Layout::TILE}) {
+          if (is_block_float(dt) && layout == Layout::ROW_MAJOR) continue;
+          // bfloat8_b in, float32 out: the block-float decode is tested, and the
+          // output is compared in float32.
+          const DataType out = is_block_float(dt) ? DataType::FLOAT32 : dt;
+          auto v = testing::random_values(2 * 64 * 64, 7, 3.0f);
+          if (act.op == UnaryOpType::SQRT)
+            for (float& x : v) x = std::fabs(x);
+          v[0] = 0.0f, v[1] = -0.0f, v[2] = 30.0f, v[3] = -30.0f, v[4] = 1e-3f, v[5] = -1e-3f;
+          Tensor h = Tensor::from_vector(v, Shape{2, 64, 64}, dt, layout).value();
+          ASSERT_OK_AND_ASSIGN(Tensor want, reference::unary(h, act, out));
+          for (const auto& c : configs) {
+            SCOPED_TRACE(fmt::format("{} {} {} {} avx512={}", unary_op_name(act.op), data_type_name(dt),
+                                     layout_name(layout), c.name, avx512));
+            ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev, c.config));
+            ASSERT_OK_AND_ASSIGN(Tensor y, unary(d, act, {.dtype = out}));
+            EXPECT_EQ(y.memory_config(), c.config);
+            ASSERT_OK_AND_ASSIGN(Tensor got, y.cpu());
+            expect_close(got, want, !avx512 || exact_op(act.op), out);
+          }
+        }
+  }
+  set_avx512_kernels_enabled(true);
+}
+
+TEST(Unary, NanPropagatesThroughEveryActivation) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    for (const UnaryWithParam& act : all_activations()) {
+      if (act.op == UnaryOpType::HARDSIGMOID) continue;  // fmin/fmax semantics: NaN -> 0, as the reference
+      ASSERT_OK_AND_ASSIGN(Tensor d, to_device(Tensor::from_vector({NAN, 1.0f}, Shape{2}, DataType::FLOAT32).value(),
+                                               *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor y, unary(d, act));
+      EXPECT_TRUE(std::isnan(y.cpu().value().to_vector().value()[0])) << unary_op_name(act.op) << " " << avx512;
+    }
+  }
+  set_avx512_kernels_enabled(true);
+}
+
+const BinaryOpType kBinaryOps[] = {BinaryOpType::ADD, BinaryOpType::SUB, BinaryOpType::MUL, BinaryOpType::DIV};
+
+TEST(Binary, SameShapeEveryOpDtypeAndConfig) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  auto configs = testing::memory_configs_for(64, 128, dev->descriptor().grid.x);
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    for (BinaryOpType op : kBinaryOps)
+      for (UnaryWithParam act : {UnaryWithParam{}, UnaryWithParam{UnaryOpType::RELU}, UnaryWithParam{UnaryOpType::SILU}})
+        for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16, DataType::BFLOAT4_B})
+          for (Layout layout : {Layout::ROW_MAJOR, Layout::TILE}) {
+            if (is_block_float(dt) && layout == Layout::ROW_MAJOR) continue;
+            const DataType out = is_block_float(dt) ? DataType::BFLOAT16 : dt;
+            Tensor ha = testing::random_tensor(Shape{64, 128}, dt, layout, 1);
+            Tensor hb = testing::random_tensor(Shape{64, 128}, DataType::BFLOAT16, layout, 2);
+            ASSERT_OK_AND_ASSIGN(Tensor want, reference::binary(ha, hb, op, act, out));
+            for (const auto& c : configs) {
+              SCOPED_TRACE(fmt::format("{} {} {} {} {} avx512={}", binary_op_name(op), unary_op_name(act.op),
+                                       data_type_name(dt), layout_name(layout), c.name, avx512));
+              ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev, c.config));
+              ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev, c.config));
+              ASSERT_OK_AND_ASSIGN(Tensor y, binary(a, b, op, {.dtype = out, .activation = act}));
+              ASSERT_OK_AND_ASSIGN(Tensor got, y.cpu());
+              expect_close(got, want, !avx512 || exact_op(act.op), out);
+            }
+          }
+  }
+  set_avx512_kernels_enabled(true);
+}
+
+struct BroadcastCase {
+  Shape a, b;
+};
+
+TEST(Binary, BroadcastingMatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  const BroadcastCase cases[] = {
+      {Shape{2, 3, 5, 7}, Shape{7}},          {Shape{2, 3, 5, 7}, Shape{1, 3, 1, 7}}, {Shape{1, 1, 6, 16}, Shape{1, 1, 1, 16}},
+      {Shape{4, 1, 9}, Shape{1, 5, 1}},       {Shape{2, 3, 5, 7}, Shape{2, 3, 5, 1}}, {Shape{1}, Shape{3, 4}},
+      {Shape{1, 1, 37, 1100}, Shape{1100}},   {Shape{3, 1}, Shape{1, 1, 2, 3, 4}},
+  };
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    for (const auto& bc : cases)
+      for (BinaryOpType op : kBinaryOps)
+        for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+          SCOPED_TRACE(fmt::format("{} {} {} {} avx512={}", bc.a.to_string(), bc.b.to_string(), binary_op_name(op),
+                                   data_type_name(dt), avx512));
+          Tensor ha = testing::random_tensor(bc.a, dt, Layout::ROW_MAJOR, 3);
+          Tensor hb = testing::random_tensor(bc.b, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
+          const UnaryWithParam act{UnaryOpType::RELU6};
+          ASSERT_OK_AND_ASSIGN(Tensor want, reference::binary(ha, hb, op, act, dt));
+          for (Device* d : {dev.get(), wh.get()})
+            for (const MemoryConfig& mc : {DRAM_MEMORY_CONFIG, L1_MEMORY_CONFIG}) {
+              ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *d, mc));
+              ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *d, DRAM_MEMORY_CONFIG));
+              ASSERT_OK_AND_ASSIGN(Tensor y, binary(a, b, op, {.activation = act}));
+              const bool takes_b = bc.a != want.shape() && bc.b == want.shape();
+              EXPECT_EQ(y.memory_config().buffer_type, takes_b ? BufferType::DRAM : mc.buffer_type);
+              ASSERT_OK_AND_ASSIGN(Tensor got, y.cpu());
+              ASSERT_EQ(testing::host_bytes(got), testing::host_bytes(want)) << d->descriptor().name;
+              // Operands swapped: the other side broadcasts.
+              ASSERT_OK_AND_ASSIGN(Tensor want_swapped, reference::binary(hb, ha, op, act, DataType::FLOAT32));
+              ASSERT_OK_AND_ASSIGN(Tensor ys, binary(b, a, op, {.activation = act}));
+              ASSERT_EQ(testing::host_bytes(ys.cpu().value()), testing::host_bytes(want_swapped));
+            }
+        }
+  }
+  set_avx512_kernels_enabled(true);
+}
+
+TEST(Binary, BroadcastIntoShardedOperand) {
+  // A height-sharded activation (NHWC rows) plus a per-channel vector: the
+  // output keeps the activation's shard spec.
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  const Shape act_shape{1, 1, 96, 64};
+  Tensor ha = testing::random_tensor(act_shape, DataType::BFLOAT16, Layout::ROW_MAJOR, 5);
+  Tensor hb = testing::random_tensor(Shape{1, 1, 1, 64}, DataType::BFLOAT16, Layout::ROW_MAJOR, 6);
+  MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                                     CoreRange({0, 0}, {2, 0}), 32, 64);
+  ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *wh, hs));
+  ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *wh, L1_MEMORY_CONFIG));
+  ASSERT_OK_AND_ASSIGN(Tensor y, mul(a, b));
+  EXPECT_EQ(y.memory_config(), hs);
+  ASSERT_OK_AND_ASSIGN(Tensor want, reference::binary(ha, hb, BinaryOpType::MUL, {}, DataType::BFLOAT16));
+  EXPECT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want));
+}
+
+TEST(Binary, BroadcastShapes) {
+  EXPECT_EQ(broadcast_shapes(Shape{2, 1, 4}, Shape{3, 1}).value(), (Shape{2, 3, 4}));
+  EXPECT_EQ(broadcast_shapes(Shape{5}, Shape{1}).value(), (Shape{5}));
+  EXPECT_ERROR(broadcast_shapes(Shape{2, 3}, Shape{4, 3}), StatusCode::kInvalidArgument,
+               "shapes [2,3] and [4,3] do not broadcast: dim 2 from the end is 2 and 4");
+}
+
+TEST(Binary, Errors) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto other, open_device({}));
+  Tensor h = testing::random_tensor(Shape{4, 8}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor a, to_device(h, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor b, to_device(testing::random_tensor(Shape{8}, DataType::FLOAT32, Layout::ROW_MAJOR, 1),
+                                           *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor c, to_device(h, *other));
+  EXPECT_ERROR(sub(a, c), StatusCode::kInvalidArgument, "sub: a and b are on different devices");
+  EXPECT_ERROR(div(a, h), StatusCode::kInvalidArgument, "div: b must be a device tensor");
+  MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                                     CoreRange({0, 0}, {0, 0}), 4, 8);
+  EXPECT_ERROR(mul(a, b, {.memory_config = hs}), StatusCode::kUnimplemented, "mul: a broadcast output must be interleaved");
+  EXPECT_ERROR(add(a, b, {.dtype = DataType::INT32}), StatusCode::kInvalidArgument,
+               "add: expected a floating output dtype, found int32");
+  EXPECT_ERROR(unary(a, {UnaryOpType::EXP}, {.dtype = DataType::UINT8}), StatusCode::kInvalidArgument,
+               "exp: expected a floating output dtype");
+}
+
+}  // namespace
+}  // namespace tessera
