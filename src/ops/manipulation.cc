@@ -1,0 +1,346 @@
+// Every manipulation op is one affine gather: output element o (an index
+// vector) takes input k's element at flat index base_k + sum_d (o_d - lo_kd) *
+// stride_kd when lo_k <= o < hi_k, else the fill value. Reshape, permute,
+// slice, pad, concat and the CHW/HWC conversions only choose lo, hi, stride
+// and base. The kernel walks output rows; where the innermost stride is 1 it
+// copies runs (spanning input rows when a reshape regroups them), else it
+// copies element by element.
+#include "tessera/ops/manipulation.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "cpu/rows.h"
+#include "op_common.h"
+#include "tessera/numerics/convert.h"
+#include "tessera/ops/eltwise.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr int kMaxRank = Shape::kMaxRank;
+
+struct GatherSource {
+  TensorAccess access;
+  uint64_t base = 0;
+  uint32_t lo[kMaxRank] = {}, hi[kMaxRank] = {};
+  uint64_t stride[kMaxRank] = {};
+};
+
+template <int N>
+struct GatherArgs {
+  GatherSource src[N];
+  uint32_t num_src = 0;
+  TensorAccess out;
+  uint32_t rank = 0;
+  uint32_t dims[kMaxRank] = {};  // output dims
+  uint32_t in_width[N] = {};     // each input's row width (for flat -> row, col)
+  bool has_fill = false;
+  std::byte fill[8] = {};        // the fill value in the output dtype
+};
+
+void fill_units(const TensorAccess& out, uint32_t r, uint32_t c0, uint32_t c1, const std::byte* value) {
+  for (uint32_t c = c0; c < c1; ++c) {
+    uint32_t run = 0;
+    std::memcpy(out.unit(r, c, &run), value, out.unit_bytes);
+  }
+}
+
+template <int N>
+Status gather_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
+  const auto& g = *static_cast<const GatherArgs<N>*>(raw);
+  const uint32_t last = g.rank - 1, width = g.dims[last];
+  uint32_t idx[kMaxRank] = {};
+  for (uint32_t r = row_begin; r < row_end; ++r) {
+    for (uint32_t d = last, rest = r; d-- > 0;) {
+      idx[d] = rest % g.dims[d];
+      rest /= g.dims[d];
+    }
+    uint32_t covered_lo = width, covered_hi = 0;  // pad: one source, a single column range
+    for (uint32_t k = 0; k < g.num_src; ++k) {
+      const GatherSource& s = g.src[k];
+      uint64_t flat = s.base;
+      bool inside = true;
+      for (uint32_t d = 0; d < last && inside; ++d) {
+        inside = idx[d] >= s.lo[d] && idx[d] < s.hi[d];
+        flat += uint64_t{idx[d] - s.lo[d]} * s.stride[d];
+      }
+      if (!inside) continue;
+      const uint32_t c0 = s.lo[last], n = s.hi[last] - s.lo[last], w = g.in_width[k];
+      covered_lo = std::min(covered_lo, c0);
+      covered_hi = std::max(covered_hi, c0 + n);
+      if (s.stride[last] == 1) {
+        for (uint32_t done = 0; done < n;) {
+          const uint64_t f = flat + done;
+          const uint32_t sr = static_cast<uint32_t>(f / w), sc = static_cast<uint32_t>(f % w);
+          const uint32_t run = std::min(n - done, w - sc);
+          cpu::copy_row(s.access, sr, sc, g.out, r, c0 + done, run);
+          done += run;
+        }
+      } else {
+        for (uint32_t j = 0; j < n; ++j) {
+          const uint64_t f = flat + uint64_t{j} * s.stride[last];
+          uint32_t run = 0;
+          const std::byte* p = s.access.unit(static_cast<uint32_t>(f / w), static_cast<uint32_t>(f % w), &run);
+          std::memcpy(g.out.unit(r, c0 + j, &run), p, g.out.unit_bytes);
+        }
+      }
+    }
+    if (g.has_fill) {
+      if (covered_hi <= covered_lo) {
+        fill_units(g.out, r, 0, width, g.fill);
+      } else {
+        fill_units(g.out, r, 0, covered_lo, g.fill);
+        fill_units(g.out, r, covered_hi, width, g.fill);
+      }
+    }
+  }
+  return ok_status();
+}
+
+// Row-major flat strides of `s`.
+std::array<uint64_t, kMaxRank> flat_strides(const Shape& s) {
+  std::array<uint64_t, kMaxRank> st{};
+  uint64_t acc = 1;
+  for (int d = s.rank() - 1; d >= 0; --d) {
+    st[static_cast<size_t>(d)] = acc;
+    acc *= s[d];
+  }
+  return st;
+}
+
+Status check_input(const Tensor& t, std::string_view op) {
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(t, op));
+  if (t.layout() != Layout::ROW_MAJOR)
+    return unimplemented_error("{}: expected a ROW_MAJOR input, found {}; untilize it first", op,
+                               t.spec().to_string());
+  return ok_status();
+}
+
+int normalize_dim(int dim, int rank) { return dim < 0 ? dim + rank : dim; }
+
+// A source covering the whole output box [lo, lo + in dims).
+GatherSource whole_source(const Tensor& in) {
+  GatherSource s;
+  auto st = flat_strides(in.shape());
+  for (int d = 0; d < in.shape().rank(); ++d) {
+    s.hi[d] = in.shape()[d];
+    s.stride[d] = st[static_cast<size_t>(d)];
+  }
+  return s;
+}
+
+template <int N>
+StatusOr<Tensor> run_gather(std::string_view op, std::span<const Tensor> inputs, std::span<GatherSource> sources,
+                            const Shape& out_shape, DataType out_type, const ManipulationParams& p,
+                            std::optional<float> fill, const std::string& attrs) {
+  const Tensor& first = inputs[0];
+  Device& device = *first.device();
+  if (out_shape.rank() == 0 || out_shape.volume() == 0)
+    return invalid_argument_error("{}: the output {} would be empty", op, out_shape.to_string());
+  TensorSpec out_spec{out_shape, out_type, Layout::ROW_MAJOR,
+                      p.memory_config.value_or(MemoryConfig{TensorMemoryLayout::INTERLEAVED,
+                                                            first.memory_config().buffer_type, std::nullopt})};
+  TS_RETURN_IF_ERROR(out_spec.validate_for_device(device.descriptor()).annotate(op));
+  TS_ASSIGN_OR_RETURN(Tensor out, allocate_tensor_on_device(out_spec, device));
+  auto args = std::make_unique<GatherArgs<N>>();
+  args->num_src = static_cast<uint32_t>(inputs.size());
+  args->rank = static_cast<uint32_t>(out_shape.rank());
+  for (int d = 0; d < out_shape.rank(); ++d) args->dims[d] = out_shape[d];
+  std::string key = fmt::format("{}:{}:", op, attrs);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    args->src[k] = sources[k];
+    TS_ASSIGN_OR_RETURN(args->src[k].access, make_access(inputs[k]));
+    args->in_width[k] = inputs[k].shape()[-1];
+    key += inputs[k].spec().to_string() + ",";
+  }
+  TS_ASSIGN_OR_RETURN(args->out, make_access(out));
+  if (fill) {
+    args->has_fill = true;
+    convert_elements(reinterpret_cast<const std::byte*>(&*fill), DataType::FLOAT32, args->fill, out_type, 1);
+  }
+  key += "->" + out_spec.to_string();
+  const uint32_t rows = static_cast<uint32_t>(out_shape.volume() / out_shape[-1]);
+  auto compile = [&]() -> StatusOr<Program> {
+    Program prog;
+    prog.kernel = gather_kernel<N>;
+    prog.kernel_name = fmt::format("any_{}__gather", op);
+    prog.num_tasks = rows;
+    prog.grain = ops::default_grain(device, rows, out_spec.storage_bytes() * 2, ops::kMinChunkBytesStreaming);
+    return prog;
+  };
+  TS_RETURN_IF_ERROR(ops::launch(device, p.cq_id, key, compile, *args));
+  return out;
+}
+
+StatusOr<Tensor> gather_one(std::string_view op, const Tensor& in, GatherSource src, const Shape& out_shape,
+                            const ManipulationParams& p, std::optional<float> fill, const std::string& attrs,
+                            std::optional<DataType> out_type = std::nullopt) {
+  return run_gather<1>(op, std::span<const Tensor>(&in, 1), std::span<GatherSource>(&src, 1), out_shape,
+                       out_type.value_or(in.dtype()), p, fill, attrs);
+}
+
+std::string join(std::span<const uint32_t> v) { return fmt::format("{}", fmt::join(v, ",")); }
+
+}  // namespace
+
+StatusOr<Tensor> reshape(const Tensor& input, const Shape& shape, const ManipulationParams& p) {
+  TS_RETURN_IF_ERROR(check_input(input, "reshape"));
+  if (shape.volume() != input.shape().volume())
+    return invalid_argument_error("reshape: cannot reshape {} ({} elements) to {} ({} elements)",
+                                  input.shape().to_string(), input.shape().volume(), shape.to_string(),
+                                  shape.volume());
+  // Output flat index = input flat index.
+  GatherSource s;
+  auto st = flat_strides(shape);
+  for (int d = 0; d < shape.rank(); ++d) {
+    s.hi[d] = shape[d];
+    s.stride[d] = st[static_cast<size_t>(d)];
+  }
+  return gather_one("reshape", input, s, shape, p, std::nullopt, shape.to_string());
+}
+
+StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, const ManipulationParams& p) {
+  TS_RETURN_IF_ERROR(check_input(input, "permute"));
+  const int rank = input.shape().rank();
+  if (static_cast<int>(perm.size()) != rank)
+    return invalid_argument_error("permute: expected {} dims in the permutation of {}, found {}", rank,
+                                  input.shape().to_string(), perm.size());
+  std::array<bool, kMaxRank> seen{};
+  std::array<uint32_t, kMaxRank> dims{};
+  GatherSource s;
+  auto st = flat_strides(input.shape());
+  for (int i = 0; i < rank; ++i) {
+    const int d = normalize_dim(perm[static_cast<size_t>(i)], rank);
+    if (d < 0 || d >= rank || seen[static_cast<size_t>(d)])
+      return invalid_argument_error("permute: ({}) is not a permutation of {} dims", fmt::join(perm, ","), rank);
+    seen[static_cast<size_t>(d)] = true;
+    dims[static_cast<size_t>(i)] = input.shape()[d];
+    s.hi[i] = input.shape()[d];
+    s.stride[i] = st[static_cast<size_t>(d)];
+  }
+  const Shape out(std::span<const uint32_t>(dims.data(), static_cast<size_t>(rank)));
+  return gather_one("permute", input, s, out, p, std::nullopt, fmt::format("{}", fmt::join(perm, ",")));
+}
+
+StatusOr<Tensor> pad(const Tensor& input, std::span<const std::array<uint32_t, 2>> padding, float value,
+                     const ManipulationParams& p) {
+  TS_RETURN_IF_ERROR(check_input(input, "pad"));
+  const int rank = input.shape().rank();
+  if (padding.size() > static_cast<size_t>(rank))
+    return invalid_argument_error("pad: {} padding pairs for the {} dims of {}", padding.size(), rank,
+                                  input.shape().to_string());
+  const int skip = rank - static_cast<int>(padding.size());
+  GatherSource s = whole_source(input);
+  std::array<uint32_t, kMaxRank> dims{};
+  std::string attrs;
+  for (int d = 0; d < rank; ++d) {
+    const std::array<uint32_t, 2> pd = d >= skip ? padding[static_cast<size_t>(d - skip)] : std::array<uint32_t, 2>{};
+    const uint64_t size = uint64_t{input.shape()[d]} + pd[0] + pd[1];
+    if (size > UINT32_MAX) return invalid_argument_error("pad: dim {} would have {} elements", d, size);
+    dims[static_cast<size_t>(d)] = static_cast<uint32_t>(size);
+    s.lo[d] = pd[0];
+    s.hi[d] = pd[0] + input.shape()[d];
+    attrs += fmt::format("{}/{},", pd[0], pd[1]);
+  }
+  const Shape out(std::span<const uint32_t>(dims.data(), static_cast<size_t>(rank)));
+  return gather_one("pad", input, s, out, p, value, fmt::format("{}v{}", attrs, value));
+}
+
+StatusOr<Tensor> slice(const Tensor& input, const SliceParams& sl, const ManipulationParams& p) {
+  TS_RETURN_IF_ERROR(check_input(input, "slice"));
+  const int rank = input.shape().rank();
+  const auto r = static_cast<size_t>(rank);
+  if (sl.begin.size() != r || sl.end.size() != r || (!sl.step.empty() && sl.step.size() != r))
+    return invalid_argument_error("slice: expected begin, end (and step) with {} values for {}, found {}, {}, {}", rank,
+                                  input.shape().to_string(), sl.begin.size(), sl.end.size(), sl.step.size());
+  GatherSource s;
+  auto st = flat_strides(input.shape());
+  std::array<uint32_t, kMaxRank> dims{};
+  for (int d = 0; d < rank; ++d) {
+    const auto i = static_cast<size_t>(d);
+    const uint32_t step = sl.step.empty() ? 1 : sl.step[i];
+    const uint32_t end = std::min(sl.end[i], input.shape()[d]);
+    if (step == 0) return invalid_argument_error("slice: step of dim {} must be >= 1, found 0", d);
+    if (sl.begin[i] >= end)
+      return invalid_argument_error("slice: dim {} of {} is empty: begin {} >= end {}", d, input.shape().to_string(),
+                                    sl.begin[i], end);
+    dims[i] = (end - sl.begin[i] + step - 1) / step;
+    s.hi[d] = dims[i];
+    s.stride[d] = st[i] * step;
+    s.base += uint64_t{sl.begin[i]} * st[i];
+  }
+  const Shape out(std::span<const uint32_t>(dims.data(), r));
+  std::vector<uint32_t> step = sl.step.empty() ? std::vector<uint32_t>(r, 1) : sl.step;
+  return gather_one("slice", input, s, out, p, std::nullopt,
+                    fmt::format("{}:{}:{}", join(sl.begin), join(sl.end), join(step)));
+}
+
+StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim, const ManipulationParams& p) {
+  constexpr int kMaxInputs = 16;
+  if (inputs.empty()) return invalid_argument_error("concat: expected at least one input");
+  if (inputs.size() > kMaxInputs)
+    return unimplemented_error("concat: at most {} inputs per call, found {}; concatenate in steps", kMaxInputs,
+                               inputs.size());
+  for (const Tensor& t : inputs) TS_RETURN_IF_ERROR(check_input(t, "concat"));
+  const Shape& s0 = inputs[0].shape();
+  const int rank = s0.rank();
+  const int d = normalize_dim(dim, rank);
+  if (d < 0 || d >= rank) return invalid_argument_error("concat: dim {} is out of range for rank {}", dim, rank);
+  std::array<GatherSource, kMaxInputs> sources;
+  uint64_t total = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& t = inputs[k];
+    if (t.device() != inputs[0].device()) return invalid_argument_error("concat: input {} is on another device", k);
+    if (t.dtype() != inputs[0].dtype())
+      return invalid_argument_error("concat: input {} is {}, expected {} like input 0", k, data_type_name(t.dtype()),
+                                    data_type_name(inputs[0].dtype()));
+    bool same = t.shape().rank() == rank;
+    for (int i = 0; same && i < rank; ++i) same = i == d || t.shape()[i] == s0[i];
+    if (!same)
+      return invalid_argument_error("concat: input {} has shape {}, which differs from input 0's {} outside dim {}",
+                                    k, t.shape().to_string(), s0.to_string(), d);
+    sources[k] = whole_source(t);
+    sources[k].lo[d] = static_cast<uint32_t>(total);
+    sources[k].hi[d] = static_cast<uint32_t>(total + t.shape()[d]);
+    total += t.shape()[d];
+  }
+  if (total > UINT32_MAX) return invalid_argument_error("concat: dim {} would have {} elements", d, total);
+  std::array<uint32_t, kMaxRank> dims{};
+  for (int i = 0; i < rank; ++i) dims[static_cast<size_t>(i)] = i == d ? static_cast<uint32_t>(total) : s0[i];
+  const Shape out(std::span<const uint32_t>(dims.data(), static_cast<size_t>(rank)));
+  const std::span<GatherSource> srcs(sources.data(), inputs.size());
+  const std::string attrs = fmt::format("dim{}", d);
+  if (inputs.size() <= 2) return run_gather<2>("concat", inputs, srcs, out, inputs[0].dtype(), p, std::nullopt, attrs);
+  return run_gather<kMaxInputs>("concat", inputs, srcs, out, inputs[0].dtype(), p, std::nullopt, attrs);
+}
+
+namespace {
+// (1, 1, A, B) -> (1, 1, B, A).
+StatusOr<Tensor> transpose_rows(std::string_view op, const Tensor& input, const ManipulationParams& p) {
+  TS_RETURN_IF_ERROR(check_input(input, op));
+  const Shape& s = input.shape();
+  if (s.rank() != 4 || s[0] != 1 || s[1] != 1)
+    return invalid_argument_error("{}: expected a (1, 1, rows, cols) input, found {}", op, s.to_string());
+  GatherSource src;
+  src.hi[0] = src.hi[1] = 1;
+  src.hi[2] = s[3];
+  src.hi[3] = s[2];
+  src.stride[2] = 1;
+  src.stride[3] = s[3];
+  return gather_one(op, input, src, Shape{1, 1, s[3], s[2]}, p, std::nullopt, "");
+}
+}  // namespace
+
+StatusOr<Tensor> convert_to_hwc(const Tensor& input, const ManipulationParams& p) {
+  return transpose_rows("convert_to_hwc", input, p);
+}
+
+StatusOr<Tensor> convert_to_chw(const Tensor& input, std::optional<DataType> dtype, const ManipulationParams& p) {
+  TS_ASSIGN_OR_RETURN(Tensor chw, transpose_rows("convert_to_chw", input, p));
+  if (!dtype || *dtype == chw.dtype()) return chw;
+  return typecast(chw, *dtype, p.cq_id);  // a second launch: values are rounded once, after the move
+}
+
+}  // namespace tessera

@@ -1,0 +1,191 @@
+// reshape, permute, pad, slice, concat and the CHW/HWC conversions against
+// their reference kernels, bit for bit (values are moved, never rounded),
+// over shapes, dtypes and input/output memory configs.
+#include "tessera/ops/manipulation.h"
+
+#include "tessera/ops/eltwise.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+// Input memory configs that fit a ROW_MAJOR tensor whose 2D view is h x w.
+std::vector<testing::NamedConfig> configs(uint32_t h, uint32_t w, uint32_t element_bytes) {
+  std::vector<testing::NamedConfig> v = {{"dram", DRAM_MEMORY_CONFIG}, {"l1", L1_MEMORY_CONFIG}};
+  using ML = TensorMemoryLayout;
+  if (h % 2 == 0 && (w * element_bytes) % 4 == 0)
+    v.push_back({"l1_height", testing::sharded(ML::HEIGHT_SHARDED, BufferType::L1, CoreRange({0, 0}, {1, 0}), h / 2, w)});
+  if (w % 2 == 0 && (w / 2 * element_bytes) % 4 == 0)
+    v.push_back({"l1_width", testing::sharded(ML::WIDTH_SHARDED, BufferType::L1, CoreRange({0, 0}, {1, 0}), h, w / 2)});
+  return v;
+}
+
+uint32_t rows_of(const Shape& s) { return static_cast<uint32_t>(s.volume() / s[-1]); }
+
+template <class DeviceOp>
+void check(Device& dev, const Tensor& host, const Tensor& want, DeviceOp op) {
+  for (const auto& c : configs(rows_of(host.shape()), host.shape()[-1], element_size(host.dtype()))) {
+    SCOPED_TRACE(c.name);
+    ASSERT_OK_AND_ASSIGN(Tensor d, to_device(host, dev, c.config));
+    ASSERT_OK_AND_ASSIGN(Tensor y, op(d));
+    ASSERT_OK_AND_ASSIGN(Tensor got, y.cpu());
+    ASSERT_EQ(got.shape(), want.shape());
+    ASSERT_EQ(testing::host_bytes(got), testing::host_bytes(want));
+  }
+}
+
+const DataType kTypes[] = {DataType::FLOAT32, DataType::BFLOAT16};
+
+TEST(Reshape, KeepsRowMajorOrder) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const std::pair<Shape, Shape> cases[] = {{Shape{2, 3, 4, 6}, Shape{6, 24}},   {Shape{1, 1, 12, 10}, Shape{3, 4, 10}},
+                                           {Shape{7, 11}, Shape{77, 1}},         {Shape{7, 11}, Shape{1, 77}},
+                                           {Shape{2, 1, 1, 30}, Shape{2, 6, 5}}};
+  for (const auto& [from, to] : cases)
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16, DataType::UINT32}) {
+      SCOPED_TRACE(fmt::format("{} -> {} {}", from.to_string(), to.to_string(), data_type_name(dt)));
+      Tensor h = testing::random_tensor(from, dt, Layout::ROW_MAJOR, 1);
+      Tensor want = allocate_tensor_on_host({to, dt, Layout::ROW_MAJOR});
+      std::memcpy(want.host_data(), h.host_data(), h.spec().storage_bytes());
+      check(*dev, h, want, [&](const Tensor& d) { return reshape(d, to); });
+    }
+}
+
+TEST(Permute, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const std::vector<int> perms[] = {{0, 2, 3, 1}, {0, 3, 1, 2}, {3, 2, 1, 0}, {0, 1, 2, 3}, {1, 0, 2, 3}, {0, 1, -1, -2}};
+  for (const Shape& s : {Shape{2, 3, 4, 6}, Shape{1, 5, 7, 3}, Shape{3, 1, 2, 34}})
+    for (const auto& perm : perms)
+      for (DataType dt : kTypes) {
+        SCOPED_TRACE(fmt::format("{} ({}) {}", s.to_string(), fmt::join(perm, ","), data_type_name(dt)));
+        Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 2);
+        ASSERT_OK_AND_ASSIGN(Tensor want, reference::permute(h, perm));
+        check(*dev, h, want, [&](const Tensor& d) { return permute(d, perm); });
+      }
+}
+
+TEST(Pad, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  using P = std::vector<std::array<uint32_t, 2>>;
+  const std::pair<Shape, P> cases[] = {{Shape{1, 3, 5, 8}, P{{1, 2}, {0, 3}, {2, 2}}},
+                                       {Shape{1, 1, 6, 3}, P{{0, 13}}},
+                                       {Shape{2, 4, 4, 2}, P{{1, 1}, {0, 0}, {1, 1}, {0, 0}}},
+                                       {Shape{7}, P{{3, 0}}}};
+  for (const auto& [s, padding] : cases)
+    for (DataType dt : kTypes) {
+      SCOPED_TRACE(fmt::format("{} {}", s.to_string(), data_type_name(dt)));
+      Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 3);
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::pad(h, padding, -1.5f));
+      check(*dev, h, want, [&](const Tensor& d) { return pad(d, padding, -1.5f); });
+    }
+}
+
+TEST(Slice, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Shape s{2, 5, 7, 12};
+  const SliceParams cases[] = {
+      {{0, 0, 0, 0}, {2, 5, 7, 12}, {}},          {{1, 1, 2, 3}, {2, 4, 7, 11}, {}},
+      {{0, 0, 0, 0}, {2, 5, 7, 12}, {1, 2, 3, 2}}, {{0, 3, 1, 5}, {9, 9, 9, 6}, {2, 1, 1, 1}},
+      {{0, 0, 0, 1}, {1, 1, 1, 12}, {1, 1, 1, 5}},
+  };
+  for (const SliceParams& sl : cases)
+    for (DataType dt : kTypes) {
+      SCOPED_TRACE(fmt::format("{} {} {}", fmt::join(sl.begin, ","), fmt::join(sl.end, ","), data_type_name(dt)));
+      Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 4);
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::slice(h, sl));
+      check(*dev, h, want, [&](const Tensor& d) { return slice(d, sl); });
+    }
+}
+
+TEST(Concat, EveryDimMatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (int dim : {0, 1, 2, 3, -1})
+    for (int n : {1, 2, 3, 17 - 1})
+      for (DataType dt : kTypes) {
+        SCOPED_TRACE(fmt::format("dim {} x{} {}", dim, n, data_type_name(dt)));
+        std::vector<Tensor> hosts, devs;
+        for (int k = 0; k < n; ++k) {
+          uint32_t dims[] = {2, 3, 4, 6};
+          dims[dim < 0 ? 3 : dim] = static_cast<uint32_t>(1 + k % 3);
+          hosts.push_back(testing::random_tensor(Shape(std::span<const uint32_t>(dims)), dt, Layout::ROW_MAJOR,
+                                                 static_cast<uint32_t>(10 + k)));
+          ASSERT_OK_AND_ASSIGN(Tensor d, to_device(hosts.back(), *dev, k % 2 ? L1_MEMORY_CONFIG : DRAM_MEMORY_CONFIG));
+          devs.push_back(d);
+        }
+        ASSERT_OK_AND_ASSIGN(Tensor want, reference::concat(hosts, dim));
+        ASSERT_OK_AND_ASSIGN(Tensor y, concat(devs, dim));
+        EXPECT_EQ(y.memory_config(), DRAM_MEMORY_CONFIG);
+        ASSERT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want));
+      }
+}
+
+TEST(Concat, ChannelsOfHeightShardedActivations) {
+  // The UNet's skip connection: two (1,1,H*W,C) activations height-sharded
+  // on the same cores, concatenated into a height-sharded [h, 2C] output.
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  const CoreRange cores({0, 0}, {7, 0});
+  using ML = TensorMemoryLayout;
+  Tensor ha = testing::random_tensor(Shape{1, 1, 256, 32}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
+  Tensor hb = testing::random_tensor(Shape{1, 1, 256, 32}, DataType::BFLOAT16, Layout::ROW_MAJOR, 2);
+  ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *wh, testing::sharded(ML::HEIGHT_SHARDED, BufferType::L1, cores, 32, 32)));
+  ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *wh, DRAM_MEMORY_CONFIG));
+  const MemoryConfig out_mc = testing::sharded(ML::HEIGHT_SHARDED, BufferType::L1, cores, 32, 64);
+  const Tensor in[] = {a, b};
+  ASSERT_OK_AND_ASSIGN(Tensor y, concat(in, 3, {.memory_config = out_mc}));
+  EXPECT_EQ(y.memory_config(), out_mc);
+  const Tensor hin[] = {ha, hb};
+  ASSERT_OK_AND_ASSIGN(Tensor want, reference::concat(hin, 3));
+  EXPECT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want));
+}
+
+TEST(ConvertHwc, RoundTripAndMatchesPermute) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  Tensor h = testing::random_tensor(Shape{1, 1, 3, 4800}, DataType::FLOAT32, Layout::ROW_MAJOR, 5);
+  const int perm[] = {0, 1, 3, 2};
+  ASSERT_OK_AND_ASSIGN(Tensor want, reference::permute(h, perm));
+  check(*dev, h, want, [&](const Tensor& d) { return convert_to_hwc(d); });
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor hwc, convert_to_hwc(d));
+  ASSERT_OK_AND_ASSIGN(Tensor chw, convert_to_chw(hwc, DataType::BFLOAT16));
+  EXPECT_EQ(chw.dtype(), DataType::BFLOAT16);
+  ASSERT_OK_AND_ASSIGN(Tensor want_bf16, host_typecast(h, DataType::BFLOAT16));
+  EXPECT_EQ(testing::host_bytes(chw.cpu().value()), testing::host_bytes(want_bf16));
+}
+
+TEST(Manipulation, Errors) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  Tensor h = testing::random_tensor(Shape{2, 4, 6}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor t, to_device(testing::random_tensor(Shape{32, 32}, DataType::FLOAT32, Layout::TILE, 1),
+                                           *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor b, to_device(testing::random_tensor(Shape{2, 4, 6}, DataType::BFLOAT16,
+                                                                   Layout::ROW_MAJOR, 1), *dev));
+  EXPECT_ERROR(reshape(d, Shape{5, 10}), StatusCode::kInvalidArgument,
+               "reshape: cannot reshape [2,4,6] (48 elements) to [5,10] (50 elements)");
+  EXPECT_ERROR(reshape(t, Shape{1024}), StatusCode::kUnimplemented, "expected a ROW_MAJOR input");
+  const int dup[] = {0, 0, 1};
+  EXPECT_ERROR(permute(d, dup), StatusCode::kInvalidArgument, "(0,0,1) is not a permutation of 3 dims");
+  const int short_perm[] = {0, 1};
+  EXPECT_ERROR(permute(d, short_perm), StatusCode::kInvalidArgument, "expected 3 dims");
+  const std::array<uint32_t, 2> too_many[] = {{1, 1}, {1, 1}, {1, 1}, {1, 1}};
+  EXPECT_ERROR(pad(d, too_many), StatusCode::kInvalidArgument, "4 padding pairs for the 3 dims");
+  EXPECT_ERROR(slice(d, {{0, 2, 0}, {2, 2, 6}, {}}), StatusCode::kInvalidArgument, "dim 1 of [2,4,6] is empty");
+  EXPECT_ERROR(slice(d, {{0, 0, 0}, {2, 4, 6}, {1, 0, 1}}), StatusCode::kInvalidArgument, "step of dim 1 must be >= 1");
+  EXPECT_ERROR(slice(d, {{0, 0}, {2, 4}, {}}), StatusCode::kInvalidArgument, "expected begin, end (and step) with 3");
+  const Tensor mixed[] = {d, b};
+  EXPECT_ERROR(concat(mixed, 0), StatusCode::kInvalidArgument, "concat: input 1 is bfloat16, expected float32");
+  ASSERT_OK_AND_ASSIGN(Tensor e, to_device(testing::random_tensor(Shape{2, 5, 6}, DataType::FLOAT32,
+                                                                   Layout::ROW_MAJOR, 1), *dev));
+  const Tensor uneven[] = {d, e};
+  EXPECT_OK(concat(uneven, 1).status());
+  EXPECT_ERROR(concat(uneven, 2), StatusCode::kInvalidArgument, "differs from input 0's [2,4,6] outside dim 2");
+  EXPECT_ERROR(concat(uneven, 3), StatusCode::kInvalidArgument, "dim 3 is out of range for rank 3");
+  EXPECT_ERROR(concat(std::span<const Tensor>{}, 0), StatusCode::kInvalidArgument, "at least one input");
+  EXPECT_ERROR(convert_to_hwc(d), StatusCode::kInvalidArgument, "expected a (1, 1, rows, cols) input, found [2,4,6]");
+  MemoryConfig bad = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1, CoreRange({0, 0}, {1, 0}),
+                                      3, 6);
+  EXPECT_ERROR(reshape(d, Shape{8, 6}, {.memory_config = bad}), StatusCode::kInvalidArgument, "reshape: memory config");
+}
+
+}  // namespace
+}  // namespace tessera
