@@ -2,6 +2,7 @@
 // transfer and op is tested over.
 #pragma once
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,6 +30,27 @@ inline Tensor random_tensor(const Shape& shape, DataType dtype, Layout layout, u
 
 inline std::vector<std::byte> host_bytes(const Tensor& t) {
   return {t.host_data(), t.host_data() + t.spec().storage_bytes()};
+}
+
+// Element-wise |got - want| <= abs + rel * |want| over the logical values
+// (NaN matches NaN, infinities must be equal); reports the first mismatches.
+inline void expect_allclose(const Tensor& got, const Tensor& want, double rel, double abs) {
+  ASSERT_TRUE(got.spec().same_data_format(want.spec())) << got.spec().to_string() << " vs " << want.spec().to_string();
+  auto g = got.to_vector().value(), w = want.to_vector().value();
+  int bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+    if (std::isinf(w[i]) && g[i] == w[i]) continue;
+    if (!(std::fabs(double{g[i]} - w[i]) <= abs + rel * std::fabs(w[i])) && bad++ < 5)
+      ADD_FAILURE() << "element " << i << ": got " << g[i] << ", reference " << w[i];
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// The relative tolerance of a result rounded to `dt` after float32 math
+// accurate to `f32_rel`: one ulp of bfloat16 (2^-7) for bfloat16.
+inline double rounding_tolerance(DataType dt, double f32_rel) {
+  return dt == DataType::BFLOAT16 ? std::ldexp(1.0, -7) : f32_rel;
 }
 
 inline MemoryConfig sharded(TensorMemoryLayout ml, BufferType bt, CoreRangeSet grid, uint32_t sh, uint32_t sw,

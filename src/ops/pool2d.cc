@@ -11,17 +11,19 @@ namespace {
 
 struct PoolArgs {
   TensorAccess in, out;
-  cpu::MaxAccumulateFn accumulate;
+  cpu::MaxAccumulateFn accumulate;  // max, or sum for avg
   DataType dtype;
+  bool average, count_include_pad;
   uint32_t h, w, c, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
 };
 
 // One task = one output row (n, oy); channels go in chunks of 1024 through a
 // float accumulator on the stack.
-Status max_pool_kernel(const void* raw, uint32_t begin, uint32_t end) {
+Status pool_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const PoolArgs*>(raw);
   const uint32_t es = element_size(a.dtype);
-  float acc[kTileElements];
+  const float init = a.average ? 0.0f : -std::numeric_limits<float>::infinity();
+  alignas(64) float acc[kTileElements];
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t n = t / a.oh, oy = t % a.oh;
     for (uint32_t ox = 0; ox < a.ow; ++ox) {
@@ -29,17 +31,24 @@ Status max_pool_kernel(const void* raw, uint32_t begin, uint32_t end) {
       std::byte* dst = a.out.unit((n * a.oh + oy) * a.ow + ox, 0, &run);
       for (uint32_t c0 = 0; c0 < a.c; c0 += kTileElements) {
         const uint32_t cn = std::min(kTileElements, a.c - c0);
-        std::fill_n(acc, cn, -std::numeric_limits<float>::infinity());
+        std::fill_n(acc, cn, init);
+        uint32_t count = 0;
         for (uint32_t ky = 0; ky < a.kh; ++ky) {
           const int64_t iy = int64_t{oy} * a.sh + int64_t{ky} * a.dh - a.ph;
-          if (iy < 0 || iy >= a.h) continue;
           for (uint32_t kx = 0; kx < a.kw; ++kx) {
             const int64_t ix = int64_t{ox} * a.sw + int64_t{kx} * a.dw - a.pw;
-            if (ix < 0 || ix >= a.w) continue;
+            if (iy < 0 || iy >= a.h || ix < 0 || ix >= a.w) {
+              // Padding counts up to the padded border (PyTorch's divisor).
+              count += a.count_include_pad && iy < int64_t{a.h} + a.ph && ix < int64_t{a.w} + a.pw;
+              continue;
+            }
+            ++count;
             const std::byte* src = a.in.unit(static_cast<uint32_t>((uint64_t{n} * a.h + iy) * a.w + ix), c0, &run);
             a.accumulate(acc, src, cn);
           }
         }
+        if (a.average)
+          for (uint32_t i = 0; i < cn; ++i) acc[i] /= static_cast<float>(count);
         convert_from_float(acc, dst + uint64_t{c0} * es, a.dtype, cn);
       }
     }
@@ -47,22 +56,28 @@ Status max_pool_kernel(const void* raw, uint32_t begin, uint32_t end) {
   return Status();
 }
 
-}  // namespace
-
-StatusOr<Tensor> max_pool2d(const Tensor& input, const Pool2dParams& p, uint8_t cq_id) {
-  TS_RETURN_IF_ERROR(p.validate());
-  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "max_pool2d"));
-  TS_RETURN_IF_ERROR(p.check_input_shape(input.shape().dims()));
+Status check_pool_input(const Tensor& input, std::string_view op) {
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
   if (input.layout() != Layout::ROW_MAJOR)
-    return unimplemented_error("max_pool2d: the input must be ROW_MAJOR (NHWC rows) for now, found TILE");
+    return unimplemented_error("{}: the input must be ROW_MAJOR (NHWC rows) for now, found TILE", op);
   if (input.dtype() != DataType::FLOAT32 && input.dtype() != DataType::BFLOAT16)
-    return unimplemented_error("max_pool2d: expected a float32 or bfloat16 input, found {}",
+    return unimplemented_error("{}: expected a float32 or bfloat16 input, found {}", op,
                                data_type_name(input.dtype()));
   const auto ml = input.memory_config().memory_layout;
   if (ml == TensorMemoryLayout::WIDTH_SHARDED || ml == TensorMemoryLayout::BLOCK_SHARDED)
-    return unimplemented_error("max_pool2d: a pixel's channels must be contiguous (interleaved or HEIGHT_SHARDED), "
-                               "found {}",
-                               input.memory_config().to_string());
+    return unimplemented_error("{}: a pixel's channels must be contiguous (interleaved or HEIGHT_SHARDED), found {}",
+                               op, input.memory_config().to_string());
+  return ok_status();
+}
+
+StatusOr<Tensor> pool2d(const Tensor& input, const Pool2dParams& p, bool average, uint8_t cq_id) {
+  const std::string_view op = average ? "avg_pool2d" : "max_pool2d";
+  if (average && (p.dilation[0] != 1 || p.dilation[1] != 1))
+    return invalid_argument_error("avg_pool2d: dilation must be 1x1 (as PyTorch's), found {}x{}", p.dilation[0],
+                                  p.dilation[1]);
+  TS_RETURN_IF_ERROR(p.validate(op));
+  TS_RETURN_IF_ERROR(check_pool_input(input, op));
+  TS_RETURN_IF_ERROR(p.check_input_shape(input.shape().dims(), op));
   Device& device = *input.device();
   const uint32_t oh = p.output_height(), ow = p.output_width();
   TensorSpec out_spec{Shape{1, 1, p.batch_size * oh * ow, p.channels}, input.dtype(), Layout::ROW_MAJOR,
@@ -73,20 +88,89 @@ StatusOr<Tensor> max_pool2d(const Tensor& input, const Pool2dParams& p, uint8_t 
   TS_ASSIGN_OR_RETURN(args.in, make_access(input));
   TS_ASSIGN_OR_RETURN(args.out, make_access(out));
   const char* kernel_name = nullptr;
-  args.accumulate = cpu::select_max_accumulate(input.dtype() == DataType::BFLOAT16, &kernel_name);
+  const bool bf16 = input.dtype() == DataType::BFLOAT16;
+  args.accumulate = average ? cpu::select_sum_accumulate(bf16, &kernel_name)
+                            : cpu::select_max_accumulate(bf16, &kernel_name);
   args.dtype = input.dtype();
+  args.average = average;
+  args.count_include_pad = p.count_include_pad;
   args.h = p.input_height, args.w = p.input_width, args.c = p.channels, args.oh = oh, args.ow = ow;
   args.kh = p.kernel_size[0], args.kw = p.kernel_size[1], args.sh = p.stride[0], args.sw = p.stride[1];
   args.ph = p.padding[0], args.pw = p.padding[1], args.dh = p.dilation[0], args.dw = p.dilation[1];
   const uint32_t tasks = p.batch_size * oh;
-  std::string key = fmt::format("{}:{}->{}", p.descriptor(), input.spec().to_string(), out_spec.to_string());
+  std::string key = fmt::format("{}:{}->{}:{}", p.descriptor(op), input.spec().to_string(), out_spec.to_string(),
+                                kernel_name);
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
-    prog.kernel = max_pool_kernel;
+    prog.kernel = pool_kernel;
     prog.kernel_name = kernel_name;
     prog.num_tasks = tasks;
     prog.grain = ops::default_grain(device, tasks, input.spec().storage_bytes() + out_spec.storage_bytes(),
                                     ops::kMinChunkBytesStreaming);
+    return prog;
+  };
+  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, key, compile, args));
+  return out;
+}
+
+struct GlobalPoolArgs {
+  TensorAccess in, out;
+  cpu::SumAccumulateFn accumulate;
+  DataType dtype;
+  uint32_t hw, c, chunks;  // chunks of 1024 channels per image
+};
+
+// One task = one image's chunk of up to 1024 channels, summed over H*W pixels.
+Status global_pool_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& a = *static_cast<const GlobalPoolArgs*>(raw);
+  alignas(64) float acc[kTileElements];
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t n = t / a.chunks, c0 = (t % a.chunks) * kTileElements, cn = std::min(kTileElements, a.c - c0);
+    std::fill_n(acc, cn, 0.0f);
+    uint32_t run = 0;
+    for (uint32_t i = 0; i < a.hw; ++i) a.accumulate(acc, a.in.unit(n * a.hw + i, c0, &run), cn);
+    for (uint32_t i = 0; i < cn; ++i) acc[i] /= static_cast<float>(a.hw);
+    convert_from_float(acc, a.out.unit(n, c0, &run), a.dtype, cn);
+  }
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<Tensor> max_pool2d(const Tensor& input, const Pool2dParams& p, uint8_t cq_id) {
+  return pool2d(input, p, false, cq_id);
+}
+
+StatusOr<Tensor> avg_pool2d(const Tensor& input, const Pool2dParams& p, uint8_t cq_id) {
+  return pool2d(input, p, true, cq_id);
+}
+
+StatusOr<Tensor> global_avg_pool2d(const Tensor& input, uint8_t cq_id) {
+  TS_RETURN_IF_ERROR(check_pool_input(input, "global_avg_pool2d"));
+  const Shape& s = input.shape();
+  if (s.rank() != 4)
+    return invalid_argument_error("global_avg_pool2d: expected an (N, H, W, C) input, found {}", s.to_string());
+  Device& device = *input.device();
+  TensorSpec out_spec{Shape{s[0], 1, 1, s[3]}, input.dtype(), Layout::ROW_MAJOR,
+                      MemoryConfig{TensorMemoryLayout::INTERLEAVED, input.memory_config().buffer_type, std::nullopt}};
+  TS_ASSIGN_OR_RETURN(Tensor out, allocate_tensor_on_device(out_spec, device));
+  GlobalPoolArgs args{};
+  TS_ASSIGN_OR_RETURN(args.in, make_access(input));
+  TS_ASSIGN_OR_RETURN(args.out, make_access(out));
+  const char* kernel_name = nullptr;
+  args.accumulate = cpu::select_sum_accumulate(input.dtype() == DataType::BFLOAT16, &kernel_name);
+  args.dtype = input.dtype();
+  args.hw = s[1] * s[2];
+  args.c = s[3];
+  args.chunks = (s[3] + kTileElements - 1) / kTileElements;
+  const uint32_t tasks = s[0] * args.chunks;
+  std::string key = fmt::format("global_avg_pool2d:{}:{}", input.spec().to_string(), kernel_name);
+  auto compile = [&]() -> StatusOr<Program> {
+    Program prog;
+    prog.kernel = global_pool_kernel;
+    prog.kernel_name = fmt::format("{}_global", kernel_name);
+    prog.num_tasks = tasks;
+    prog.grain = 1;
     return prog;
   };
   TS_RETURN_IF_ERROR(ops::launch(device, cq_id, key, compile, args));

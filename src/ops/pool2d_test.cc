@@ -122,3 +122,74 @@ TEST(MaxPool2d, Errors) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// avg_pool2d and global_avg_pool2d: float32 sums against the double
+// reference, within 1e-5 relative + 1e-6 absolute (one ulp in bfloat16).
+TEST(AvgPool2d, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto cpu, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  std::vector<Pool2dParams> cases = {pool(1, 8, 8, 32, 2, 2), pool(2, 7, 9, 5, 3, 2, 1), pool(1, 13, 11, 37, 3, 1, 1),
+                                     pool(1, 17, 15, 3, 3, 2, 1, 1, true), pool(1, 6, 6, 1100, 2, 2),
+                                     pool(1, 7, 7, 64, 7, 7)};
+  Pool2dParams exclude = pool(1, 9, 9, 16, 3, 2, 1);
+  exclude.count_include_pad = false;
+  cases.push_back(exclude);
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    for (const Pool2dParams& p : cases)
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+        SCOPED_TRACE(fmt::format("{} {} avx512={}", p.descriptor("avg_pool2d"), data_type_name(dt), avx512));
+        Tensor h = testing::random_tensor(Shape{p.batch_size, p.input_height, p.input_width, p.channels}, dt,
+                                          Layout::ROW_MAJOR, 3);
+        ASSERT_OK_AND_ASSIGN(Tensor ref, reference::avg_pool2d(h, p, dt));
+        for (Device* dev : {cpu.get(), wh.get()}) {
+          ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev, L1_MEMORY_CONFIG));
+          ASSERT_OK_AND_ASSIGN(Tensor out, avg_pool2d(d, p));
+          testing::expect_allclose(out.cpu().value(), ref, testing::rounding_tolerance(dt, 1e-5), 1e-6);
+        }
+      }
+  }
+  set_avx512_kernels_enabled(true);
+}
+
+TEST(AvgPool2d, HandComputedDivisors) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  // 2x2 input of ones, 3x3 window, padding 1: 4 real pixels in 9 positions.
+  auto p = pool(1, 2, 2, 1, 3, 1, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(Tensor::from_vector({1, 1, 1, 1}, Shape{1, 2, 2, 1}, DataType::FLOAT32).value(),
+                                           *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor a, avg_pool2d(d, p));
+  EXPECT_EQ(a.cpu().value().to_vector().value(), (std::vector<float>(4, 4.0f / 9.0f)));
+  p.count_include_pad = false;
+  ASSERT_OK_AND_ASSIGN(Tensor b, avg_pool2d(d, p));
+  EXPECT_EQ(b.cpu().value().to_vector().value(), (std::vector<float>(4, 1.0f)));
+  p.dilation = {2, 2};
+  EXPECT_ERROR(avg_pool2d(d, p), StatusCode::kInvalidArgument, "avg_pool2d: dilation must be 1x1");
+}
+
+TEST(GlobalAvgPool2d, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    for (const Shape& s : {Shape{1, 7, 7, 2048}, Shape{2, 3, 5, 37}, Shape{8, 1, 1, 16}, Shape{1, 14, 14, 1300}})
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+        SCOPED_TRACE(fmt::format("{} {} avx512={}", s.to_string(), data_type_name(dt), avx512));
+        Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 4);
+        ASSERT_OK_AND_ASSIGN(Tensor ref, reference::global_avg_pool2d(h, dt));
+        ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor out, global_avg_pool2d(d));
+        EXPECT_EQ(out.shape(), (Shape{s[0], 1, 1, s[3]}));
+        testing::expect_allclose(out.cpu().value(), ref, testing::rounding_tolerance(dt, 1e-5), 1e-6);
+      }
+  }
+  set_avx512_kernels_enabled(true);
+  ASSERT_OK_AND_ASSIGN(Tensor flat, to_device(testing::random_tensor(Shape{4, 8}, DataType::FLOAT32,
+                                                                      Layout::ROW_MAJOR, 1), *dev));
+  EXPECT_ERROR(global_avg_pool2d(flat), StatusCode::kInvalidArgument, "expected an (N, H, W, C) input, found [4,8]");
+}
+
+}  // namespace
+}  // namespace tessera

@@ -31,4 +31,22 @@ void max_accumulate_bf16(float* acc, const void* x, size_t n) {
   }
 }
 
+void sum_accumulate_f32(float* acc, const void* x, size_t n) {
+  const float* p = static_cast<const float*>(x);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail(n - i);
+    _mm512_mask_storeu_ps(acc + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, acc + i), _mm512_maskz_loadu_ps(k, p + i)));
+  }
+}
+
+void sum_accumulate_bf16(float* acc, const void* x, size_t n) {
+  const uint16_t* p = static_cast<const uint16_t*>(x);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail(n - i);
+    const __m512 v =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p + i)), 16));
+    _mm512_mask_storeu_ps(acc + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, acc + i), v));
+  }
+}
+
 }  // namespace tessera::cpu::avx512

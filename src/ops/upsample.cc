@@ -1,0 +1,175 @@
+#include "tessera/ops/upsample.h"
+
+#include <cmath>
+
+#include "cpu/rows.h"
+#include "op_common.h"
+
+namespace tessera {
+
+namespace {
+
+// Where output coordinate `dst` samples the input, per upsample.h.
+struct Sample {
+  uint32_t i0, i1;
+  float w1;  // weight of i1; i0 gets 1 - w1
+};
+
+Sample sample(uint32_t dst, uint32_t in, uint32_t out, float scale, const UpsampleParams& p) {
+  if (p.mode == UpsampleMode::NEAREST) {
+    const auto i = static_cast<uint32_t>(std::min<double>(std::floor(dst / double{scale}), in - 1));
+    return {i, i, 0.0f};
+  }
+  double src = p.align_corners ? (out > 1 ? static_cast<double>(dst) * (in - 1) / (out - 1) : 0.0)
+                               : std::max((dst + 0.5) / double{scale} - 0.5, 0.0);
+  const auto i0 = static_cast<uint32_t>(std::min<double>(std::floor(src), in - 1));
+  const uint32_t i1 = std::min(i0 + 1, in - 1);
+  return {i0, i1, static_cast<float>(src - i0)};
+}
+
+struct UpsampleArgs {
+  TensorAccess in, out;
+  DataType in_type, out_type;
+  bool nearest;
+  uint32_t h, w, c, oh, ow;
+  const Sample* ys;  // oh entries, then ow entries (in the program's plan)
+};
+
+// One task = one output row (n, oy).
+Status upsample_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& a = *static_cast<const UpsampleArgs*>(raw);
+  const Sample* xs = a.ys + a.oh;
+  alignas(64) float p00[kTileElements], p01[kTileElements], p10[kTileElements], p11[kTileElements];
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t n = t / a.oh, oy = t % a.oh;
+    const Sample& sy = a.ys[oy];
+    const uint32_t r0 = (n * a.h + sy.i0) * a.w, r1 = (n * a.h + sy.i1) * a.w;
+    for (uint32_t ox = 0; ox < a.ow; ++ox) {
+      const Sample& sx = xs[ox];
+      const uint32_t dst = (n * a.oh + oy) * a.ow + ox;
+      if (a.nearest) {
+        cpu::copy_row(a.in, r0 + sx.i0, 0, a.out, dst, 0, a.c);
+        continue;
+      }
+      for (uint32_t c0 = 0; c0 < a.c; c0 += kTileElements) {
+        const uint32_t cn = std::min(kTileElements, a.c - c0);
+        cpu::read_row(a.in, a.in_type, r0 + sx.i0, c0, cn, p00);
+        cpu::read_row(a.in, a.in_type, r0 + sx.i1, c0, cn, p01);
+        cpu::read_row(a.in, a.in_type, r1 + sx.i0, c0, cn, p10);
+        cpu::read_row(a.in, a.in_type, r1 + sx.i1, c0, cn, p11);
+        const float wx = sx.w1, wy = sy.w1;
+        for (uint32_t i = 0; i < cn; ++i) {
+          const float top = p00[i] + wx * (p01[i] - p00[i]), bottom = p10[i] + wx * (p11[i] - p10[i]);
+          p00[i] = top + wy * (bottom - top);
+        }
+        cpu::write_row(a.out, a.out_type, dst, c0, cn, p00);
+      }
+    }
+  }
+  return ok_status();
+}
+
+Status validate(const Shape& s, const UpsampleParams& p) {
+  if (s.rank() != 4) return invalid_argument_error("upsample: expected an (N, H, W, C) input, found {}", s.to_string());
+  if (!(p.scale_h > 0) || !(p.scale_w > 0) || !std::isfinite(p.scale_h) || !std::isfinite(p.scale_w))
+    return invalid_argument_error("upsample: scale factors must be finite and > 0, found {}x{}", p.scale_h, p.scale_w);
+  const double oh = std::floor(s[1] * double{p.scale_h}), ow = std::floor(s[2] * double{p.scale_w});
+  if (oh < 1 || ow < 1 || oh > 65535 || ow > 65535)
+    return invalid_argument_error("upsample: output size {}x{} from {}x{} at scale {}x{} must be 1..65535", oh, ow,
+                                  s[1], s[2], p.scale_h, p.scale_w);
+  if (p.align_corners && p.mode != UpsampleMode::BILINEAR)
+    return invalid_argument_error("upsample: align_corners applies to bilinear mode only");
+  return ok_status();
+}
+
+}  // namespace
+
+std::string UpsampleParams::descriptor(const Shape& s) const {
+  return fmt::format("upsample:n{}h{}w{}c{}:s{}x{}:{}{}", s[0], s[1], s[2], s[3], scale_h, scale_w,
+                     mode == UpsampleMode::NEAREST ? "nearest" : "bilinear", align_corners ? ":align_corners" : "");
+}
+
+StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& p) {
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "upsample"));
+  const Shape& s = input.shape();
+  TS_RETURN_IF_ERROR(validate(s, p));
+  if (input.layout() != Layout::ROW_MAJOR)
+    return unimplemented_error("upsample: the input must be ROW_MAJOR (NHWC rows), found {}", input.spec().to_string());
+  if (input.dtype() != DataType::FLOAT32 && input.dtype() != DataType::BFLOAT16)
+    return unimplemented_error("upsample: expected a float32 or bfloat16 input, found {}",
+                               data_type_name(input.dtype()));
+  Device& device = *input.device();
+  const auto oh = static_cast<uint32_t>(std::floor(s[1] * double{p.scale_h}));
+  const auto ow = static_cast<uint32_t>(std::floor(s[2] * double{p.scale_w}));
+  TensorSpec out_spec{Shape{s[0], oh, ow, s[3]}, input.dtype(), Layout::ROW_MAJOR,
+                      p.memory_config.value_or(MemoryConfig{TensorMemoryLayout::INTERLEAVED,
+                                                            input.memory_config().buffer_type, std::nullopt})};
+  TS_RETURN_IF_ERROR(out_spec.validate_for_device(device.descriptor()).annotate("upsample"));
+  TS_ASSIGN_OR_RETURN(Tensor out, allocate_tensor_on_device(out_spec, device));
+  UpsampleArgs args{};
+  TS_ASSIGN_OR_RETURN(args.in, make_access(input));
+  TS_ASSIGN_OR_RETURN(args.out, make_access(out));
+  args.in_type = args.out_type = input.dtype();
+  args.nearest = p.mode == UpsampleMode::NEAREST;
+  args.h = s[1], args.w = s[2], args.c = s[3], args.oh = oh, args.ow = ow;
+  const std::string key = fmt::format("{}:{}->{}", p.descriptor(s), input.spec().to_string(), out_spec.to_string());
+  auto compile = [&]() -> StatusOr<Program> {
+    // The sample table is computed once and lives with the program.
+    auto table = std::shared_ptr<Sample[]>(new Sample[oh + ow]);
+    for (uint32_t y = 0; y < oh; ++y) table[y] = sample(y, s[1], oh, p.scale_h, p);
+    for (uint32_t x = 0; x < ow; ++x) table[oh + x] = sample(x, s[2], ow, p.scale_w, p);
+    Program prog;
+    prog.kernel = upsample_kernel;
+    prog.kernel_name = fmt::format("any_upsample_{}__generic", args.nearest ? "nearest" : "bilinear");
+    prog.num_tasks = s[0] * oh;
+    prog.grain = ops::default_grain(device, prog.num_tasks, out_spec.storage_bytes() * 2, ops::kMinChunkBytesStreaming);
+    prog.plan = std::shared_ptr<void>(table, table.get());
+    return prog;
+  };
+  TS_ASSIGN_OR_RETURN(const Program* prog, device.program_cache().get_or_compile(
+                                               key, device.may_compile_programs(p.cq_id), compile));
+  args.ys = static_cast<const Sample*>(prog->plan.get());
+  TS_RETURN_IF_ERROR(device.enqueue_program(p.cq_id, *prog, &args, sizeof(args)));
+  return out;
+}
+
+namespace reference {
+
+StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& p, DataType out_dtype) {
+  if (input.is_on_device()) return invalid_argument_error("reference::upsample: expected a host tensor");
+  const Shape& s = input.shape();
+  TS_RETURN_IF_ERROR(validate(s, p));
+  TS_ASSIGN_OR_RETURN(std::vector<float> x, input.to_vector());
+  const auto oh = static_cast<uint32_t>(std::floor(s[1] * double{p.scale_h}));
+  const auto ow = static_cast<uint32_t>(std::floor(s[2] * double{p.scale_w}));
+  const uint32_t h = s[1], w = s[2], c = s[3];
+  std::vector<float> y(uint64_t{s[0]} * oh * ow * c);
+  // Coordinates computed independently of the device code, in double.
+  auto coord = [&](uint32_t dst, uint32_t in, uint32_t out, float scale) {
+    if (p.mode == UpsampleMode::NEAREST) return std::min(std::floor(dst / double{scale}), double(in - 1));
+    if (p.align_corners) return out > 1 ? static_cast<double>(dst) * (in - 1) / (out - 1) : 0.0;
+    return std::max((dst + 0.5) / double{scale} - 0.5, 0.0);
+  };
+  auto at = [&](uint32_t n, uint32_t iy, uint32_t ix, uint32_t ch) {
+    return double{x[((uint64_t{n} * h + iy) * w + ix) * c + ch]};
+  };
+  for (uint32_t n = 0; n < s[0]; ++n)
+    for (uint32_t oy = 0; oy < oh; ++oy)
+      for (uint32_t ox = 0; ox < ow; ++ox) {
+        const double sy = coord(oy, h, oh, p.scale_h), sx = coord(ox, w, ow, p.scale_w);
+        const auto y0 = static_cast<uint32_t>(std::min(std::floor(sy), double(h - 1)));
+        const auto x0 = static_cast<uint32_t>(std::min(std::floor(sx), double(w - 1)));
+        const uint32_t y1 = std::min(y0 + 1, h - 1), x1 = std::min(x0 + 1, w - 1);
+        const double ly = sy - y0, lx = sx - x0;
+        for (uint32_t ch = 0; ch < c; ++ch) {
+          const double v = (1 - ly) * ((1 - lx) * at(n, y0, x0, ch) + lx * at(n, y0, x1, ch)) +
+                           ly * ((1 - lx) * at(n, y1, x0, ch) + lx * at(n, y1, x1, ch));
+          y[((uint64_t{n} * oh + oy) * ow + ox) * c + ch] = static_cast<float>(v);
+        }
+      }
+  return Tensor::from_vector(y, Shape{s[0], oh, ow, c}, out_dtype);
+}
+
+}  // namespace reference
+
+}  // namespace tessera

@@ -1,0 +1,75 @@
+// upsample against its reference kernel: nearest bit for bit, bilinear
+// within 1e-5 relative + 1e-6 absolute (one ulp in bfloat16); integer and
+// fractional scales, both align_corners variants.
+#include "tessera/ops/upsample.h"
+
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+TEST(Upsample, HandComputed) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(Tensor::from_vector({1, 2, 3, 4}, Shape{1, 2, 2, 1}, DataType::FLOAT32).value(),
+                                           *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor n, upsample(d, {}));
+  EXPECT_EQ(n.cpu().value().to_vector().value(),
+            (std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
+  ASSERT_OK_AND_ASSIGN(Tensor b, upsample(d, {.mode = UpsampleMode::BILINEAR, .align_corners = true}));
+  auto v = b.cpu().value().to_vector().value();
+  EXPECT_FLOAT_EQ(v[0], 1.0f);
+  EXPECT_FLOAT_EQ(v[1], 1.0f + 1.0f / 3.0f);
+  EXPECT_FLOAT_EQ(v[15], 4.0f);
+}
+
+struct Case {
+  Shape shape;
+  UpsampleParams p;
+};
+
+TEST(Upsample, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  std::vector<Case> cases;
+  for (UpsampleMode mode : {UpsampleMode::NEAREST, UpsampleMode::BILINEAR})
+    for (bool ac : {false, true}) {
+      if (ac && mode == UpsampleMode::NEAREST) continue;
+      cases.push_back({Shape{1, 30, 40, 64}, {.scale_h = 2, .scale_w = 2, .mode = mode, .align_corners = ac}});
+      cases.push_back({Shape{2, 5, 7, 3}, {.scale_h = 3, .scale_w = 1, .mode = mode, .align_corners = ac}});
+      cases.push_back({Shape{1, 9, 11, 37}, {.scale_h = 1.5f, .scale_w = 2.5f, .mode = mode, .align_corners = ac}});
+      cases.push_back({Shape{1, 8, 8, 1100}, {.scale_h = 0.5f, .scale_w = 0.75f, .mode = mode, .align_corners = ac}});
+      cases.push_back({Shape{1, 1, 1, 16}, {.scale_h = 4, .scale_w = 4, .mode = mode, .align_corners = ac}});
+    }
+  for (const Case& c : cases)
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      SCOPED_TRACE(fmt::format("{} {}", c.p.descriptor(c.shape), data_type_name(dt)));
+      Tensor h = testing::random_tensor(c.shape, dt, Layout::ROW_MAJOR, 2);
+      ASSERT_OK_AND_ASSIGN(Tensor ref, reference::upsample(h, c.p, dt));
+      for (Device* d : {dev.get(), wh.get()})
+        for (const MemoryConfig& mc : {DRAM_MEMORY_CONFIG, L1_MEMORY_CONFIG}) {
+          ASSERT_OK_AND_ASSIGN(Tensor in, to_device(h, *d, mc));
+          ASSERT_OK_AND_ASSIGN(Tensor out, upsample(in, c.p));
+          EXPECT_EQ(out.memory_config().buffer_type, mc.buffer_type);
+          ASSERT_OK_AND_ASSIGN(Tensor got, out.cpu());
+          if (c.p.mode == UpsampleMode::NEAREST)
+            ASSERT_EQ(testing::host_bytes(got), testing::host_bytes(ref));
+          else
+            testing::expect_allclose(got, ref, testing::rounding_tolerance(dt, 1e-5), 1e-6);
+        }
+    }
+}
+
+TEST(Upsample, Errors) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(testing::random_tensor(Shape{1, 4, 4, 8}, DataType::FLOAT32,
+                                                                   Layout::ROW_MAJOR, 1), *dev));
+  EXPECT_ERROR(upsample(d, {.scale_h = 0}), StatusCode::kInvalidArgument, "scale factors must be finite and > 0");
+  EXPECT_ERROR(upsample(d, {.scale_h = 0.1f}), StatusCode::kInvalidArgument, "output size 0x8 from 4x4");
+  EXPECT_ERROR(upsample(d, {.align_corners = true}), StatusCode::kInvalidArgument, "align_corners applies to bilinear");
+  ASSERT_OK_AND_ASSIGN(Tensor flat, to_device(testing::random_tensor(Shape{16, 8}, DataType::FLOAT32,
+                                                                      Layout::ROW_MAJOR, 1), *dev));
+  EXPECT_ERROR(upsample(flat, {}), StatusCode::kInvalidArgument, "expected an (N, H, W, C) input, found [16,8]");
+}
+
+}  // namespace
+}  // namespace tessera
