@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "onednn_util.h"
 #include "op_common.h"
 #include "tessera/base/aligned.h"
 #include "tessera/numerics/bfloat16.h"
@@ -18,57 +19,14 @@ namespace tessera {
 namespace {
 
 using dnnl::memory;
+using onednn::dense_row_stride;
+using onednn::dnnl_type;
+using onednn::gather_rows;
+using onednn::scatter_rows;
 
-// Errors from oneDNN become Status at this boundary.
 template <class F>
 Status guard(std::string_view what, F f) {
-  try {
-    f();
-    return ok_status();
-  } catch (const dnnl::error& e) {
-    return internal_error("conv2d: oneDNN failed while {}: {} (status {})", what, e.what(),
-                          static_cast<int>(e.status));
-  }
-}
-
-memory::data_type dnnl_type(DataType t) {
-  return t == DataType::BFLOAT16 ? memory::data_type::bf16 : memory::data_type::f32;
-}
-
-// Row stride in bytes when the rows (pixels) of `a` are packed densely one
-// after the other; 0 when they must be staged: spread over banks, or padded to
-// the page alignment (C = 3 in float32 is 12 B of every 64 B page), which
-// sends oneDNN to its reference implementation (1 GFLOP/s, measured).
-uint64_t dense_row_stride(const TensorAccess& a) {
-  const uint64_t row = uint64_t{a.cols} * a.unit_bytes;
-  switch (a.kind) {
-    case TensorAccess::Kind::kContiguous: return row;
-    case TensorAccess::Kind::kInterleavedRows: return a.num_banks == 1 && a.page_stride == row ? row : 0;
-    case TensorAccess::Kind::kSharded: return a.num_pages() == 1 ? row : 0;
-    case TensorAccess::Kind::kInterleavedTiles: return 0;
-  }
-  return 0;
-}
-
-// The fused activation as a oneDNN post-op, when it has one.
-bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {
-  using A = dnnl::algorithm;
-  switch (a.op) {
-    case UnaryOpType::IDENTITY: return true;
-    case UnaryOpType::RELU: po.append_eltwise(1.f, A::eltwise_relu, 0.f, 0.f); return true;
-    case UnaryOpType::LEAKY_RELU: po.append_eltwise(1.f, A::eltwise_relu, a.param, 0.f); return true;
-    case UnaryOpType::RELU6: po.append_eltwise(1.f, A::eltwise_clip, 0.f, 6.f); return true;
-    case UnaryOpType::SILU: po.append_eltwise(1.f, A::eltwise_swish, 1.f, 0.f); return true;
-    case UnaryOpType::GELU: po.append_eltwise(1.f, A::eltwise_gelu_erf, 0.f, 0.f); return true;
-    case UnaryOpType::SIGMOID: po.append_eltwise(1.f, A::eltwise_logistic, 0.f, 0.f); return true;
-    case UnaryOpType::TANH: po.append_eltwise(1.f, A::eltwise_tanh, 0.f, 0.f); return true;
-    case UnaryOpType::HARDSWISH: po.append_eltwise(1.f, A::eltwise_hardswish, 0.f, 0.f); return true;
-    case UnaryOpType::MISH: po.append_eltwise(1.f, A::eltwise_mish, 0.f, 0.f); return true;
-    case UnaryOpType::EXP: po.append_eltwise(1.f, A::eltwise_exp, 0.f, 0.f); return true;
-    case UnaryOpType::SQRT: po.append_eltwise(1.f, A::eltwise_sqrt, 0.f, 0.f); return true;
-    case UnaryOpType::HARDSIGMOID: return false;  // not in oneDNN 2.6: applied after the primitive
-  }
-  return false;
+  return onednn::guard("conv2d", what, f);
 }
 
 // One shard of the output rows of every image: its own single-threaded
@@ -105,37 +63,6 @@ struct ConvArgs {
   ConvPlan* plan;
 };
 
-// Rows [r0, r1) of `a` to / from a dense buffer.
-void gather_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, std::byte* out) {
-  for (uint64_t r = r0; r < r1; ++r)
-    for (uint32_t c = 0; c < a.cols;) {
-      uint32_t run = 0;
-      const std::byte* p = a.unit(static_cast<uint32_t>(r), c, &run);
-      std::memcpy(out + ((r - r0) * a.cols + c) * a.unit_bytes, p, uint64_t{run} * a.unit_bytes);
-      c += run;
-    }
-}
-void scatter_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, const std::byte* in) {
-  for (uint64_t r = r0; r < r1; ++r)
-    for (uint32_t c = 0; c < a.cols;) {
-      uint32_t run = 0;
-      std::byte* p = a.unit(static_cast<uint32_t>(r), c, &run);
-      std::memcpy(p, in + ((r - r0) * a.cols + c) * a.unit_bytes, uint64_t{run} * a.unit_bytes);
-      c += run;
-    }
-}
-
-void apply_post_activation(const ConvPlan& plan, std::byte* dst, uint64_t elements) {
-  float buf[kTileElements];
-  const uint32_t es = element_size(plan.out_type);
-  for (uint64_t i = 0; i < elements; i += kTileElements) {
-    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kTileElements, elements - i));
-    convert_to_float(dst + i * es, plan.out_type, buf, n);
-    for (uint32_t k = 0; k < n; ++k) buf[k] = static_cast<float>(apply_activation(*plan.post_activation, buf[k]));
-    convert_from_float(buf, dst + i * es, plan.out_type, n);
-  }
-}
-
 Status run_shard(const ConvArgs& a, ConvShard& sh) {
   const ConvPlan& plan = *a.plan;
   std::lock_guard<std::mutex> lock(sh.mu);
@@ -162,7 +89,8 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
                               "execute");
       sh.stream.wait();
     }));
-    if (plan.post_activation) apply_post_activation(plan, dst, (d1 - d0) * a.dst.cols);
+    if (plan.post_activation)
+      onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, (d1 - d0) * a.dst.cols);
     if (plan.stage_dst) scatter_rows(a.dst, d0, d1, dst);
   }
   return ok_status();
@@ -258,7 +186,7 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   memory::desc w_md = weights_user_desc(p, pr.compute);
   w_md = memory::desc(w_md.dims(), dnnl_type(pr.compute), memory::format_tag::any);
   dnnl::post_ops po;
-  if (!append_activation(po, p.activation)) plan.post_activation = p.activation;
+  if (!onednn::append_activation(po, p.activation)) plan.post_activation = p.activation;
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

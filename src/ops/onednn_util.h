@@ -1,0 +1,49 @@
+// What the oneDNN-backed ops share (internal): error translation, dtype
+// mapping, fused activations as post-ops, and staging of rows that are not
+// dense in a tensor's memory config.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <cstring>
+#include <string_view>
+
+#include "tessera/ops/activation.h"
+#include "tessera/tensor/access.h"
+#include "tessera/tensor/tensor.h"
+
+namespace tessera::onednn {
+
+// Errors from oneDNN become Status at this boundary.
+template <class F>
+Status guard(std::string_view op, std::string_view what, F f) {
+  try {
+    f();
+    return ok_status();
+  } catch (const dnnl::error& e) {
+    return internal_error("{}: oneDNN failed while {}: {} (status {})", op, what, e.what(), static_cast<int>(e.status));
+  }
+}
+
+inline dnnl::memory::data_type dnnl_type(DataType t) {
+  return t == DataType::BFLOAT16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+// Row stride in bytes when the rows of `a` are packed densely one after the
+// other; 0 when they must be staged: spread over banks, or padded to the page
+// alignment (C = 3 in float32 is 12 B of every 64 B page), which sends
+// oneDNN to its reference implementation (1 GFLOP/s, measured).
+uint64_t dense_row_stride(const TensorAccess& a);
+
+// The fused activation as a oneDNN post-op; false when oneDNN 2.6 lacks it
+// (hardsigmoid), and the caller applies it afterwards.
+bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a);
+
+// Rows [r0, r1) of `a` to / from a dense buffer.
+void gather_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, std::byte* out);
+void scatter_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, const std::byte* in);
+
+// Applies `act` in place to `elements` values of dtype `t`.
+void apply_activation_in_place(const UnaryWithParam& act, DataType t, std::byte* data, uint64_t elements);
+
+}  // namespace tessera::onednn
