@@ -1,0 +1,44 @@
+// matmul and linear on a device.
+//
+// a: (..., M, K), b: (..., K, N) (or (..., N, K) with transpose_b), ROW_MAJOR
+// device tensors of one dtype, float32 or bfloat16, any memory config; the
+// leading (batch) dims broadcast with numpy rules. Output (..., M, N)
+// ROW_MAJOR in the output dtype (default a's), interleaved in a's buffer
+// type unless `memory_config` (interleaved) says otherwise.
+// linear adds a bias of N values ((N) or (1, 1, 1, N), a's dtype or float32)
+// and the fused activation before the single rounding.
+//
+// Execution: oneDNN matmul (Debian libdnnl), the M rows split into one block
+// per worker thread, each a single-threaded primitive with its own staging
+// and scratch, as conv2d. Accumulation is float32 (bfloat16 operands are
+// exact products); results are within 1e-5 relative of the double
+// reference's norm per output row in float32, one bfloat16 ulp plus that in
+// bfloat16 (see matmul_test.cc).
+#pragma once
+
+#include <optional>
+
+#include "tessera/ops/activation.h"
+#include "tessera/tensor/tensor.h"
+
+namespace tessera {
+
+struct MatmulParams {
+  bool transpose_b = false;
+  std::optional<DataType> dtype;                // output dtype
+  std::optional<UnaryWithParam> activation;     // fused
+  std::optional<MemoryConfig> memory_config;    // interleaved
+  uint8_t cq_id = 0;
+};
+
+StatusOr<Tensor> matmul(const Tensor& a, const Tensor& b, const MatmulParams& params = {});
+StatusOr<Tensor> linear(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                        const MatmulParams& params = {});
+
+namespace reference {
+// Double accumulation; host tensors of any float dtype.
+StatusOr<Tensor> matmul(const Tensor& a, const Tensor& b, const std::optional<Tensor>& bias,
+                        const MatmulParams& params, DataType out_dtype);
+}  // namespace reference
+
+}  // namespace tessera

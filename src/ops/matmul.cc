@@ -1,0 +1,357 @@
+#include "tessera/ops/matmul.h"
+
+#include <omp.h>
+
+#include <map>
+#include <mutex>
+
+#include "cpu/rows.h"
+#include "onednn_util.h"
+#include "op_common.h"
+#include "tessera/base/aligned.h"
+#include "tessera/ops/eltwise.h"
+
+namespace tessera {
+
+namespace {
+
+using dnnl::memory;
+
+constexpr int kMaxBatchDims = 6;
+
+// One block of rows of every batch's output, run by one worker thread with
+// its own primitive arguments, scratch and staging (see conv2d.cc).
+struct MatmulBlock {
+  uint32_t row0 = 0, rows = 0;
+  size_t primitive = 0;
+  dnnl::stream stream;
+  memory a_mem, b_mem, bias_mem, dst_mem, scratch_mem;
+  std::shared_ptr<std::byte[]> scratch, a_stage, b_stage, bias_stage, dst_stage;
+  std::mutex mu;
+};
+
+// The problem's sizes and the batch broadcast (operand batch index = sum of
+// output batch coordinates times the operand's stride, 0 where it broadcasts).
+struct MatmulGeometry {
+  DataType out_type = DataType::FLOAT32;
+  uint32_t m = 0, k = 0, n = 0, b_rows = 0;  // b_rows: K, or N when transposed
+  uint32_t num_batch_dims = 0, batches = 1;
+  uint32_t batch_dims[kMaxBatchDims] = {}, a_stride[kMaxBatchDims] = {}, b_stride[kMaxBatchDims] = {};
+};
+
+struct MatmulPlan : MatmulGeometry {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  std::vector<dnnl::matmul::primitive_desc> pds;
+  std::vector<dnnl::matmul> prims;
+  std::vector<std::unique_ptr<MatmulBlock>> blocks;
+  bool stage_a = false, stage_b = false, stage_bias = false, stage_dst = false;
+  // oneDNN 2.6 has no float32 -> bfloat16 matmul: it writes float32 into the
+  // staging buffer, and scattering converts (also when an activation runs
+  // after the primitive).
+  DataType kernel_out = DataType::FLOAT32;
+  std::optional<UnaryWithParam> post_activation;
+};
+
+struct MatmulArgs {
+  TensorAccess a, b, bias, dst;
+  bool has_bias;
+  MatmulPlan* plan;
+};
+
+std::byte* row_ptr(const TensorAccess& t, uint64_t row) {
+  return t.base + row * uint64_t{t.cols} * t.unit_bytes;
+}
+
+Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
+  const MatmulPlan& p = *g.plan;
+  std::lock_guard<std::mutex> lock(blk.mu);
+  omp_set_num_threads(1);
+  std::byte* bias = nullptr;
+  if (g.has_bias) {
+    bias = p.stage_bias ? blk.bias_stage.get() : g.bias.base;
+    if (p.stage_bias) onednn::gather_rows(g.bias, 0, g.bias.rows, bias);
+  }
+  for (uint32_t i = 0; i < p.batches; ++i) {
+    uint32_t ia = 0, ib = 0;
+    for (uint32_t j = p.num_batch_dims, rest = i; j-- > 0;) {
+      const uint32_t idx = rest % p.batch_dims[j];
+      rest /= p.batch_dims[j];
+      ia += idx * p.a_stride[j];
+      ib += idx * p.b_stride[j];
+    }
+    const uint64_t a0 = uint64_t{ia} * p.m + blk.row0, b0 = uint64_t{ib} * p.b_rows,
+                   d0 = uint64_t{i} * p.m + blk.row0;
+    std::byte* a = p.stage_a ? blk.a_stage.get() : row_ptr(g.a, a0);
+    std::byte* b = p.stage_b ? blk.b_stage.get() : row_ptr(g.b, b0);
+    std::byte* d = p.stage_dst ? blk.dst_stage.get() : row_ptr(g.dst, d0);
+    if (p.stage_a) onednn::gather_rows(g.a, a0, a0 + blk.rows, a);
+    if (p.stage_b) onednn::gather_rows(g.b, b0, b0 + p.b_rows, b);
+    TS_RETURN_IF_ERROR(onednn::guard("matmul", "running", [&] {
+      blk.a_mem.set_data_handle(a);
+      blk.b_mem.set_data_handle(b);
+      blk.dst_mem.set_data_handle(d);
+      dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, blk.a_mem.get()},
+                                 {DNNL_ARG_WEIGHTS, blk.b_mem.get()},
+                                 {DNNL_ARG_DST, blk.dst_mem.get()},
+                                 {DNNL_ARG_SCRATCHPAD, blk.scratch_mem.get()},
+                                 {DNNL_ARG_BIAS, nullptr}};
+      if (bias) {
+        blk.bias_mem.set_data_handle(bias);
+        args[4].memory = blk.bias_mem.get();
+      }
+      dnnl::error::wrap_c_api(
+          dnnl_primitive_execute(p.prims[blk.primitive].get(), blk.stream.get(), bias ? 5 : 4, args), "execute");
+      blk.stream.wait();
+    }));
+    if (p.post_activation)
+      onednn::apply_activation_in_place(*p.post_activation, p.kernel_out, d, uint64_t{blk.rows} * p.n);
+    if (p.kernel_out != p.out_type) {
+      const auto* f = reinterpret_cast<const float*>(d);
+      for (uint32_t r = 0; r < blk.rows; ++r) cpu::write_row(g.dst, p.out_type, static_cast<uint32_t>(d0 + r), 0, p.n, f + uint64_t{r} * p.n);
+    } else if (p.stage_dst) {
+      onednn::scatter_rows(g.dst, d0, d0 + blk.rows, d);
+    }
+  }
+  return ok_status();
+}
+
+Status matmul_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& g = *static_cast<const MatmulArgs*>(raw);
+  for (uint32_t t = begin; t < end; ++t) TS_RETURN_IF_ERROR(run_block(g, *g.plan->blocks[t]));
+  return ok_status();
+}
+
+Status check_operand(const Tensor& t, std::string_view name) {
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(t, "matmul", name));
+  if (t.layout() != Layout::ROW_MAJOR)
+    return unimplemented_error("matmul: {} must be ROW_MAJOR, found {}; untilize it", name, t.spec().to_string());
+  if (t.dtype() != DataType::FLOAT32 && t.dtype() != DataType::BFLOAT16)
+    return unimplemented_error("matmul: {} must be float32 or bfloat16, found {}", name, data_type_name(t.dtype()));
+  if (t.shape().rank() < 2 || t.shape().rank() > kMaxBatchDims + 2)
+    return invalid_argument_error("matmul: {} must have rank 2..{}, found {}", name, kMaxBatchDims + 2,
+                                  t.shape().to_string());
+  return ok_status();
+}
+
+StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, const Tensor& a, const Tensor& b,
+                          const Tensor* bias, const Tensor& out, const MatmulParams& params) {
+  auto plan = std::make_shared<MatmulPlan>();
+  static_cast<MatmulGeometry&>(*plan) = geometry;
+  TS_ASSIGN_OR_RETURN(TensorAccess aa, make_access(a));
+  TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(b));
+  TS_ASSIGN_OR_RETURN(TensorAccess da, make_access(out));
+  plan->stage_a = onednn::dense_row_stride(aa) == 0;
+  plan->stage_b = onednn::dense_row_stride(ba) == 0;
+  // An activation oneDNN lacks runs on float32 too, before the one rounding.
+  dnnl::post_ops probe;
+  const bool post = !onednn::append_activation(probe, params.activation.value_or(UnaryWithParam{}));
+  plan->kernel_out = a.dtype() == DataType::FLOAT32 || post ? DataType::FLOAT32 : plan->out_type;
+  plan->stage_dst = onednn::dense_row_stride(da) == 0 || plan->kernel_out != plan->out_type;
+  if (bias) {
+    TS_ASSIGN_OR_RETURN(TensorAccess bia, make_access(*bias));
+    plan->stage_bias = onednn::dense_row_stride(bia) == 0 || bia.rows != 1;
+  }
+  const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
+  const uint32_t parts = std::max<uint32_t>(1, std::min(threads, plan->m));
+  auto d = [](uint64_t v) { return static_cast<memory::dim>(v); };
+  const DataType ct = a.dtype();
+  TS_RETURN_IF_ERROR(onednn::guard("matmul", "compiling", [&] {
+    const memory::desc b_md = params.transpose_b
+                                  ? memory::desc({d(plan->k), d(plan->n)}, onednn::dnnl_type(ct), {1, d(plan->k)})
+                                  : memory::desc({d(plan->k), d(plan->n)}, onednn::dnnl_type(ct), {d(plan->n), 1});
+    memory::desc bias_md;
+    if (bias) bias_md = memory::desc({1, d(plan->n)}, onednn::dnnl_type(bias->dtype()), memory::format_tag::ab);
+    dnnl::post_ops po;
+    if (!onednn::append_activation(po, params.activation.value_or(UnaryWithParam{})))
+      plan->post_activation = params.activation;
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    std::map<uint32_t, size_t> by_rows;
+    const uint32_t base = plan->m / parts, extra = plan->m % parts;
+    for (uint32_t i = 0, r0 = 0; i < parts; ++i) {
+      auto blk = std::make_unique<MatmulBlock>();
+      blk->row0 = r0;
+      blk->rows = base + (i < extra ? 1 : 0);
+      r0 += blk->rows;
+      const memory::desc a_md({d(blk->rows), d(plan->k)}, onednn::dnnl_type(ct), memory::format_tag::ab);
+      const memory::desc dst_md({d(blk->rows), d(plan->n)}, onednn::dnnl_type(plan->kernel_out), memory::format_tag::ab);
+      auto [it, fresh] = by_rows.try_emplace(blk->rows, plan->prims.size());
+      if (fresh) {
+        dnnl::matmul::desc md = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, dst_md)
+                                     : dnnl::matmul::desc(a_md, b_md, dst_md);
+        plan->pds.emplace_back(md, attr, plan->engine);
+        plan->prims.emplace_back(plan->pds.back());
+      }
+      blk->primitive = it->second;
+      const auto& pd = plan->pds[blk->primitive];
+      blk->stream = dnnl::stream(plan->engine);
+      blk->scratch = make_aligned_bytes(std::max<size_t>(pd.scratchpad_desc().get_size(), 64));
+      blk->a_mem = memory(a_md, plan->engine, DNNL_MEMORY_NONE);
+      blk->b_mem = memory(b_md, plan->engine, DNNL_MEMORY_NONE);
+      blk->dst_mem = memory(dst_md, plan->engine, DNNL_MEMORY_NONE);
+      if (bias) blk->bias_mem = memory(bias_md, plan->engine, DNNL_MEMORY_NONE);
+      blk->scratch_mem = memory(pd.scratchpad_desc(), plan->engine, blk->scratch.get());
+      const uint32_t es = element_size(ct);
+      if (plan->stage_a) blk->a_stage = make_aligned_bytes(uint64_t{blk->rows} * plan->k * es);
+      if (plan->stage_b) blk->b_stage = make_aligned_bytes(uint64_t{plan->k} * plan->n * es);
+      if (plan->stage_dst)
+        blk->dst_stage = make_aligned_bytes(uint64_t{blk->rows} * plan->n * element_size(plan->kernel_out));
+      if (plan->stage_bias) blk->bias_stage = make_aligned_bytes(uint64_t{plan->n} * element_size(bias->dtype()));
+      plan->blocks.push_back(std::move(blk));
+    }
+  }));
+  Program prog;
+  prog.kernel = matmul_kernel;
+  prog.kernel_name = fmt::format("{}_matmul__onednn_{}_x{}", short_dtype_name(ct), plan->pds[0].impl_info_str(),
+                                 plan->blocks.size());
+  prog.num_tasks = static_cast<uint32_t>(plan->blocks.size());
+  prog.grain = 1;
+  prog.plan = plan;
+  return prog;
+}
+
+StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const MatmulParams& params) {
+  const std::string_view op = bias ? "linear" : "matmul";
+  TS_RETURN_IF_ERROR(check_operand(a, "a"));
+  TS_RETURN_IF_ERROR(check_operand(b, "b"));
+  if (a.device() != b.device()) return invalid_argument_error("{}: a and b are on different devices", op);
+  if (a.dtype() != b.dtype())
+    return invalid_argument_error("{}: a and b must share a dtype, found {} and {}; typecast one", op,
+                                  data_type_name(a.dtype()), data_type_name(b.dtype()));
+  const Shape &sa = a.shape(), &sb = b.shape();
+  MatmulGeometry plan;
+  plan.m = sa[-2];
+  plan.k = sa[-1];
+  const uint32_t bk = params.transpose_b ? sb[-1] : sb[-2];
+  plan.n = params.transpose_b ? sb[-2] : sb[-1];
+  plan.b_rows = sb[-2];
+  if (bk != plan.k)
+    return invalid_argument_error("{}: inner dims differ: a {} has K = {}, b {} has K = {}{}", op, sa.to_string(),
+                                  plan.k, sb.to_string(), bk, params.transpose_b ? " (transposed)" : "");
+  // Batch dims: numpy broadcasting of everything but the last two.
+  const Shape ba(sa.dims().first(static_cast<size_t>(sa.rank() - 2)));
+  const Shape bb(sb.dims().first(static_cast<size_t>(sb.rank() - 2)));
+  StatusOr<Shape> batch = broadcast_shapes(ba, bb);
+  if (!batch.ok())
+    return invalid_argument_error("{}: batch dims of {} and {} do not broadcast", op, sa.to_string(), sb.to_string());
+  plan.num_batch_dims = static_cast<uint32_t>(batch->rank());
+  for (int j = batch->rank() - 1, ja = 1, jb = 1; j >= 0; --j) {
+    const int k = j - (batch->rank() - ba.rank()), kb = j - (batch->rank() - bb.rank());
+    const uint32_t da = k >= 0 ? ba[k] : 1, db = kb >= 0 ? bb[kb] : 1;
+    plan.batch_dims[j] = (*batch)[j];
+    plan.a_stride[j] = da == 1 ? 0 : static_cast<uint32_t>(ja);
+    plan.b_stride[j] = db == 1 ? 0 : static_cast<uint32_t>(jb);
+    ja *= static_cast<int>(da);
+    jb *= static_cast<int>(db);
+    plan.batches *= (*batch)[j];
+  }
+  if (bias) {
+    TS_RETURN_IF_ERROR(ops::require_device_tensor(*bias, op, "bias"));
+    if (bias->shape().volume() != plan.n || bias->shape()[-1] != plan.n || bias->layout() != Layout::ROW_MAJOR ||
+        (bias->dtype() != DataType::FLOAT32 && bias->dtype() != a.dtype()))
+      return invalid_argument_error("{}: expected a ROW_MAJOR bias of {} values ((N) or (1,1,1,N)) in float32 or {}, "
+                                    "found {}",
+                                    op, plan.n, data_type_name(a.dtype()), bias->spec().to_string());
+  }
+  plan.out_type = params.dtype.value_or(a.dtype());
+  if (plan.out_type != DataType::FLOAT32 && plan.out_type != DataType::BFLOAT16)
+    return unimplemented_error("{}: output dtype must be float32 or bfloat16, found {}", op,
+                               data_type_name(plan.out_type));
+  MemoryConfig mc{TensorMemoryLayout::INTERLEAVED, a.memory_config().buffer_type, std::nullopt};
+  if (params.memory_config) {
+    if (params.memory_config->is_sharded())
+      return unimplemented_error("{}: the output must be interleaved, found {}", op,
+                                 params.memory_config->to_string());
+    mc = *params.memory_config;
+  }
+  std::vector<uint32_t> out_dims(batch->dims().begin(), batch->dims().end());
+  out_dims.push_back(plan.m);
+  out_dims.push_back(plan.n);
+  Device& device = *a.device();
+  TensorSpec out_spec{Shape(std::span<const uint32_t>(out_dims)), plan.out_type, Layout::ROW_MAJOR, mc};
+  TS_ASSIGN_OR_RETURN(Tensor out, allocate_tensor_on_device(out_spec, device));
+  const UnaryWithParam act = params.activation.value_or(UnaryWithParam{});
+  const std::string key = fmt::format("{}:{},{}{}{}->{}:{}({})", op, a.spec().to_string(), b.spec().to_string(),
+                                      params.transpose_b ? "^T" : "", bias ? "," + bias->spec().to_string() : "",
+                                      out_spec.to_string(), unary_op_name(act.op), act.param);
+  TS_ASSIGN_OR_RETURN(const Program* prog,
+                      device.program_cache().get_or_compile(key, device.may_compile_programs(params.cq_id), [&] {
+                        return compile(device, plan, a, b, bias, out, params);
+                      }));
+  MatmulArgs args{};
+  TS_ASSIGN_OR_RETURN(args.a, make_access(a));
+  TS_ASSIGN_OR_RETURN(args.b, make_access(b));
+  TS_ASSIGN_OR_RETURN(args.dst, make_access(out));
+  if (bias) {
+    TS_ASSIGN_OR_RETURN(args.bias, make_access(*bias));
+  }
+  args.has_bias = bias != nullptr;
+  args.plan = static_cast<MatmulPlan*>(prog->plan.get());
+  TS_RETURN_IF_ERROR(device.enqueue_program(params.cq_id, *prog, &args, sizeof(args)));
+  return out;
+}
+
+}  // namespace
+
+StatusOr<Tensor> matmul(const Tensor& a, const Tensor& b, const MatmulParams& params) {
+  return run_matmul(a, b, nullptr, params);
+}
+
+StatusOr<Tensor> linear(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                        const MatmulParams& params) {
+  return run_matmul(input, weight, bias ? &*bias : nullptr, params);
+}
+
+namespace reference {
+
+StatusOr<Tensor> matmul(const Tensor& a, const Tensor& b, const std::optional<Tensor>& bias,
+                        const MatmulParams& params, DataType out_dtype) {
+  if (a.is_on_device() || b.is_on_device()) return invalid_argument_error("reference::matmul: expected host tensors");
+  const Shape &sa = a.shape(), &sb = b.shape();
+  const uint32_t m = sa[-2], k = sa[-1], n = params.transpose_b ? sb[-2] : sb[-1];
+  TS_ASSIGN_OR_RETURN(Shape batch, broadcast_shapes(Shape(sa.dims().first(static_cast<size_t>(sa.rank() - 2))),
+                                                    Shape(sb.dims().first(static_cast<size_t>(sb.rank() - 2)))));
+  TS_ASSIGN_OR_RETURN(std::vector<float> va, a.to_vector());
+  TS_ASSIGN_OR_RETURN(std::vector<float> vb, b.to_vector());
+  std::vector<float> vbias(n, 0.0f);
+  if (bias) {
+    TS_ASSIGN_OR_RETURN(vbias, bias->to_vector());
+  }
+  // Batch index of an operand with `rank` leading dims for output batch i.
+  auto batch_index = [&](const Shape& s, uint64_t i) {
+    const int lead = s.rank() - 2;
+    uint64_t idx = 0, stride = 1;
+    for (int d = 1; d <= batch.rank(); ++d) {
+      const uint64_t coord = i % batch[-d];
+      i /= batch[-d];
+      if (d > lead) continue;
+      const uint32_t dim = s[lead - d];
+      if (dim != 1) idx += coord * stride;
+      stride *= dim;
+    }
+    return idx;
+  };
+  const uint64_t batches = batch.volume();
+  std::vector<float> out(batches * m * n);
+  const UnaryWithParam act = params.activation.value_or(UnaryWithParam{});
+  for (uint64_t i = 0; i < batches; ++i) {
+    const float* pa = va.data() + batch_index(sa, i) * m * k;
+    const float* pb = vb.data() + batch_index(sb, i) * uint64_t{k} * n;
+    for (uint32_t r = 0; r < m; ++r)
+      for (uint32_t c = 0; c < n; ++c) {
+        double acc = vbias[c];
+        for (uint32_t j = 0; j < k; ++j)
+          acc += double{pa[uint64_t{r} * k + j]} * (params.transpose_b ? pb[uint64_t{c} * k + j] : pb[uint64_t{j} * n + c]);
+        out[(i * m + r) * n + c] = static_cast<float>(apply_activation(act, acc));
+      }
+  }
+  std::vector<uint32_t> dims(batch.dims().begin(), batch.dims().end());
+  dims.push_back(m);
+  dims.push_back(n);
+  return Tensor::from_vector(out, Shape(std::span<const uint32_t>(dims)), out_dtype);
+}
+
+}  // namespace reference
+
+}  // namespace tessera

@@ -1,0 +1,90 @@
+// matmul / linear against the double-accumulation reference over shapes
+// (batched, broadcast, transposed, M = 1), dtypes, memory configs and fused
+// activations. Tolerance: float32 accumulation of K products of N(0, 16)
+// operands, |err| <= 1e-6 * 16 * K absolute, plus one bfloat16 ulp (2^-7
+// relative) when the output is bfloat16.
+#include "tessera/ops/matmul.h"
+
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+struct Case {
+  Shape a, b;
+  bool transpose_b = false;
+  bool bias = false;
+};
+
+TEST(Matmul, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Case cases[] = {
+      {Shape{1, 1, 64, 96}, Shape{96, 80}},         {Shape{3, 17, 33}, Shape{33, 19}},
+      {Shape{2, 1, 5, 7}, Shape{1, 3, 7, 4}},       {Shape{1, 2048}, Shape{2048, 1000}, false, true},
+      {Shape{4, 64}, Shape{32, 64}, true, true},    {Shape{1, 1, 1, 1280}, Shape{1, 1, 1280, 10}, false, true},
+      {Shape{5, 3}, Shape{2, 3, 1}},
+  };
+  for (const Case& c : cases)
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16})
+      for (DataType out : {DataType::FLOAT32, DataType::BFLOAT16})
+        for (UnaryWithParam act : {UnaryWithParam{}, UnaryWithParam{UnaryOpType::RELU},
+                                   UnaryWithParam{UnaryOpType::HARDSIGMOID}}) {
+          SCOPED_TRACE(fmt::format("{} x {}{} {} -> {} {}", c.a.to_string(), c.b.to_string(), c.transpose_b ? "^T" : "",
+                                   data_type_name(dt), data_type_name(out), unary_op_name(act.op)));
+          Tensor ha = testing::random_tensor(c.a, dt, Layout::ROW_MAJOR, 1);
+          Tensor hb = testing::random_tensor(c.b, dt, Layout::ROW_MAJOR, 2);
+          const uint32_t n = c.transpose_b ? c.b[-2] : c.b[-1], k = c.a[-1];
+          std::optional<Tensor> hbias;
+          if (c.bias) hbias = testing::random_tensor(Shape{n}, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
+          const MatmulParams params{.transpose_b = c.transpose_b, .dtype = out, .activation = act};
+          ASSERT_OK_AND_ASSIGN(Tensor want, reference::matmul(ha, hb, hbias, params, out));
+          for (const MemoryConfig& mc : {DRAM_MEMORY_CONFIG, L1_MEMORY_CONFIG}) {
+            if (mc == L1_MEMORY_CONFIG && c.b.volume() > 100000) continue;  // does not fit the cpu's L1
+            ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev, mc));
+            ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev, mc));
+            StatusOr<Tensor> y = [&]() -> StatusOr<Tensor> {
+              if (!c.bias) return matmul(a, b, params);
+              TS_ASSIGN_OR_RETURN(Tensor bias, to_device(*hbias, *dev, mc));
+              return linear(a, b, bias, params);
+            }();
+            ASSERT_TRUE(y.ok()) << y.status().to_string();
+            EXPECT_EQ(y->shape(), want.shape());
+            testing::expect_allclose(y->cpu().value(), want, testing::rounding_tolerance(out, 0), 16e-6 * k);
+          }
+        }
+}
+
+TEST(Matmul, HeightShardedActivation) {
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  Tensor ha = testing::random_tensor(Shape{1, 1, 128, 64}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
+  Tensor hb = testing::random_tensor(Shape{64, 48}, DataType::BFLOAT16, Layout::ROW_MAJOR, 2);
+  MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1, CoreRange({0, 0}, {3, 0}), 32,
+                                     64);
+  ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *wh, hs));
+  ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *wh));
+  ASSERT_OK_AND_ASSIGN(Tensor y, matmul(a, b, {.dtype = DataType::FLOAT32}));
+  ASSERT_OK_AND_ASSIGN(Tensor want, reference::matmul(ha, hb, std::nullopt, {}, DataType::FLOAT32));
+  testing::expect_allclose(y.cpu().value(), want, 0, 16e-6 * 64);
+}
+
+TEST(Matmul, Errors) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  auto put = [&](Shape s, DataType dt = DataType::FLOAT32, Layout l = Layout::ROW_MAJOR) {
+    return to_device(testing::random_tensor(s, dt, l, 1), *dev).value();
+  };
+  Tensor a = put(Shape{4, 8});
+  EXPECT_ERROR(matmul(a, put(Shape{7, 3})), StatusCode::kInvalidArgument,
+               "matmul: inner dims differ: a [4,8] has K = 8, b [7,3] has K = 7");
+  EXPECT_ERROR(matmul(a, put(Shape{8, 3}, DataType::BFLOAT16)), StatusCode::kInvalidArgument,
+               "must share a dtype, found float32 and bfloat16");
+  EXPECT_ERROR(matmul(a, put(Shape{32, 32}, DataType::FLOAT32, Layout::TILE)), StatusCode::kUnimplemented,
+               "b must be ROW_MAJOR");
+  EXPECT_ERROR(matmul(put(Shape{2, 4, 8}), put(Shape{3, 8, 2})), StatusCode::kInvalidArgument,
+               "batch dims of [2,4,8] and [3,8,2] do not broadcast");
+  EXPECT_ERROR(matmul(put(Shape{8}), a), StatusCode::kInvalidArgument, "a must have rank 2..8");
+  EXPECT_ERROR(linear(a, put(Shape{8, 3}), put(Shape{4})), StatusCode::kInvalidArgument,
+               "linear: expected a ROW_MAJOR bias of 3 values");
+}
+
+}  // namespace
+}  // namespace tessera
