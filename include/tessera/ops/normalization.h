@@ -1,0 +1,47 @@
+// softmax, layer_norm, group_norm and batch_norm (inference) on a device.
+//
+// Inputs are ROW_MAJOR device tensors, float32 or bfloat16, interleaved or
+// sharded; outputs keep the input's spec. Parameter tensors (weight, bias,
+// running mean and variance) are ROW_MAJOR device tensors holding C values,
+// float32 or bfloat16. Statistics accumulate in double, element math runs in
+// float32 (exp on the AVX-512 path as eltwise.h); results are within 1e-5
+// relative + 1e-5 absolute of the reference kernels in float32, and one
+// bfloat16 ulp more in bfloat16.
+//
+//   softmax     over the last dim: exp(x - max) / sum;
+//   layer_norm  over the last dim: (x - mean) / sqrt(var + eps) * w + b
+//               (biased variance; ttnn's default eps 1e-12);
+//   group_norm  NHWC input (N, H, W, C) or (N, 1, H*W, C): statistics per
+//               image over H*W pixels and C / num_groups channels;
+//   batch_norm  per channel (the last dim): (x - mean) / sqrt(var + eps) * w + b.
+#pragma once
+
+#include <optional>
+
+#include "tessera/tensor/tensor.h"
+
+namespace tessera {
+
+struct NormParams {
+  float epsilon = 1e-5f;
+  std::optional<Tensor> weight;  // gamma, C values
+  std::optional<Tensor> bias;    // beta, C values
+  uint8_t cq_id = 0;
+};
+
+StatusOr<Tensor> softmax(const Tensor& input, int dim = -1, uint8_t cq_id = 0);
+StatusOr<Tensor> layer_norm(const Tensor& input, const NormParams& params = {.epsilon = 1e-12f});
+StatusOr<Tensor> group_norm(const Tensor& input, uint32_t num_groups, const NormParams& params = {});
+StatusOr<Tensor> batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                            const NormParams& params = {});
+
+namespace reference {
+// Host tensors in, host tensors of `out_dtype` out; parameters as host tensors.
+StatusOr<Tensor> softmax(const Tensor& input, DataType out_dtype);
+StatusOr<Tensor> layer_norm(const Tensor& input, const NormParams& params, DataType out_dtype);
+StatusOr<Tensor> group_norm(const Tensor& input, uint32_t num_groups, const NormParams& params, DataType out_dtype);
+StatusOr<Tensor> batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                            const NormParams& params, DataType out_dtype);
+}  // namespace reference
+
+}  // namespace tessera

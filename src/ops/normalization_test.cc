@@ -1,0 +1,121 @@
+// softmax and the norms against their double-precision reference kernels:
+// within 1e-5 relative + 1e-5 absolute in float32, plus one bfloat16 ulp in
+// bfloat16 (normalization.h), both ISA paths, several memory configs.
+#include "tessera/ops/normalization.h"
+
+#include "tessera/base/cpu_features.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+void expect_near_reference(const Tensor& got, const Tensor& want, DataType dt) {
+  testing::expect_allclose(got, want, testing::rounding_tolerance(dt, 1e-5), 1e-5);
+}
+
+Tensor param(uint32_t c, uint32_t seed, bool positive = false) {
+  auto v = testing::random_values(c, seed, 1.0f);
+  if (positive)
+    for (float& x : v) x = std::fabs(x) + 0.1f;
+  return Tensor::from_vector(v, Shape{c}, DataType::FLOAT32).value();
+}
+
+TEST(Softmax, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    for (const Shape& s : {Shape{1, 1000}, Shape{3, 5, 7}, Shape{2, 2500}, Shape{1, 1, 64, 64}})
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+        SCOPED_TRACE(fmt::format("{} {} avx512={}", s.to_string(), data_type_name(dt), avx512));
+        Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 1);
+        ASSERT_OK_AND_ASSIGN(Tensor want, reference::softmax(h, dt));
+        for (const MemoryConfig& mc : {DRAM_MEMORY_CONFIG, L1_MEMORY_CONFIG}) {
+          ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev, mc));
+          ASSERT_OK_AND_ASSIGN(Tensor y, softmax(d));
+          EXPECT_EQ(y.spec(), d.spec());
+          expect_near_reference(y.cpu().value(), want, dt);
+        }
+      }
+  }
+  set_avx512_kernels_enabled(true);
+}
+
+TEST(LayerNorm, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (const Shape& s : {Shape{4, 768}, Shape{2, 3, 37}, Shape{1, 1, 32, 1500}})
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16})
+      for (bool affine : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {} affine={}", s.to_string(), data_type_name(dt), affine));
+        Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 2);
+        NormParams hp{.epsilon = 1e-5f};
+        NormParams dp = hp;
+        if (affine) {
+          hp.weight = param(s[-1], 3);
+          hp.bias = param(s[-1], 4);
+          dp.weight = to_device(*hp.weight, *dev).value();
+          dp.bias = to_device(*hp.bias, *dev).value();
+        }
+        ASSERT_OK_AND_ASSIGN(Tensor want, reference::layer_norm(h, hp, dt));
+        ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev, L1_MEMORY_CONFIG));
+        ASSERT_OK_AND_ASSIGN(Tensor y, layer_norm(d, dp));
+        expect_near_reference(y.cpu().value(), want, dt);
+      }
+}
+
+TEST(GroupNorm, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  struct Case {
+    Shape s;
+    uint32_t groups;
+  };
+  for (const Case& c : {Case{Shape{1, 8, 8, 32}, 8}, Case{Shape{2, 5, 3, 12}, 3}, Case{Shape{1, 1, 49, 2048}, 1},
+                        Case{Shape{1, 4, 4, 2048}, 32}})
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      SCOPED_TRACE(fmt::format("{} g{} {}", c.s.to_string(), c.groups, data_type_name(dt)));
+      Tensor h = testing::random_tensor(c.s, dt, Layout::ROW_MAJOR, 5);
+      NormParams hp{.weight = param(c.s[3], 6), .bias = param(c.s[3], 7)};
+      NormParams dp{.weight = to_device(*hp.weight, *dev).value(), .bias = to_device(*hp.bias, *dev).value()};
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::group_norm(h, c.groups, hp, dt));
+      ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor y, group_norm(d, c.groups, dp));
+      expect_near_reference(y.cpu().value(), want, dt);
+    }
+}
+
+TEST(BatchNorm, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  for (const Shape& s : {Shape{1, 8, 8, 32}, Shape{2, 3, 5, 1100}, Shape{1, 1, 96, 64}})
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      SCOPED_TRACE(fmt::format("{} {}", s.to_string(), data_type_name(dt)));
+      const uint32_t c = s[-1];
+      Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 8);
+      Tensor mean = param(c, 9), var = param(c, 10, true);
+      NormParams hp{.epsilon = 1e-3f, .weight = param(c, 11), .bias = param(c, 12)};
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::batch_norm(h, mean, var, hp, dt));
+      for (Device* dv : {dev.get(), wh.get()}) {
+        NormParams dp{.epsilon = 1e-3f, .weight = to_device(*hp.weight, *dv).value(),
+                      .bias = to_device(*hp.bias, *dv).value()};
+        ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dv, L1_MEMORY_CONFIG));
+        ASSERT_OK_AND_ASSIGN(Tensor y, batch_norm(d, to_device(mean, *dv).value(), to_device(var, *dv).value(), dp));
+        expect_near_reference(y.cpu().value(), want, dt);
+      }
+    }
+}
+
+TEST(Normalization, Errors) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(testing::random_tensor(Shape{1, 2, 2, 6}, DataType::FLOAT32,
+                                                                   Layout::ROW_MAJOR, 1), *dev));
+  EXPECT_ERROR(softmax(d, 1), StatusCode::kUnimplemented, "only the last dim is supported, found dim 1");
+  EXPECT_ERROR(group_norm(d, 4), StatusCode::kInvalidArgument, "6 channels do not split into 4 groups");
+  ASSERT_OK_AND_ASSIGN(Tensor five, to_device(param(5, 1), *dev));
+  EXPECT_ERROR(layer_norm(d, {.weight = five}), StatusCode::kInvalidArgument,
+               "layer_norm: expected weight to be a ROW_MAJOR float32 or bfloat16 tensor of 6 values");
+  EXPECT_ERROR(batch_norm(d, five, five), StatusCode::kInvalidArgument, "expected running_mean to be");
+  EXPECT_ERROR(softmax(testing::random_tensor(Shape{4}, DataType::FLOAT32, Layout::ROW_MAJOR, 1)),
+               StatusCode::kInvalidArgument, "must be a device tensor");
+}
+
+}  // namespace
+}  // namespace tessera
