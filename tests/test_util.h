@@ -53,6 +53,30 @@ inline double rounding_tolerance(DataType dt, double f32_rel) {
   return dt == DataType::BFLOAT16 ? std::ldexp(1.0, -7) : f32_rel;
 }
 
+// Pearson correlation of two equally long vectors (1 when both are constant).
+inline double pcc(const std::vector<float>& a, const std::vector<float>& b) {
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < a.size(); ++i) ma += a[i], mb += b[i];
+  ma /= static_cast<double>(a.size());
+  mb /= static_cast<double>(b.size());
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    sab += (a[i] - ma) * (b[i] - mb);
+    saa += (a[i] - ma) * (a[i] - ma);
+    sbb += (b[i] - mb) * (b[i] - mb);
+  }
+  if (saa == 0 && sbb == 0) return 1.0;
+  return sab / std::sqrt(saa * sbb);
+}
+
+// Convolution tolerance against the double reference on the device's
+// operands: float32 compute 1e-4 * max(1, max|ref|) (accumulation order);
+// bfloat16 2^-7 |ref| + 2^-9 max|ref| (one output rounding, float32 sums).
+inline float conv_tolerance(DataType compute, float ref, float max_abs_ref) {
+  return compute == DataType::FLOAT32 ? 1e-4f * std::max(1.0f, max_abs_ref)
+                                      : std::ldexp(std::fabs(ref), -7) + std::ldexp(max_abs_ref, -9);
+}
+
 inline MemoryConfig sharded(TensorMemoryLayout ml, BufferType bt, CoreRangeSet grid, uint32_t sh, uint32_t sw,
                             ShardOrientation o = ShardOrientation::ROW_MAJOR) {
   return MemoryConfig{ml, bt, ShardSpec{std::move(grid), {sh, sw}, o}};

@@ -1,4 +1,5 @@
 #include "tessera/ops/conv2d.h"
+#include "tessera/ops/conv_transpose2d.h"
 
 #include <dnnl.hpp>
 #include <omp.h>
@@ -37,6 +38,7 @@ Status guard(std::string_view what, F f) {
 struct ConvShard {
   uint32_t out_row0 = 0, out_rows = 0;  // output rows of each image
   uint32_t in_row0 = 0, in_rows = 0;    // input rows it reads, halo included
+  int64_t pad_top = 0, pad_bottom = 0;  // its own padding (a transposed conv's may be negative)
   size_t primitive = 0;                 // index into ConvPlan::prims
   dnnl::stream stream;
   memory src_mem, dst_mem, weights_mem, bias_mem, scratch_mem;
@@ -47,8 +49,8 @@ struct ConvShard {
 // Everything compiled for one conv problem.
 struct ConvPlan {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  std::vector<dnnl::convolution_forward::primitive_desc> pds;
-  std::vector<dnnl::convolution_forward> prims;
+  std::vector<dnnl::primitive_desc> pds;  // convolution or deconvolution
+  std::vector<dnnl::primitive> prims;
   std::vector<std::unique_ptr<ConvShard>> shards;
   bool stage_src = false, stage_dst = false;  // rows not dense in the tensor: copy through
   std::optional<UnaryWithParam> post_activation;  // when oneDNN lacks it
@@ -102,46 +104,92 @@ Status conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   return ok_status();
 }
 
+// A convolution or a transposed convolution, as the kernels see it.
+struct Geometry {
+  bool transposed = false;
+  uint32_t n = 1, h = 0, w = 0, cin = 0, cout = 0, kh = 0, kw = 0, sh = 1, sw = 1, dh = 1, dw = 1, groups = 1;
+  uint32_t oh = 0, ow = 0;
+  int64_t pad_t = 0, pad_b = 0, pad_l = 0, pad_r = 0;  // oneDNN's padding of the whole problem
+  UnaryWithParam activation;
+  std::string descriptor;
+};
+
+Geometry geometry(const Conv2dParams& p) {
+  return {false, p.batch_size, p.input_height, p.input_width, p.in_channels, p.out_channels, p.kernel_size[0],
+          p.kernel_size[1], p.stride[0], p.stride[1], p.dilation[0], p.dilation[1], p.groups, p.output_height(),
+          p.output_width(), p.padding[0], p.padding[1], p.padding[2], p.padding[3], p.activation, p.descriptor()};
+}
+
+// oneDNN sizes a deconvolution's output as (in - 1) * s - pad_l - pad_r +
+// d * (k - 1) + 1, so output padding shrinks the right padding.
+Geometry geometry(const ConvTranspose2dParams& p) {
+  return {true,
+          p.batch_size,
+          p.input_height,
+          p.input_width,
+          p.in_channels,
+          p.out_channels,
+          p.kernel_size[0],
+          p.kernel_size[1],
+          p.stride[0],
+          p.stride[1],
+          p.dilation[0],
+          p.dilation[1],
+          p.groups,
+          p.output_height(),
+          p.output_width(),
+          p.padding[0],
+          int64_t{p.padding[0]} - p.output_padding[0],
+          p.padding[1],
+          int64_t{p.padding[1]} - p.output_padding[1],
+          p.activation,
+          p.descriptor()};
+}
+
 struct Problem {
-  Conv2dParams params;
+  Geometry g;
   TensorSpec input, output;
   DataType compute;
   std::string key;
 };
 
-StatusOr<Problem> make_problem(const Tensor& input, const Conv2dParams& p, const Conv2dConfig& config) {
+template <class Params>
+StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2dConfig& config) {
+  const Geometry g = geometry(p);
+  const std::string_view op = g.transposed ? "conv_transpose2d" : "conv2d";
   TS_RETURN_IF_ERROR(p.validate());
-  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "conv2d"));
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
   TS_RETURN_IF_ERROR(p.check_input_shape(input.shape().dims()));
   if (input.layout() != Layout::ROW_MAJOR)
-    return unimplemented_error("conv2d: the input must be ROW_MAJOR (NHWC rows) for now, found TILE; untilize it");
+    return unimplemented_error("{}: the input must be ROW_MAJOR (NHWC rows) for now, found TILE; untilize it", op);
   if (input.dtype() != DataType::FLOAT32 && input.dtype() != DataType::BFLOAT16)
-    return unimplemented_error("conv2d: expected a float32 or bfloat16 input, found {}", data_type_name(input.dtype()));
+    return unimplemented_error("{}: expected a float32 or bfloat16 input, found {}", op, data_type_name(input.dtype()));
   const DataType out = config.dtype.value_or(input.dtype());
   if (out != DataType::FLOAT32 && out != DataType::BFLOAT16)
-    return unimplemented_error("conv2d: output dtype must be float32 or bfloat16 for now, found {}",
+    return unimplemented_error("{}: output dtype must be float32 or bfloat16 for now, found {}", op,
                                data_type_name(out));
   if (input.memory_config().is_sharded())
-    return unimplemented_error("conv2d: sharded inputs are not supported yet, found {}; move the input to an "
+    return unimplemented_error("{}: sharded inputs are not supported yet, found {}; move the input to an "
                                "interleaved memory config with to_memory_config",
-                               input.memory_config().to_string());
+                               op, input.memory_config().to_string());
   Problem pr;
-  pr.params = p;
+  pr.g = g;
   pr.input = input.spec();
-  pr.output = TensorSpec{Shape{1, 1, p.batch_size * p.output_height() * p.output_width(), p.out_channels}, out,
-                         Layout::ROW_MAJOR, input.memory_config()};
+  pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, Layout::ROW_MAJOR, input.memory_config()};
   pr.compute = input.dtype();
-  pr.key = fmt::format("{}:{}->{}:w{}", p.descriptor(), pr.input.to_string(), short_dtype_name(out),
+  pr.key = fmt::format("{}:{}->{}:w{}", g.descriptor, pr.input.to_string(), short_dtype_name(out),
                        short_dtype_name(config.weights_dtype));
   return pr;
 }
 
-memory::desc weights_user_desc(const Conv2dParams& p, DataType t) {
-  const auto kh = static_cast<memory::dim>(p.kernel_size[0]), kw = static_cast<memory::dim>(p.kernel_size[1]);
-  const auto o = static_cast<memory::dim>(p.out_channels), i = static_cast<memory::dim>(p.in_channels / p.groups);
-  if (p.groups == 1) return memory::desc({o, i, kh, kw}, dnnl_type(t), memory::format_tag::oihw);
-  const auto g = static_cast<memory::dim>(p.groups);
-  return memory::desc({g, o / g, i, kh, kw}, dnnl_type(t), memory::format_tag::goihw);
+// The user's weights: (out, in/g, kh, kw) for a convolution, (in, out/g, kh,
+// kw) for a transposed one, as PyTorch stores them.
+memory::desc weights_user_desc(const Geometry& g, DataType t) {
+  auto d = [](uint32_t v) { return static_cast<memory::dim>(v); };
+  const auto o = d(g.cout), i = d(g.cin), kh = d(g.kh), kw = d(g.kw), gr = d(g.groups);
+  using tag = memory::format_tag;
+  if (g.groups == 1) return memory::desc({o, i, kh, kw}, dnnl_type(t), g.transposed ? tag::iohw : tag::oihw);
+  return memory::desc({gr, o / gr, i / gr, kh, kw}, dnnl_type(t), g.transposed ? tag::giohw : tag::goihw);
 }
 
 // Dense NHWC rows of one image slice: dims (1, C, h, w).
@@ -150,26 +198,45 @@ memory::desc rows_desc(uint32_t h, uint32_t w, uint32_t c, DataType t) {
                       dnnl_type(t), memory::format_tag::nhwc);
 }
 
-// Output rows split into `parts` shards, each with the input rows (halo
-// included) and the top/bottom padding it needs. Empty when a shard would
-// read no input row (all of it padding): then the caller uses one shard.
-std::vector<ConvShard*> split_rows(ConvPlan& plan, const Conv2dParams& p, uint32_t parts) {
-  const uint32_t oh = p.output_height();
-  parts = std::max<uint32_t>(1, std::min(parts, oh));
-  const uint32_t base = oh / parts, extra = oh % parts;
-  const int64_t span = int64_t{p.dilation[0]} * (p.kernel_size[0] - 1) + 1;
+// Output rows split into `parts` shards, each with the input rows it reads
+// and its own top/bottom padding. Empty when a shard would read no input row
+// or (transposed) would need negative top padding: then the caller uses one
+// shard.
+std::vector<ConvShard*> split_rows(ConvPlan& plan, const Geometry& g, uint32_t parts) {
+  parts = std::max<uint32_t>(1, std::min(parts, g.oh));
+  const uint32_t base = g.oh / parts, extra = g.oh % parts;
+  const int64_t span = int64_t{g.dh} * (g.kh - 1);
   std::vector<ConvShard*> out;
   for (uint32_t c = 0, o0 = 0; c < parts; ++c) {
     const uint32_t rows = base + (c < extra ? 1 : 0);
-    const int64_t lo = int64_t{o0} * p.stride[0] - p.padding[0];
-    const int64_t hi = int64_t{o0 + rows - 1} * p.stride[0] - p.padding[0] + span;
-    const int64_t in0 = std::max<int64_t>(lo, 0), in1 = std::min<int64_t>(hi, p.input_height);
-    if (in1 <= in0) return {};
     auto sh = std::make_unique<ConvShard>();
+    if (parts == 1) {  // the whole problem as given
+      sh->in_row0 = 0;
+      sh->in_rows = g.h;
+      sh->pad_top = g.pad_t;
+      sh->pad_bottom = g.pad_b;
+    } else if (!g.transposed) {
+      const int64_t lo = int64_t{o0} * g.sh - g.pad_t, hi = int64_t{o0 + rows - 1} * g.sh - g.pad_t + span + 1;
+      const int64_t in0 = std::max<int64_t>(lo, 0), in1 = std::min<int64_t>(hi, g.h);
+      if (in1 <= in0) return {};
+      sh->in_row0 = static_cast<uint32_t>(in0);
+      sh->in_rows = static_cast<uint32_t>(in1 - in0);
+      sh->pad_top = in0 - lo;
+      sh->pad_bottom = hi - in1;
+    } else {
+      // Output row oy gets input rows iy with oy = iy * s - pad + ky * d.
+      const int64_t first = int64_t{o0} + g.pad_t - span, last = int64_t{o0} + rows - 1 + g.pad_t;
+      const int64_t in0 = std::max<int64_t>(0, first <= 0 ? 0 : (first + g.sh - 1) / g.sh);
+      const int64_t in1 = std::min<int64_t>(g.h, last / g.sh + 1);
+      if (in1 <= in0) return {};
+      sh->in_row0 = static_cast<uint32_t>(in0);
+      sh->in_rows = static_cast<uint32_t>(in1 - in0);
+      sh->pad_top = int64_t{o0} + g.pad_t - in0 * g.sh;
+      sh->pad_bottom = (in1 - in0 - 1) * g.sh - sh->pad_top + span + 1 - rows;
+      if (sh->pad_top < 0) return {};
+    }
     sh->out_row0 = o0;
     sh->out_rows = rows;
-    sh->in_row0 = static_cast<uint32_t>(in0);
-    sh->in_rows = static_cast<uint32_t>(in1 - in0);
     out.push_back(sh.get());
     plan.shards.push_back(std::move(sh));
     o0 += rows;
@@ -180,33 +247,36 @@ std::vector<ConvShard*> split_rows(ConvPlan& plan, const Conv2dParams& p, uint32
 // Builds one primitive per distinct shard shape; every shard uses the packed
 // weight layout of the first, so one prepared weight tensor serves them all.
 void build_primitives(ConvPlan& plan, const Problem& pr) {
-  const Conv2dParams& p = pr.params;
+  const Geometry& g = pr.g;
   auto d = [](int64_t v) { return static_cast<memory::dim>(v); };
-  memory::desc b_md({d(p.out_channels)}, memory::data_type::f32, memory::format_tag::x);
-  memory::desc w_md = weights_user_desc(p, pr.compute);
+  memory::desc b_md({d(g.cout)}, memory::data_type::f32, memory::format_tag::x);
+  memory::desc w_md = weights_user_desc(g, pr.compute);
   w_md = memory::desc(w_md.dims(), dnnl_type(pr.compute), memory::format_tag::any);
   dnnl::post_ops po;
-  if (!onednn::append_activation(po, p.activation)) plan.post_activation = p.activation;
+  if (!onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   std::map<std::array<int64_t, 4>, size_t> by_shape;
-  const int64_t span = int64_t{p.dilation[0]} * (p.kernel_size[0] - 1) + 1;
   for (auto& sh : plan.shards) {
-    const int64_t lo = int64_t{sh->out_row0} * p.stride[0] - p.padding[0];
-    const int64_t hi = int64_t{sh->out_row0 + sh->out_rows - 1} * p.stride[0] - p.padding[0] + span;
-    const int64_t pad_top = std::max<int64_t>(0, -lo), pad_bottom = std::max<int64_t>(0, hi - p.input_height);
-    const std::array<int64_t, 4> shape{sh->out_rows, sh->in_rows, pad_top, pad_bottom};
-    auto src_md = rows_desc(sh->in_rows, p.input_width, p.in_channels, pr.compute);
-    auto dst_md = rows_desc(sh->out_rows, p.output_width(), p.out_channels, pr.output.dtype);
+    const std::array<int64_t, 4> shape{sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom};
+    auto src_md = rows_desc(sh->in_rows, g.w, g.cin, pr.compute);
+    auto dst_md = rows_desc(sh->out_rows, g.ow, g.cout, pr.output.dtype);
     auto [it, fresh] = by_shape.try_emplace(shape, plan.prims.size());
     if (fresh) {
-      dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                         src_md, plan.pds.empty() ? w_md : plan.pds[0].weights_desc(), b_md, dst_md,
-                                         {d(p.stride[0]), d(p.stride[1])},
-                                         {d(p.dilation[0] - 1), d(p.dilation[1] - 1)}, {d(pad_top), d(p.padding[2])},
-                                         {d(pad_bottom), d(p.padding[3])});
-      plan.pds.emplace_back(cd, attr, plan.engine);
+      const memory::desc& wd = plan.pds.empty() ? w_md : plan.pds[0].weights_desc();
+      const memory::dims strides{d(g.sh), d(g.sw)}, dil{d(g.dh - 1), d(g.dw - 1)};
+      const memory::dims pad_l{d(sh->pad_top), d(g.pad_l)}, pad_r{d(sh->pad_bottom), d(g.pad_r)};
+      if (g.transposed) {
+        dnnl::deconvolution_forward::desc dd(dnnl::prop_kind::forward_inference,
+                                             dnnl::algorithm::deconvolution_direct, src_md, wd, b_md, dst_md, strides,
+                                             dil, pad_l, pad_r);
+        plan.pds.push_back(dnnl::deconvolution_forward::primitive_desc(dd, attr, plan.engine));
+      } else {
+        dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                           src_md, wd, b_md, dst_md, strides, dil, pad_l, pad_r);
+        plan.pds.push_back(dnnl::convolution_forward::primitive_desc(cd, attr, plan.engine));
+      }
       plan.prims.emplace_back(plan.pds.back());
     }
     sh->primitive = it->second;
@@ -219,29 +289,27 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
     sh->bias_mem = memory(b_md, plan.engine, DNNL_MEMORY_NONE);
     sh->scratch_mem = memory(pd.scratchpad_desc(), plan.engine, sh->scratch.get());
     if (plan.stage_src)
-      sh->src_stage = make_aligned_bytes(uint64_t{sh->in_rows} * p.input_width * p.in_channels *
-                                         element_size(pr.compute));
+      sh->src_stage = make_aligned_bytes(uint64_t{sh->in_rows} * g.w * g.cin * element_size(pr.compute));
     if (plan.stage_dst)
-      sh->dst_stage = make_aligned_bytes(uint64_t{sh->out_rows} * p.output_width() * p.out_channels *
-                                         element_size(pr.output.dtype));
+      sh->dst_stage = make_aligned_bytes(uint64_t{sh->out_rows} * g.ow * g.cout * element_size(pr.output.dtype));
   }
 }
 
 StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst) {
   auto plan = std::make_shared<ConvPlan>();
-  const Conv2dParams& p = pr.params;
+  const Geometry& g = pr.g;
   plan->out_type = pr.output.dtype;
-  plan->batch = p.batch_size;
-  plan->in_h = p.input_height;
-  plan->in_w = p.input_width;
-  plan->out_h = p.output_height();
-  plan->out_w = p.output_width();
+  plan->batch = g.n;
+  plan->in_h = g.h;
+  plan->in_w = g.w;
+  plan->out_h = g.oh;
+  plan->out_w = g.ow;
   plan->stage_src = dense_row_stride(src) == 0;
   plan->stage_dst = dense_row_stride(dst) == 0;
   // One shard per worker thread: each thread keeps its rows in its own cache.
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
   Status built = guard("compiling the convolution", [&] {
-    if (split_rows(*plan, p, threads).empty()) split_rows(*plan, p, 1);
+    if (split_rows(*plan, g, threads).empty()) split_rows(*plan, g, 1);
     build_primitives(*plan, pr);
   });
   if (!built.ok() && plan->shards.size() > 1) {  // a shard shape oneDNN refused: run whole
@@ -249,14 +317,15 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
     plan->pds.clear();
     plan->prims.clear();
     built = guard("compiling the convolution", [&] {
-      split_rows(*plan, p, 1);
+      split_rows(*plan, g, 1);
       build_primitives(*plan, pr);
     });
   }
   TS_RETURN_IF_ERROR(built);
   Program prog;
   prog.kernel = conv_kernel;
-  prog.kernel_name = fmt::format("{}_conv2d__onednn_{}_x{}", short_dtype_name(pr.compute), plan->pds[0].impl_info_str(),
+  prog.kernel_name = fmt::format("{}_{}__onednn_{}_x{}", short_dtype_name(pr.compute),
+                                 g.transposed ? "conv_transpose2d" : "conv2d", plan->pds[0].impl_info_str(),
                                  plan->shards.size());
   prog.num_tasks = static_cast<uint32_t>(plan->shards.size());
   prog.grain = 1;
@@ -269,8 +338,8 @@ StatusOr<Conv2dResult> launch_conv(const Tensor& input, Tensor output, const Pre
                                    const Problem& pr, const Program& prog, uint8_t cq_id) {
   Conv2dResult r;
   r.output = std::move(output);
-  r.output_height = pr.params.output_height();
-  r.output_width = pr.params.output_width();
+  r.output_height = pr.g.oh;
+  r.output_width = pr.g.ow;
   r.weights = w;
   ConvArgs args{};
   TS_ASSIGN_OR_RETURN(args.src, make_access(input));
@@ -325,13 +394,61 @@ StatusOr<Tensor> round_conv2d_weights(const Tensor& weight, const Conv2dParams& 
   return Tensor::from_vector(v, expected, DataType::FLOAT32);
 }
 
-StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                              const Conv2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
+StatusOr<Tensor> round_conv_transpose2d_weights(const Tensor& weight, const ConvTranspose2dParams& p, DataType wt,
+                                                DataType input_dtype) {
+  if (weight.is_on_device())
+    return invalid_argument_error("conv_transpose2d: expected host weights, found a device tensor");
+  const uint32_t groups = p.groups ? p.groups : 1, cin_g = p.in_channels / groups, cout_g = p.out_channels / groups;
+  const uint32_t kh = p.kernel_size[0], kw = p.kernel_size[1];
+  const Shape expected{p.in_channels, cout_g, kh, kw};
+  if (weight.shape() != expected)
+    return invalid_argument_error("conv_transpose2d: expected weight shape {} (in_channels, out_channels/groups, kh, "
+                                  "kw), found {}",
+                                  expected.to_string(), weight.shape().to_string());
+  // Round as the equivalent convolution's (out, in/g, kh, kw) weights: the
+  // block-float blocks run over output channels either way.
+  TS_ASSIGN_OR_RETURN(std::vector<float> v, weight.to_vector());
+  std::vector<float> conv(v.size());
+  auto t_at = [&](uint32_t ic, uint32_t o, uint32_t y, uint32_t x) { return ((uint64_t{ic} * cout_g + o) * kh + y) * kw + x; };
+  auto c_at = [&](uint32_t oc, uint32_t i, uint32_t y, uint32_t x) { return ((uint64_t{oc} * cin_g + i) * kh + y) * kw + x; };
+  auto each = [&](auto f) {
+    for (uint32_t ic = 0; ic < p.in_channels; ++ic)
+      for (uint32_t o = 0; o < cout_g; ++o)
+        for (uint32_t y = 0; y < kh; ++y)
+          for (uint32_t x = 0; x < kw; ++x) f(t_at(ic, o, y, x), c_at((ic / cin_g) * cout_g + o, ic % cin_g, y, x));
+  };
+  each([&](uint64_t t, uint64_t c) { conv[c] = v[t]; });
+  Conv2dParams cp;
+  cp.in_channels = p.in_channels;
+  cp.out_channels = p.out_channels;
+  cp.groups = groups;
+  cp.kernel_size = p.kernel_size;
+  TS_ASSIGN_OR_RETURN(Tensor ct, Tensor::from_vector(conv, Shape{p.out_channels, cin_g, kh, kw}, DataType::FLOAT32));
+  TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(ct, cp, wt, input_dtype));
+  TS_ASSIGN_OR_RETURN(conv, rounded.to_vector());
+  each([&](uint64_t t, uint64_t c) { v[t] = conv[c]; });
+  return Tensor::from_vector(v, expected, DataType::FLOAT32);
+}
+
+namespace {
+
+StatusOr<Tensor> round_weights(const Tensor& weight, const Conv2dParams& p, DataType wt, DataType in) {
+  return round_conv2d_weights(weight, p, wt, in);
+}
+StatusOr<Tensor> round_weights(const Tensor& weight, const ConvTranspose2dParams& p, DataType wt, DataType in) {
+  return round_conv_transpose2d_weights(weight, p, wt, in);
+}
+
+template <class Params>
+StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                                         const Params& p, const Conv2dConfig& config, uint8_t cq_id) {
   TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config));
+  const Geometry& g = pr.g;
+  const std::string_view op = g.transposed ? "conv_transpose2d" : "conv2d";
   Device& device = *input.device();
-  TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(weight, p, config.weights_dtype, input.dtype()));
-  if (bias && (bias->is_on_device() || bias->shape().volume() != p.out_channels))
-    return invalid_argument_error("conv2d: expected a host bias with {} values, found {}", p.out_channels,
+  TS_ASSIGN_OR_RETURN(Tensor rounded, round_weights(weight, p, config.weights_dtype, input.dtype()));
+  if (bias && (bias->is_on_device() || bias->shape().volume() != g.cout))
+    return invalid_argument_error("{}: expected a host bias with {} values, found {}", op, g.cout,
                                   bias->spec().to_string());
   // Compile first: the packed weight layout is the chosen kernel's.
   TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
@@ -354,17 +471,17 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const s
     user = wb.data();
   }
   TS_RETURN_IF_ERROR(guard("packing the weights", [&] {
-    memory from(weights_user_desc(p, pr.compute), plan->engine, user);
+    memory from(weights_user_desc(g, pr.compute), plan->engine, user);
     memory to(plan->pds[0].weights_desc(), plan->engine, packed_host.host_data());
     dnnl::stream stream(plan->engine);
     dnnl::reorder(from, to).execute(stream, from, to);
     stream.wait();
   }));
-  std::vector<float> bv(p.out_channels, 0.0f);
+  std::vector<float> bv(g.cout, 0.0f);
   if (bias) {
     TS_ASSIGN_OR_RETURN(bv, bias->to_vector());
   }
-  TS_ASSIGN_OR_RETURN(Tensor bias_host, Tensor::from_vector(bv, Shape{1, 1, 1, p.out_channels}, DataType::FLOAT32));
+  TS_ASSIGN_OR_RETURN(Tensor bias_host, Tensor::from_vector(bv, Shape{1, 1, 1, g.cout}, DataType::FLOAT32));
   PreparedConv2dWeights w;
   w.key = pr.key;
   TS_ASSIGN_OR_RETURN(w.weight, to_device(packed_host, device, DRAM_MEMORY_CONFIG, cq_id));
@@ -372,21 +489,45 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const s
   return launch_conv(input, std::move(output), w, pr, *prog, cq_id);
 }
 
-StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& w, const Conv2dParams& p,
-                              const Conv2dConfig& config, uint8_t cq_id) {
+template <class Params>
+StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedConv2dWeights& w, const Params& p,
+                                          const Conv2dConfig& config, uint8_t cq_id) {
   TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config));
+  const std::string_view op = pr.g.transposed ? "conv_transpose2d" : "conv2d";
   if (w.key != pr.key)
-    return invalid_argument_error("conv2d: the prepared weights are for '{}', not for '{}'", w.key, pr.key);
+    return invalid_argument_error("{}: the prepared weights are for '{}', not for '{}'", op, w.key, pr.key);
   if (w.weight.device() != input.device() || !w.weight.is_allocated() || !w.bias.is_allocated())
-    return failed_precondition_error("conv2d: the prepared weights are not allocated on the input's device");
+    return failed_precondition_error("{}: the prepared weights are not allocated on the input's device", op);
   Device& device = *input.device();
   // The weights were prepared together with the program; it is cached.
   const Program* prog = device.program_cache().find(pr.key);
   if (!prog)
-    return failed_precondition_error("conv2d: no program for '{}' on device {}; prepare the weights on this device",
+    return failed_precondition_error("{}: no program for '{}' on device {}; prepare the weights on this device", op,
                                      pr.key, device.id());
   TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
   return launch_conv(input, std::move(output), w, pr, *prog, cq_id);
+}
+
+}  // namespace
+
+StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                              const Conv2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
+  return conv_with_weights(input, weight, bias, p, config, cq_id);
+}
+
+StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& w, const Conv2dParams& p,
+                              const Conv2dConfig& config, uint8_t cq_id) {
+  return conv_with_prepared(input, w, p, config, cq_id);
+}
+
+StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                                        const ConvTranspose2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
+  return conv_with_weights(input, weight, bias, p, config, cq_id);
+}
+
+StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const PreparedConv2dWeights& w,
+                                        const ConvTranspose2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
+  return conv_with_prepared(input, w, p, config, cq_id);
 }
 
 }  // namespace tessera

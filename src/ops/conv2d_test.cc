@@ -17,21 +17,6 @@
 namespace tessera {
 namespace {
 
-double pcc(const std::vector<float>& a, const std::vector<float>& b) {
-  double ma = 0, mb = 0;
-  for (size_t i = 0; i < a.size(); ++i) ma += a[i], mb += b[i];
-  ma /= static_cast<double>(a.size());
-  mb /= static_cast<double>(b.size());
-  double sab = 0, saa = 0, sbb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    sab += (a[i] - ma) * (b[i] - mb);
-    saa += (a[i] - ma) * (a[i] - ma);
-    sbb += (b[i] - mb) * (b[i] - mb);
-  }
-  if (saa == 0 && sbb == 0) return 1.0;
-  return sab / std::sqrt(saa * sbb);
-}
-
 struct Case {
   uint32_t n, h, w, c, k, kh, kw, stride, dilation, groups;
   std::array<uint32_t, 4> pad;
@@ -77,12 +62,11 @@ void check_case(Device& dev, const Case& cs, DataType in_type, DataType w_type, 
   size_t bad = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const float d = std::fabs(got[i] - ref[i]);
-    const float tol = in_type == DataType::FLOAT32 ? 1e-4f * std::max(1.0f, mx)
-                                                   : std::ldexp(std::fabs(ref[i]), -7) + std::ldexp(mx, -9);
-    if (!(d <= tol) && bad++ < 3) ADD_FAILURE() << "i=" << i << " got " << got[i] << " ref " << ref[i];
+    if (!(d <= testing::conv_tolerance(in_type, ref[i], mx)) && bad++ < 3)
+      ADD_FAILURE() << "i=" << i << " got " << got[i] << " ref " << ref[i];
   }
   EXPECT_EQ(bad, 0u);
-  EXPECT_GE(pcc(got, ref), 0.9999);
+  EXPECT_GE(testing::pcc(got, ref), 0.9999);
   // Prepared weights are reused bit for bit.
   ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d(dx, r.weights, p, {.weights_dtype = w_type}));
   ASSERT_OK_AND_ASSIGN(Tensor again_t, again.output.cpu());

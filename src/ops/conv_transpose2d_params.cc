@@ -1,0 +1,105 @@
+#include <vector>
+
+#include "tessera/ops/conv_transpose2d.h"
+#include "tessera/ops/nhwc.h"
+
+namespace tessera {
+
+namespace {
+int64_t out_size(uint32_t in, uint32_t pad, uint32_t out_pad, uint32_t k, uint32_t s, uint32_t d) {
+  return (int64_t{in} - 1) * s - 2 * int64_t{pad} + int64_t{d} * (k - 1) + out_pad + 1;
+}
+}  // namespace
+
+uint32_t ConvTranspose2dParams::output_height() const {
+  const int64_t v = out_size(input_height, padding[0], output_padding[0], kernel_size[0], stride[0], dilation[0]);
+  return v > 0 && v <= UINT32_MAX ? static_cast<uint32_t>(v) : 0;
+}
+uint32_t ConvTranspose2dParams::output_width() const {
+  const int64_t v = out_size(input_width, padding[1], output_padding[1], kernel_size[1], stride[1], dilation[1]);
+  return v > 0 && v <= UINT32_MAX ? static_cast<uint32_t>(v) : 0;
+}
+
+uint64_t ConvTranspose2dParams::flops() const {
+  return 2ull * batch_size * input_height * input_width * in_channels * (out_channels / (groups ? groups : 1)) *
+         kernel_size[0] * kernel_size[1];
+}
+
+Status ConvTranspose2dParams::validate() const {
+  if (!batch_size || !input_height || !input_width || !in_channels || !out_channels)
+    return invalid_argument_error("conv_transpose2d: batch, height, width and channels must be > 0, found {}",
+                                  descriptor());
+  if (!kernel_size[0] || !kernel_size[1] || !stride[0] || !stride[1] || !dilation[0] || !dilation[1])
+    return invalid_argument_error("conv_transpose2d: kernel size, stride and dilation must be > 0, found {}",
+                                  descriptor());
+  if (!groups || in_channels % groups || out_channels % groups)
+    return invalid_argument_error("conv_transpose2d: in_channels {} and out_channels {} must be divisible by groups {}",
+                                  in_channels, out_channels, groups);
+  for (int i = 0; i < 2; ++i)
+    if (output_padding[i] >= std::max(stride[i], dilation[i]))
+      return invalid_argument_error("conv_transpose2d: output_padding {} must be smaller than stride {} or dilation {}",
+                                    output_padding[i], stride[i], dilation[i]);
+  if (!output_height() || !output_width())
+    return invalid_argument_error("conv_transpose2d: the output of {} would be empty", descriptor());
+  return ok_status();
+}
+
+Status ConvTranspose2dParams::check_input_shape(std::span<const uint32_t> s) const {
+  return check_nhwc_input("conv_transpose2d", s, batch_size, input_height, input_width, in_channels);
+}
+
+std::string ConvTranspose2dParams::descriptor() const {
+  return fmt::format("conv_transpose2d:n{}h{}w{}c{}k{}:r{}x{}s{}x{}p{}x{}op{}x{}d{}x{}g{}:{}", batch_size,
+                     input_height, input_width, in_channels, out_channels, kernel_size[0], kernel_size[1], stride[0],
+                     stride[1], padding[0], padding[1], output_padding[0], output_padding[1], dilation[0], dilation[1],
+                     groups, unary_op_name(activation.op));
+}
+
+namespace reference {
+
+StatusOr<Tensor> conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                                  const ConvTranspose2dParams& p, DataType out_dtype) {
+  TS_RETURN_IF_ERROR(p.validate());
+  TS_RETURN_IF_ERROR(p.check_input_shape(input.shape().dims()));
+  const uint32_t cin_g = p.in_channels / p.groups, cout_g = p.out_channels / p.groups;
+  const Shape expected_w{p.in_channels, cout_g, p.kernel_size[0], p.kernel_size[1]};
+  if (weight.shape() != expected_w)
+    return invalid_argument_error("conv_transpose2d: expected weight shape {} (in_channels, out_channels/groups, kh, "
+                                  "kw), found {}",
+                                  expected_w.to_string(), weight.shape().to_string());
+  TS_ASSIGN_OR_RETURN(std::vector<float> x, input.to_vector());
+  TS_ASSIGN_OR_RETURN(std::vector<float> w, weight.to_vector());
+  std::vector<float> b(p.out_channels, 0.0f);
+  if (bias) {
+    TS_ASSIGN_OR_RETURN(b, bias->to_vector());
+  }
+  const uint32_t oh = p.output_height(), ow = p.output_width(), kh = p.kernel_size[0], kw = p.kernel_size[1];
+  std::vector<double> acc(uint64_t{p.batch_size} * oh * ow * p.out_channels);
+  for (uint64_t i = 0; i < acc.size(); ++i) acc[i] = b[i % p.out_channels];
+  // Scatter: input pixel (iy, ix) reaches output (iy*s - p + ky*d, ix*s - p + kx*d).
+  for (uint32_t n = 0; n < p.batch_size; ++n)
+    for (uint32_t iy = 0; iy < p.input_height; ++iy)
+      for (uint32_t ix = 0; ix < p.input_width; ++ix)
+        for (uint32_t ky = 0; ky < kh; ++ky) {
+          const int64_t oy = int64_t{iy} * p.stride[0] - p.padding[0] + int64_t{ky} * p.dilation[0];
+          if (oy < 0 || oy >= oh) continue;
+          for (uint32_t kx = 0; kx < kw; ++kx) {
+            const int64_t ox = int64_t{ix} * p.stride[1] - p.padding[1] + int64_t{kx} * p.dilation[1];
+            if (ox < 0 || ox >= ow) continue;
+            const float* xp = &x[((uint64_t{n} * p.input_height + iy) * p.input_width + ix) * p.in_channels];
+            double* yp = &acc[((uint64_t{n} * oh + oy) * ow + ox) * p.out_channels];
+            for (uint32_t ic = 0; ic < p.in_channels; ++ic) {
+              const uint32_t g = ic / cin_g;
+              for (uint32_t o = 0; o < cout_g; ++o)
+                yp[g * cout_g + o] += double{xp[ic]} * w[((uint64_t{ic} * cout_g + o) * kh + ky) * kw + kx];
+            }
+          }
+        }
+  std::vector<float> y(acc.size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(apply_activation(p.activation, acc[i]));
+  return Tensor::from_vector(y, Shape{1, 1, p.batch_size * oh * ow, p.out_channels}, out_dtype, Layout::ROW_MAJOR);
+}
+
+}  // namespace reference
+
+}  // namespace tessera

@@ -1,0 +1,108 @@
+// conv_transpose2d against the double reference run on the operands the
+// device uses (weights rounded by round_conv_transpose2d_weights), with the
+// convolution tolerances of test_util.h and PCC >= 0.9999; shards over the
+// output rows must agree with one shard; prepared weights are reused.
+#include "tessera/ops/conv_transpose2d.h"
+
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+ConvTranspose2dParams params(uint32_t n, uint32_t h, uint32_t w, uint32_t cin, uint32_t cout, uint32_t k, uint32_t s,
+                             uint32_t pad, uint32_t op = 0, uint32_t d = 1, uint32_t groups = 1,
+                             UnaryOpType act = UnaryOpType::IDENTITY) {
+  ConvTranspose2dParams p;
+  p.batch_size = n;
+  p.input_height = h;
+  p.input_width = w;
+  p.in_channels = cin;
+  p.out_channels = cout;
+  p.kernel_size = {k, k};
+  p.stride = {s, s};
+  p.padding = {pad, pad};
+  p.output_padding = {op, op};
+  p.dilation = {d, d};
+  p.groups = groups;
+  p.activation = {act, 0.1f};
+  return p;
+}
+
+void check(Device& dev, const ConvTranspose2dParams& p, DataType in_type, DataType w_type) {
+  SCOPED_TRACE(fmt::format("{} in={} w={} workers={}", p.descriptor(), data_type_name(in_type), data_type_name(w_type),
+                           dev.workers().num_threads()));
+  Tensor x = testing::random_tensor(Shape{p.batch_size, p.input_height, p.input_width, p.in_channels}, in_type,
+                                    Layout::ROW_MAJOR, 1);
+  const Shape ws{p.in_channels, p.out_channels / p.groups, p.kernel_size[0], p.kernel_size[1]};
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(ws.volume(), 2, 0.2f), ws, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(p.out_channels, 3), Shape{p.out_channels},
+                                                     DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, dev));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv_transpose2d(dx, w, b, p, {.weights_dtype = w_type}));
+  EXPECT_EQ(r.output_height, p.output_height());
+  EXPECT_EQ(r.output_width, p.output_width());
+  ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+  ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv_transpose2d_weights(w, p, w_type, in_type));
+  ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv_transpose2d(x, rw, b, p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+  ASSERT_EQ(got.size(), ref.size());
+  float mx = 0;
+  for (float v : ref) mx = std::max(mx, std::fabs(v));
+  size_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (!(std::fabs(got[i] - ref[i]) <= testing::conv_tolerance(in_type, ref[i], mx)) && bad++ < 3)
+      ADD_FAILURE() << "i=" << i << " got " << got[i] << " ref " << ref[i];
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GE(testing::pcc(got, ref), 0.9999);
+  ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv_transpose2d(dx, r.weights, p, {.weights_dtype = w_type}));
+  EXPECT_EQ(testing::host_bytes(again.output.cpu().value()), testing::host_bytes(got_t));
+}
+
+const ConvTranspose2dParams kCases[] = {
+    params(1, 8, 10, 64, 32, 2, 2, 0),                                  // the UNet's upconv
+    params(2, 5, 7, 6, 10, 3, 2, 1, 1, 1, 1, UnaryOpType::RELU),        // decoder 3x3 s2 with output padding
+    params(1, 6, 6, 8, 8, 4, 2, 1),                                     // 4x4 s2 p1 (DCGAN-style)
+    params(1, 9, 11, 8, 12, 3, 1, 1, 0, 1, 1, UnaryOpType::SILU),       // stride 1 (same size)
+    params(1, 7, 5, 8, 8, 3, 2, 0, 1),                                  // output padding beyond the padding
+    params(1, 6, 7, 8, 12, 3, 1, 2, 0, 2, 2, UnaryOpType::HARDSIGMOID), // dilation, groups, post activation
+    params(1, 3, 3, 4, 4, 1, 3, 0),                                     // stride larger than the kernel
+    params(1, 13, 1, 5, 3, 3, 2, 1),
+};
+
+TEST(ConvTranspose2d, MatchesReference) {
+  for (int workers : {1, 2, 5}) {
+    ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = workers}));
+    for (const auto& p : kCases)
+      for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16}) check(*dev, p, in, in);
+  }
+}
+
+TEST(ConvTranspose2d, BlockFloatWeights) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (DataType wt : {DataType::BFLOAT8_B, DataType::BFLOAT4_B}) check(*dev, kCases[0], DataType::BFLOAT16, wt);
+}
+
+TEST(ConvTranspose2d, Errors) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  auto p = params(1, 4, 4, 8, 4, 2, 2, 0);
+  ASSERT_OK_AND_ASSIGN(Tensor x, to_device(testing::random_tensor(Shape{1, 4, 4, 8}, DataType::FLOAT32,
+                                                                   Layout::ROW_MAJOR, 1), *dev));
+  Tensor w = testing::random_tensor(Shape{4, 8, 2, 2}, DataType::FLOAT32, Layout::ROW_MAJOR, 2);
+  EXPECT_ERROR(conv_transpose2d(x, w, std::nullopt, p), StatusCode::kInvalidArgument,
+               "expected weight shape [8,4,2,2] (in_channels, out_channels/groups, kh, kw), found [4,8,2,2]");
+  auto bad = p;
+  bad.output_padding = {2, 2};
+  EXPECT_ERROR(conv_transpose2d(x, w, std::nullopt, bad), StatusCode::kInvalidArgument,
+               "output_padding 2 must be smaller than stride 2 or dilation 1");
+  bad = p;
+  bad.groups = 3;
+  EXPECT_ERROR(conv_transpose2d(x, w, std::nullopt, bad), StatusCode::kInvalidArgument, "must be divisible by groups 3");
+  bad = p;
+  bad.in_channels = 7;
+  EXPECT_ERROR(conv_transpose2d(x, w, std::nullopt, bad), StatusCode::kInvalidArgument,
+               "conv_transpose2d: expected input (1,4,4,7)");
+}
+
+}  // namespace
+}  // namespace tessera
