@@ -28,6 +28,7 @@
 namespace {
 
 using namespace tessera;
+using bench::read_ort;
 
 struct Layer {
   std::string set, name;
@@ -54,15 +55,6 @@ std::vector<Layer> read_layers(const std::string& path) {
     layers.push_back(l);
   }
   return layers;
-}
-
-std::map<std::string, double> read_ort(const std::string& path) {
-  std::map<std::string, double> ms;
-  std::ifstream in(path);
-  std::string key;
-  double v;
-  while (in >> key >> v) ms[key] = v;
-  return ms;
 }
 
 struct Variant {

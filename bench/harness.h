@@ -8,8 +8,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
+
+#include "tessera/base/status.h"
+#include "tessera/base/thread_pool.h"
 
 namespace tessera::bench {
 
@@ -27,6 +35,69 @@ inline Timing time_it(int reps, const std::function<void()>& body, int warmup = 
   }
   std::sort(t.begin(), t.end());
   return {t[t.size() / 2], t.front(), t.back()};
+}
+
+// Benchmarks stop at the first error: a failed op makes every number after it
+// meaningless.
+#define CHECK_OK(expr)                                                 \
+  do {                                                                 \
+    ::tessera::Status s_ = (expr);                                     \
+    if (!s_.ok()) {                                                    \
+      std::fprintf(stderr, "%s: %s\n", #expr, s_.to_string().c_str()); \
+      std::exit(1);                                                    \
+    }                                                                  \
+  } while (0)
+
+template <class T>
+T value_or_die(StatusOr<T> r) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
+    std::exit(1);
+  }
+  return std::move(r).value();
+}
+
+// "<set>.<name>\t<median ms>" lines written by bench/ort/*.js.
+inline std::map<std::string, double> read_ort(const std::string& path) {
+  std::map<std::string, double> ms;
+  std::ifstream in(path);
+  std::string key;
+  double v;
+  while (in >> key >> v) ms[key] = v;
+  return ms;
+}
+
+// Memory bandwidth of this machine with the pool's threads over `bytes`:
+// read (sum), write (memset), copy (memcpy, read + write bytes counted).
+struct Bandwidth {
+  double read, write, copy;
+};
+inline Bandwidth measure_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> a(n, 1.0f), b(n, 0.0f);
+  const uint32_t parts = static_cast<uint32_t>(pool.num_threads());
+  std::vector<double> sums(parts);
+  auto split = [&](auto fn) {
+    auto body = [&](uint32_t s, uint32_t e) {
+      for (uint32_t p = s; p < e; ++p) fn(p, n * p / parts, n * (p + 1) / parts);
+    };
+    pool.parallel_for(parts, 1, body);
+  };
+  auto rd = time_it(reps, [&] {
+    split([&](uint32_t p, size_t s, size_t e) {
+      float acc[16] = {};
+      for (size_t i = s; i + 16 <= e; i += 16)
+        for (int k = 0; k < 16; ++k) acc[k] += a[i + static_cast<size_t>(k)];
+      double t = 0;
+      for (float x : acc) t += x;
+      sums[p] = t;
+    });
+  });
+  auto wr = time_it(reps, [&] { split([&](uint32_t, size_t s, size_t e) { std::memset(&b[s], 0, (e - s) * 4); }); });
+  auto cp = time_it(reps, [&] {
+    split([&](uint32_t, size_t s, size_t e) { std::memcpy(&b[s], &a[s], (e - s) * 4); });
+  });
+  return {bytes / rd.median_s / 1e9, bytes / wr.median_s / 1e9, 2.0 * bytes / cp.median_s / 1e9};
 }
 
 }  // namespace tessera::bench

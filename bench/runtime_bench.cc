@@ -20,25 +20,11 @@
 namespace {
 
 using namespace tessera;
+using bench::Bandwidth;
+using bench::measure_bandwidth;
 using bench::time_it;
 
-#define CHECK_OK(expr)                                                        \
-  do {                                                                        \
-    ::tessera::Status s_ = (expr);                                            \
-    if (!s_.ok()) {                                                           \
-      std::fprintf(stderr, "%s: %s\n", #expr, s_.to_string().c_str());        \
-      std::exit(1);                                                           \
-    }                                                                         \
-  } while (0)
-
-template <class T>
-T value_or_die(StatusOr<T> r) {
-  if (!r.ok()) {
-    std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
-    std::exit(1);
-  }
-  return std::move(r).value();
-}
+using bench::value_or_die;
 
 void dispatch_overhead(int reps) {
   std::printf("\n## Dispatch overhead: chain of 100 small ops (relu on one bf16 tile, cpu device)\n\n");
@@ -108,38 +94,6 @@ void transfers(int reps) {
                     mib, gbs(t.median_s), gbs(t.max_s), gbs(t.min_s), gbs(mc.median_s), gbs(t.median_s) / gbs(mc.median_s));
     }
   }
-}
-
-// Memory bandwidth of this machine with `threads` threads over `bytes`.
-struct Bandwidth {
-  double read, write, copy;
-};
-Bandwidth measure_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
-  const size_t n = bytes / sizeof(float);
-  std::vector<float> a(n, 1.0f), b(n, 0.0f);
-  const uint32_t parts = static_cast<uint32_t>(pool.num_threads());
-  std::vector<double> sums(parts);
-  auto split = [&](auto fn) {
-    auto body = [&](uint32_t s, uint32_t e) {
-      for (uint32_t p = s; p < e; ++p) fn(p, n * p / parts, n * (p + 1) / parts);
-    };
-    pool.parallel_for(parts, 1, body);
-  };
-  auto rd = time_it(reps, [&] {
-    split([&](uint32_t p, size_t s, size_t e) {
-      float acc[16] = {};
-      for (size_t i = s; i + 16 <= e; i += 16)
-        for (int k = 0; k < 16; ++k) acc[k] += a[i + static_cast<size_t>(k)];
-      double t = 0;
-      for (float x : acc) t += x;
-      sums[p] = t;
-    });
-  });
-  auto wr = time_it(reps, [&] { split([&](uint32_t, size_t s, size_t e) { std::memset(&b[s], 0, (e - s) * 4); }); });
-  auto cp = time_it(reps, [&] {
-    split([&](uint32_t, size_t s, size_t e) { std::memcpy(&b[s], &a[s], (e - s) * 4); });
-  });
-  return {bytes / rd.median_s / 1e9, bytes / wr.median_s / 1e9, 2.0 * bytes / cp.median_s / 1e9};
 }
 
 void numerics(int reps) {

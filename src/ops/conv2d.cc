@@ -1,5 +1,7 @@
 #include "tessera/ops/conv2d.h"
 #include "tessera/ops/conv_transpose2d.h"
+#include "tessera/ops/manipulation.h"
+#include "tessera/ops/matmul.h"
 
 #include <dnnl.hpp>
 #include <omp.h>
@@ -439,10 +441,78 @@ StatusOr<Tensor> round_weights(const Tensor& weight, const ConvTranspose2dParams
   return round_conv_transpose2d_weights(weight, p, wt, in);
 }
 
+// A transposed conv whose kernel equals its stride (no padding, dilation or
+// groups), like the UNet's upconvs, is one batched matmul: output row
+// y * s + ky of image n is input row y times the weight slice of ky,
+// (W, Cin) x (Cin, kw * Cout), and the (N * H, kh, W, kw * Cout) result is
+// byte for byte the (N, OH, OW, Cout) output. oneDNN's deconvolution runs
+// these at 2-45% of peak (bench/RESULTS.md); the matmul does not.
+bool is_patch_transpose(const ConvTranspose2dParams& p) {
+  return p.kernel_size == p.stride && p.padding == std::array<uint32_t, 2>{0, 0} &&
+         p.output_padding == std::array<uint32_t, 2>{0, 0} && p.dilation == std::array<uint32_t, 2>{1, 1} &&
+         p.groups == 1;
+}
+
+StatusOr<Conv2dResult> launch_patches(const Tensor& input, const PreparedConv2dWeights& w,
+                                      const ConvTranspose2dParams& p, const Problem& pr, uint8_t cq_id) {
+  const Geometry& g = pr.g;
+  TS_ASSIGN_OR_RETURN(Tensor a, input.view(Shape{g.n * g.h, 1, g.w, g.cin}));
+  TS_ASSIGN_OR_RETURN(Tensor y, linear(a, w.weight, w.bias,
+                                       {.dtype = pr.output.dtype, .activation = p.activation,
+                                        .memory_config = pr.output.memory_config, .cq_id = cq_id}));
+  Conv2dResult r;
+  const Shape out_shape{1, 1, g.n * g.oh * g.ow, g.cout};
+  StatusOr<Tensor> v = y.view(out_shape);
+  if (v.ok()) {
+    r.output = *v;
+  } else {  // rows spread over banks: the bytes must move
+    TS_ASSIGN_OR_RETURN(r.output, reshape(y, out_shape, {.cq_id = cq_id}));
+  }
+  r.output_height = g.oh;
+  r.output_width = g.ow;
+  r.weights = w;
+  return r;
+}
+
+StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& weight,
+                                            const std::optional<Tensor>& bias, const ConvTranspose2dParams& p,
+                                            const Problem& pr, DataType weights_dtype, uint8_t cq_id) {
+  const Geometry& g = pr.g;
+  TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv_transpose2d_weights(weight, p, weights_dtype, input.dtype()));
+  if (bias && (bias->is_on_device() || bias->shape().volume() != g.cout))
+    return invalid_argument_error("conv_transpose2d: expected a host bias with {} values, found {}", g.cout,
+                                  bias->spec().to_string());
+  TS_ASSIGN_OR_RETURN(std::vector<float> v, rounded.to_vector());
+  // (Cin, Cout, kh, kw) -> (1, kh, Cin, kw * Cout).
+  const uint32_t row = g.kw * g.cout;
+  std::vector<float> m(v.size());
+  for (uint32_t ci = 0; ci < g.cin; ++ci)
+    for (uint32_t co = 0; co < g.cout; ++co)
+      for (uint32_t ky = 0; ky < g.kh; ++ky)
+        for (uint32_t kx = 0; kx < g.kw; ++kx)
+          m[(uint64_t{ky} * g.cin + ci) * row + kx * g.cout + co] = v[((uint64_t{ci} * g.cout + co) * g.kh + ky) * g.kw + kx];
+  std::vector<float> b(row, 0.0f);
+  if (bias) {
+    TS_ASSIGN_OR_RETURN(std::vector<float> bv, bias->to_vector());
+    for (uint32_t i = 0; i < row; ++i) b[i] = bv[i % g.cout];
+  }
+  Device& device = *input.device();
+  PreparedConv2dWeights w;
+  w.key = pr.key;
+  TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{1, g.kh, g.cin, row}, pr.compute));
+  TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{row}, DataType::FLOAT32));
+  TS_ASSIGN_OR_RETURN(w.weight, to_device(mh, device, DRAM_MEMORY_CONFIG, cq_id));
+  TS_ASSIGN_OR_RETURN(w.bias, to_device(bh, device, DRAM_MEMORY_CONFIG, cq_id));
+  return launch_patches(input, w, p, pr, cq_id);
+}
+
 template <class Params>
 StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                          const Params& p, const Conv2dConfig& config, uint8_t cq_id) {
   TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config));
+  if constexpr (std::is_same_v<Params, ConvTranspose2dParams>) {
+    if (is_patch_transpose(p)) return patches_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
+  }
   const Geometry& g = pr.g;
   const std::string_view op = g.transposed ? "conv_transpose2d" : "conv2d";
   Device& device = *input.device();
@@ -498,6 +568,9 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
     return invalid_argument_error("{}: the prepared weights are for '{}', not for '{}'", op, w.key, pr.key);
   if (w.weight.device() != input.device() || !w.weight.is_allocated() || !w.bias.is_allocated())
     return failed_precondition_error("{}: the prepared weights are not allocated on the input's device", op);
+  if constexpr (std::is_same_v<Params, ConvTranspose2dParams>) {
+    if (is_patch_transpose(p)) return launch_patches(input, w, p, pr, cq_id);
+  }
   Device& device = *input.device();
   // The weights were prepared together with the program; it is cached.
   const Program* prog = device.program_cache().find(pr.key);

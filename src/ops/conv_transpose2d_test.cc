@@ -78,6 +78,15 @@ TEST(ConvTranspose2d, MatchesReference) {
   }
 }
 
+TEST(ConvTranspose2d, KernelEqualsStrideAsOneMatmul) {
+  // The UNet's upconvs take the matmul path; on wormhole_b0 (12 DRAM banks)
+  // its result cannot be a view and is copied into place.
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  for (const auto& p : {params(1, 8, 10, 64, 32, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU), params(2, 3, 5, 16, 8, 3, 3, 0),
+                        params(1, 4, 6, 24, 40, 2, 2, 0)})
+    for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16}) check(*wh, p, in, in);
+}
+
 TEST(ConvTranspose2d, BlockFloatWeights) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   for (DataType wt : {DataType::BFLOAT8_B, DataType::BFLOAT4_B}) check(*dev, kCases[0], DataType::BFLOAT16, wt);

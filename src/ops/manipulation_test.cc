@@ -51,6 +51,25 @@ TEST(Reshape, KeepsRowMajorOrder) {
     }
 }
 
+TEST(Reshape, IsAViewWhenTheBytesStay) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  Tensor h = testing::random_tensor(Shape{2, 3, 4, 16}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+  for (Device* d : {dev.get(), wh.get()}) {
+    ASSERT_OK_AND_ASSIGN(Tensor x, to_device(h, *d));
+    // Same last dim: always the same storage.
+    ASSERT_OK_AND_ASSIGN(Tensor same, reshape(x, Shape{1, 1, 24, 16}));
+    EXPECT_EQ(same.buffer(), x.buffer());
+    // Regrouped rows: a view where rows are packed (one DRAM bank), a copy
+    // where they are spread over 12 banks.
+    ASSERT_OK_AND_ASSIGN(Tensor regrouped, reshape(x, Shape{6, 64}));
+    EXPECT_EQ(regrouped.buffer() == x.buffer(), d->descriptor().num_dram_banks == 1) << d->descriptor().name;
+    std::vector<std::byte> want = testing::host_bytes(h);
+    EXPECT_EQ(testing::host_bytes(regrouped.cpu().value()), want);
+    EXPECT_EQ(testing::host_bytes(same.cpu().value()), want);
+  }
+}
+
 TEST(Permute, MatchesReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const std::vector<int> perms[] = {{0, 2, 3, 1}, {0, 3, 1, 2}, {3, 2, 1, 0}, {0, 1, 2, 3}, {1, 0, 2, 3}, {0, 1, -1, -2}};

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -23,6 +24,7 @@ constexpr int kMaxBatchDims = 6;
 // its own primitive arguments, scratch and staging (see conv2d.cc).
 struct MatmulBlock {
   uint32_t row0 = 0, rows = 0;
+  uint32_t col0 = 0, cols = 0;  // a block of output columns (few rows, as a classifier's 1 x K)
   size_t primitive = 0;
   dnnl::stream stream;
   memory a_mem, b_mem, bias_mem, dst_mem, scratch_mem;
@@ -45,6 +47,8 @@ struct MatmulPlan : MatmulGeometry {
   std::vector<dnnl::matmul> prims;
   std::vector<std::unique_ptr<MatmulBlock>> blocks;
   bool stage_a = false, stage_b = false, stage_bias = false, stage_dst = false;
+  bool transpose_b = false;
+  uint32_t bias_bytes = 4;  // bytes per bias value
   // oneDNN 2.6 has no float32 -> bfloat16 matmul: it writes float32 into the
   // staging buffer, and scattering converts (also when an activation runs
   // after the primitive).
@@ -83,9 +87,11 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
                    d0 = uint64_t{i} * p.m + blk.row0;
     std::byte* a = p.stage_a ? blk.a_stage.get() : row_ptr(g.a, a0);
     std::byte* b = p.stage_b ? blk.b_stage.get() : row_ptr(g.b, b0);
-    std::byte* d = p.stage_dst ? blk.dst_stage.get() : row_ptr(g.dst, d0);
+    std::byte* d = p.stage_dst ? blk.dst_stage.get() : row_ptr(g.dst, d0) + uint64_t{blk.col0} * g.dst.unit_bytes;
     if (p.stage_a) onednn::gather_rows(g.a, a0, a0 + blk.rows, a);
     if (p.stage_b) onednn::gather_rows(g.b, b0, b0 + p.b_rows, b);
+    // The block's first column of b: a column offset, or K rows down when transposed.
+    b += uint64_t{blk.col0} * (p.transpose_b ? p.k : 1) * g.b.unit_bytes;
     TS_RETURN_IF_ERROR(onednn::guard("matmul", "running", [&] {
       blk.a_mem.set_data_handle(a);
       blk.b_mem.set_data_handle(b);
@@ -96,20 +102,31 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
                                  {DNNL_ARG_SCRATCHPAD, blk.scratch_mem.get()},
                                  {DNNL_ARG_BIAS, nullptr}};
       if (bias) {
-        blk.bias_mem.set_data_handle(bias);
+        blk.bias_mem.set_data_handle(bias + uint64_t{blk.col0} * p.bias_bytes);
         args[4].memory = blk.bias_mem.get();
       }
       dnnl::error::wrap_c_api(
           dnnl_primitive_execute(p.prims[blk.primitive].get(), blk.stream.get(), bias ? 5 : 4, args), "execute");
       blk.stream.wait();
     }));
+    // Staged results are dense (rows x cols); direct ones have the row stride N.
+    const uint64_t ld = p.stage_dst ? blk.cols : p.n;
     if (p.post_activation)
-      onednn::apply_activation_in_place(*p.post_activation, p.kernel_out, d, uint64_t{blk.rows} * p.n);
+      for (uint32_t r = 0; r < blk.rows; ++r)
+        onednn::apply_activation_in_place(*p.post_activation, p.kernel_out,
+                                          d + r * ld * element_size(p.kernel_out), blk.cols);
     if (p.kernel_out != p.out_type) {
       const auto* f = reinterpret_cast<const float*>(d);
-      for (uint32_t r = 0; r < blk.rows; ++r) cpu::write_row(g.dst, p.out_type, static_cast<uint32_t>(d0 + r), 0, p.n, f + uint64_t{r} * p.n);
+      for (uint32_t r = 0; r < blk.rows; ++r)
+        cpu::write_row(g.dst, p.out_type, static_cast<uint32_t>(d0 + r), blk.col0, blk.cols, f + r * ld);
     } else if (p.stage_dst) {
-      onednn::scatter_rows(g.dst, d0, d0 + blk.rows, d);
+      const uint64_t row_bytes = uint64_t{blk.cols} * g.dst.unit_bytes;
+      for (uint32_t r = 0; r < blk.rows; ++r)
+        for (uint32_t done = 0, run = 0; done < blk.cols; done += run) {
+          std::byte* q = g.dst.unit(static_cast<uint32_t>(d0 + r), blk.col0 + done, &run);
+          run = std::min(run, blk.cols - done);
+          std::memcpy(q, d + r * row_bytes + uint64_t{done} * g.dst.unit_bytes, uint64_t{run} * g.dst.unit_bytes);
+        }
     }
   }
   return ok_status();
@@ -151,54 +168,68 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
     TS_ASSIGN_OR_RETURN(TensorAccess bia, make_access(*bias));
     plan->stage_bias = onednn::dense_row_stride(bia) == 0 || bia.rows != 1;
   }
+  plan->transpose_b = params.transpose_b;
+  if (bias) plan->bias_bytes = element_size(bias->dtype());
+  // Blocks of rows, one per worker; with fewer rows than workers (a
+  // classifier's 1 x K input), blocks of columns of at least 64 instead, so
+  // both cores read half the weights.
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
-  const uint32_t parts = std::max<uint32_t>(1, std::min(threads, plan->m));
+  const bool split_cols = plan->m < threads && plan->n >= 128;
+  const uint32_t row_parts = split_cols ? 1 : std::max<uint32_t>(1, std::min(threads, plan->m));
+  const uint32_t col_step = split_cols ? std::max<uint32_t>(64, (plan->n / threads + 15) / 16 * 16) : plan->n;
   auto d = [](uint64_t v) { return static_cast<memory::dim>(v); };
   const DataType ct = a.dtype();
   TS_RETURN_IF_ERROR(onednn::guard("matmul", "compiling", [&] {
-    const memory::desc b_md = params.transpose_b
-                                  ? memory::desc({d(plan->k), d(plan->n)}, onednn::dnnl_type(ct), {1, d(plan->k)})
-                                  : memory::desc({d(plan->k), d(plan->n)}, onednn::dnnl_type(ct), {d(plan->n), 1});
-    memory::desc bias_md;
-    if (bias) bias_md = memory::desc({1, d(plan->n)}, onednn::dnnl_type(bias->dtype()), memory::format_tag::ab);
     dnnl::post_ops po;
     if (!onednn::append_activation(po, params.activation.value_or(UnaryWithParam{})))
       plan->post_activation = params.activation;
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    std::map<uint32_t, size_t> by_rows;
-    const uint32_t base = plan->m / parts, extra = plan->m % parts;
-    for (uint32_t i = 0, r0 = 0; i < parts; ++i) {
-      auto blk = std::make_unique<MatmulBlock>();
-      blk->row0 = r0;
-      blk->rows = base + (i < extra ? 1 : 0);
-      r0 += blk->rows;
-      const memory::desc a_md({d(blk->rows), d(plan->k)}, onednn::dnnl_type(ct), memory::format_tag::ab);
-      const memory::desc dst_md({d(blk->rows), d(plan->n)}, onednn::dnnl_type(plan->kernel_out), memory::format_tag::ab);
-      auto [it, fresh] = by_rows.try_emplace(blk->rows, plan->prims.size());
-      if (fresh) {
-        dnnl::matmul::desc md = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, dst_md)
-                                     : dnnl::matmul::desc(a_md, b_md, dst_md);
-        plan->pds.emplace_back(md, attr, plan->engine);
-        plan->prims.emplace_back(plan->pds.back());
+    std::map<std::pair<uint32_t, uint32_t>, size_t> by_shape;
+    const uint32_t base = plan->m / row_parts, extra = plan->m % row_parts;
+    for (uint32_t i = 0, r0 = 0; i < row_parts; ++i) {
+      const uint32_t rows = base + (i < extra ? 1 : 0);
+      for (uint32_t c0 = 0; c0 < plan->n; c0 += col_step) {
+        auto blk = std::make_unique<MatmulBlock>();
+        blk->row0 = r0;
+        blk->rows = rows;
+        blk->col0 = c0;
+        blk->cols = std::min(col_step, plan->n - c0);
+        const memory::dim cols = d(blk->cols);
+        const memory::desc a_md({d(rows), d(plan->k)}, onednn::dnnl_type(ct), memory::format_tag::ab);
+        const memory::desc b_md = params.transpose_b
+                                      ? memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), {1, d(plan->k)})
+                                      : memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), {d(plan->n), 1});
+        const memory::desc dst_md({d(rows), cols}, onednn::dnnl_type(plan->kernel_out),
+                                  {plan->stage_dst ? cols : d(plan->n), 1});
+        memory::desc bias_md;
+        if (bias) bias_md = memory::desc({1, cols}, onednn::dnnl_type(bias->dtype()), memory::format_tag::ab);
+        auto [it, fresh] = by_shape.try_emplace({rows, blk->cols}, plan->prims.size());
+        if (fresh) {
+          dnnl::matmul::desc md = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, dst_md)
+                                       : dnnl::matmul::desc(a_md, b_md, dst_md);
+          plan->pds.emplace_back(md, attr, plan->engine);
+          plan->prims.emplace_back(plan->pds.back());
+        }
+        blk->primitive = it->second;
+        const auto& pd = plan->pds[blk->primitive];
+        blk->stream = dnnl::stream(plan->engine);
+        blk->scratch = make_aligned_bytes(std::max<size_t>(pd.scratchpad_desc().get_size(), 64));
+        blk->a_mem = memory(a_md, plan->engine, DNNL_MEMORY_NONE);
+        blk->b_mem = memory(b_md, plan->engine, DNNL_MEMORY_NONE);
+        blk->dst_mem = memory(dst_md, plan->engine, DNNL_MEMORY_NONE);
+        if (bias) blk->bias_mem = memory(bias_md, plan->engine, DNNL_MEMORY_NONE);
+        blk->scratch_mem = memory(pd.scratchpad_desc(), plan->engine, blk->scratch.get());
+        const uint32_t es = element_size(ct);
+        if (plan->stage_a) blk->a_stage = make_aligned_bytes(uint64_t{rows} * plan->k * es);
+        if (plan->stage_b) blk->b_stage = make_aligned_bytes(uint64_t{plan->k} * plan->n * es);
+        if (plan->stage_dst)
+          blk->dst_stage = make_aligned_bytes(uint64_t{rows} * blk->cols * element_size(plan->kernel_out));
+        if (plan->stage_bias) blk->bias_stage = make_aligned_bytes(uint64_t{plan->n} * element_size(bias->dtype()));
+        plan->blocks.push_back(std::move(blk));
       }
-      blk->primitive = it->second;
-      const auto& pd = plan->pds[blk->primitive];
-      blk->stream = dnnl::stream(plan->engine);
-      blk->scratch = make_aligned_bytes(std::max<size_t>(pd.scratchpad_desc().get_size(), 64));
-      blk->a_mem = memory(a_md, plan->engine, DNNL_MEMORY_NONE);
-      blk->b_mem = memory(b_md, plan->engine, DNNL_MEMORY_NONE);
-      blk->dst_mem = memory(dst_md, plan->engine, DNNL_MEMORY_NONE);
-      if (bias) blk->bias_mem = memory(bias_md, plan->engine, DNNL_MEMORY_NONE);
-      blk->scratch_mem = memory(pd.scratchpad_desc(), plan->engine, blk->scratch.get());
-      const uint32_t es = element_size(ct);
-      if (plan->stage_a) blk->a_stage = make_aligned_bytes(uint64_t{blk->rows} * plan->k * es);
-      if (plan->stage_b) blk->b_stage = make_aligned_bytes(uint64_t{plan->k} * plan->n * es);
-      if (plan->stage_dst)
-        blk->dst_stage = make_aligned_bytes(uint64_t{blk->rows} * plan->n * element_size(plan->kernel_out));
-      if (plan->stage_bias) blk->bias_stage = make_aligned_bytes(uint64_t{plan->n} * element_size(bias->dtype()));
-      plan->blocks.push_back(std::move(blk));
+      r0 += rows;
     }
   }));
   Program prog;

@@ -22,7 +22,8 @@ TEST(Matmul, MatchesReference) {
       {Shape{1, 1, 64, 96}, Shape{96, 80}},         {Shape{3, 17, 33}, Shape{33, 19}},
       {Shape{2, 1, 5, 7}, Shape{1, 3, 7, 4}},       {Shape{1, 2048}, Shape{2048, 1000}, false, true},
       {Shape{4, 64}, Shape{32, 64}, true, true},    {Shape{1, 1, 1, 1280}, Shape{1, 1, 1280, 10}, false, true},
-      {Shape{5, 3}, Shape{2, 3, 1}},
+      {Shape{5, 3}, Shape{2, 3, 1}},           {Shape{1, 64}, Shape{300, 64}, true, true},  // column blocks, transposed
+      {Shape{2, 1, 40}, Shape{40, 200}},       // column blocks per batch
   };
   for (const Case& c : cases)
     for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16})

@@ -45,6 +45,30 @@ StatusOr<uint64_t> Tensor::buffer_address() const {
   return buffer_->address();
 }
 
+StatusOr<Tensor> Tensor::view(const Shape& shape) const {
+  if (spec_.layout != Layout::ROW_MAJOR || shape.volume() != spec_.shape.volume() || shape.rank() == 0)
+    return failed_precondition_error("view: {} cannot be viewed as {} without moving data", spec_.to_string(),
+                                     shape.to_string());
+  TensorSpec spec = spec_;
+  spec.shape = shape;
+  auto dense = [&](const TensorSpec& s) {
+    if (!buffer_) return true;  // host storage is packed
+    const MemoryConfig& mc = s.memory_config;
+    if (mc.is_sharded()) return false;
+    const Device& dev = buffer_->device();
+    const uint32_t banks =
+        mc.buffer_type == BufferType::DRAM ? dev.descriptor().num_dram_banks : dev.descriptor().num_cores();
+    return banks == 1 && (uint64_t{s.unit_cols()} * s.unit_bytes()) % dev.alignment(mc.buffer_type) == 0;
+  };
+  if (shape[-1] != spec_.shape[-1] && !(dense(spec_) && dense(spec)))
+    return failed_precondition_error("view: {} cannot be viewed as {} without moving data", spec_.to_string(),
+                                     shape.to_string());
+  TS_RETURN_IF_ERROR(spec.validate());
+  Tensor t = *this;
+  t.spec_ = spec;
+  return t;
+}
+
 Tensor allocate_tensor_on_host(const TensorSpec& spec) {
   Tensor t;
   t.spec_ = spec;

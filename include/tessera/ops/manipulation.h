@@ -8,7 +8,9 @@
 // output), else interleaved in the first input's buffer type. Rank <= 8;
 // negative dims count from the back.
 //
-//   reshape        same volume, elements in the same row-major order;
+//   reshape        same volume, elements in the same row-major order; a view
+//                  sharing the input's storage (no launch) when the bytes
+//                  need not move (Tensor::view), else a copy;
 //   permute        output dim i is input dim perm[i];
 //   pad            `padding[i] = {before, after}` for each dim (missing
 //                  leading dims are unpadded), filled with `value` converted

@@ -40,6 +40,14 @@ class Tensor {
   // Host storage (nullptr for device tensors).
   std::byte* host_data() const { return host_.get(); }
 
+  // A tensor of `shape` sharing this tensor's storage, when the bytes need not
+  // move: ROW_MAJOR with the same volume, and either the same last dim (the
+  // 2D view and its pages are unchanged) or rows packed densely on both
+  // sides (interleaved in a one-bank region, every row a multiple of the
+  // alignment, or host storage). FAILED_PRECONDITION otherwise; reshape()
+  // then copies.
+  StatusOr<Tensor> view(const Shape& shape) const;
+
   // Reads a device tensor into a new host tensor on `cq_id`.
   StatusOr<Tensor> cpu(bool blocking = true, uint8_t cq_id = 0) const;
 

@@ -1,0 +1,193 @@
+// Non-conv2d ops over layer shapes of ResNet-50, MobileNetV2, the Vanilla UNet
+// and a YOLO-style detector (bench/layers/op_layers.txt), float32 and
+// bfloat16, each beside its floor measured in the same run: memory-bound ops
+// against the two-thread copy bandwidth (bytes read + written per call),
+// transposed convolutions against the FP32 FMA / BF16 dot peaks. With --ort,
+// ONNX Runtime's time for the same one-layer model (bench/ops_vs_ort.sh)
+// is printed beside Tessera's float32 time.
+//
+//   bench_ops [--layers bench/layers/op_layers.txt] [--ort ORT_TIMES] [--quick]
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "harness.h"
+#include "peak.h"
+#include "tessera/base/cpu_features.h"
+#include "tessera/ops/conv2d.h"
+#include "tessera/ops/conv_transpose2d.h"
+#include "tessera/ops/eltwise.h"
+#include "tessera/ops/manipulation.h"
+#include "tessera/ops/matmul.h"
+#include "tessera/ops/pool2d.h"
+#include "tessera/ops/upsample.h"
+#include "tessera/tessera.h"
+
+namespace {
+
+using namespace tessera;
+using bench::time_it;
+using bench::value_or_die;
+
+struct Layer {
+  std::string set, name, op;
+  uint32_t h, w, c, p1, p2, p3;
+};
+
+std::vector<Layer> read_layers(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "bench_ops: cannot read %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::vector<Layer> v;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream f(line);
+    Layer l;
+    if (!(f >> l.set >> l.name >> l.op >> l.h >> l.w >> l.c >> l.p1 >> l.p2 >> l.p3)) {
+      std::fprintf(stderr, "bench_ops: bad line: %s\n", line.c_str());
+      std::exit(1);
+    }
+    v.push_back(l);
+  }
+  return v;
+}
+
+Tensor device_tensor(Device& dev, Shape s, DataType dt) {
+  auto v = std::vector<float>(s.volume());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 97) * 0.01f - 0.4f;
+  return value_or_die(to_device(value_or_die(Tensor::from_vector(v, s, dt)), dev));
+}
+
+// One layer, prepared: `run` enqueues one call; bytes and flops per call.
+struct Prepared {
+  std::function<void()> run;
+  double bytes = 0, flops = 0;
+};
+
+Prepared prepare(Device& dev, const Layer& l, DataType dt) {
+  const double es = element_size(dt);
+  const Shape x_shape{1, l.h, l.w, l.c};
+  Tensor x = device_tensor(dev, x_shape, dt);
+  const double x_bytes = es * x_shape.volume();
+  Prepared p;
+  if (l.op == "add_relu") {
+    Tensor y = device_tensor(dev, x_shape, dt);
+    p.run = [=] { (void)value_or_die(add(x, y, {.activation = UnaryWithParam{UnaryOpType::RELU}})); };
+    p.bytes = 3 * x_bytes;
+  } else if (l.op == "silu") {
+    p.run = [=] { (void)value_or_die(unary(x, {UnaryOpType::SILU})); };
+    p.bytes = 2 * x_bytes;
+  } else if (l.op == "maxpool") {
+    Pool2dParams pp;
+    pp.input_height = l.h, pp.input_width = l.w, pp.channels = l.c;
+    pp.kernel_size = {l.p1, l.p1}, pp.stride = {l.p2, l.p2}, pp.padding = {l.p3, l.p3};
+    p.run = [=] { (void)value_or_die(max_pool2d(x, pp)); };
+    p.bytes = x_bytes + es * l.c * pp.output_height() * pp.output_width();
+  } else if (l.op == "gap") {
+    p.run = [=] { (void)value_or_die(global_avg_pool2d(x)); };
+    p.bytes = x_bytes + es * l.c;
+  } else if (l.op == "dwconv") {
+    Conv2dParams cp;
+    cp.input_height = l.h, cp.input_width = l.w, cp.in_channels = cp.out_channels = cp.groups = l.c;
+    cp.kernel_size = {l.p1, l.p1}, cp.stride = {l.p2, l.p2};
+    cp.with_padding(l.p1 / 2, l.p1 / 2);
+    cp.activation = {UnaryOpType::RELU6};
+    Tensor w = value_or_die(Tensor::from_vector(std::vector<float>(uint64_t{l.c} * l.p1 * l.p1, 0.1f),
+                                                Shape{l.c, 1, l.p1, l.p1}, DataType::FLOAT32));
+    const Conv2dConfig cfg{.weights_dtype = dt};
+    auto prepared = value_or_die(conv2d(x, w, std::nullopt, cp, cfg)).weights;
+    p.run = [=] { (void)value_or_die(conv2d(x, prepared, cp, cfg)); };
+    p.bytes = x_bytes + es * l.c * cp.output_height() * cp.output_width();
+    p.flops = static_cast<double>(cp.flops());
+  } else if (l.op == "convT") {
+    ConvTranspose2dParams tp;
+    tp.input_height = l.h, tp.input_width = l.w, tp.in_channels = l.c, tp.out_channels = l.p3;
+    tp.kernel_size = {l.p1, l.p1}, tp.stride = {l.p2, l.p2};
+    Tensor w = value_or_die(Tensor::from_vector(std::vector<float>(uint64_t{l.c} * l.p3 * l.p1 * l.p1, 0.01f),
+                                                Shape{l.c, l.p3, l.p1, l.p1}, DataType::FLOAT32));
+    const Conv2dConfig cfg{.weights_dtype = dt};
+    auto prepared = value_or_die(conv_transpose2d(x, w, std::nullopt, tp, cfg)).weights;
+    p.run = [=] { (void)value_or_die(conv_transpose2d(x, prepared, tp, cfg)); };
+    p.bytes = x_bytes + es * l.p3 * tp.output_height() * tp.output_width();
+    p.flops = static_cast<double>(tp.flops());
+  } else if (l.op == "upnearest" || l.op == "upbilinear") {
+    const UpsampleParams up{.scale_h = float(l.p1), .scale_w = float(l.p1),
+                            .mode = l.op == "upnearest" ? UpsampleMode::NEAREST : UpsampleMode::BILINEAR};
+    p.run = [=] { (void)value_or_die(upsample(x, up)); };
+    p.bytes = x_bytes * (1 + l.p1 * l.p1);
+  } else if (l.op == "concat") {
+    Tensor y = device_tensor(dev, Shape{1, l.h, l.w, l.p1}, dt);
+    p.run = [=] {
+      const Tensor in[] = {x, y};
+      (void)value_or_die(concat(in, 3));
+    };
+    p.bytes = 2 * es * l.h * l.w * (l.c + l.p1);
+  } else if (l.op == "fc") {
+    Tensor a = device_tensor(dev, Shape{1, l.c}, dt);
+    Tensor w = device_tensor(dev, Shape{l.c, l.p1}, dt);
+    Tensor b = device_tensor(dev, Shape{l.p1}, dt);
+    p.run = [=] { (void)value_or_die(linear(a, w, b)); };
+    p.bytes = es * (double(l.c) * l.p1 + l.c + 2 * l.p1);
+    p.flops = 2.0 * l.c * l.p1;
+  } else {
+    std::fprintf(stderr, "bench_ops: unknown op %s\n", l.op.c_str());
+    std::exit(1);
+  }
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string layers_path = "bench/layers/op_layers.txt", ort_path;
+  int reps = 21;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") reps = 5;
+    else if (a == "--layers" && i + 1 < argc) layers_path = argv[++i];
+    else if (a == "--ort" && i + 1 < argc) ort_path = argv[++i];
+  }
+  const auto layers = read_layers(layers_path);
+  const auto ort = ort_path.empty() ? std::map<std::string, double>{} : bench::read_ort(ort_path);
+  const int threads = static_cast<int>(std::thread::hardware_concurrency());
+  ThreadPool pool(threads);
+  const bench::Bandwidth bw = bench::measure_bandwidth(pool, size_t{256} << 20, reps);
+  const double fma = bench::fma_f32_peak_gflops(threads), dot = bench::dot_bf16_peak_gflops(threads);
+  std::printf("# Tessera op benchmarks (%s)\n\n", tessera::cpu_features().to_string().c_str());
+  std::printf("Measured in this run on %d threads: copy bandwidth (read+write) %.1f GB/s, FP32 FMA peak %.0f GFLOP/s, "
+              "BF16 dot peak %.0f GFLOP/s.%s\n\n",
+              threads, bw.copy, fma, dot,
+              ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, NCHW float32.");
+  std::printf("| set | layer | f32 ms | f32 %% of floor | bf16 ms | bf16 %% of floor |%s\n", ort.empty() ? "" : " ORT f32 ms | f32 vs ORT |");
+  std::printf("|---|---|---|---|---|---|%s\n", ort.empty() ? "" : "---|---|");
+  auto dev = value_or_die(open_device({}));
+  for (const Layer& l : layers) {
+    std::printf("| %s | %s |", l.set.c_str(), l.name.c_str());
+    double f32_s = 0;
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      Prepared p = prepare(*dev, l, dt);
+      p.run();
+      CHECK_OK(synchronize_device(*dev));
+      auto t = time_it(reps, [&] {
+        for (int i = 0; i < 10; ++i) p.run();
+        CHECK_OK(synchronize_device(*dev));
+      });
+      const double s = t.median_s / 10;
+      if (dt == DataType::FLOAT32) f32_s = s;
+      // Compute-bound layers against the compute peak, the rest against copy bandwidth.
+      const bool compute = l.op == "convT";
+      const double pct = compute ? 100 * p.flops / s / 1e9 / (dt == DataType::FLOAT32 ? fma : dot)
+                                 : 100 * p.bytes / s / 1e9 / bw.copy;
+      std::printf(" %.3f | %.0f%% %s |", s * 1e3, pct, compute ? "peak" : "bw");
+    }
+    if (!ort.empty()) {
+      auto it = ort.find(l.set + "." + l.name);
+      if (it != ort.end()) std::printf(" %.3f | %.2fx |", it->second, it->second / 1e3 / f32_s);
+      else std::printf(" - | - |");
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
