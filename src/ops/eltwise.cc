@@ -48,10 +48,17 @@ StatusOr<Tensor> run_eltwise(EltwiseOp op, std::string_view name, const Tensor& 
   args.math = cpu::select_float_math();
   args.num_pages = args.a.num_pages();
   args.page_elements = static_cast<uint32_t>(args.a.page_units() * a.spec().unit_elements());
+  args.flat = args.a.is_packed() && args.out.is_packed() && (!b || args.b.is_packed());
+  if (args.flat) {
+    constexpr uint32_t kFlatPage = 64 * kTileElements;  // 256 KiB of float32
+    args.total_elements = args.a.page_units() * args.a.num_pages() * a.spec().unit_elements();
+    args.page_elements = kFlatPage;
+    args.num_pages = static_cast<uint32_t>((args.total_elements + kFlatPage - 1) / kFlatPage);
+  }
 
-  std::string key = fmt::format("{}{}:{}{}->{}:{}", name, activation_suffix(act), a.spec().to_string(),
+  std::string key = fmt::format("{}{}:{}{}->{}:{}{}", name, activation_suffix(act), a.spec().to_string(),
                                 b ? "," + b->spec().to_string() : std::string(), short_dtype_name(out_type),
-                                args.math.isa);
+                                args.math.isa, args.flat ? ":flat" : "");
   auto compile = [&]() -> StatusOr<Program> {
     Program p;
     p.kernel = cpu::select_eltwise_kernel(args, name, &p.kernel_name);

@@ -7,14 +7,7 @@
 namespace tessera::onednn {
 
 uint64_t dense_row_stride(const TensorAccess& a) {
-  const uint64_t row = uint64_t{a.cols} * a.unit_bytes;
-  switch (a.kind) {
-    case TensorAccess::Kind::kContiguous: return row;
-    case TensorAccess::Kind::kInterleavedRows: return a.num_banks == 1 && a.page_stride == row ? row : 0;
-    case TensorAccess::Kind::kSharded: return a.num_pages() == 1 ? row : 0;
-    case TensorAccess::Kind::kInterleavedTiles: return 0;
-  }
-  return 0;
+  return a.kind != TensorAccess::Kind::kInterleavedTiles && a.is_packed() ? uint64_t{a.cols} * a.unit_bytes : 0;
 }
 
 bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {

@@ -38,6 +38,16 @@ std::byte* TensorAccess::page(uint32_t p) const {
   return nullptr;
 }
 
+bool TensorAccess::is_packed() const {
+  switch (kind) {
+    case Kind::kContiguous: return true;
+    case Kind::kInterleavedRows: return num_banks == 1 && page_stride == uint64_t{cols} * unit_bytes;
+    case Kind::kInterleavedTiles: return num_banks == 1 && page_stride == unit_bytes;
+    case Kind::kSharded: return num_pages() == 1;
+  }
+  return false;
+}
+
 std::byte* TensorAccess::unit(uint32_t r, uint32_t c, uint32_t* run) const {
   switch (kind) {
     case Kind::kContiguous:

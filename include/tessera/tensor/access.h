@@ -32,6 +32,10 @@ struct TensorAccess {
   uint64_t page_units() const;
   std::byte* page(uint32_t p) const;
 
+  // True when every unit lies back to back from `base` in row-major unit
+  // order (host storage, one bank with unpadded pages, or a single shard).
+  bool is_packed() const;
+
   // Address of unit (r, c); `run` receives how many units from c on are
   // contiguous in the same row.
   std::byte* unit(uint32_t r, uint32_t c, uint32_t* run) const;

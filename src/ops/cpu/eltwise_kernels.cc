@@ -15,12 +15,17 @@ namespace {
 template <class Body>
 Status for_each_chunk(const EltwiseArgs& g, uint32_t begin, uint32_t end, Body body) {
   const uint32_t ca = tile_size_bytes(g.a_type), cb = tile_size_bytes(g.b_type), co = tile_size_bytes(g.out_type);
+  const uint64_t tiles_per_page = g.page_elements / kTileElements;
   for (uint32_t p = begin; p < end; ++p) {
-    const std::byte* pa = g.a.page(p);
-    const std::byte* pb = g.op == EltwiseOp::kBinary ? g.b.page(p) : nullptr;
-    std::byte* po = g.out.page(p);
-    for (uint32_t i = 0, k = 0; i < g.page_elements; i += kTileElements, ++k) {
-      uint32_t n = std::min(kTileElements, g.page_elements - i);
+    const bool binary = g.op == EltwiseOp::kBinary;
+    const std::byte* pa = g.flat ? g.a.base + p * tiles_per_page * ca : g.a.page(p);
+    const std::byte* pb = !binary ? nullptr : g.flat ? g.b.base + p * tiles_per_page * cb : g.b.page(p);
+    std::byte* po = g.flat ? g.out.base + p * tiles_per_page * co : g.out.page(p);
+    const uint32_t elements =
+        g.flat ? static_cast<uint32_t>(std::min<uint64_t>(g.page_elements, g.total_elements - uint64_t{p} * g.page_elements))
+               : g.page_elements;
+    for (uint32_t i = 0, k = 0; i < elements; i += kTileElements, ++k) {
+      uint32_t n = std::min(kTileElements, elements - i);
       body(pa + size_t{k} * ca, pb ? pb + size_t{k} * cb : nullptr, po + size_t{k} * co, n);
     }
   }

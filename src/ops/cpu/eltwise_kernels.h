@@ -26,6 +26,11 @@ struct EltwiseArgs {
   FloatMath math;
   uint32_t num_pages;
   uint32_t page_elements;
+  // Packed operands: the tensor is one array cut into pages of
+  // page_elements (a multiple of 1024), the last one short, so small rows
+  // do not cost a call each.
+  bool flat;
+  uint64_t total_elements;
 };
 
 // Chooses the kernel for this op and dtypes on this CPU; `name` receives its
