@@ -1,0 +1,277 @@
+// The TT-CNN Pipeline and its five executors: outputs bit-identical to eager
+// runs of the model on each input over 3 rounds of 32 inputs, for identity,
+// tilize -> relu -> untilize and a two-output model, on two input shapes;
+// preallocated outputs; a stress run of thousands of distinct inputs checked
+// one by one; and every error of the selection table, enqueue and
+// preallocation.
+#include "tessera/cnn/pipeline.h"
+
+#include "tessera/ops/data_movement.h"
+#include "tessera/ops/eltwise.h"
+#include "test_util.h"
+
+namespace tessera::cnn {
+namespace {
+
+struct Rig {
+  std::shared_ptr<Device> device;
+  Shape shape;
+  MemoryConfig l1, dram_in, dram_out;
+};
+
+// (1,1,32,32) on the cpu device (one L1 shard, one DRAM bank) and (1,1,512,64)
+// on wormhole_b0 (8 L1 cores, 4 DRAM banks), height sharded, as the original's tests.
+Rig make_setup(bool wormhole) {
+  Rig s;
+  s.device = open_device({.descriptor = wormhole ? "wormhole_b0" : "cpu",
+                          .l1_small_size = 16384,
+                          .trace_region_size = 1 << 20,
+                          .num_command_queues = 2})
+                 .value();
+  s.shape = wormhole ? Shape{1, 1, 512, 64} : Shape{1, 1, 32, 32};
+  const uint32_t cores = wormhole ? 8 : 1, banks = wormhole ? 4 : 1;
+  s.l1 = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1, CoreRange({0, 0}, {cores - 1, 0}),
+                          s.shape[-2] / cores, s.shape[-1]);
+  s.dram_in =
+      get_memory_config_for_persistent_dram_tensor(s.shape, TensorMemoryLayout::HEIGHT_SHARDED, {banks, 1}).value();
+  s.dram_out = DRAM_MEMORY_CONFIG;
+  return s;
+}
+
+StatusOr<ModelOutput> identity(const Tensor& x) {
+  TS_ASSIGN_OR_RETURN(Tensor y, to_memory_config(x, DRAM_MEMORY_CONFIG));
+  return ModelOutput::of(y);
+}
+
+StatusOr<ModelOutput> tilize_relu_untilize(const Tensor& x) {
+  TS_ASSIGN_OR_RETURN(Tensor t, tilize(x));
+  TS_ASSIGN_OR_RETURN(Tensor r, relu(t));
+  TS_ASSIGN_OR_RETURN(Tensor y, untilize(r, {.memory_config = DRAM_MEMORY_CONFIG}));
+  return ModelOutput::of(y);
+}
+
+StatusOr<ModelOutput> two_outputs(const Tensor& x) {
+  TS_ASSIGN_OR_RETURN(ModelOutput a, identity(x));
+  TS_ASSIGN_OR_RETURN(Tensor r, relu(x, {}));
+  TS_ASSIGN_OR_RETURN(Tensor b, to_memory_config(r, DRAM_MEMORY_CONFIG));
+  return ModelOutput::of(std::vector<ModelOutput>{a, ModelOutput::of(b)});
+}
+
+struct NamedModel {
+  const char* name;
+  Model model;
+  bool single_output;
+};
+const NamedModel kModels[] = {{"identity", identity, true},
+                              {"tilize_relu_untilize", tilize_relu_untilize, true},
+                              {"two_outputs", two_outputs, false}};
+
+struct NamedConfig {
+  const char* name;
+  PipelineConfig config;
+};
+const NamedConfig kConfigs[] = {
+    {"1cq", {.use_trace = false, .num_command_queues = 1}},
+    {"1cq_trace", {.use_trace = true, .num_command_queues = 1}},
+    {"2cq", {.use_trace = false, .num_command_queues = 2}},
+    {"2cq_trace", {.use_trace = true, .num_command_queues = 2}},
+    {"2cq_trace_pipelined_io", {.use_trace = true, .num_command_queues = 2, .all_transfers_on_separate_command_queue = true}},
+};
+
+std::vector<Tensor> inputs(const Shape& shape, uint32_t n, uint32_t seed) {
+  std::vector<Tensor> v;
+  for (uint32_t i = 0; i < n; ++i)
+    v.push_back(testing::random_tensor(shape, DataType::BFLOAT16, Layout::ROW_MAJOR, seed + i));
+  return v;
+}
+
+// Flattens an output into the bytes of its leaves.
+void collect(const ModelOutput& o, std::vector<std::vector<std::byte>>* out) {
+  if (o.is_tensor()) {
+    out->push_back(testing::host_bytes(*o.tensor));
+    return;
+  }
+  for (const ModelOutput& c : o.list) collect(c, out);
+}
+
+std::vector<std::vector<std::byte>> eager(Rig& s, const Model& model, const Tensor& host) {
+  Tensor l1 = to_device(host, *s.device, s.l1).value();
+  ModelOutput out = model(l1).value();
+  std::vector<std::vector<std::byte>> bytes;
+  std::function<void(const ModelOutput&)> read = [&](const ModelOutput& o) {
+    if (o.is_tensor()) {
+      bytes.push_back(testing::host_bytes(o.tensor->cpu().value()));
+      return;
+    }
+    for (const ModelOutput& c : o.list) read(c);
+  };
+  read(out);
+  return bytes;
+}
+
+TEST(Pipeline, EveryExecutorMatchesEagerRuns) {
+  for (bool wormhole : {false, true}) {
+    Rig s = make_setup(wormhole);
+    for (const NamedModel& m : kModels)
+      for (const NamedConfig& c : kConfigs) {
+        const bool pipelined_io = c.config.all_transfers_on_separate_command_queue;
+        if (pipelined_io && !m.single_output) continue;  // an error, tested below
+        SCOPED_TRACE(fmt::format("{} {} {}", s.device->descriptor().name, m.name, c.name));
+        ASSERT_OK_AND_ASSIGN(auto pipe, create_pipeline_from_config(c.config, m.model, *s.device, s.l1, s.dram_in,
+                                                                    s.dram_out));
+        auto ins = inputs(s.shape, 32, 100);
+        ASSERT_OK(pipe->compile(ins[0]));
+        ASSERT_TRUE(pipe->output_schema().has_value());
+        for (int round = 0; round < 3; ++round) {
+          auto round_inputs = inputs(s.shape, 32, 1000 * static_cast<uint32_t>(round + 1));
+          ASSERT_OK(pipe->enqueue(round_inputs));
+          ASSERT_OK_AND_ASSIGN(auto outs, pipe->pop_all());
+          ASSERT_EQ(outs.size(), round_inputs.size());
+          for (size_t i = 0; i < outs.size(); ++i) {
+            std::vector<std::vector<std::byte>> got;
+            collect(outs[i], &got);
+            ASSERT_EQ(got, eager(s, m.model, round_inputs[i])) << "round " << round << " input " << i;
+          }
+        }
+        ASSERT_OK(pipe->cleanup());
+      }
+  }
+}
+
+TEST(Pipeline, PreallocatedOutputsAreReused) {
+  Rig s = make_setup(false);
+  for (const NamedConfig& c : kConfigs) {
+    SCOPED_TRACE(c.name);
+    ASSERT_OK_AND_ASSIGN(auto pipe, create_pipeline_from_config(c.config, tilize_relu_untilize, *s.device, s.l1,
+                                                                s.dram_in, s.dram_out));
+    auto ins = inputs(s.shape, 8, 7);
+    ASSERT_OK(pipe->compile(ins[0]));
+    ASSERT_OK(pipe->preallocate_output_tensors_on_host(8));
+    ASSERT_OK(pipe->enqueue(ins));
+    ASSERT_OK_AND_ASSIGN(auto first, pipe->pop_all());
+    ASSERT_OK(pipe->enqueue(ins));
+    ASSERT_OK_AND_ASSIGN(auto second, pipe->pop_all());
+    ASSERT_EQ(first.size(), 8u);
+    for (size_t i = 0; i < first.size(); ++i) {
+      EXPECT_EQ(first[i].tensor->host_data(), second[i].tensor->host_data());  // the same slot
+      std::vector<std::vector<std::byte>> got;
+      collect(second[i], &got);
+      EXPECT_EQ(got, eager(s, tilize_relu_untilize, ins[i]));
+    }
+    EXPECT_ERROR(pipe->enqueue(inputs(s.shape, 9, 7)), StatusCode::kInvalidArgument,
+                 "Number of inputs (9) exceeds the number of pre-allocated output slots (8).");
+    ASSERT_OK(pipe->cleanup());
+  }
+}
+
+// Thousands of distinct inputs: input i is filled with a value that names
+// it; every output must carry its own input's value, in order.
+TEST(Pipeline, StressNothingLostDuplicatedOrReordered) {
+  Rig s = make_setup(false);
+  for (const NamedConfig& c : {kConfigs[3], kConfigs[4], kConfigs[2]}) {
+    SCOPED_TRACE(c.name);
+    ASSERT_OK_AND_ASSIGN(auto pipe, create_pipeline_from_config(c.config, identity, *s.device, s.l1, s.dram_in,
+                                                                s.dram_out));
+    auto value_of = [](uint32_t i) { return static_cast<float>(i) - 1000.0f; };  // exact in float32
+    auto make = [&](uint32_t i) {
+      return Tensor::from_vector(std::vector<float>(s.shape.volume(), value_of(i)), s.shape, DataType::FLOAT32).value();
+    };
+    ASSERT_OK(pipe->compile(make(0)));
+    uint32_t next = 0;
+    for (int batch = 0; batch < 8; ++batch) {
+      std::vector<Tensor> ins;
+      for (int k = 0; k < 256; ++k) ins.push_back(make(next + static_cast<uint32_t>(k)));
+      ASSERT_OK(pipe->enqueue(ins));
+      ASSERT_OK_AND_ASSIGN(auto outs, pipe->pop_all());
+      ASSERT_EQ(outs.size(), ins.size());
+      for (size_t k = 0; k < outs.size(); ++k) {
+        auto v = outs[k].tensor->to_vector().value();
+        const float want = value_of(next + static_cast<uint32_t>(k));
+        ASSERT_TRUE(std::all_of(v.begin(), v.end(), [&](float x) { return x == want; }))
+            << "input " << next + k << " came back as " << v[0];
+      }
+      next += 256;
+    }
+    ASSERT_OK(pipe->cleanup());
+  }
+}
+
+TEST(Pipeline, SelectionErrors) {
+  Rig s = make_setup(false);
+  auto err = [&](PipelineConfig c, std::optional<MemoryConfig> in, std::optional<MemoryConfig> out) {
+    return create_pipeline_from_config(c, identity, *s.device, s.l1, in, out).status();
+  };
+  EXPECT_ERROR(err({.use_trace = true, .num_command_queues = 1}, std::nullopt, std::nullopt),
+               StatusCode::kInvalidArgument,
+               "dram_input_memory_config must be provided when using trace all_transfers_on_separate_command_queue=True.");
+  EXPECT_ERROR(err({.use_trace = false, .num_command_queues = 2, .all_transfers_on_separate_command_queue = true},
+                   s.dram_in, s.dram_out),
+               StatusCode::kInvalidArgument, "Pipelined I/O (all_transfers_on_separate_command_queue) requires tracing");
+  EXPECT_ERROR(err({.use_trace = false, .num_command_queues = 2}, std::nullopt, std::nullopt),
+               StatusCode::kInvalidArgument, "dram_input_memory_config must be provided when using multi-CQ executor");
+  EXPECT_ERROR(err({.use_trace = true, .num_command_queues = 2, .all_transfers_on_separate_command_queue = true},
+                   s.dram_in, std::nullopt),
+               StatusCode::kInvalidArgument,
+               "dram_output_memory_config must be provided when all_transfers_on_separate_command_queue=True.");
+  EXPECT_ERROR(err({.num_command_queues = 3}, s.dram_in, s.dram_out), StatusCode::kInvalidArgument,
+               "Unsupported pipeline configuration: use_trace=true\nnum_command_queues=3");
+  auto one_queue = open_device({.num_command_queues = 1}).value();
+  EXPECT_ERROR(create_pipeline_from_config({.num_command_queues = 2}, identity, *one_queue, s.l1, s.dram_in).status(),
+               StatusCode::kInvalidArgument, "needs a device opened with num_command_queues=2");
+  // A traced 2-queue pipeline without a DRAM input config fails at creation.
+  EXPECT_ERROR(err({.use_trace = true, .num_command_queues = 2}, std::nullopt, std::nullopt),
+               StatusCode::kInvalidArgument, "dram_input_memory_config must be provided");
+}
+
+TEST(Pipeline, EnqueueCompileAndPreallocateErrors) {
+  Rig s = make_setup(false);
+  ASSERT_OK_AND_ASSIGN(auto pipe, create_pipeline_from_config({.num_command_queues = 2}, identity, *s.device, s.l1,
+                                                              s.dram_in));
+  auto ins = inputs(s.shape, 2, 1);
+  EXPECT_ERROR(pipe->preallocate_output_tensors_on_host(2), StatusCode::kFailedPrecondition,
+               "Pipeline must be compiled before pre-allocating output tensors.");
+  EXPECT_ERROR(pipe->executor().output_schema(), StatusCode::kFailedPrecondition,
+               "Executor must be compiled before getting the output schema.");
+  Tensor on_device = to_device(ins[0], *s.device).value();
+  EXPECT_ERROR(pipe->compile(on_device), StatusCode::kInvalidArgument, "Input tensor must be on host");
+  ASSERT_OK(pipe->compile(ins[0]));
+  const Tensor mixed[] = {ins[0], on_device};
+  EXPECT_ERROR(pipe->enqueue(mixed), StatusCode::kInvalidArgument, "All input tensors must be on host");
+  ASSERT_OK(pipe->cleanup());
+
+  // Pipelined I/O: at least two inputs, one output.
+  PipelineConfig io{.use_trace = true, .num_command_queues = 2, .all_transfers_on_separate_command_queue = true};
+  ASSERT_OK_AND_ASSIGN(auto p2, create_pipeline_from_config(io, identity, *s.device, s.l1, s.dram_in, s.dram_out));
+  ASSERT_OK(p2->compile(ins[0]));
+  EXPECT_ERROR(p2->enqueue(std::span<const Tensor>(ins.data(), 1)), StatusCode::kInvalidArgument,
+               "Pipelined I/O executor requires at least 2 inputs for pipelining (got 1)");
+  ASSERT_OK(p2->cleanup());
+  ASSERT_OK_AND_ASSIGN(auto p3, create_pipeline_from_config(io, two_outputs, *s.device, s.l1, s.dram_in, s.dram_out));
+  EXPECT_ERROR(p3->compile(ins[0]), StatusCode::kInvalidArgument,
+               "MultiCQTracedModelPipelinedIOExecutor does not support multiple outputs.");
+}
+
+TEST(Pipeline, PersistentDramMemoryConfig) {
+  ASSERT_OK_AND_ASSIGN(MemoryConfig w, get_memory_config_for_persistent_dram_tensor(
+                                           Shape{1, 1, 64, 64}, TensorMemoryLayout::WIDTH_SHARDED, {2, 1}));
+  EXPECT_EQ(w.shard_spec->shape, (std::array<uint32_t, 2>{64, 32}));
+  EXPECT_EQ(w.buffer_type, BufferType::DRAM);
+  ASSERT_OK_AND_ASSIGN(MemoryConfig h, get_memory_config_for_persistent_dram_tensor(
+                                           Shape{1, 1, 64, 64}, TensorMemoryLayout::HEIGHT_SHARDED, {2, 1}));
+  EXPECT_EQ(h.shard_spec->shape, (std::array<uint32_t, 2>{32, 64}));
+  // The UNet's folded input on 12 banks: 12 x [3, 25600].
+  ASSERT_OK_AND_ASSIGN(MemoryConfig u, get_memory_config_for_persistent_dram_tensor(
+                                           Shape{1, 1, 3, 307200}, TensorMemoryLayout::WIDTH_SHARDED, {12, 1}));
+  EXPECT_EQ(u.shard_spec->shape, (std::array<uint32_t, 2>{3, 25600}));
+  EXPECT_EQ(u.shard_spec->grid.num_cores(), 12u);
+  EXPECT_ERROR(get_memory_config_for_persistent_dram_tensor(Shape{1, 1, 64, 64}, TensorMemoryLayout::WIDTH_SHARDED,
+                                                            {2, 2}),
+               StatusCode::kInvalidArgument, "Only 1D DRAM grid is supported (was (2,2))");
+  EXPECT_ERROR(get_memory_config_for_persistent_dram_tensor(Shape{64}, TensorMemoryLayout::WIDTH_SHARDED, {2, 1}),
+               StatusCode::kInvalidArgument, "Shape must be 2D or higher (was [64])");
+  EXPECT_ERROR(get_memory_config_for_persistent_dram_tensor(Shape{1, 64}, TensorMemoryLayout::BLOCK_SHARDED, {2, 1}),
+               StatusCode::kInvalidArgument, "Unsupported shard strategy: BLOCK_SHARDED");
+}
+
+}  // namespace
+}  // namespace tessera::cnn
