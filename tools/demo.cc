@@ -1,8 +1,7 @@
 // The Tessera demo: open a device with two command queues, run a small model
-// eagerly, capture it as a trace, replay it in a two-queue loop (replays and
-// output copies on cq 0, writes and reads on cq 1, ordered by events), check
-// that replay matches eager execution bit for bit, and print what happened
-// and how fast.
+// eagerly, then through the TT-CNN Pipeline in each of its five
+// configurations (traced, two queues, pipelined I/O), check that every
+// pipeline output matches eager execution bit for bit, and print how fast.
 //
 //   tessera_demo [--device cpu|wormhole_b0] [--iterations N] [--workers N]
 #include <chrono>
@@ -11,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/cnn/pipeline.h"
 #include "tessera/tessera.h"
 
 namespace {
@@ -42,13 +42,12 @@ Status run(const std::string& descriptor, int iterations, int workers) {
   const Shape shape{1, 1, 512, 512};
   // Host inputs and both sets of outputs are allocated (and their pages
   // touched) before timing starts.
-  std::vector<Tensor> inputs, eager_outputs, outputs;
+  std::vector<Tensor> inputs, eager_outputs;
   for (int i = 0; i < iterations; ++i) {
     std::vector<float> v(shape.volume());
     for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>((k * 7 + i * 13) % 97) / 16.0f - 3.0f;
     TS_ASSIGN_OR_RETURN(Tensor h, Tensor::from_vector(v, shape, DataType::FLOAT32));
     inputs.push_back(h);
-    outputs.push_back(allocate_tensor_on_host(h.spec()));
     eager_outputs.push_back(allocate_tensor_on_host(h.spec()));
   }
   // 1 MiB activations: too large for this CPU's L1 budget, so they live in DRAM
@@ -70,63 +69,51 @@ Status run(const std::string& descriptor, int iterations, int workers) {
   }
   const double eager_ms = ms_since(t0);
 
-  // Capture, then the two-queue traced loop of the original.
-  TS_ASSIGN_OR_RETURN(TraceId tid, begin_trace_capture(*device, 0));
-  TS_ASSIGN_OR_RETURN(Tensor output, model(input));
-  TS_RETURN_IF_ERROR(end_trace_capture(*device, tid, 0));
-  TS_ASSIGN_OR_RETURN(TraceInfo info, trace_info(*device, tid));
-  std::printf("captured trace %u: %u launches, %llu B in the TRACE region\n", tid, info.num_launches,
-              static_cast<unsigned long long>(info.size_bytes));
-  // Pipelined I/O: cq 0 replays and copies the output into one of two DRAM
-  // buffers; cq 1 writes the next input as soon as the trace consumed the
-  // current one, and reads the copied output while cq 0 runs the next replay.
-  const TensorSpec staged_spec{shape, DataType::FLOAT32, Layout::ROW_MAJOR, DRAM_MEMORY_CONFIG};
-  Tensor staged[2];
-  for (auto& t : staged) {
-    TS_ASSIGN_OR_RETURN(t, allocate_tensor_on_device(staged_spec, *device));
-  }
-  TS_RETURN_IF_ERROR(reshard(output, DRAM_MEMORY_CONFIG, staged[0], 0).status());  // compile the copy
-  TS_RETURN_IF_ERROR(synchronize_device(*device));
-  t0 = Clock::now();
-  TS_RETURN_IF_ERROR(copy_host_to_device_tensor(inputs[0], input, 1));
-  TS_ASSIGN_OR_RETURN(Event written, record_event(*device, 1));
-  std::vector<Event> read_done;
-  for (int i = 0; i < iterations; ++i) {
-    TS_RETURN_IF_ERROR(wait_for_event(0, written));
-    TS_RETURN_IF_ERROR(execute_trace(*device, tid, 0, /*blocking=*/false));
-    TS_ASSIGN_OR_RETURN(Event consumed, record_event(*device, 0));
-    if (i >= 2) TS_RETURN_IF_ERROR(wait_for_event(0, read_done[static_cast<size_t>(i - 2)]));  // staged buffer free
-    TS_RETURN_IF_ERROR(reshard(output, DRAM_MEMORY_CONFIG, staged[i % 2], 0).status());
-    TS_ASSIGN_OR_RETURN(Event copied, record_event(*device, 0));
-    TS_RETURN_IF_ERROR(wait_for_event(1, consumed));
-    if (i + 1 < iterations) {
-      TS_RETURN_IF_ERROR(copy_host_to_device_tensor(inputs[static_cast<size_t>(i + 1)], input, 1));
-      TS_ASSIGN_OR_RETURN(written, record_event(*device, 1));
-    }
-    TS_RETURN_IF_ERROR(wait_for_event(1, copied));
-    TS_RETURN_IF_ERROR(copy_device_to_host_tensor(staged[i % 2], outputs[static_cast<size_t>(i)], false, 1));
-    TS_ASSIGN_OR_RETURN(Event done, record_event(*device, 1));
-    read_done.push_back(done);
-  }
-  TS_RETURN_IF_ERROR(synchronize_device(*device));
-  const double traced_ms = ms_since(t0);
+  std::printf("eager, 1 queue (write, run, read): %8.2f ms for %d runs  %8.1f runs/s  %6.2f us per launch\n",
+              eager_ms, iterations, iterations / eager_ms * 1e3, eager_ms * 1e3 / (iterations * (2 + 2 * kReluAddPairs)));
 
+  // The same model through the Pipeline in each of its configurations; the
+  // two-queue traced one is the recommended.
+  struct Named {
+    const char* name;
+    cnn::PipelineConfig config;
+  };
+  const Named configs[] = {
+      {"pipeline: 1 queue", {.use_trace = false, .num_command_queues = 1}},
+      {"pipeline: 1 queue, trace", {.use_trace = true, .num_command_queues = 1}},
+      {"pipeline: 2 queues", {.use_trace = false, .num_command_queues = 2}},
+      {"pipeline: 2 queues, trace (recommended)", {.use_trace = true, .num_command_queues = 2}},
+      {"pipeline: 2 queues, trace, pipelined I/O",
+       {.use_trace = true, .num_command_queues = 2, .all_transfers_on_separate_command_queue = true}},
+  };
+  auto pipeline_model = [](const Tensor& x) -> StatusOr<cnn::ModelOutput> {
+    TS_ASSIGN_OR_RETURN(Tensor y, model(x));
+    return cnn::ModelOutput::of(y);
+  };
   int mismatches = 0;
-  for (int i = 0; i < iterations; ++i)
-    mismatches += std::memcmp(eager_outputs[i].host_data(), outputs[i].host_data(),
-                              outputs[i].spec().storage_bytes()) != 0;
-  const int launches = iterations * (2 + 2 * kReluAddPairs);
-  std::printf("eager, 1 queue:                  %8.2f ms for %d runs  %8.1f runs/s  %6.2f us per launch\n", eager_ms,
-              iterations, iterations / eager_ms * 1e3, eager_ms * 1e3 / launches);
-  std::printf("traced, 2 queues, pipelined I/O: %8.2f ms for %d runs  %8.1f runs/s  %6.2f us per launch\n", traced_ms,
-              iterations, iterations / traced_ms * 1e3, traced_ms * 1e3 / launches);
-  std::printf("replay vs eager outputs:         %d of %d differ (bit for bit)\n", mismatches, iterations);
+  for (const Named& c : configs) {
+    TS_ASSIGN_OR_RETURN(auto pipe, cnn::create_pipeline_from_config(c.config, pipeline_model, *device, input_config,
+                                                                     DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG));
+    TS_RETURN_IF_ERROR(pipe->compile(inputs[0]));
+    TS_RETURN_IF_ERROR(pipe->preallocate_output_tensors_on_host(inputs.size()));
+    t0 = Clock::now();
+    TS_RETURN_IF_ERROR(pipe->enqueue(inputs));
+    TS_ASSIGN_OR_RETURN(auto outs, pipe->pop_all());
+    const double ms = ms_since(t0);
+    int differ = 0;
+    for (int i = 0; i < iterations; ++i)
+      differ += std::memcmp(eager_outputs[i].host_data(), outs[i].tensor->host_data(),
+                            eager_outputs[i].spec().storage_bytes()) != 0;
+    mismatches += differ;
+    std::printf("%-40s %8.2f ms for %d runs  %8.1f runs/s  outputs differing from eager: %d\n", c.name, ms,
+                iterations, iterations / ms * 1e3, differ);
+    TS_RETURN_IF_ERROR(pipe->cleanup());
+  }
   std::printf("program cache: %zu programs, %llu hits, %llu misses\n", device->program_cache().size(),
               static_cast<unsigned long long>(device->program_cache().hits()),
               static_cast<unsigned long long>(device->program_cache().misses()));
-  TS_RETURN_IF_ERROR(release_trace(*device, tid));
   TS_RETURN_IF_ERROR(close_device(*device));
-  if (mismatches) return internal_error("traced replay differs from eager execution on {} inputs", mismatches);
+  if (mismatches) return internal_error("pipelines differ from eager execution on {} outputs", mismatches);
   return ok_status();
 }
 

@@ -1,0 +1,60 @@
+// Layer objects: an op with its weights, prepared on the first call and
+// reused after, as the original's TtConv2d keeps the prepared weights that
+// conv2d returns. The first call must happen outside trace capture (it
+// writes weights to the device); a traced executor's compile run does that.
+#pragma once
+
+#include <optional>
+
+#include "tessera/ops/conv2d.h"
+#include "tessera/ops/conv_transpose2d.h"
+#include "tessera/ops/matmul.h"
+
+namespace tessera::cnn {
+
+class Conv2d {
+ public:
+  // weight (out, in/groups, kh, kw) and bias (out) are host tensors.
+  Conv2d(Conv2dParams params, Tensor weight, std::optional<Tensor> bias, Conv2dConfig config = {});
+  // NHWC input, (N, H, W, C) or (1, 1, N*H*W, C); returns (1, 1, N*OH*OW, out).
+  StatusOr<Tensor> operator()(const Tensor& input, uint8_t cq_id = 0);
+  const Conv2dParams& params() const { return params_; }
+
+ private:
+  Conv2dParams params_;
+  Tensor weight_;
+  std::optional<Tensor> bias_;
+  Conv2dConfig config_;
+  std::optional<PreparedConv2dWeights> prepared_;
+};
+
+class ConvTranspose2d {
+ public:
+  // weight (in, out/groups, kh, kw) and bias (out) are host tensors.
+  ConvTranspose2d(ConvTranspose2dParams params, Tensor weight, std::optional<Tensor> bias, Conv2dConfig config = {});
+  StatusOr<Tensor> operator()(const Tensor& input, uint8_t cq_id = 0);
+  const ConvTranspose2dParams& params() const { return params_; }
+
+ private:
+  ConvTranspose2dParams params_;
+  Tensor weight_;
+  std::optional<Tensor> bias_;
+  Conv2dConfig config_;
+  std::optional<PreparedConv2dWeights> prepared_;
+};
+
+// y = x W + b with W (in, out) and b (out) as host float32 tensors, moved to
+// the device (in the input's dtype) on the first call.
+class Linear {
+ public:
+  Linear(Tensor weight, std::optional<Tensor> bias, MatmulParams params = {});
+  StatusOr<Tensor> operator()(const Tensor& input);
+
+ private:
+  Tensor weight_;
+  std::optional<Tensor> bias_;
+  MatmulParams params_;
+  std::optional<Tensor> device_weight_, device_bias_;
+};
+
+}  // namespace tessera::cnn
