@@ -55,6 +55,15 @@ class ExecutorBase : public Executor {
     return allocate_tensor_on_device({host.shape(), host.dtype(), host.layout(), dram_config}, device_);
   }
   // The persistent DRAM input must be a live DRAM tensor (the original's checks).
+  // Runs `single` on each input and hands its output to the sink at once.
+  template <class Single>
+  Status execute_each(std::span<const Tensor> inputs, const OutputSink& sink, Single single) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      TS_ASSIGN_OR_RETURN(ModelOutput out, single(inputs[i]));
+      TS_RETURN_IF_ERROR(sink(i, out));
+    }
+    return ok_status();
+  }
   Status check_dram_input() const {
     if (!dram_input_.is_allocated()) return failed_precondition_error("DRAM input tensor is not allocated");
     if (!dram_input_.is_on_device()) return failed_precondition_error("DRAM input tensor must be on device");
@@ -84,11 +93,7 @@ class ModelExecutor final : public ExecutorBase {
     return synchronize_device(device_);
   }
   Status execute(std::span<const Tensor> inputs, const OutputSink& sink) override {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      TS_ASSIGN_OR_RETURN(ModelOutput out, execute_single(inputs[i]));
-      TS_RETURN_IF_ERROR(sink(i, out));
-    }
-    return ok_status();
+    return execute_each(inputs, sink, [&](const Tensor& host) { return execute_single(host); });
   }
   Status cleanup() override { return ok_status(); }
 
@@ -211,11 +216,7 @@ class MultiCQModelOverlappedInputExecutor final : public ExecutorBase {
     return synchronize_device(device_);
   }
   Status execute(std::span<const Tensor> inputs, const OutputSink& sink) override {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      TS_ASSIGN_OR_RETURN(ModelOutput out, execute_single(inputs[i]));
-      TS_RETURN_IF_ERROR(sink(i, out));
-    }
-    return ok_status();
+    return execute_each(inputs, sink, [&](const Tensor& host) { return execute_single(host); });
   }
   Status cleanup() override { return ok_status(); }
 

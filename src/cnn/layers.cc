@@ -2,32 +2,38 @@
 
 namespace tessera::cnn {
 
-Conv2d::Conv2d(Conv2dParams params, Tensor weight, std::optional<Tensor> bias, Conv2dConfig config)
-    : params_(params), weight_(std::move(weight)), bias_(std::move(bias)), config_(config) {}
+namespace {
+StatusOr<Conv2dResult> run(const Tensor& x, const Tensor& w, const std::optional<Tensor>& b, const Conv2dParams& p,
+                           const Conv2dConfig& c, uint8_t cq) {
+  return conv2d(x, w, b, p, c, cq);
+}
+StatusOr<Conv2dResult> run(const Tensor& x, const PreparedConv2dWeights& w, const Conv2dParams& p,
+                           const Conv2dConfig& c, uint8_t cq) {
+  return conv2d(x, w, p, c, cq);
+}
+StatusOr<Conv2dResult> run(const Tensor& x, const Tensor& w, const std::optional<Tensor>& b,
+                           const ConvTranspose2dParams& p, const Conv2dConfig& c, uint8_t cq) {
+  return conv_transpose2d(x, w, b, p, c, cq);
+}
+StatusOr<Conv2dResult> run(const Tensor& x, const PreparedConv2dWeights& w, const ConvTranspose2dParams& p,
+                           const Conv2dConfig& c, uint8_t cq) {
+  return conv_transpose2d(x, w, p, c, cq);
+}
+}  // namespace
 
-StatusOr<Tensor> Conv2d::operator()(const Tensor& input, uint8_t cq_id) {
+template <class Params>
+StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, uint8_t cq_id) {
   if (prepared_) {
-    TS_ASSIGN_OR_RETURN(Conv2dResult r, conv2d(input, *prepared_, params_, config_, cq_id));
+    TS_ASSIGN_OR_RETURN(Conv2dResult r, run(input, *prepared_, params_, config_, cq_id));
     return r.output;
   }
-  TS_ASSIGN_OR_RETURN(Conv2dResult r, conv2d(input, weight_, bias_, params_, config_, cq_id));
+  TS_ASSIGN_OR_RETURN(Conv2dResult r, run(input, weight_, bias_, params_, config_, cq_id));
   prepared_ = r.weights;
   return r.output;
 }
 
-ConvTranspose2d::ConvTranspose2d(ConvTranspose2dParams params, Tensor weight, std::optional<Tensor> bias,
-                                 Conv2dConfig config)
-    : params_(params), weight_(std::move(weight)), bias_(std::move(bias)), config_(config) {}
-
-StatusOr<Tensor> ConvTranspose2d::operator()(const Tensor& input, uint8_t cq_id) {
-  if (prepared_) {
-    TS_ASSIGN_OR_RETURN(Conv2dResult r, conv_transpose2d(input, *prepared_, params_, config_, cq_id));
-    return r.output;
-  }
-  TS_ASSIGN_OR_RETURN(Conv2dResult r, conv_transpose2d(input, weight_, bias_, params_, config_, cq_id));
-  prepared_ = r.weights;
-  return r.output;
-}
+template class ConvLayer<Conv2dParams>;
+template class ConvLayer<ConvTranspose2dParams>;
 
 Linear::Linear(Tensor weight, std::optional<Tensor> bias, MatmulParams params)
     : weight_(std::move(weight)), bias_(std::move(bias)), params_(params) {}

@@ -77,12 +77,7 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
   }
   for (uint32_t i = 0; i < p.batches; ++i) {
     uint32_t ia = 0, ib = 0;
-    for (uint32_t j = p.num_batch_dims, rest = i; j-- > 0;) {
-      const uint32_t idx = rest % p.batch_dims[j];
-      rest /= p.batch_dims[j];
-      ia += idx * p.a_stride[j];
-      ib += idx * p.b_stride[j];
-    }
+    ops::broadcast_indices(i, p.num_batch_dims, p.batch_dims, p.a_stride, p.b_stride, &ia, &ib);
     const uint64_t a0 = uint64_t{ia} * p.m + blk.row0, b0 = uint64_t{ib} * p.b_rows,
                    d0 = uint64_t{i} * p.m + blk.row0;
     std::byte* a = p.stage_a ? blk.a_stage.get() : row_ptr(g.a, a0);

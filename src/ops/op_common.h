@@ -23,6 +23,19 @@ Status launch(Device& device, uint8_t cq_id, const std::string& key, const std::
 
 Status require_device_tensor(const Tensor& t, std::string_view op, std::string_view name = "input");
 
+// Index `i` over `n` dims of sizes `dims` (row-major) mapped into two operands
+// that broadcast: sum of coordinate * stride, strides 0 where they broadcast.
+inline void broadcast_indices(uint32_t i, uint32_t n, const uint32_t* dims, const uint32_t* stride_a,
+                              const uint32_t* stride_b, uint32_t* a, uint32_t* b) {
+  *a = *b = 0;
+  for (uint32_t j = n; j-- > 0;) {
+    const uint32_t c = i % dims[j];
+    i /= dims[j];
+    *a += c * stride_a[j];
+    *b += c * stride_b[j];
+  }
+}
+
 // Tasks per chunk for `n` tasks that together touch `total_bytes`: about 4
 // chunks per worker thread, but no chunk under `min_chunk_bytes`. Handing a
 // chunk to another core costs a wake-up and, worse, makes that core pull data

@@ -12,36 +12,27 @@
 
 namespace tessera::cnn {
 
-class Conv2d {
+// A convolution layer: Params is Conv2dParams (weight (out, in/groups, kh,
+// kw)) or ConvTranspose2dParams (weight (in, out/groups, kh, kw)); weight and
+// bias (out) are host tensors. NHWC input, (N, H, W, C) or (1, 1, N*H*W, C);
+// returns (1, 1, N*OH*OW, out).
+template <class Params>
+class ConvLayer {
  public:
-  // weight (out, in/groups, kh, kw) and bias (out) are host tensors.
-  Conv2d(Conv2dParams params, Tensor weight, std::optional<Tensor> bias, Conv2dConfig config = {});
-  // NHWC input, (N, H, W, C) or (1, 1, N*H*W, C); returns (1, 1, N*OH*OW, out).
+  ConvLayer(Params params, Tensor weight, std::optional<Tensor> bias, Conv2dConfig config = {})
+      : params_(params), weight_(std::move(weight)), bias_(std::move(bias)), config_(config) {}
   StatusOr<Tensor> operator()(const Tensor& input, uint8_t cq_id = 0);
-  const Conv2dParams& params() const { return params_; }
+  const Params& params() const { return params_; }
 
  private:
-  Conv2dParams params_;
+  Params params_;
   Tensor weight_;
   std::optional<Tensor> bias_;
   Conv2dConfig config_;
   std::optional<PreparedConv2dWeights> prepared_;
 };
-
-class ConvTranspose2d {
- public:
-  // weight (in, out/groups, kh, kw) and bias (out) are host tensors.
-  ConvTranspose2d(ConvTranspose2dParams params, Tensor weight, std::optional<Tensor> bias, Conv2dConfig config = {});
-  StatusOr<Tensor> operator()(const Tensor& input, uint8_t cq_id = 0);
-  const ConvTranspose2dParams& params() const { return params_; }
-
- private:
-  ConvTranspose2dParams params_;
-  Tensor weight_;
-  std::optional<Tensor> bias_;
-  Conv2dConfig config_;
-  std::optional<PreparedConv2dWeights> prepared_;
-};
+using Conv2d = ConvLayer<Conv2dParams>;
+using ConvTranspose2d = ConvLayer<ConvTranspose2dParams>;
 
 // y = x W + b with W (in, out) and b (out) as host float32 tensors, moved to
 // the device (in the input's dtype) on the first call.

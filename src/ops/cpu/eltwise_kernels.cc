@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "../op_common.h"
 #include "rows.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/numerics/convert.h"
@@ -98,12 +99,7 @@ Status broadcast_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
   alignas(64) float fa[kTileElements], fb[kTileElements];
   for (uint32_t r = row_begin; r < row_end; ++r) {
     uint32_t ra = 0, rb = 0;
-    for (uint32_t j = g.num_lead, rest = r; j-- > 0;) {
-      const uint32_t i = rest % g.lead[j];
-      rest /= g.lead[j];
-      ra += i * g.a_stride[j];
-      rb += i * g.b_stride[j];
-    }
+    ops::broadcast_indices(r, g.num_lead, g.lead, g.a_stride, g.b_stride, &ra, &rb);
     for (uint32_t c = 0; c < g.cols; c += kTileElements) {
       const uint32_t n = std::min(kTileElements, g.cols - c);
       if (g.a_col_broadcast) {

@@ -11,42 +11,32 @@ inline __mmask16 tail(size_t left) { return static_cast<__mmask16>(left >= 16 ? 
 inline __m512 nan_max(__m512 m, __m512 v) {
   return _mm512_mask_mov_ps(_mm512_max_ps(v, m), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
 }
+
+// acc[i] = op(acc[i], x[i]) over float32 or widened bfloat16 values.
+template <class Op>
+void accumulate_f32(float* acc, const void* x, size_t n, Op op) {
+  const float* p = static_cast<const float*>(x);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail(n - i);
+    _mm512_mask_storeu_ps(acc + i, k, op(_mm512_maskz_loadu_ps(k, acc + i), _mm512_maskz_loadu_ps(k, p + i)));
+  }
+}
+template <class Op>
+void accumulate_bf16(float* acc, const void* x, size_t n, Op op) {
+  const uint16_t* p = static_cast<const uint16_t*>(x);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail(n - i);
+    const __m512 v =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p + i)), 16));
+    _mm512_mask_storeu_ps(acc + i, k, op(_mm512_maskz_loadu_ps(k, acc + i), v));
+  }
+}
+inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
 }  // namespace
 
-void max_accumulate_f32(float* acc, const void* x, size_t n) {
-  const float* p = static_cast<const float*>(x);
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 k = tail(n - i);
-    _mm512_mask_storeu_ps(acc + i, k, nan_max(_mm512_maskz_loadu_ps(k, acc + i), _mm512_maskz_loadu_ps(k, p + i)));
-  }
-}
-
-void max_accumulate_bf16(float* acc, const void* x, size_t n) {
-  const uint16_t* p = static_cast<const uint16_t*>(x);
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 k = tail(n - i);
-    const __m512 v =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p + i)), 16));
-    _mm512_mask_storeu_ps(acc + i, k, nan_max(_mm512_maskz_loadu_ps(k, acc + i), v));
-  }
-}
-
-void sum_accumulate_f32(float* acc, const void* x, size_t n) {
-  const float* p = static_cast<const float*>(x);
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 k = tail(n - i);
-    _mm512_mask_storeu_ps(acc + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, acc + i), _mm512_maskz_loadu_ps(k, p + i)));
-  }
-}
-
-void sum_accumulate_bf16(float* acc, const void* x, size_t n) {
-  const uint16_t* p = static_cast<const uint16_t*>(x);
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 k = tail(n - i);
-    const __m512 v =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p + i)), 16));
-    _mm512_mask_storeu_ps(acc + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, acc + i), v));
-  }
-}
+void max_accumulate_f32(float* acc, const void* x, size_t n) { accumulate_f32(acc, x, n, nan_max); }
+void max_accumulate_bf16(float* acc, const void* x, size_t n) { accumulate_bf16(acc, x, n, nan_max); }
+void sum_accumulate_f32(float* acc, const void* x, size_t n) { accumulate_f32(acc, x, n, add); }
+void sum_accumulate_bf16(float* acc, const void* x, size_t n) { accumulate_bf16(acc, x, n, add); }
 
 }  // namespace tessera::cpu::avx512
