@@ -4,6 +4,7 @@
 //   device-only FPS  back-to-back trace replays with no transfers (kernel time);
 //   dispatch         host time per launch to enqueue the model eagerly, and
 //                    to enqueue its trace replay;
+//   kernel time      per op kind over one replay, from the device profiler;
 //   end to end       FPS of each pipeline configuration over N host inputs
 //                    (enqueue ... pop_all, preallocated outputs; median of 3),
 //                    and its share of the device-only FPS (median of 3).
@@ -11,6 +12,7 @@
 //   bench_pipeline [--quick] [--models unet,resnet50,resnet50_b8]
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -18,6 +20,7 @@
 #include "resnet50/resnet50.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/cnn/pipeline.h"
+#include "tessera/device/profiler.h"
 #include "tessera/tessera.h"
 #include "vanilla_unet/unet.h"
 
@@ -73,15 +76,30 @@ void run_case(const ModelCase& m, DataType dt, int frames) {
   }, 0);
   const double device_s = replays.median_s / reps;
   replay_enqueue_s /= 3.0 * reps;
+  // Kernel time per op kind over one replay (device profiler).
+  CHECK_OK(enable_profiler(*device));
+  CHECK_OK(execute_trace(*device, tid, 0, true));
+  const DeviceProfile profile = value_or_die(read_profile(*device));
+  CHECK_OK(disable_profiler(*device));
   CHECK_OK(release_trace(*device, tid));
   const double device_fps = m.batch / device_s;
   std::printf("\n### %s, %s (%.1f GFLOP per frame)\n\n", m.name.c_str(), std::string(data_type_name(dt)).c_str(),
               m.flops / 1e9 / m.batch);
   std::printf("- device-only: %.2f ms per run, **%.1f FPS**, %.0f GFLOP/s; eager run with sync %.2f ms\n",
               device_s * 1e3, device_fps, m.flops / device_s / 1e9, eager_s * 1e3);
-  std::printf("- host dispatch per launch (%u launches): eager %.2f us, traced replay %.3f us (%.1f%% removed)\n\n",
+  std::printf("- host dispatch per launch (%u launches): eager %.2f us, traced replay %.3f us (%.1f%% removed)\n",
               launches, eager_enqueue_s / launches * 1e6, replay_enqueue_s / launches * 1e6,
               100 * (1 - replay_enqueue_s / eager_enqueue_s));
+  std::map<std::string, std::pair<int, double>> by_op;  // op -> (launches, us)
+  for (const OpTiming& o : profile.ops) {
+    auto& e = by_op[o.key.substr(0, o.key.find(':'))];
+    ++e.first;
+    e.second += o.duration_us();
+  }
+  std::printf("- kernel time by op over one replay (profiler, %.2f ms in launches):", profile.total_us() / 1e3);
+  for (const auto& [op, e] : by_op)
+    std::printf(" %s %.2f ms (%d, %.0f%%);", op.c_str(), e.second / 1e3, e.first, 100 * e.second / profile.total_us());
+  std::printf("\n\n");
   std::printf("| configuration | end-to-end FPS | ms per frame | %% of device-only FPS |\n|---|---|---|---|\n");
   struct Named {
     const char* name;

@@ -27,7 +27,8 @@ Status run_program(ThreadPool& pool, const Program& p, const void* args) {
   return first.ok() ? first : first.annotate(p.key);
 }
 
-CommandQueue::CommandQueue(uint8_t id, ThreadPool& pool) : id_(id), pool_(pool), ring_(kCapacity) {
+CommandQueue::CommandQueue(uint8_t id, ThreadPool& pool, ProfileSink* profile)
+    : id_(id), pool_(pool), profile_(profile), ring_(kCapacity) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -80,10 +81,22 @@ void CommandQueue::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+Status CommandQueue::run(const Program& program, const void* args, bool traced) {
+  if (!profile_ || !profile_->enabled.load(std::memory_order_relaxed)) return run_program(pool_, program, args);
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const int64_t start = now();
+  Status s = run_program(pool_, program, args);
+  profile_->record(program, id_, traced, start, now());
+  return s;
+}
+
 Status CommandQueue::execute(Command& cmd) {
   switch (cmd.kind) {
     case Command::Kind::kProgram:
-      return run_program(pool_, *cmd.program, cmd.args.data());
+      return run(*cmd.program, cmd.args.data(), false);
     case Command::Kind::kHost:
       return cmd.host();
     case Command::Kind::kWaitEvent: {
@@ -98,7 +111,7 @@ Status CommandQueue::execute(Command& cmd) {
       const std::byte* p = cmd.trace->data;
       for (uint32_t i = 0; i < cmd.trace->num_launches; ++i) {
         const auto* rec = reinterpret_cast<const LaunchRecord*>(p);
-        TS_RETURN_IF_ERROR(run_program(pool_, *rec->program, p + sizeof(LaunchRecord)));
+        TS_RETURN_IF_ERROR(run(*rec->program, p + sizeof(LaunchRecord), true));
         p += rec->record_size;
       }
       return Status();

@@ -37,9 +37,31 @@ struct Command {
 // Runs one launch on the worker pool; the first failing chunk's status wins.
 Status run_program(ThreadPool& pool, const Program& program, const void* args);
 
+// Where a profiling queue puts its launch timestamps: a fixed buffer shared
+// by the device's queues, claimed with one atomic increment per launch.
+struct ProfileSink {
+  struct Record {
+    const Program* program;
+    uint8_t cq_id;
+    bool traced;
+    int64_t start_ns, end_ns;
+  };
+  std::atomic<bool> enabled{false};
+  std::vector<Record> records;
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> dropped{0};
+  void record(const Program& p, uint8_t cq, bool traced, int64_t start, int64_t end) {
+    const size_t i = next.fetch_add(1, std::memory_order_relaxed);
+    if (i < records.size())
+      records[i] = {&p, cq, traced, start, end};
+    else
+      dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
 class CommandQueue {
  public:
-  CommandQueue(uint8_t id, ThreadPool& pool);
+  CommandQueue(uint8_t id, ThreadPool& pool, ProfileSink* profile = nullptr);
   ~CommandQueue();
 
   uint8_t id() const { return id_; }
@@ -58,10 +80,12 @@ class CommandQueue {
  private:
   void loop();
   Status execute(Command& cmd);
+  Status run(const Program& program, const void* args, bool traced);
 
   static constexpr size_t kCapacity = 1024;
   const uint8_t id_;
   ThreadPool& pool_;
+  ProfileSink* profile_;
   mutable std::mutex mu_;
   std::condition_variable not_empty_, not_full_;
   mutable std::condition_variable progress_;

@@ -98,6 +98,7 @@ struct Device::Impl {
   Region regions[5];
   uint64_t allocations = 0;
   std::vector<std::unique_ptr<CommandQueue>> queues;
+  ProfileSink profile;  // shared by the queues; see profiler.h
   mutable std::mutex state_mu;  // open flag, captures, traces
   bool open = true;
   std::optional<Capture> capture[2];
@@ -163,7 +164,7 @@ StatusOr<std::shared_ptr<Device>> open_device(const DeviceParams& params) {
   int workers = params.worker_threads ? params.worker_threads : static_cast<int>(desc.host_cores);
   dev->workers_ = std::make_unique<ThreadPool>(workers);
   for (int q = 0; q < params.num_command_queues; ++q)
-    im.queues.push_back(std::make_unique<CommandQueue>(static_cast<uint8_t>(q), *dev->workers_));
+    im.queues.push_back(std::make_unique<CommandQueue>(static_cast<uint8_t>(q), *dev->workers_, &im.profile));
   return dev;
 }
 
@@ -513,5 +514,7 @@ void Buffer::deallocate() {
 }
 
 std::byte* Buffer::bank_data(uint32_t bank) const { return device_->host_address(type_, bank, address_); }
+
+ProfileSink& profile_sink(Device& device) { return device.impl_->profile; }
 
 }  // namespace tessera

@@ -141,6 +141,7 @@ class Device : public std::enable_shared_from_this<Device> {
   friend Status execute_trace(Device&, TraceId, uint8_t, bool);
   friend Status release_trace(Device&, TraceId);
   friend StatusOr<struct TraceInfo> trace_info(Device&, TraceId);
+  friend struct ProfileSink& profile_sink(Device&);
 
   Device(DeviceDescriptor desc, DeviceParams params);
   Status check_cq(uint8_t cq_id, std::string_view what) const;

@@ -1,0 +1,71 @@
+// The device profiler: one record per launch (eager and replayed), from both
+// queues, none lost (counted as dropped past the capacity), a readable
+// Chrome trace, and its errors.
+#include "tessera/device/profiler.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "tessera/ops/eltwise.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+TEST(Profiler, RecordsEagerAndReplayedLaunchesOnBothQueues) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 20, .num_command_queues = 2}));
+  Tensor h = testing::random_tensor(Shape{64, 64}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor x, to_device(h, *dev));
+  ASSERT_OK(relu(x).status());  // compiled before profiling starts
+  EXPECT_ERROR(read_profile(*dev), StatusCode::kFailedPrecondition, "profiler of device 0 is not enabled");
+  ASSERT_OK(enable_profiler(*dev));
+  for (int i = 0; i < 5; ++i) ASSERT_OK(relu(x).status());
+  ASSERT_OK(relu(x, {.cq_id = 1}).status());
+  ASSERT_OK_AND_ASSIGN(TraceId tid, begin_trace_capture(*dev, 0));
+  for (int i = 0; i < 3; ++i) ASSERT_OK(relu(x).status());
+  ASSERT_OK(end_trace_capture(*dev, tid, 0));
+  ASSERT_OK(execute_trace(*dev, tid, 0, true));
+  ASSERT_OK_AND_ASSIGN(DeviceProfile p, read_profile(*dev));
+  ASSERT_EQ(p.ops.size(), 9u);  // 5 + 1 eager, 3 replayed (capture records, it does not run)
+  EXPECT_EQ(p.dropped, 0u);
+  int traced = 0, cq1 = 0;
+  for (const OpTiming& o : p.ops) {
+    traced += o.traced;
+    cq1 += o.cq_id == 1;
+    EXPECT_GE(o.end_ns, o.start_ns);
+    EXPECT_NE(o.kernel_name.find("relu"), std::string::npos);
+    EXPECT_EQ(o.key.rfind("relu", 0), 0u);
+  }
+  EXPECT_EQ(traced, 3);
+  EXPECT_EQ(cq1, 1);
+  EXPECT_GT(p.total_us(), 0.0);
+  // Reading clears.
+  ASSERT_OK_AND_ASSIGN(DeviceProfile empty, read_profile(*dev));
+  EXPECT_TRUE(empty.ops.empty());
+
+  const std::string path = ::testing::TempDir() + "tessera_profile.json";
+  ASSERT_OK(write_chrome_trace(p, path));
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str().rfind("{\"traceEvents\":[", 0), 0u);
+  EXPECT_NE(text.str().find("\"ph\":\"X\""), std::string::npos);
+  EXPECT_ERROR(write_chrome_trace(p, "/nonexistent-dir/x.json"), StatusCode::kInvalidArgument, "cannot open");
+  ASSERT_OK(release_trace(*dev, tid));
+}
+
+TEST(Profiler, CountsWhatExceedsTheCapacity) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(Tensor x, to_device(testing::random_tensor(Shape{32, 32}, DataType::FLOAT32,
+                                                                   Layout::ROW_MAJOR, 1), *dev));
+  ASSERT_OK(enable_profiler(*dev, 4));
+  for (int i = 0; i < 10; ++i) ASSERT_OK(relu(x).status());
+  ASSERT_OK_AND_ASSIGN(DeviceProfile p, read_profile(*dev));
+  EXPECT_EQ(p.ops.size(), 4u);
+  EXPECT_EQ(p.dropped, 6u);
+  ASSERT_OK(disable_profiler(*dev));
+  EXPECT_ERROR(read_profile(*dev), StatusCode::kFailedPrecondition, "not enabled");
+}
+
+}  // namespace
+}  // namespace tessera
