@@ -1,5 +1,6 @@
 #include "tessera/ops/conv2d.h"
 #include "tessera/ops/conv_transpose2d.h"
+#include "tessera/ops/data_movement.h"
 #include "tessera/ops/manipulation.h"
 #include "tessera/ops/matmul.h"
 
@@ -583,24 +584,76 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
 
 }  // namespace
 
+namespace {
+
+// The input as the kernel reads it: interleaved float32 / bfloat16 rows.
+StatusOr<Tensor> kernel_input(const Tensor& input, std::string_view op, uint8_t cq_id) {
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
+  if (input.layout() == Layout::TILE) {
+    const DataType dt = input.dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+    return untilize(input, {.memory_config = DRAM_MEMORY_CONFIG, .dtype = dt, .cq_id = cq_id});
+  }
+  if (input.memory_config().is_sharded()) return to_memory_config(input, DRAM_MEMORY_CONFIG, cq_id);
+  return input;
+}
+
+// Runs `core` on the kernel's input and config, then gives the output the
+// layout, dtype and memory config asked for.
+template <class Core>
+StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dConfig& config, std::string_view op, uint8_t cq_id,
+                               Core core) {
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
+  const DataType in_dt = input.dtype();
+  const DataType out_dt = config.dtype.value_or(is_block_float(in_dt) ? DataType::BFLOAT16 : in_dt);
+  if (is_block_float(out_dt) && config.output_layout != Layout::TILE)
+    return invalid_argument_error("{}: a {} output needs output_layout TILE (block-float tensors are tiles)", op,
+                                  data_type_name(out_dt));
+  TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, cq_id));
+  Conv2dConfig kernel = config;
+  kernel.dtype = is_block_float(out_dt) ? DataType::BFLOAT16 : out_dt;
+  kernel.output_layout = Layout::ROW_MAJOR;
+  kernel.output_memory_config.reset();
+  TS_ASSIGN_OR_RETURN(Conv2dResult r, core(x, kernel));
+  const MemoryConfig mc = config.output_memory_config.value_or(
+      input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config());
+  if (config.output_layout == Layout::TILE) {
+    TS_ASSIGN_OR_RETURN(r.output, tilize(r.output, {.memory_config = mc, .dtype = out_dt, .cq_id = cq_id}));
+  } else if (r.output.memory_config() != mc) {
+    TS_ASSIGN_OR_RETURN(r.output, to_memory_config(r.output, mc, cq_id));
+  }
+  if (config.deallocate_activation) {
+    Tensor in = input;
+    deallocate(in, true);
+  }
+  return r;
+}
+
+}  // namespace
+
 StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                               const Conv2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return conv_with_weights(input, weight, bias, p, config, cq_id);
+  return with_io(input, config, "conv2d", cq_id, [&](const Tensor& x, const Conv2dConfig& c) {
+    return conv_with_weights(x, weight, bias, p, c, cq_id);
+  });
 }
 
 StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& w, const Conv2dParams& p,
                               const Conv2dConfig& config, uint8_t cq_id) {
-  return conv_with_prepared(input, w, p, config, cq_id);
+  return with_io(input, config, "conv2d", cq_id,
+                 [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id); });
 }
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                         const ConvTranspose2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return conv_with_weights(input, weight, bias, p, config, cq_id);
+  return with_io(input, config, "conv_transpose2d", cq_id, [&](const Tensor& x, const Conv2dConfig& c) {
+    return conv_with_weights(x, weight, bias, p, c, cq_id);
+  });
 }
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const PreparedConv2dWeights& w,
                                         const ConvTranspose2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return conv_with_prepared(input, w, p, config, cq_id);
+  return with_io(input, config, "conv_transpose2d", cq_id,
+                 [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id); });
 }
 
 }  // namespace tessera

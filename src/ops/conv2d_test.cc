@@ -131,6 +131,50 @@ TEST(Conv2d, TracedReplayEqualsEager) {
   EXPECT_EQ(testing::host_bytes(got), testing::host_bytes(expected));
 }
 
+// TILE, block-float and sharded activations in; TILE, block-float and
+// sharded outputs out: the same values as the ROW_MAJOR path, bit for bit.
+TEST(Conv2d, TileShardedAndBlockFloatActivations) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  Conv2dParams p = to_params({1, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU});
+  Tensor x = testing::random_tensor(Shape{1, 1, 256, 32}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(32 * 32 * 9, 2, 0.1f), Shape{32, 32, 3, 3},
+                                                     DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult base, conv2d(dx, w, std::nullopt, p));
+  const auto want = testing::host_bytes(base.output.cpu().value());
+  // TILE bfloat16 and height-sharded rows in.
+  ASSERT_OK_AND_ASSIGN(Tensor tiled, to_layout(dx, Layout::TILE));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult from_tiles, conv2d(tiled, base.weights, p));
+  EXPECT_EQ(testing::host_bytes(from_tiles.output.cpu().value()), want);
+  EXPECT_EQ(from_tiles.output.memory_config(), DRAM_MEMORY_CONFIG);
+  const MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                                           CoreRange({0, 0}, {1, 0}), 128, 32);
+  ASSERT_OK_AND_ASSIGN(Tensor sharded, to_device(x, *dev, hs));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult from_shards, conv2d(sharded, base.weights, p));
+  EXPECT_EQ(testing::host_bytes(from_shards.output.cpu().value()), want);
+  // bfloat8_b tiles in: the same as bfloat16 rows holding the decoded values.
+  ASSERT_OK_AND_ASSIGN(Tensor bfp8, tilize(dx, {.dtype = DataType::BFLOAT8_B}));
+  ASSERT_OK_AND_ASSIGN(Tensor decoded, untilize(bfp8, {.dtype = DataType::BFLOAT16}));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult from_decoded, conv2d(decoded, base.weights, p));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult from_bfp8, conv2d(bfp8, base.weights, p));
+  EXPECT_EQ(testing::host_bytes(from_bfp8.output.cpu().value()), testing::host_bytes(from_decoded.output.cpu().value()));
+  // bfloat8_b tiles out, height sharded: the bfloat16 result packed.
+  const MemoryConfig out_hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                                               CoreRange({0, 0}, {1, 0}), 128, 32);
+  ASSERT_OK_AND_ASSIGN(Conv2dResult packed,
+                       conv2d(dx, base.weights, p,
+                              {.dtype = DataType::BFLOAT8_B, .output_layout = Layout::TILE, .output_memory_config = out_hs}));
+  EXPECT_EQ(packed.output.dtype(), DataType::BFLOAT8_B);
+  EXPECT_EQ(packed.output.layout(), Layout::TILE);
+  EXPECT_EQ(packed.output.memory_config(), out_hs);
+  ASSERT_OK_AND_ASSIGN(Tensor want_packed, tilize(base.output, {.dtype = DataType::BFLOAT8_B}));
+  EXPECT_EQ(testing::host_bytes(packed.output.cpu().value()), testing::host_bytes(want_packed.cpu().value()));
+  // deallocate_activation frees the input.
+  ASSERT_OK_AND_ASSIGN(Tensor victim, to_device(x, *dev));
+  ASSERT_OK(conv2d(victim, base.weights, p, {.deallocate_activation = true}).status());
+  EXPECT_FALSE(victim.is_allocated());
+}
+
 TEST(Conv2d, Errors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const Conv2dParams p = to_params(kCases[0]);
@@ -143,12 +187,8 @@ TEST(Conv2d, Errors) {
   auto wrong = p;
   wrong.in_channels = 4;
   EXPECT_ERROR(conv2d(dx, w, std::nullopt, wrong), StatusCode::kInvalidArgument, "expected input (1,9,11,4)");
-  ASSERT_OK_AND_ASSIGN(Tensor tiled, to_layout(dx, Layout::TILE));
-  EXPECT_ERROR(conv2d(tiled, w, std::nullopt, p), StatusCode::kUnimplemented, "must be ROW_MAJOR");
-  MemoryConfig hs{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
-                  ShardSpec{CoreRange({0, 0}, {0, 0}), {99, 8}, ShardOrientation::ROW_MAJOR}};
-  ASSERT_OK_AND_ASSIGN(Tensor sharded, to_device(x, *dev, hs));
-  EXPECT_ERROR(conv2d(sharded, w, std::nullopt, p), StatusCode::kUnimplemented, "sharded inputs are not supported");
+  EXPECT_ERROR(conv2d(dx, w, std::nullopt, p, {.dtype = DataType::BFLOAT8_B}), StatusCode::kInvalidArgument,
+               "conv2d: a bfloat8_b output needs output_layout TILE");
   ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, std::nullopt, p));
   auto other = p;
   other.activation = {UnaryOpType::SILU};

@@ -1,8 +1,12 @@
 // conv2d on a device.
 //
-// Input: a ROW_MAJOR device tensor in NHWC, shaped (N, H, W, C) or flattened
-// (1, 1, N*H*W, C), float32 or bfloat16, interleaved in DRAM or L1.
-// Output: (1, 1, N*OH*OW, out_channels) ROW_MAJOR in the input's memory config.
+// Input: a device tensor in NHWC, shaped (N, H, W, C) or flattened
+// (1, 1, N*H*W, C). The kernel reads float32 or bfloat16 rows interleaved in
+// DRAM or L1; TILE inputs (any float dtype, block-float included) are
+// untilized to bfloat16 rows (float32 stays float32) and sharded inputs moved
+// to DRAM interleaved by launches of their own before it.
+// Output: (1, 1, N*OH*OW, out_channels) in Conv2dConfig's layout, dtype and
+// memory config.
 // Accumulation is float32; bias and the fused activation are applied before
 // the single rounding to the output dtype.
 //
@@ -33,7 +37,17 @@ namespace tessera {
 
 struct Conv2dConfig {
   DataType weights_dtype = DataType::BFLOAT16;  // the original's default
-  std::optional<DataType> dtype;                // output dtype; default: the input's
+  // Output dtype; default: the input's (bfloat16 for a block-float input).
+  // bfloat8_b / bfloat4_b need a TILE output.
+  std::optional<DataType> dtype;
+  // NOTE: the original defaults to TILE; Tessera's kernels produce NHWC rows,
+  // so ROW_MAJOR is the default and TILE costs one tilize launch.
+  Layout output_layout = Layout::ROW_MAJOR;
+  // Where the output goes (any config its shape allows); default: the
+  // input's memory config when interleaved, DRAM interleaved otherwise.
+  std::optional<MemoryConfig> output_memory_config;
+  // Free the input once the op is enqueued (the original's knob for L1 room).
+  bool deallocate_activation = false;
 };
 
 struct PreparedConv2dWeights {
