@@ -48,47 +48,32 @@ Status eltwise_generic(const void* args, uint32_t begin, uint32_t end) {
   });
 }
 
-Status relu_f32_avx512(const void* args, uint32_t begin, uint32_t end) {
+// float32 / bfloat16 operands: one pass per page in registers.
+Status eltwise_fused_avx512(const void* args, uint32_t begin, uint32_t end) {
   const auto& g = *static_cast<const EltwiseArgs*>(args);
-  return for_each_chunk(g, begin, end, [](const std::byte* a, const std::byte*, std::byte* o, uint32_t n) {
-    avx512::relu_f32(reinterpret_cast<const float*>(a), reinterpret_cast<float*>(o), n);
-  });
-}
-Status add_f32_avx512(const void* args, uint32_t begin, uint32_t end) {
-  const auto& g = *static_cast<const EltwiseArgs*>(args);
-  return for_each_chunk(g, begin, end, [](const std::byte* a, const std::byte* b, std::byte* o, uint32_t n) {
-    avx512::add_f32(reinterpret_cast<const float*>(a), reinterpret_cast<const float*>(b), reinterpret_cast<float*>(o),
-                    n);
-  });
-}
-Status relu_bf16_avx512(const void* args, uint32_t begin, uint32_t end) {
-  const auto& g = *static_cast<const EltwiseArgs*>(args);
-  return for_each_chunk(g, begin, end, [](const std::byte* a, const std::byte*, std::byte* o, uint32_t n) {
-    avx512::relu_bf16(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<uint16_t*>(o), n);
-  });
-}
-Status add_bf16_avx512(const void* args, uint32_t begin, uint32_t end) {
-  const auto& g = *static_cast<const EltwiseArgs*>(args);
-  return for_each_chunk(g, begin, end, [](const std::byte* a, const std::byte* b, std::byte* o, uint32_t n) {
-    avx512::add_bf16(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b),
-                     reinterpret_cast<uint16_t*>(o), n);
-  });
+  const uint32_t ea = element_size(g.a_type), eb = element_size(g.b_type), eo = element_size(g.out_type);
+  const bool binary = g.op == EltwiseOp::kBinary;
+  for (uint32_t p = begin; p < end; ++p) {
+    const uint64_t first = uint64_t{p} * g.page_elements;
+    std::byte* pa = g.flat ? g.a.base + first * ea : g.a.page(p);
+    std::byte* pb = !binary ? nullptr : g.flat ? g.b.base + first * eb : g.b.page(p);
+    std::byte* po = g.flat ? g.out.base + first * eo : g.out.page(p);
+    const size_t n = g.flat ? std::min<uint64_t>(g.page_elements, g.total_elements - first) : g.page_elements;
+    const avx512::FusedOperand a{pa, g.a_type == DataType::BFLOAT16}, b{pb, g.b_type == DataType::BFLOAT16},
+        out{po, g.out_type == DataType::BFLOAT16};
+    avx512::fused_eltwise(a, binary ? &b : nullptr, out, g.binary_op, g.activation, n);
+  }
+  return Status();
 }
 
 }  // namespace
 
 KernelFn select_eltwise_kernel(const EltwiseArgs& g, std::string_view op_name, std::string* name) {
-  const DataType out = g.out_type;
-  const bool same = g.a_type == out && (g.op != EltwiseOp::kBinary || g.b_type == out);
-  const bool plain_relu = g.op == EltwiseOp::kUnary && g.activation.op == UnaryOpType::RELU;
-  const bool plain_add = g.op == EltwiseOp::kBinary && g.binary_op == BinaryOpType::ADD &&
-                         g.activation.op == UnaryOpType::IDENTITY;
-  if (avx512_kernels_enabled() && same && (plain_relu || plain_add) &&
-      (out == DataType::FLOAT32 || out == DataType::BFLOAT16)) {
-    const bool f32 = out == DataType::FLOAT32;
-    *name = fmt::format("{}_{}__avx512", f32 ? "f32" : "bf16", op_name);
-    if (plain_relu) return f32 ? relu_f32_avx512 : relu_bf16_avx512;
-    return f32 ? add_f32_avx512 : add_bf16_avx512;
+  auto row_float = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
+  if (avx512_kernels_enabled() && g.op != EltwiseOp::kTypecast && row_float(g.a_type) && row_float(g.out_type) &&
+      (g.op != EltwiseOp::kBinary || row_float(g.b_type))) {
+    *name = fmt::format("{}_{}__avx512_fused", short_dtype_name(g.out_type), op_name);
+    return eltwise_fused_avx512;
   }
   *name = fmt::format("any_{}__{}", op_name, g.op == EltwiseOp::kTypecast ? "generic" : g.math.isa);
   return eltwise_generic;

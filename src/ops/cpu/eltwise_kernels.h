@@ -56,11 +56,4 @@ struct BroadcastArgs {
 
 Status broadcast_kernel(const void* args, uint32_t row_begin, uint32_t row_end);
 
-namespace avx512 {
-void relu_f32(const float* x, float* y, size_t n);
-void add_f32(const float* a, const float* b, float* y, size_t n);
-void relu_bf16(const uint16_t* x, uint16_t* y, size_t n);
-void add_bf16(const uint16_t* a, const uint16_t* b, uint16_t* y, size_t n);
-}  // namespace avx512
-
 }  // namespace tessera::cpu

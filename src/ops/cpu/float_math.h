@@ -26,6 +26,16 @@ const FloatMath& select_float_math();  // by avx512_kernels_enabled()
 namespace avx512 {
 void unary_f32(const UnaryWithParam& act, float* x, size_t n);
 void binary_f32(BinaryOpType op, const float* a, const float* b, float* y, size_t n);
+
+// One pass over float32 / bfloat16 arrays: load, `a op b` (or just a),
+// activation, round and store, in registers. Same results as the three
+// passes above (float32 math, one rounding at the store).
+struct FusedOperand {
+  void* data;
+  bool bf16;
+};
+void fused_eltwise(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out, BinaryOpType op,
+                   const UnaryWithParam& act, size_t n);
 }  // namespace avx512
 
 }  // namespace tessera::cpu

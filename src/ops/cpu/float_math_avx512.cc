@@ -6,13 +6,13 @@
 // 0.5 x erfc(|x|/sqrt 2) keeps its relative accuracy for negative x.
 #include <immintrin.h>
 
+#include "avx512_util.h"
 #include "float_math.h"
 
 namespace tessera::cpu::avx512 {
 
 namespace {
 
-inline __mmask16 tail_mask(size_t left) { return static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1); }
 inline __m512 set(float v) { return _mm512_set1_ps(v); }
 
 // max/min return their second operand when either is NaN: put x second to
@@ -79,67 +79,98 @@ inline __m512 clamp_keep_nan(__m512 v, float lo, float hi) {
   return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, set(hi), _CMP_GT_OQ), set(hi));
 }
 
+// Calls f with the vector functor of `act` (one dispatch per call, not per vector).
 template <class F>
-void map(float* x, size_t n, F f) {
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(x + i, m, f(_mm512_maskz_loadu_ps(m, x + i)));
-  }
-}
-
-template <class F>
-void zip(const float* a, const float* b, float* y, size_t n, F f) {
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(y + i, m, f(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
-  }
-}
-
-}  // namespace
-
-void unary_f32(const UnaryWithParam& act, float* x, size_t n) {
+void with_activation(const UnaryWithParam& act, F&& f) {
   const __m512 zero = _mm512_setzero_ps();
   switch (act.op) {
-    case UnaryOpType::IDENTITY: return;
+    case UnaryOpType::IDENTITY: return f([](__m512 v) { return v; });
     case UnaryOpType::RELU:
-      return map(x, n, [&](__m512 v) { return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero); });
-    case UnaryOpType::RELU6: return map(x, n, [](__m512 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
+      return f([=](__m512 v) { return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero); });
+    case UnaryOpType::RELU6: return f([](__m512 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
     case UnaryOpType::LEAKY_RELU: {
       const __m512 slope = set(act.param);
-      return map(x, n, [&](__m512 v) {
-        return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, slope);
-      });
+      return f([=](__m512 v) { return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, slope); });
     }
     case UnaryOpType::SILU:
-      return map(x, n, [](__m512 v) {
-        return _mm512_div_ps(v, _mm512_add_ps(set(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), v))));
-      });
-    case UnaryOpType::SIGMOID: return map(x, n, sigmoid_ps);
-    case UnaryOpType::GELU: return map(x, n, gelu_ps);
-    case UnaryOpType::TANH: return map(x, n, tanh_ps);
-    case UnaryOpType::MISH: return map(x, n, mish_ps);
-    case UnaryOpType::EXP: return map(x, n, exp_ps);
-    case UnaryOpType::SQRT: return map(x, n, [](__m512 v) { return _mm512_sqrt_ps(v); });
+      return f([=](__m512 v) { return _mm512_div_ps(v, _mm512_add_ps(set(1.0f), exp_ps(_mm512_sub_ps(zero, v)))); });
+    case UnaryOpType::SIGMOID: return f(sigmoid_ps);
+    case UnaryOpType::GELU: return f(gelu_ps);
+    case UnaryOpType::TANH: return f(tanh_ps);
+    case UnaryOpType::MISH: return f(mish_ps);
+    case UnaryOpType::EXP: return f(exp_ps);
+    case UnaryOpType::SQRT: return f([](__m512 v) { return _mm512_sqrt_ps(v); });
     case UnaryOpType::HARDSWISH:
-      return map(x, n, [&](__m512 v) {
+      return f([=](__m512 v) {
         const __m512 t = _mm512_min_ps(set(6.0f), _mm512_max_ps(_mm512_add_ps(v, set(3.0f)), zero));
         return _mm512_div_ps(_mm512_mul_ps(v, t), set(6.0f));
       });
     case UnaryOpType::HARDSIGMOID:
-      return map(x, n, [&](__m512 v) {
+      return f([=](__m512 v) {
         const __m512 t = _mm512_fmadd_ps(v, set(1.0f / 6.0f), set(0.5f));
         return _mm512_min_ps(set(1.0f), _mm512_max_ps(t, zero));
       });
   }
 }
 
-void binary_f32(BinaryOpType op, const float* a, const float* b, float* y, size_t n) {
+template <class F>
+void with_binary_op(BinaryOpType op, F&& f) {
   switch (op) {
-    case BinaryOpType::ADD: return zip(a, b, y, n, [](__m512 u, __m512 v) { return _mm512_add_ps(u, v); });
-    case BinaryOpType::SUB: return zip(a, b, y, n, [](__m512 u, __m512 v) { return _mm512_sub_ps(u, v); });
-    case BinaryOpType::MUL: return zip(a, b, y, n, [](__m512 u, __m512 v) { return _mm512_mul_ps(u, v); });
-    case BinaryOpType::DIV: return zip(a, b, y, n, [](__m512 u, __m512 v) { return _mm512_div_ps(u, v); });
+    case BinaryOpType::ADD: return f([](__m512 u, __m512 v) { return _mm512_add_ps(u, v); });
+    case BinaryOpType::SUB: return f([](__m512 u, __m512 v) { return _mm512_sub_ps(u, v); });
+    case BinaryOpType::MUL: return f([](__m512 u, __m512 v) { return _mm512_mul_ps(u, v); });
+    case BinaryOpType::DIV: return f([](__m512 u, __m512 v) { return _mm512_div_ps(u, v); });
   }
+}
+
+inline __m512 load(const void* p, bool bf16, size_t i, __mmask16 m) {
+  return bf16 ? load_bf16(static_cast<const uint16_t*>(p) + i, m)
+              : _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+}
+inline void store(void* p, bool bf16, size_t i, __mmask16 m, __m512 v) {
+  if (bf16)
+    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m, to_bf16(v));
+  else
+    _mm512_mask_storeu_ps(static_cast<float*>(p) + i, m, v);
+}
+
+}  // namespace
+
+void unary_f32(const UnaryWithParam& act, float* x, size_t n) {
+  with_activation(act, [&](auto f) {
+    for (size_t i = 0; i < n; i += 16) {
+      const __mmask16 m = tail_mask(n - i);
+      _mm512_mask_storeu_ps(x + i, m, f(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+  });
+}
+
+void binary_f32(BinaryOpType op, const float* a, const float* b, float* y, size_t n) {
+  with_binary_op(op, [&](auto f) {
+    for (size_t i = 0; i < n; i += 16) {
+      const __mmask16 m = tail_mask(n - i);
+      _mm512_mask_storeu_ps(y + i, m, f(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+    }
+  });
+}
+
+void fused_eltwise(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out, BinaryOpType op,
+                   const UnaryWithParam& act, size_t n) {
+  with_activation(act, [&](auto f) {
+    if (!b) {
+      for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        store(out.data, out.bf16, i, m, f(load(a.data, a.bf16, i, m)));
+      }
+      return;
+    }
+    with_binary_op(op, [&](auto g) {
+      for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        store(out.data, out.bf16, i, m, f(g(load(a.data, a.bf16, i, m), load(b->data, b->bf16, i, m))));
+      }
+    });
+  });
 }
 
 }  // namespace tessera::cpu::avx512
