@@ -1,5 +1,6 @@
 #include "tessera/base/cpu_features.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace tessera {
@@ -40,10 +41,25 @@ std::string CpuFeatures::to_string() const {
 }
 
 namespace {
-std::atomic<bool> g_avx512_enabled{true};
+std::atomic<KernelIsa> g_limit{KernelIsa::kAvx512};
 }
 
-void set_avx512_kernels_enabled(bool enabled) { g_avx512_enabled = enabled; }
-bool avx512_kernels_enabled() { return g_avx512_enabled && cpu_features().has_avx512_kernels(); }
+KernelIsa kernel_isa() {
+  const CpuFeatures& f = cpu_features();
+  const KernelIsa best = f.has_avx512_kernels() ? KernelIsa::kAvx512
+                         : f.avx2 && f.fma      ? KernelIsa::kAvx2
+                                                : KernelIsa::kScalar;
+  return std::min(best, g_limit.load());
+}
+
+void set_kernel_isa_limit(KernelIsa limit) { g_limit = limit; }
+
+std::string_view kernel_isa_name(KernelIsa isa) {
+  constexpr std::string_view names[] = {"scalar", "avx2", "avx512"};
+  return names[static_cast<int>(isa)];
+}
+
+void set_avx512_kernels_enabled(bool enabled) { g_limit = enabled ? KernelIsa::kAvx512 : KernelIsa::kScalar; }
+bool avx512_kernels_enabled() { return kernel_isa() == KernelIsa::kAvx512; }
 
 }  // namespace tessera

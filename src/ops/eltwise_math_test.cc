@@ -1,10 +1,11 @@
 // Unary activations and binary arithmetic (with broadcasting and fused
-// activations) against the reference kernels, both ISA paths.
+// activations) against the reference kernels, on every kernel set: AVX-512,
+// AVX2 and the portable scalar one.
 //
 // Tolerances, per eltwise.h: the portable path and every exact op
 // (arithmetic, relu, relu6, leaky_relu, sqrt) match bit for bit; the AVX-512
-// transcendental activations are within 1e-6 + 1e-6 |ref| in float32 and
-// within one bfloat16 ulp (2^-7 |ref| + 1e-6) in bfloat16.
+// and AVX2 transcendental activations are within 1e-6 + 1e-6 |ref| in
+// float32 and within one bfloat16 ulp (2^-7 |ref| + 1e-6) in bfloat16.
 #include <cmath>
 
 #include "tessera/base/cpu_features.h"
@@ -14,6 +15,8 @@
 
 namespace tessera {
 namespace {
+
+const KernelIsa kIsas[] = {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar};
 
 bool exact_op(UnaryOpType op) {
   switch (op) {
@@ -45,8 +48,9 @@ std::vector<UnaryWithParam> all_activations() {
 TEST(Unary, EveryActivationMatchesReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   auto configs = testing::memory_configs_for(128, 64, dev->descriptor().grid.x);
-  for (bool avx512 : {true, false}) {
-    set_avx512_kernels_enabled(avx512);
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
+    const bool vector = kernel_isa() != KernelIsa::kScalar;
     for (const UnaryWithParam& act : all_activations())
       for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16, DataType::BFLOAT8_B})
         for (Layout layout : {Layout::ROW_MAJOR, Layout::TILE}) {
@@ -61,32 +65,57 @@ TEST(Unary, EveryActivationMatchesReference) {
           Tensor h = Tensor::from_vector(v, Shape{2, 64, 64}, dt, layout).value();
           ASSERT_OK_AND_ASSIGN(Tensor want, reference::unary(h, act, out));
           for (const auto& c : configs) {
-            SCOPED_TRACE(fmt::format("{} {} {} {} avx512={}", unary_op_name(act.op), data_type_name(dt),
-                                     layout_name(layout), c.name, avx512));
+            SCOPED_TRACE(fmt::format("{} {} {} {} isa={}", unary_op_name(act.op), data_type_name(dt),
+                                     layout_name(layout), c.name, kernel_isa_name(kernel_isa())));
             ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev, c.config));
             ASSERT_OK_AND_ASSIGN(Tensor y, unary(d, act, {.dtype = out}));
             EXPECT_EQ(y.memory_config(), c.config);
             ASSERT_OK_AND_ASSIGN(Tensor got, y.cpu());
-            expect_close(got, want, !avx512 || exact_op(act.op), out);
+            expect_close(got, want, !vector || exact_op(act.op), out);
           }
         }
   }
-  set_avx512_kernels_enabled(true);
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
+// Odd sizes reach every vector path's tail handling.
+TEST(Unary, OddSizesOnEveryKernelSet) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
+    for (const Shape& shape : {Shape{1}, Shape{7}, Shape{3, 37}, Shape{5, 101}})
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16})
+        for (UnaryWithParam act : {UnaryWithParam{UnaryOpType::SILU}, UnaryWithParam{UnaryOpType::RELU6}}) {
+          SCOPED_TRACE(fmt::format("{} {} {} isa={}", shape.to_string(), data_type_name(dt), unary_op_name(act.op),
+                                   kernel_isa_name(kernel_isa())));
+          Tensor ha = testing::random_tensor(shape, dt, Layout::ROW_MAJOR, 11);
+          Tensor hb = testing::random_tensor(shape, dt, Layout::ROW_MAJOR, 12);
+          ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev));
+          ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev));
+          const bool exact = kernel_isa() == KernelIsa::kScalar || exact_op(act.op);
+          ASSERT_OK_AND_ASSIGN(Tensor u, unary(a, act));
+          expect_close(u.cpu().value(), reference::unary(ha, act, dt).value(), exact, dt);
+          ASSERT_OK_AND_ASSIGN(Tensor m, mul(a, b, {.activation = act}));
+          expect_close(m.cpu().value(), reference::binary(ha, hb, BinaryOpType::MUL, act, dt).value(), exact, dt);
+        }
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
 TEST(Unary, NanPropagatesThroughEveryActivation) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  for (bool avx512 : {true, false}) {
-    set_avx512_kernels_enabled(avx512);
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
     for (const UnaryWithParam& act : all_activations()) {
       if (act.op == UnaryOpType::HARDSIGMOID) continue;  // fmin/fmax semantics: NaN -> 0, as the reference
       ASSERT_OK_AND_ASSIGN(Tensor d, to_device(Tensor::from_vector({NAN, 1.0f}, Shape{2}, DataType::FLOAT32).value(),
                                                *dev));
       ASSERT_OK_AND_ASSIGN(Tensor y, unary(d, act));
-      EXPECT_TRUE(std::isnan(y.cpu().value().to_vector().value()[0])) << unary_op_name(act.op) << " " << avx512;
+      EXPECT_TRUE(std::isnan(y.cpu().value().to_vector().value()[0]))
+          << unary_op_name(act.op) << " " << kernel_isa_name(kernel_isa());
     }
   }
-  set_avx512_kernels_enabled(true);
+  set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
 const BinaryOpType kBinaryOps[] = {BinaryOpType::ADD, BinaryOpType::SUB, BinaryOpType::MUL, BinaryOpType::DIV};
@@ -94,8 +123,9 @@ const BinaryOpType kBinaryOps[] = {BinaryOpType::ADD, BinaryOpType::SUB, BinaryO
 TEST(Binary, SameShapeEveryOpDtypeAndConfig) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   auto configs = testing::memory_configs_for(64, 128, dev->descriptor().grid.x);
-  for (bool avx512 : {true, false}) {
-    set_avx512_kernels_enabled(avx512);
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
+    const bool vector = kernel_isa() != KernelIsa::kScalar;
     for (BinaryOpType op : kBinaryOps)
       for (UnaryWithParam act : {UnaryWithParam{}, UnaryWithParam{UnaryOpType::RELU}, UnaryWithParam{UnaryOpType::SILU}})
         for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16, DataType::BFLOAT4_B})
@@ -106,17 +136,17 @@ TEST(Binary, SameShapeEveryOpDtypeAndConfig) {
             Tensor hb = testing::random_tensor(Shape{64, 128}, DataType::BFLOAT16, layout, 2);
             ASSERT_OK_AND_ASSIGN(Tensor want, reference::binary(ha, hb, op, act, out));
             for (const auto& c : configs) {
-              SCOPED_TRACE(fmt::format("{} {} {} {} {} avx512={}", binary_op_name(op), unary_op_name(act.op),
-                                       data_type_name(dt), layout_name(layout), c.name, avx512));
+              SCOPED_TRACE(fmt::format("{} {} {} {} {} isa={}", binary_op_name(op), unary_op_name(act.op),
+                                       data_type_name(dt), layout_name(layout), c.name, kernel_isa_name(kernel_isa())));
               ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev, c.config));
               ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev, c.config));
               ASSERT_OK_AND_ASSIGN(Tensor y, binary(a, b, op, {.dtype = out, .activation = act}));
               ASSERT_OK_AND_ASSIGN(Tensor got, y.cpu());
-              expect_close(got, want, !avx512 || exact_op(act.op), out);
+              expect_close(got, want, !vector || exact_op(act.op), out);
             }
           }
   }
-  set_avx512_kernels_enabled(true);
+  set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
 struct BroadcastCase {
@@ -131,13 +161,13 @@ TEST(Binary, BroadcastingMatchesReference) {
       {Shape{4, 1, 9}, Shape{1, 5, 1}},       {Shape{2, 3, 5, 7}, Shape{2, 3, 5, 1}}, {Shape{1}, Shape{3, 4}},
       {Shape{1, 1, 37, 1100}, Shape{1100}},   {Shape{3, 1}, Shape{1, 1, 2, 3, 4}},
   };
-  for (bool avx512 : {true, false}) {
-    set_avx512_kernels_enabled(avx512);
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
     for (const auto& bc : cases)
       for (BinaryOpType op : kBinaryOps)
         for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
-          SCOPED_TRACE(fmt::format("{} {} {} {} avx512={}", bc.a.to_string(), bc.b.to_string(), binary_op_name(op),
-                                   data_type_name(dt), avx512));
+          SCOPED_TRACE(fmt::format("{} {} {} {} isa={}", bc.a.to_string(), bc.b.to_string(), binary_op_name(op),
+                                   data_type_name(dt), kernel_isa_name(kernel_isa())));
           Tensor ha = testing::random_tensor(bc.a, dt, Layout::ROW_MAJOR, 3);
           Tensor hb = testing::random_tensor(bc.b, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
           const UnaryWithParam act{UnaryOpType::RELU6};
@@ -158,7 +188,7 @@ TEST(Binary, BroadcastingMatchesReference) {
             }
         }
   }
-  set_avx512_kernels_enabled(true);
+  set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
 TEST(Binary, BroadcastIntoShardedOperand) {

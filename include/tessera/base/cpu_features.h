@@ -3,7 +3,9 @@
 // compile time, never inside a kernel.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace tessera {
 
@@ -24,8 +26,16 @@ struct CpuFeatures {
 
 const CpuFeatures& cpu_features();
 
-// Forces the portable (non-AVX-512) kernels, for tests that compare ISA paths.
-// Affects only programs compiled after the call.
+// The widest kernel set this CPU runs, within the limit tests may set.
+enum class KernelIsa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+KernelIsa kernel_isa();
+// Caps the kernel set (tests compare ISA paths); affects only programs
+// compiled after the call.
+void set_kernel_isa_limit(KernelIsa limit);
+std::string_view kernel_isa_name(KernelIsa isa);  // "scalar", "avx2", "avx512"
+
+// set_avx512_kernels_enabled(false) forces the portable scalar kernels (the
+// reference-exact path); true lifts the cap.
 void set_avx512_kernels_enabled(bool enabled);
 bool avx512_kernels_enabled();
 

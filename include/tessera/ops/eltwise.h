@@ -19,7 +19,7 @@
 // Accuracy against the reference kernels (double precision activations):
 // relu, relu6, leaky_relu, hardsigmoid, sqrt and the arithmetic are exact
 // (bit for bit); the transcendental activations (silu, gelu, sigmoid, tanh,
-// mish, exp, hardswish) on the AVX-512 path are within 8 float32 ulp plus
+// mish, exp, hardswish) on the AVX-512 and AVX2 paths are within 8 float32 ulp plus
 // 1e-6 absolute, hence within one ulp of bfloat16 after rounding.
 //
 // Each call compiles (once per descriptor, cached on the device) and enqueues

@@ -49,7 +49,7 @@ Status eltwise_generic(const void* args, uint32_t begin, uint32_t end) {
 }
 
 // float32 / bfloat16 operands: one pass per page in registers.
-Status eltwise_fused_avx512(const void* args, uint32_t begin, uint32_t end) {
+Status eltwise_fused(const void* args, uint32_t begin, uint32_t end) {
   const auto& g = *static_cast<const EltwiseArgs*>(args);
   const uint32_t ea = element_size(g.a_type), eb = element_size(g.b_type), eo = element_size(g.out_type);
   const bool binary = g.op == EltwiseOp::kBinary;
@@ -59,9 +59,9 @@ Status eltwise_fused_avx512(const void* args, uint32_t begin, uint32_t end) {
     std::byte* pb = !binary ? nullptr : g.flat ? g.b.base + first * eb : g.b.page(p);
     std::byte* po = g.flat ? g.out.base + first * eo : g.out.page(p);
     const size_t n = g.flat ? std::min<uint64_t>(g.page_elements, g.total_elements - first) : g.page_elements;
-    const avx512::FusedOperand a{pa, g.a_type == DataType::BFLOAT16}, b{pb, g.b_type == DataType::BFLOAT16},
+    const FusedOperand a{pa, g.a_type == DataType::BFLOAT16}, b{pb, g.b_type == DataType::BFLOAT16},
         out{po, g.out_type == DataType::BFLOAT16};
-    avx512::fused_eltwise(a, binary ? &b : nullptr, out, g.binary_op, g.activation, n);
+    g.math.fused(a, binary ? &b : nullptr, out, g.binary_op, g.activation, n);
   }
   return Status();
 }
@@ -70,10 +70,10 @@ Status eltwise_fused_avx512(const void* args, uint32_t begin, uint32_t end) {
 
 KernelFn select_eltwise_kernel(const EltwiseArgs& g, std::string_view op_name, std::string* name) {
   auto row_float = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
-  if (avx512_kernels_enabled() && g.op != EltwiseOp::kTypecast && row_float(g.a_type) && row_float(g.out_type) &&
+  if (g.math.fused && g.op != EltwiseOp::kTypecast && row_float(g.a_type) && row_float(g.out_type) &&
       (g.op != EltwiseOp::kBinary || row_float(g.b_type))) {
-    *name = fmt::format("{}_{}__avx512_fused", short_dtype_name(g.out_type), op_name);
-    return eltwise_fused_avx512;
+    *name = fmt::format("{}_{}__{}_fused", short_dtype_name(g.out_type), op_name, g.math.isa);
+    return eltwise_fused;
   }
   *name = fmt::format("any_{}__{}", op_name, g.op == EltwiseOp::kTypecast ? "generic" : g.math.isa);
   return eltwise_generic;

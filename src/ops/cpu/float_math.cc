@@ -19,11 +19,19 @@ void binary_scalar(BinaryOpType op, const float* a, const float* b, float* y, si
   }
 }
 
-constexpr FloatMath kScalar{"generic", unary_scalar, binary_scalar};
-constexpr FloatMath kAvx512{"avx512", avx512::unary_f32, avx512::binary_f32};
+constexpr FloatMath kScalar{"generic", unary_scalar, binary_scalar, nullptr};
+constexpr FloatMath kAvx2{"avx2", avx2::unary_f32, avx2::binary_f32, avx2::fused_eltwise};
+constexpr FloatMath kAvx512{"avx512", avx512::unary_f32, avx512::binary_f32, avx512::fused_eltwise};
 
 }  // namespace
 
-const FloatMath& select_float_math() { return avx512_kernels_enabled() ? kAvx512 : kScalar; }
+const FloatMath& select_float_math() {
+  switch (kernel_isa()) {
+    case KernelIsa::kAvx512: return kAvx512;
+    case KernelIsa::kAvx2: return kAvx2;
+    case KernelIsa::kScalar: break;
+  }
+  return kScalar;
+}
 
 }  // namespace tessera::cpu

@@ -3,9 +3,10 @@
 // ISA, chosen at program compile time.
 //
 // The portable table computes each activation in double and rounds once (the
-// reference kernel's definition, bit for bit). The AVX-512 table computes in
-// float32: exact for the piecewise-linear activations, sqrt and arithmetic;
-// within 8 ulp + 1e-6 absolute for the transcendental ones (see eltwise.h).
+// reference kernel's definition, bit for bit). The AVX-512 and AVX2 tables
+// compute in float32: exact for the piecewise-linear activations, sqrt and
+// arithmetic; within 8 ulp + 1e-6 absolute for the transcendental ones (see
+// eltwise.h).
 #pragma once
 
 #include <cstddef>
@@ -15,27 +16,34 @@
 
 namespace tessera::cpu {
 
-struct FloatMath {
-  const char* isa;
-  void (*unary)(const UnaryWithParam& act, float* x, size_t n);
-  void (*binary)(BinaryOpType op, const float* a, const float* b, float* y, size_t n);
-};
-
-const FloatMath& select_float_math();  // by avx512_kernels_enabled()
-
-namespace avx512 {
-void unary_f32(const UnaryWithParam& act, float* x, size_t n);
-void binary_f32(BinaryOpType op, const float* a, const float* b, float* y, size_t n);
-
-// One pass over float32 / bfloat16 arrays: load, `a op b` (or just a),
-// activation, round and store, in registers. Same results as the three
-// passes above (float32 math, one rounding at the store).
+// An operand of the fused pass: float32 or bfloat16 values.
 struct FusedOperand {
   void* data;
   bool bf16;
 };
-void fused_eltwise(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out, BinaryOpType op,
-                   const UnaryWithParam& act, size_t n);
-}  // namespace avx512
+
+struct FloatMath {
+  const char* isa;
+  void (*unary)(const UnaryWithParam& act, float* x, size_t n);
+  void (*binary)(BinaryOpType op, const float* a, const float* b, float* y, size_t n);
+  // One pass over float32 / bfloat16 arrays: load, `a op b` (or just a when b
+  // is null), activation, round and store, in registers. The same results as
+  // unary/binary between conversions. Null for the portable table.
+  void (*fused)(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out, BinaryOpType op,
+                const UnaryWithParam& act, size_t n);
+};
+
+const FloatMath& select_float_math();  // by kernel_isa()
+
+#define TESSERA_FLOAT_MATH_ISA(ns)                                                                        \
+  namespace ns {                                                                                          \
+  void unary_f32(const UnaryWithParam& act, float* x, size_t n);                                          \
+  void binary_f32(BinaryOpType op, const float* a, const float* b, float* y, size_t n);                   \
+  void fused_eltwise(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out, BinaryOpType op, \
+                     const UnaryWithParam& act, size_t n);                                                \
+  }
+TESSERA_FLOAT_MATH_ISA(avx512)
+TESSERA_FLOAT_MATH_ISA(avx2)
+#undef TESSERA_FLOAT_MATH_ISA
 
 }  // namespace tessera::cpu

@@ -1,0 +1,200 @@
+// AVX2 float32 activations, arithmetic and the fused element-wise pass: the
+// portable vector path for CPUs without the AVX-512 kernel set. The same
+// algorithms as float_math_avx512.cc on 8 lanes; without vscalefps, exp
+// scales by 2^n as two halves, so that n from -150 to 128 stays exact
+// through denormals and overflow. Tails run through stack buffers.
+#include <immintrin.h>
+
+#include "float_math.h"
+#include "tessera/numerics/bfloat16.h"
+
+namespace tessera::cpu::avx2 {
+
+namespace {
+
+inline __m256 set(float v) { return _mm256_set1_ps(v); }
+inline __m256 blend(__m256 a, __m256 b, __m256 mask) { return _mm256_blendv_ps(a, b, mask); }
+inline __m256 lt(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+inline __m256 abs_ps(__m256 x) { return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+
+// 2^n for integer-valued n in [-252, 254].
+inline __m256 pow2(__m256 n) {
+  const __m256i half = _mm256_cvtps_epi32(_mm256_floor_ps(_mm256_mul_ps(n, set(0.5f))));
+  const __m256i rest = _mm256_sub_epi32(_mm256_cvtps_epi32(n), half);
+  auto bits = [](__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); };
+  return _mm256_mul_ps(bits(half), bits(rest));
+}
+
+// max/min return their second operand when either is NaN: x goes second.
+inline __m256 exp_ps(__m256 x) {
+  x = _mm256_min_ps(set(89.0f), _mm256_max_ps(set(-104.0f), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, set(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, set(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, set(-2.12194440e-4f), r);
+  __m256 p = set(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, r, set(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, r, set(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, r, set(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, r, set(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, r, set(5.0000001201E-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set(1.0f)));
+  const __m256 y = _mm256_mul_ps(p, pow2(n));
+  return blend(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN in, NaN out
+}
+
+inline __m256 sigmoid_ps(__m256 x) {
+  return _mm256_div_ps(set(1.0f), _mm256_add_ps(set(1.0f), exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+inline __m256 tanh_ps(__m256 x) {
+  const __m256 sign = _mm256_and_ps(x, set(-0.0f));
+  const __m256 a = abs_ps(x);
+  const __m256 big =
+      _mm256_sub_ps(set(1.0f), _mm256_div_ps(set(2.0f), _mm256_add_ps(exp_ps(_mm256_add_ps(a, a)), set(1.0f))));
+  const __m256 s = _mm256_mul_ps(x, x);
+  __m256 p = set(-5.70498872745E-3f);
+  p = _mm256_fmadd_ps(p, s, set(2.06390887954E-2f));
+  p = _mm256_fmadd_ps(p, s, set(-5.37397155531E-2f));
+  p = _mm256_fmadd_ps(p, s, set(1.33314422036E-1f));
+  p = _mm256_fmadd_ps(p, s, set(-3.33332819422E-1f));
+  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, s), x, x);
+  return blend(_mm256_or_ps(big, sign), small, lt(a, set(0.625f)));
+}
+
+inline __m256 erfc_ps(__m256 z) {  // z >= 0
+  const __m256 t = _mm256_div_ps(set(1.0f), _mm256_fmadd_ps(set(0.5f), z, set(1.0f)));
+  const float c[] = {0.17087277f, -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                     -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f, -1.26551223f};
+  __m256 p = set(c[0]);
+  for (int i = 1; i < 10; ++i) p = _mm256_fmadd_ps(p, t, set(c[i]));
+  return _mm256_mul_ps(t, exp_ps(_mm256_fnmadd_ps(z, z, p)));
+}
+
+inline __m256 gelu_ps(__m256 x) {
+  const __m256 e = erfc_ps(_mm256_mul_ps(abs_ps(x), set(0.70710678118654752f)));
+  const __m256 f = blend(_mm256_sub_ps(set(2.0f), e), e, lt(x, _mm256_setzero_ps()));
+  return _mm256_mul_ps(_mm256_mul_ps(set(0.5f), x), f);
+}
+
+inline __m256 mish_ps(__m256 x) {
+  const __m256 e = exp_ps(_mm256_min_ps(set(20.0f), x));
+  const __m256 n = _mm256_mul_ps(e, _mm256_add_ps(e, set(2.0f)));
+  return _mm256_mul_ps(x, _mm256_div_ps(n, _mm256_add_ps(n, set(2.0f))));
+}
+
+inline __m256 clamp_keep_nan(__m256 v, float lo, float hi) {
+  v = blend(v, set(lo), lt(v, set(lo)));
+  return blend(v, set(hi), _mm256_cmp_ps(v, set(hi), _CMP_GT_OQ));
+}
+
+template <class F>
+void with_activation(const UnaryWithParam& act, F&& f) {
+  const __m256 zero = _mm256_setzero_ps();
+  switch (act.op) {
+    case UnaryOpType::IDENTITY: return f([](__m256 v) { return v; });
+    case UnaryOpType::RELU: return f([=](__m256 v) { return blend(v, zero, lt(v, zero)); });
+    case UnaryOpType::RELU6: return f([](__m256 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
+    case UnaryOpType::LEAKY_RELU: {
+      const __m256 slope = set(act.param);
+      return f([=](__m256 v) { return blend(v, _mm256_mul_ps(v, slope), lt(v, zero)); });
+    }
+    case UnaryOpType::SILU:
+      return f([=](__m256 v) { return _mm256_div_ps(v, _mm256_add_ps(set(1.0f), exp_ps(_mm256_sub_ps(zero, v)))); });
+    case UnaryOpType::SIGMOID: return f(sigmoid_ps);
+    case UnaryOpType::GELU: return f(gelu_ps);
+    case UnaryOpType::TANH: return f(tanh_ps);
+    case UnaryOpType::MISH: return f(mish_ps);
+    case UnaryOpType::EXP: return f(exp_ps);
+    case UnaryOpType::SQRT: return f([](__m256 v) { return _mm256_sqrt_ps(v); });
+    case UnaryOpType::HARDSWISH:
+      return f([=](__m256 v) {
+        const __m256 t = _mm256_min_ps(set(6.0f), _mm256_max_ps(_mm256_add_ps(v, set(3.0f)), zero));
+        return _mm256_div_ps(_mm256_mul_ps(v, t), set(6.0f));
+      });
+    case UnaryOpType::HARDSIGMOID:
+      return f([=](__m256 v) {
+        const __m256 t = _mm256_fmadd_ps(v, set(1.0f / 6.0f), set(0.5f));
+        return _mm256_min_ps(set(1.0f), _mm256_max_ps(t, zero));
+      });
+  }
+}
+
+template <class F>
+void with_binary_op(BinaryOpType op, F&& f) {
+  switch (op) {
+    case BinaryOpType::ADD: return f([](__m256 u, __m256 v) { return _mm256_add_ps(u, v); });
+    case BinaryOpType::SUB: return f([](__m256 u, __m256 v) { return _mm256_sub_ps(u, v); });
+    case BinaryOpType::MUL: return f([](__m256 u, __m256 v) { return _mm256_mul_ps(u, v); });
+    case BinaryOpType::DIV: return f([](__m256 u, __m256 v) { return _mm256_div_ps(u, v); });
+  }
+}
+
+inline __m256 load8(const void* p, bool bf16, size_t i) {
+  if (!bf16) return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// Round to nearest even, NaN kept quiet, denormals kept: float_to_bfloat16's bits.
+inline void store8(void* p, bool bf16, size_t i, __m256 v) {
+  if (!bf16) return _mm256_storeu_ps(static_cast<float*>(p) + i, v);
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256i quiet = _mm256_or_si256(x, _mm256_set1_epi32(0x00400000));
+  r = _mm256_castps_si256(blend(_mm256_castsi256_ps(r), _mm256_castsi256_ps(quiet), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  r = _mm256_srli_epi32(r, 16);
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(p) + i), _mm256_castsi256_si128(packed));
+}
+
+// Runs body(load, store) over n elements in vectors of 8; the tail goes
+// through float32 stack buffers converted element by element.
+template <class Body>
+void over(size_t n, const FusedOperand* in[], size_t num_in, const FusedOperand& out, Body body) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v[2];
+    for (size_t k = 0; k < num_in; ++k) v[k] = load8(in[k]->data, in[k]->bf16, i);
+    store8(out.data, out.bf16, i, body(v));
+  }
+  if (i == n) return;
+  alignas(32) float buf[2][8] = {}, res[8];
+  for (size_t k = 0; k < num_in; ++k)
+    for (size_t j = i; j < n; ++j)
+      buf[k][j - i] = in[k]->bf16 ? bfloat16_to_float(static_cast<const uint16_t*>(in[k]->data)[j])
+                                  : static_cast<const float*>(in[k]->data)[j];
+  __m256 v[2] = {_mm256_load_ps(buf[0]), _mm256_load_ps(buf[1])};
+  _mm256_store_ps(res, body(v));
+  for (size_t j = i; j < n; ++j) {
+    if (out.bf16)
+      static_cast<uint16_t*>(out.data)[j] = float_to_bfloat16(res[j - i]);
+    else
+      static_cast<float*>(out.data)[j] = res[j - i];
+  }
+}
+
+}  // namespace
+
+void unary_f32(const UnaryWithParam& act, float* x, size_t n) {
+  const FusedOperand io{x, false};
+  const FusedOperand* in[] = {&io};
+  with_activation(act, [&](auto f) { over(n, in, 1, io, [&](const __m256* v) { return f(v[0]); }); });
+}
+
+void binary_f32(BinaryOpType op, const float* a, const float* b, float* y, size_t n) {
+  const FusedOperand fa{const_cast<float*>(a), false}, fb{const_cast<float*>(b), false}, out{y, false};
+  const FusedOperand* in[] = {&fa, &fb};
+  with_binary_op(op, [&](auto g) { over(n, in, 2, out, [&](const __m256* v) { return g(v[0], v[1]); }); });
+}
+
+void fused_eltwise(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out, BinaryOpType op,
+                   const UnaryWithParam& act, size_t n) {
+  const FusedOperand* in[] = {&a, b};
+  with_activation(act, [&](auto f) {
+    if (!b) return over(n, in, 1, out, [&](const __m256* v) { return f(v[0]); });
+    with_binary_op(op, [&](auto g) { over(n, in, 2, out, [&](const __m256* v) { return f(g(v[0], v[1])); }); });
+  });
+}
+
+}  // namespace tessera::cpu::avx2
