@@ -47,6 +47,9 @@ struct MatmulPlan : MatmulGeometry {
   std::vector<dnnl::matmul> prims;
   std::vector<std::unique_ptr<MatmulBlock>> blocks;
   bool stage_a = false, stage_b = false, stage_bias = false, stage_dst = false;
+  // Leading dimensions (elements between rows) of a, b and dst as read in
+  // place: padded row pages are read with their padding skipped, not copied.
+  uint64_t lda = 0, ldb = 0, ldd = 0;
   bool transpose_b = false;
   uint32_t bias_bytes = 4;  // bytes per bias value
   // oneDNN 2.6 has no float32 -> bfloat16 matmul: it writes float32 into the
@@ -62,9 +65,7 @@ struct MatmulArgs {
   MatmulPlan* plan;
 };
 
-std::byte* row_ptr(const TensorAccess& t, uint64_t row) {
-  return t.base + row * uint64_t{t.cols} * t.unit_bytes;
-}
+std::byte* row_ptr(const TensorAccess& t, uint64_t row) { return t.base + row * t.uniform_row_stride(); }
 
 Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
   const MatmulPlan& p = *g.plan;
@@ -85,8 +86,8 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
     std::byte* d = p.stage_dst ? blk.dst_stage.get() : row_ptr(g.dst, d0) + uint64_t{blk.col0} * g.dst.unit_bytes;
     if (p.stage_a) onednn::gather_rows(g.a, a0, a0 + blk.rows, a);
     if (p.stage_b) onednn::gather_rows(g.b, b0, b0 + p.b_rows, b);
-    // The block's first column of b: a column offset, or K rows down when transposed.
-    b += uint64_t{blk.col0} * (p.transpose_b ? p.k : 1) * g.b.unit_bytes;
+    // The block's first column of b: a column offset, or that many stored rows down when transposed.
+    b += uint64_t{blk.col0} * (p.transpose_b ? p.ldb : 1) * g.b.unit_bytes;
     TS_RETURN_IF_ERROR(onednn::guard("matmul", "running", [&] {
       blk.a_mem.set_data_handle(a);
       blk.b_mem.set_data_handle(b);
@@ -105,7 +106,7 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
       blk.stream.wait();
     }));
     // Staged results are dense (rows x cols); direct ones have the row stride N.
-    const uint64_t ld = p.stage_dst ? blk.cols : p.n;
+    const uint64_t ld = p.stage_dst ? blk.cols : p.ldd;
     if (p.post_activation)
       for (uint32_t r = 0; r < blk.rows; ++r)
         onednn::apply_activation_in_place(*p.post_activation, p.kernel_out,
@@ -152,13 +153,16 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
   TS_ASSIGN_OR_RETURN(TensorAccess aa, make_access(a));
   TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(b));
   TS_ASSIGN_OR_RETURN(TensorAccess da, make_access(out));
-  plan->stage_a = onednn::dense_row_stride(aa) == 0;
-  plan->stage_b = onednn::dense_row_stride(ba) == 0;
+  plan->stage_a = aa.uniform_row_stride() == 0;
+  plan->stage_b = ba.uniform_row_stride() == 0;
+  plan->lda = plan->stage_a ? plan->k : aa.uniform_row_stride() / aa.unit_bytes;
+  plan->ldb = plan->stage_b ? ba.cols : ba.uniform_row_stride() / ba.unit_bytes;
+  plan->ldd = da.uniform_row_stride() / da.unit_bytes;
   // An activation oneDNN lacks runs on float32 too, before the one rounding.
   dnnl::post_ops probe;
   const bool post = !onednn::append_activation(probe, params.activation.value_or(UnaryWithParam{}));
   plan->kernel_out = a.dtype() == DataType::FLOAT32 || post ? DataType::FLOAT32 : plan->out_type;
-  plan->stage_dst = onednn::dense_row_stride(da) == 0 || plan->kernel_out != plan->out_type;
+  plan->stage_dst = da.uniform_row_stride() == 0 || plan->kernel_out != plan->out_type;
   if (bias) {
     TS_ASSIGN_OR_RETURN(TensorAccess bia, make_access(*bias));
     plan->stage_bias = onednn::dense_row_stride(bia) == 0 || bia.rows != 1;
@@ -192,12 +196,12 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
         blk->col0 = c0;
         blk->cols = std::min(col_step, plan->n - c0);
         const memory::dim cols = d(blk->cols);
-        const memory::desc a_md({d(rows), d(plan->k)}, onednn::dnnl_type(ct), memory::format_tag::ab);
+        const memory::desc a_md({d(rows), d(plan->k)}, onednn::dnnl_type(ct), {d(plan->lda), 1});
         const memory::desc b_md = params.transpose_b
-                                      ? memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), {1, d(plan->k)})
-                                      : memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), {d(plan->n), 1});
+                                      ? memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), {1, d(plan->ldb)})
+                                      : memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), {d(plan->ldb), 1});
         const memory::desc dst_md({d(rows), cols}, onednn::dnnl_type(plan->kernel_out),
-                                  {plan->stage_dst ? cols : d(plan->n), 1});
+                                  {plan->stage_dst ? cols : d(plan->ldd), 1});
         memory::desc bias_md;
         if (bias) bias_md = memory::desc({1, cols}, onednn::dnnl_type(bias->dtype()), memory::format_tag::ab);
         auto [it, fresh] = by_shape.try_emplace({rows, blk->cols}, plan->prims.size());

@@ -48,6 +48,12 @@ bool TensorAccess::is_packed() const {
   return false;
 }
 
+uint64_t TensorAccess::uniform_row_stride() const {
+  if (kind == Kind::kInterleavedRows && num_banks == 1) return page_stride;
+  if (kind != Kind::kInterleavedTiles && is_packed()) return uint64_t{cols} * unit_bytes;
+  return 0;
+}
+
 std::byte* TensorAccess::unit(uint32_t r, uint32_t c, uint32_t* run) const {
   switch (kind) {
     case Kind::kContiguous:

@@ -35,6 +35,10 @@ struct TensorAccess {
   // True when every unit lies back to back from `base` in row-major unit
   // order (host storage, one bank with unpadded pages, or a single shard).
   bool is_packed() const;
+  // Bytes from one row of units to the next when every row is contiguous and
+  // rows are evenly spaced (packed, or one bank of padded row pages); 0
+  // otherwise. Kernels that take a leading dimension read such rows in place.
+  uint64_t uniform_row_stride() const;
 
   // Address of unit (r, c); `run` receives how many units from c on are
   // contiguous in the same row.
