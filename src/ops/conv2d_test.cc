@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "tessera/base/cpu_features.h"
 #include "tessera/device/device.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/ops/data_movement.h"
@@ -92,6 +93,29 @@ TEST(Conv2d, MatchesReferenceFloat32AndBfloat16) {
     check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
     check_case(*dev, c, DataType::BFLOAT16, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
   }
+}
+
+// Depthwise convolutions on float32 maps up to 14x14 run Tessera's own
+// kernel (portable and AVX-512), the others oneDNN's:
+// strides, dilation, asymmetric padding, odd and > 1024 channel counts,
+// batches, every activation class, both dtypes and block-float weights.
+TEST(Conv2d, DepthwiseOwnKernel) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Case cases[] = {
+      {1, 14, 14, 37, 37, 3, 3, 1, 1, 37, {1, 1, 1, 1}, UnaryOpType::RELU6},
+      {2, 11, 9, 16, 16, 3, 3, 2, 1, 16, {1, 1, 1, 1}, UnaryOpType::SILU},
+      {1, 7, 7, 1100, 1100, 3, 3, 1, 1, 1100, {1, 1, 1, 1}, UnaryOpType::IDENTITY},
+      {1, 13, 12, 24, 24, 5, 5, 2, 2, 24, {4, 3, 4, 3}, UnaryOpType::HARDSWISH},
+      {1, 10, 10, 32, 32, 3, 3, 1, 1, 32, {0, 1, 0, 1}, UnaryOpType::HARDSIGMOID},
+      {1, 30, 30, 16, 16, 3, 3, 1, 1, 16, {1, 1, 1, 1}, UnaryOpType::RELU6},  // larger map: oneDNN's kernel
+  };
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    for (const Case& c : cases)
+      for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16})
+        check_case(*dev, c, in, in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG);
+  }
+  set_avx512_kernels_enabled(true);
 }
 
 TEST(Conv2d, BlockFloatWeights) {
