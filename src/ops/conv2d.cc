@@ -477,14 +477,31 @@ StatusOr<Conv2dResult> launch_patches(const Tensor& input, const PreparedConv2dW
   return r;
 }
 
+// The bias as `g.cout` float32 values (zeros without one), checked.
+StatusOr<std::vector<float>> bias_values(const std::optional<Tensor>& bias, const Geometry& g) {
+  if (bias && (bias->is_on_device() || bias->shape().volume() != g.cout))
+    return invalid_argument_error("{}: expected a host bias with {} values, found {}",
+                                  g.transposed ? "conv_transpose2d" : "conv2d", g.cout, bias->spec().to_string());
+  if (!bias) return std::vector<float>(g.cout, 0.0f);
+  return bias->to_vector();
+}
+
+// Prepared weights: the two host tensors copied to DRAM under `key`.
+StatusOr<PreparedConv2dWeights> upload_weights(const std::string& key, const Tensor& weight, const Tensor& bias,
+                                               Device& device, uint8_t cq_id) {
+  PreparedConv2dWeights w;
+  w.key = key;
+  TS_ASSIGN_OR_RETURN(w.weight, to_device(weight, device, DRAM_MEMORY_CONFIG, cq_id));
+  TS_ASSIGN_OR_RETURN(w.bias, to_device(bias, device, DRAM_MEMORY_CONFIG, cq_id));
+  return w;
+}
+
 StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& weight,
                                             const std::optional<Tensor>& bias, const ConvTranspose2dParams& p,
                                             const Problem& pr, DataType weights_dtype, uint8_t cq_id) {
   const Geometry& g = pr.g;
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv_transpose2d_weights(weight, p, weights_dtype, input.dtype()));
-  if (bias && (bias->is_on_device() || bias->shape().volume() != g.cout))
-    return invalid_argument_error("conv_transpose2d: expected a host bias with {} values, found {}", g.cout,
-                                  bias->spec().to_string());
+  TS_ASSIGN_OR_RETURN(const std::vector<float> bv, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(std::vector<float> v, rounded.to_vector());
   // (Cin, Cout, kh, kw) -> (1, kh, Cin, kw * Cout).
   const uint32_t row = g.kw * g.cout;
@@ -494,18 +511,11 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
       for (uint32_t ky = 0; ky < g.kh; ++ky)
         for (uint32_t kx = 0; kx < g.kw; ++kx)
           m[(uint64_t{ky} * g.cin + ci) * row + kx * g.cout + co] = v[((uint64_t{ci} * g.cout + co) * g.kh + ky) * g.kw + kx];
-  std::vector<float> b(row, 0.0f);
-  if (bias) {
-    TS_ASSIGN_OR_RETURN(std::vector<float> bv, bias->to_vector());
-    for (uint32_t i = 0; i < row; ++i) b[i] = bv[i % g.cout];
-  }
-  Device& device = *input.device();
-  PreparedConv2dWeights w;
-  w.key = pr.key;
+  std::vector<float> b(row);
+  for (uint32_t i = 0; i < row; ++i) b[i] = bv[i % g.cout];
   TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{1, g.kh, g.cin, row}, pr.compute));
   TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{row}, DataType::FLOAT32));
-  TS_ASSIGN_OR_RETURN(w.weight, to_device(mh, device, DRAM_MEMORY_CONFIG, cq_id));
-  TS_ASSIGN_OR_RETURN(w.bias, to_device(bh, device, DRAM_MEMORY_CONFIG, cq_id));
+  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.key, mh, bh, *input.device(), cq_id));
   return launch_patches(input, w, p, pr, cq_id);
 }
 
@@ -566,25 +576,15 @@ StatusOr<Conv2dResult> depthwise_with_weights(const Tensor& input, const Tensor&
                                               const Problem& pr, DataType weights_dtype, uint8_t cq_id) {
   const Geometry& g = pr.g;
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(weight, p, weights_dtype, input.dtype()));
-  if (bias && (bias->is_on_device() || bias->shape().volume() != g.cout))
-    return invalid_argument_error("conv2d: expected a host bias with {} values, found {}", g.cout,
-                                  bias->spec().to_string());
+  TS_ASSIGN_OR_RETURN(const std::vector<float> b, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(std::vector<float> v, rounded.to_vector());  // (C, 1, kh, kw)
   std::vector<float> m(v.size());
   for (uint32_t c = 0; c < g.cin; ++c)
     for (uint32_t k = 0; k < g.kh * g.kw; ++k) m[uint64_t{k} * g.cin + c] = v[uint64_t{c} * g.kh * g.kw + k];
-  std::vector<float> b(g.cout, 0.0f);
-  if (bias) {
-    TS_ASSIGN_OR_RETURN(b, bias->to_vector());
-  }
-  Device& device = *input.device();
-  PreparedConv2dWeights w;
-  w.key = pr.key;
   // One row: the kernel reads (kh * kw, C) densely, with no page padding between taps.
   TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{g.kh * g.kw * g.cin}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{g.cout}, DataType::FLOAT32));
-  TS_ASSIGN_OR_RETURN(w.weight, to_device(mh, device, DRAM_MEMORY_CONFIG, cq_id));
-  TS_ASSIGN_OR_RETURN(w.bias, to_device(bh, device, DRAM_MEMORY_CONFIG, cq_id));
+  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.key, mh, bh, *input.device(), cq_id));
   return launch_depthwise(input, w, pr, cq_id);
 }
 
@@ -598,12 +598,9 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
     if (is_depthwise(pr)) return depthwise_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
   }
   const Geometry& g = pr.g;
-  const std::string_view op = g.transposed ? "conv_transpose2d" : "conv2d";
   Device& device = *input.device();
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_weights(weight, p, config.weights_dtype, input.dtype()));
-  if (bias && (bias->is_on_device() || bias->shape().volume() != g.cout))
-    return invalid_argument_error("{}: expected a host bias with {} values, found {}", op, g.cout,
-                                  bias->spec().to_string());
+  TS_ASSIGN_OR_RETURN(const std::vector<float> bv, bias_values(bias, g));
   // Compile first: the packed weight layout is the chosen kernel's.
   TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
   TS_ASSIGN_OR_RETURN(TensorAccess src, make_access(input));
@@ -631,15 +628,8 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
     dnnl::reorder(from, to).execute(stream, from, to);
     stream.wait();
   }));
-  std::vector<float> bv(g.cout, 0.0f);
-  if (bias) {
-    TS_ASSIGN_OR_RETURN(bv, bias->to_vector());
-  }
   TS_ASSIGN_OR_RETURN(Tensor bias_host, Tensor::from_vector(bv, Shape{1, 1, 1, g.cout}, DataType::FLOAT32));
-  PreparedConv2dWeights w;
-  w.key = pr.key;
-  TS_ASSIGN_OR_RETURN(w.weight, to_device(packed_host, device, DRAM_MEMORY_CONFIG, cq_id));
-  TS_ASSIGN_OR_RETURN(w.bias, to_device(bias_host, device, DRAM_MEMORY_CONFIG, cq_id));
+  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.key, packed_host, bias_host, device, cq_id));
   return launch_conv(input, std::move(output), w, pr, *prog, cq_id);
 }
 
