@@ -2,6 +2,7 @@
 // transfer and op is tested over.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -75,6 +76,20 @@ inline double pcc(const std::vector<float>& a, const std::vector<float>& b) {
 inline float conv_tolerance(DataType compute, float ref, float max_abs_ref) {
   return compute == DataType::FLOAT32 ? 1e-4f * std::max(1.0f, max_abs_ref)
                                       : std::ldexp(std::fabs(ref), -7) + std::ldexp(max_abs_ref, -9);
+}
+
+// A convolution's output against its double reference on the same operands:
+// every element within conv_tolerance and PCC >= 0.9999.
+inline void expect_conv_close(const std::vector<float>& got, const std::vector<float>& ref, DataType compute) {
+  ASSERT_EQ(got.size(), ref.size());
+  float mx = 0;
+  for (float v : ref) mx = std::max(mx, std::fabs(v));
+  size_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (!(std::fabs(got[i] - ref[i]) <= conv_tolerance(compute, ref[i], mx)) && bad++ < 3)
+      ADD_FAILURE() << "i=" << i << " got " << got[i] << " ref " << ref[i];
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GE(pcc(got, ref), 0.9999);
 }
 
 inline MemoryConfig sharded(TensorMemoryLayout ml, BufferType bt, CoreRangeSet grid, uint32_t sh, uint32_t sw,

@@ -57,17 +57,7 @@ void check_case(Device& dev, const Case& cs, DataType in_type, DataType w_type, 
   ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, w_type, in_type));
   ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(x, rw, b, p, DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
-  ASSERT_EQ(got.size(), ref.size());
-  float mx = 0;
-  for (float v : ref) mx = std::max(mx, std::fabs(v));
-  size_t bad = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const float d = std::fabs(got[i] - ref[i]);
-    if (!(d <= testing::conv_tolerance(in_type, ref[i], mx)) && bad++ < 3)
-      ADD_FAILURE() << "i=" << i << " got " << got[i] << " ref " << ref[i];
-  }
-  EXPECT_EQ(bad, 0u);
-  EXPECT_GE(testing::pcc(got, ref), 0.9999);
+  testing::expect_conv_close(got, ref, in_type);
   // Prepared weights are reused bit for bit.
   ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d(dx, r.weights, p, {.weights_dtype = w_type}));
   ASSERT_OK_AND_ASSIGN(Tensor again_t, again.output.cpu());
