@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <gmock/gmock.h>
+
 #include "tessera/tensor/tensor.h"
 #include "test_macros.h"
 

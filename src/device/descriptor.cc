@@ -66,6 +66,19 @@ std::string CoreRangeSet::to_string() const {
   return s + "}";
 }
 
+StatusOr<CoreRangeSet> num_cores_to_corerangeset(uint32_t num_cores, CoreCoord grid, bool row_wise) {
+  if (num_cores == 0 || num_cores > grid.x * grid.y)
+    return invalid_argument_error("num_cores_to_corerangeset: expected 1..{} cores for a {}x{} grid, got {}",
+                                  grid.x * grid.y, grid.x, grid.y, num_cores);
+  const uint32_t line = row_wise ? grid.x : grid.y;  // cores per full row (column)
+  const uint32_t full = num_cores / line, rest = num_cores % line;
+  auto at = [&](uint32_t along, uint32_t across) { return row_wise ? CoreCoord{along, across} : CoreCoord{across, along}; };
+  std::vector<CoreRange> ranges;
+  if (full > 0) ranges.emplace_back(at(0, 0), at(line - 1, full - 1));
+  if (rest > 0) ranges.emplace_back(at(0, full), at(rest - 1, full));
+  return CoreRangeSet(std::move(ranges));
+}
+
 bool DeviceDescriptor::is_usable(CoreCoord c) const {
   return c.x < grid.x && c.y < grid.y && std::find(disabled_cores.begin(), disabled_cores.end(), c) == disabled_cores.end();
 }

@@ -1,5 +1,6 @@
 #include "tessera/ops/conv2d.h"
 #include "tessera/ops/conv_transpose2d.h"
+#include "tessera/ops/conv2d_l1.h"
 #include "tessera/ops/data_movement.h"
 #include "tessera/ops/manipulation.h"
 #include "tessera/ops/matmul.h"
@@ -180,6 +181,8 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   Problem pr;
   pr.g = g;
   pr.input = input.spec();
+  // (N, H, W, C) and (1, 1, N*H*W, C) are the same rows: one program, one key.
+  pr.input.shape = Shape{1, 1, g.n * g.h * g.w, g.cin};
   pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, Layout::ROW_MAJOR, input.memory_config()};
   pr.compute = input.dtype();
   pr.key = fmt::format("{}:{}->{}:w{}", g.descriptor, pr.input.to_string(), short_dtype_name(out),
@@ -672,25 +675,99 @@ StatusOr<Tensor> kernel_input(const Tensor& input, std::string_view op, uint8_t 
   return input;
 }
 
+// The L1 plan of one slice of a DRAM-sliced conv: the output rows (height)
+// or columns (width) of slice `n` of `slices`, and the input they read.
+Conv2dGeometry slice_geometry(Conv2dGeometry g, Conv2dSliceType type, uint32_t slices) {
+  if (type == Conv2dSliceType::DRAM_HEIGHT) {
+    g.output_height = (g.output_height + slices - 1) / slices;
+    g.padded_height = (g.output_height - 1) * g.stride_h + g.dilation_h * (g.kernel_h - 1) + 1;
+  } else {
+    g.output_width = (g.output_width + slices - 1) / slices;
+    g.padded_width = (g.output_width - 1) * g.stride_w + g.dilation_w * (g.kernel_w - 1) + 1;
+  }
+  return g;
+}
+
+StatusOr<Conv2dL1Estimate> plan_l1(const Conv2dGeometry& g, const Conv2dConfig& c, const Tensor& input,
+                                   DataType out_dt) {
+  const CoreCoord grid = input.device()->descriptor().grid;
+  const MemoryConfig& in = input.memory_config();
+  std::optional<TensorMemoryLayout> layout = c.shard_layout;
+  std::optional<CoreRangeSet> cores;
+  if (c.override_sharding_config) cores = c.core_grid;
+  if (!layout && in.is_sharded() && in.buffer_type == BufferType::L1 && !c.reshard_if_not_optimal) {
+    // A sharded L1 input keeps its layout and grid when the output splits
+    // evenly over them (else the conv re-plans, as with reshard_if_not_optimal).
+    StatusOr<Conv2dParallelConfig> same =
+        determine_conv2d_parallel_config(g, in.memory_layout, c.output_layout, grid, in.shard_spec->grid);
+    if (same.ok()) return estimate_conv2d_l1(g, *same, c, input.dtype(), out_dt);
+  }
+  if (!layout) return auto_shard_conv2d(g, c, input.dtype(), out_dt, grid);
+  TS_ASSIGN_OR_RETURN(Conv2dParallelConfig pc, determine_conv2d_parallel_config(g, *layout, c.output_layout, grid, cores));
+  return estimate_conv2d_l1(g, pc, c, input.dtype(), out_dt);
+}
+
+// The output memory config the knobs ask for (Conv2dConfig), after checking
+// that the conv's L1 plan fits; nullopt: the default.
+StatusOr<std::optional<MemoryConfig>> plan_output(const Tensor& input, const Conv2dGeometry& g, const Conv2dConfig& c,
+                                                  DataType out_dt, std::string_view op) {
+  TS_RETURN_IF_ERROR(c.validate());
+  Device& device = *input.device();
+  const MemoryConfig& in = input.memory_config();
+  uint64_t freed = 0;
+  if (c.deallocate_activation && in.buffer_type == BufferType::L1)
+    freed = input.spec().device_bytes_per_bank(device.descriptor(), device.alignment(BufferType::L1));
+  const std::optional<Conv2dSliceConfig>& slice = c.slice_config;
+  const bool l1_input = in.is_sharded() && in.buffer_type == BufferType::L1;
+  if (slice ? slice->slice_type == Conv2dSliceType::L1_FULL : (c.shard_layout.has_value() || l1_input)) {
+    TS_ASSIGN_OR_RETURN(Conv2dL1Estimate e, plan_l1(g, c, input, out_dt));
+    TS_RETURN_IF_ERROR(check_conv2d_l1(e, device, freed));
+    return std::optional<MemoryConfig>(c.output_memory_config.value_or(e.parallel.output_memory_config));
+  }
+  if (!slice) return std::optional<MemoryConfig>();
+  if (slice->slice_type == Conv2dSliceType::DRAM_CHANNEL)
+    return invalid_argument_error(
+        "{}: DRAM_CHANNEL slicing is for ops with no reduction over channels; a convolution sums over them "
+        "(use channel slicing in cnn::Conv2d)",
+        op);
+  const uint32_t extent = slice->slice_type == Conv2dSliceType::DRAM_HEIGHT ? g.output_height : g.output_width;
+  if (slice->num_slices > extent)
+    return invalid_argument_error("{}: {} {} slices for an output {} {} long", op, slice->num_slices,
+                                  conv2d_slice_type_name(slice->slice_type), extent,
+                                  slice->slice_type == Conv2dSliceType::DRAM_HEIGHT ? "rows" : "columns");
+  // Each slice runs in L1 on its own (the input in DRAM is not held there).
+  Status last = ok_status();
+  for (uint32_t n = slice->num_slices ? slice->num_slices : 1; n <= extent; ++n) {
+    TS_ASSIGN_OR_RETURN(Conv2dL1Estimate e, plan_l1(slice_geometry(g, slice->slice_type, n), c, input, out_dt));
+    last = check_conv2d_l1(e, device, freed);
+    if (last.ok() || slice->num_slices) break;
+  }
+  TS_RETURN_IF_ERROR(last);
+  return std::optional<MemoryConfig>(c.output_memory_config.value_or(DRAM_MEMORY_CONFIG));
+}
+
 // Runs `core` on the kernel's input and config, then gives the output the
 // layout, dtype and memory config asked for.
 template <class Core>
-StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dConfig& config, std::string_view op, uint8_t cq_id,
-                               Core core) {
+StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, const Conv2dConfig& config,
+                               std::string_view op, uint8_t cq_id, Core core) {
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
   const DataType in_dt = input.dtype();
   const DataType out_dt = config.dtype.value_or(is_block_float(in_dt) ? DataType::BFLOAT16 : in_dt);
   if (is_block_float(out_dt) && config.output_layout != Layout::TILE)
     return invalid_argument_error("{}: a {} output needs output_layout TILE (block-float tensors are tiles)", op,
                                   data_type_name(out_dt));
+  TS_ASSIGN_OR_RETURN(const std::optional<MemoryConfig> planned, plan_output(input, g, config, out_dt, op));
   TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, cq_id));
   Conv2dConfig kernel = config;
   kernel.dtype = is_block_float(out_dt) ? DataType::BFLOAT16 : out_dt;
   kernel.output_layout = Layout::ROW_MAJOR;
   kernel.output_memory_config.reset();
+  kernel.shard_layout.reset();
+  kernel.slice_config.reset();
   TS_ASSIGN_OR_RETURN(Conv2dResult r, core(x, kernel));
-  const MemoryConfig mc = config.output_memory_config.value_or(
-      input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config());
+  const MemoryConfig mc = config.output_memory_config.value_or(planned.value_or(
+      input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config()));
   if (config.output_layout == Layout::TILE) {
     TS_ASSIGN_OR_RETURN(r.output, tilize(r.output, {.memory_config = mc, .dtype = out_dt, .cq_id = cq_id}));
   } else if (r.output.memory_config() != mc) {
@@ -707,28 +784,53 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dConfig& config, 
 
 StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                               const Conv2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return with_io(input, config, "conv2d", cq_id, [&](const Tensor& x, const Conv2dConfig& c) {
-    return conv_with_weights(x, weight, bias, p, c, cq_id);
-  });
+  return with_io(input, conv2d_geometry(p, bias.has_value()), config, "conv2d", cq_id,
+                 [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_weights(x, weight, bias, p, c, cq_id); });
 }
 
+// Prepared weights always carry a bias (zeros without one): the plan counts it.
 StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& w, const Conv2dParams& p,
                               const Conv2dConfig& config, uint8_t cq_id) {
-  return with_io(input, config, "conv2d", cq_id,
+  return with_io(input, conv2d_geometry(p, true), config, "conv2d", cq_id,
                  [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id); });
 }
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                         const ConvTranspose2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return with_io(input, config, "conv_transpose2d", cq_id, [&](const Tensor& x, const Conv2dConfig& c) {
-    return conv_with_weights(x, weight, bias, p, c, cq_id);
-  });
+  return with_io(input, conv2d_geometry(p, bias.has_value()), config, "conv_transpose2d", cq_id,
+                 [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_weights(x, weight, bias, p, c, cq_id); });
 }
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const PreparedConv2dWeights& w,
                                         const ConvTranspose2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return with_io(input, config, "conv_transpose2d", cq_id,
+  return with_io(input, conv2d_geometry(p, true), config, "conv_transpose2d", cq_id,
                  [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id); });
+}
+
+std::string_view conv2d_slice_type_name(Conv2dSliceType t) {
+  switch (t) {
+    case Conv2dSliceType::DRAM_HEIGHT: return "DRAM_HEIGHT";
+    case Conv2dSliceType::DRAM_WIDTH: return "DRAM_WIDTH";
+    case Conv2dSliceType::L1_FULL: return "L1_FULL";
+    case Conv2dSliceType::DRAM_CHANNEL: return "DRAM_CHANNEL";
+  }
+  return "?";
+}
+
+Status Conv2dConfig::validate() const {
+  if (act_block_h_override % 32 != 0)
+    return invalid_argument_error("Config Error: act_block_h_override must be a multiple of 32 (tile height).");
+  if (act_block_w_div == 0) return invalid_argument_error("conv2d: act_block_w_div must be >= 1, got 0");
+  if (override_sharding_config && reshard_if_not_optimal)
+    return invalid_argument_error(
+        "Incorrect config provided: reshard_if_not_optimal and override_sharding_config cannot both be set.");
+  if (override_sharding_config && !core_grid)
+    return invalid_argument_error("If override_sharding_config is set, core_grid must be set as well.");
+  if (override_sharding_config && !shard_layout)
+    return invalid_argument_error("If override_sharding_config is set, shard_layout must be set as well.");
+  if (shard_layout == TensorMemoryLayout::INTERLEAVED)
+    return invalid_argument_error("conv2d: shard_layout must be HEIGHT, WIDTH or BLOCK_SHARDED, got INTERLEAVED");
+  return ok_status();
 }
 
 }  // namespace tessera

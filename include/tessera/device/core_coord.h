@@ -57,4 +57,10 @@ class CoreRangeSet {
   std::vector<CoreRange> ranges_;
 };
 
+// The first `num_cores` cores of a grid of `grid` (x columns, y rows), row by
+// row (row_wise) or column by column, as full rows (columns) plus one partial
+// one: the original's num_cores_to_corerangeset. INVALID_ARGUMENT when the
+// grid holds fewer cores.
+StatusOr<CoreRangeSet> num_cores_to_corerangeset(uint32_t num_cores, CoreCoord grid, bool row_wise = true);
+
 }  // namespace tessera

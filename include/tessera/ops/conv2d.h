@@ -30,10 +30,23 @@
 #include <optional>
 #include <string>
 
+#include "tessera/ops/compute_config.h"
 #include "tessera/ops/conv2d_params.h"
 #include "tessera/tensor/tensor.h"
 
 namespace tessera {
+
+// How the original splits a conv that does not fit L1 at once (its
+// Op2DSliceConfig): DRAM_HEIGHT / DRAM_WIDTH slice the output rows or columns
+// with DRAM input and output, L1_FULL runs the whole conv in L1.
+// num_slices 0 lets the op choose.
+enum class Conv2dSliceType : uint8_t { DRAM_HEIGHT, DRAM_WIDTH, L1_FULL, DRAM_CHANNEL };
+std::string_view conv2d_slice_type_name(Conv2dSliceType t);
+struct Conv2dSliceConfig {
+  Conv2dSliceType slice_type = Conv2dSliceType::DRAM_WIDTH;
+  uint32_t num_slices = 0;
+};
+inline constexpr Conv2dSliceConfig Conv2dL1FullSliceConfig{Conv2dSliceType::L1_FULL, 1};
 
 struct Conv2dConfig {
   DataType weights_dtype = DataType::BFLOAT16;  // the original's default
@@ -48,6 +61,34 @@ struct Conv2dConfig {
   std::optional<MemoryConfig> output_memory_config;
   // Free the input once the op is enqueued (the original's knob for L1 room).
   bool deallocate_activation = false;
+
+  // Where the op works, with the original's knobs (conv2d_l1.h has the plan
+  // and the L1 estimate). The output memory config is, in order:
+  //   output_memory_config when given;
+  //   L1, sharded by shard_layout (or like a sharded L1 input, or the layout
+  //     with the smallest L1 estimate), when shard_layout is set, the slice
+  //     config is L1_FULL, or the input is sharded in L1 - and the conv's L1
+  //     estimate must then fit the device's per-core L1;
+  //   DRAM interleaved for a DRAM_* slice config, each of num_slices slices
+  //     (0: the fewest that fit) planned in L1 and checked;
+  //   otherwise the input's memory config when interleaved, DRAM when not.
+  // The CPU kernel streams rows from any memory, so these knobs decide where
+  // the output lives and what must fit, not how fast the kernel runs.
+  std::optional<TensorMemoryLayout> shard_layout;
+  std::optional<CoreRangeSet> core_grid;
+  bool override_sharding_config = false;  // shard over core_grid (needs core_grid and shard_layout)
+  bool reshard_if_not_optimal = false;    // re-plan even when the input is sharded already
+  uint32_t act_block_h_override = 0;      // multiple of 32; 0: all rows of a core at once
+  uint32_t act_block_w_div = 1;           // WIDTH_SHARDED only
+  bool enable_act_double_buffer = false;
+  bool enable_weights_double_buffer = false;
+  bool reallocate_halo_output = true;     // kept for the original's configs; no effect on the CPU
+  bool config_tensors_in_dram = false;    // kept for the original's configs; no effect on the CPU
+  std::optional<Conv2dSliceConfig> slice_config;
+  DeviceComputeKernelConfig compute_config;  // see compute_config.h
+
+  // INVALID_ARGUMENT with the original's messages for contradictory knobs.
+  Status validate() const;
 };
 
 struct PreparedConv2dWeights {

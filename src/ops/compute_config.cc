@@ -1,0 +1,15 @@
+#include "tessera/ops/compute_config.h"
+
+namespace tessera {
+
+std::string_view math_fidelity_name(MathFidelity f) {
+  switch (f) {
+    case MathFidelity::LoFi: return "LoFi";
+    case MathFidelity::HiFi2: return "HiFi2";
+    case MathFidelity::HiFi3: return "HiFi3";
+    case MathFidelity::HiFi4: return "HiFi4";
+  }
+  return "?";
+}
+
+}  // namespace tessera
