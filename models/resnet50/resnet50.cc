@@ -30,7 +30,7 @@ ResNet50::ResNet50(const ResNet50Options& o) : options_(o) {
   const Conv2dConfig cfg{.weights_dtype = o.weights_dtype};
   auto conv = [&](uint32_t hw, uint32_t cin, uint32_t cout, uint32_t k, uint32_t stride, bool relu) {
     Conv2dParams p = conv_params(o.batch, hw, cin, cout, k, stride, relu);
-    return std::make_unique<cnn::Conv2d>(p, w.he_normal(Shape{cout, cin, k, k}, cin * k * k), w.bias(cout), cfg);
+    return std::make_unique<cnn::DirectConv2d>(p, w.he_normal(Shape{cout, cin, k, k}, cin * k * k), w.bias(cout), cfg);
   };
   stem_ = conv(o.image_size, 3, 64, 7, 2, true);
   uint32_t hw = o.image_size / 4, in = 64;  // after the stem conv and max pool

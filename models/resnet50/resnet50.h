@@ -26,10 +26,10 @@ class ResNet50 {
 
  private:
   struct Bottleneck {
-    std::unique_ptr<cnn::Conv2d> reduce, conv, expand, downsample;
+    std::unique_ptr<cnn::DirectConv2d> reduce, conv, expand, downsample;
   };
   ResNet50Options options_;
-  std::unique_ptr<cnn::Conv2d> stem_;
+  std::unique_ptr<cnn::DirectConv2d> stem_;
   std::vector<Bottleneck> blocks_;
   std::unique_ptr<cnn::Linear> fc_;
 };

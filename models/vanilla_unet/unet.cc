@@ -19,7 +19,7 @@ VanillaUNet::VanillaUNet(const UNetOptions& o) : options_(o) {
     p.kernel_size = {k, k};
     p.with_padding(k / 2, k / 2);
     if (relu) p.activation = {UnaryOpType::RELU};
-    return std::make_unique<cnn::Conv2d>(p, w.he_normal(Shape{cout, cin, k, k}, cin * k * k), w.bias(cout), cfg);
+    return std::make_unique<cnn::DirectConv2d>(p, w.he_normal(Shape{cout, cin, k, k}, cin * k * k), w.bias(cout), cfg);
   };
   auto block = [&](uint32_t h, uint32_t wd, uint32_t cin, uint32_t cout) {
     return Block{conv(h, wd, cin, cout, 3, true), conv(h, wd, cout, cout, 3, true)};

@@ -28,12 +28,12 @@ class VanillaUNet {
 
  private:
   struct Block {
-    std::unique_ptr<cnn::Conv2d> a, b;
+    std::unique_ptr<cnn::DirectConv2d> a, b;
   };
   UNetOptions options_;
   Block enc_[4], bottleneck_, dec_[4];
   std::unique_ptr<cnn::ConvTranspose2d> up_[4];
-  std::unique_ptr<cnn::Conv2d> final_;
+  std::unique_ptr<cnn::DirectConv2d> final_;
 };
 
 }  // namespace tessera::models

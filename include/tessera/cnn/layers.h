@@ -31,7 +31,7 @@ class ConvLayer {
   Conv2dConfig config_;
   std::optional<PreparedConv2dWeights> prepared_;
 };
-using Conv2d = ConvLayer<Conv2dParams>;
+using DirectConv2d = ConvLayer<Conv2dParams>;  // cnn::Conv2d (builder.h) is the configuration-built layer
 using ConvTranspose2d = ConvLayer<ConvTranspose2dParams>;
 
 // y = x W + b with W (in, out) and b (out) as host float32 tensors, moved to
