@@ -1,0 +1,74 @@
+// Weights in, for a C++ user without PyTorch: named tensors from an ONNX
+// model's initializers (a reference model exported with torch.onnx.export
+// keeps the state_dict names, e.g. "encoder1.enc1conv1.weight") or from
+// NumPy .npy / .npz files, and the original's preprocessing:
+// batch-norm folding, bias reshape to (1, 1, 1, C), and a walker that turns
+// dotted names into nested module parameters with a custom hook, as
+// ttnn.model_preprocessing.preprocess_model_parameters does.
+//
+// Every loader returns host float32 ROW_MAJOR tensors (float16, float64 and
+// integer data are converted; an integer value that float32 cannot hold
+// exactly is an error) and fails with INVALID_ARGUMENT naming the file and
+// what was malformed; parsers are fuzzed (tests/weights_test.cc).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "tessera/tensor/tensor.h"
+
+namespace tessera::cnn {
+
+using WeightMap = std::map<std::string, Tensor>;
+
+// Initializers of an ONNX model (raw_data or typed fields; external data
+// files resolved next to the model).
+StatusOr<WeightMap> load_onnx_initializers(const std::string& path);
+
+// One .npy array (format versions 1-3; '<f4', '<f8', '<f2', '<i8', '<i4',
+// '<i2', '|i1', '|u1', '|b1'; C or Fortran order).
+StatusOr<Tensor> load_npy(const std::string& path);
+StatusOr<Tensor> parse_npy(std::string_view bytes, std::string_view name = "npy");
+// Every array of an .npz archive (numpy.savez or savez_compressed), keyed by
+// its name without ".npy".
+StatusOr<WeightMap> load_npz(const std::string& path);
+// Writes float32 arrays as an uncompressed .npz (what numpy.savez writes).
+Status save_npz(const std::string& path, const WeightMap& arrays);
+
+// A BatchNorm2d's parameters, each (C).
+struct BatchNorm2dParameters {
+  Tensor running_mean, running_var, weight, bias;  // weight = gamma, bias = beta
+  float eps = 1e-5f;
+};
+// Folds y = gamma * (conv(x) + b - mean) / sqrt(var + eps) + beta into the
+// conv: weight (out, in/g, kh, kw) scaled per output channel, bias (1, 1, 1,
+// out). `bias` may be absent (a conv with bias=False). float32 math, as the
+// original's fold_batch_norm2d_into_conv2d in torch.
+struct FoldedConv2d {
+  Tensor weight;  // (out, in/g, kh, kw)
+  Tensor bias;    // (1, 1, 1, out)
+};
+StatusOr<FoldedConv2d> fold_batch_norm_into_conv2d(const Tensor& weight, const std::optional<Tensor>& bias,
+                                                   const BatchNorm2dParameters& bn);
+
+// Nested parameters: a module's own tensors and its child modules.
+struct ModuleParameters {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, ModuleParameters> children;
+  // "encoder1.enc1conv1.weight" -> that tensor; NOT_FOUND names what is missing.
+  StatusOr<Tensor> at(std::string_view dotted) const;
+  const ModuleParameters* child(std::string_view dotted) const;
+};
+
+// Called for every module, parents first, with its dotted path ("" for the
+// root). Returning parameters replaces the module (its children are not
+// walked); nullopt keeps the default: every "bias" of a module that also has
+// a 4-D "weight" becomes (1, 1, 1, C), everything else is kept as loaded.
+using CustomPreprocessor =
+    std::function<StatusOr<std::optional<ModuleParameters>>(const std::string& path, const ModuleParameters& module)>;
+StatusOr<ModuleParameters> preprocess_model_parameters(const WeightMap& state_dict,
+                                                       const CustomPreprocessor& custom_preprocessor = nullptr);
+
+}  // namespace tessera::cnn
