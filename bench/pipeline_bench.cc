@@ -11,6 +11,7 @@
 //
 //   bench_pipeline [--quick] [--models unet,resnet50,resnet50_b8]
 #include <chrono>
+#include <functional>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -40,8 +41,11 @@ struct ModelCase {
   cnn::Model model;
 };
 
-void run_case(const ModelCase& m, DataType dt, int frames) {
+using ModelFactory = std::function<ModelCase(const std::shared_ptr<Device>&)>;
+
+void run_case(const ModelFactory& make, DataType dt, int frames) {
   auto device = value_or_die(open_device({.l1_small_size = 16384, .trace_region_size = 8 << 20, .num_command_queues = 2}));
+  const ModelCase m = make(device);
   std::vector<Tensor> inputs;
   for (int i = 0; i < frames; ++i) {
     std::vector<float> v(m.input.volume());
@@ -131,14 +135,23 @@ void run_case(const ModelCase& m, DataType dt, int frames) {
   CHECK_OK(close_device(*device));
 }
 
-template <class M, class Options>
-ModelCase make_case(const std::string& name, uint32_t batch, Options o) {
-  auto model = std::make_shared<M>(o);
-  return {name, batch, model->input_shape(), model->flops(),
-          [model](const Tensor& x) -> StatusOr<cnn::ModelOutput> {
-            TS_ASSIGN_OR_RETURN(Tensor y, (*model)(x));
-            return cnn::ModelOutput::of(y);
-          }};
+std::shared_ptr<models::ResNet50> build(const models::ResNet50Options& o, const std::shared_ptr<Device>&) {
+  return std::make_shared<models::ResNet50>(o);
+}
+std::shared_ptr<models::VanillaUNet> build(const models::UNetOptions& o, const std::shared_ptr<Device>& device) {
+  return value_or_die(models::VanillaUNet::create(o, device));
+}
+
+template <class Options>
+ModelFactory make_case(const std::string& name, uint32_t batch, Options o) {
+  return [=](const std::shared_ptr<Device>& device) -> ModelCase {
+    auto model = build(o, device);
+    return {name, batch, model->input_shape(), model->flops(),
+            [model](const Tensor& x) -> StatusOr<cnn::ModelOutput> {
+              TS_ASSIGN_OR_RETURN(Tensor y, (*model)(x));
+              return cnn::ModelOutput::of(y);
+            }};
+  };
 }
 
 }  // namespace
@@ -155,13 +168,15 @@ int main(int argc, char** argv) {
   for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
     const DataType wt = dt;
     if (models.find("unet") != std::string::npos)
-      run_case(make_case<models::VanillaUNet>("Vanilla UNet 480x640, batch 1", 1, models::UNetOptions{.weights_dtype = wt}),
+      run_case(make_case("Vanilla UNet 480x640, batch 1", 1,
+                         models::UNetOptions{.precision = wt == DataType::FLOAT32 ? models::UNetPrecision::FLOAT32
+                                                                                  : models::UNetPrecision::BFLOAT16}),
                dt, quick ? 3 : 8);
     if (models.find("resnet50,") != std::string::npos || models.ends_with("resnet50"))
-      run_case(make_case<models::ResNet50>("ResNet-50 224x224, batch 1", 1, models::ResNet50Options{.weights_dtype = wt}),
+      run_case(make_case("ResNet-50 224x224, batch 1", 1, models::ResNet50Options{.weights_dtype = wt}),
                dt, quick ? 8 : 32);
     if (models.find("resnet50_b8") != std::string::npos)
-      run_case(make_case<models::ResNet50>("ResNet-50 224x224, batch 8", 8,
+      run_case(make_case("ResNet-50 224x224, batch 8", 8,
                                            models::ResNet50Options{.batch = 8, .weights_dtype = wt}),
                dt, quick ? 2 : 6);
   }

@@ -145,7 +145,7 @@ TEST(Pipeline, EveryExecutorMatchesEagerRuns) {
 // through every executor, bit-identical to eager runs.
 TEST(Pipeline, ModelsMatchEagerRunsThroughEveryExecutor) {
   auto device = open_device({.l1_small_size = 16384, .trace_region_size = 1 << 20, .num_command_queues = 2}).value();
-  auto unet = std::make_shared<models::VanillaUNet>(models::UNetOptions{.height = 32, .width = 48});
+  std::shared_ptr<models::VanillaUNet> unet = models::VanillaUNet::create({.height = 32, .width = 48}, device).value();
   auto resnet = std::make_shared<models::ResNet50>(models::ResNet50Options{.image_size = 64});
   struct Case {
     const char* name;

@@ -129,7 +129,10 @@ Status run_unet(const std::string& descriptor, int frames, int workers, DataType
                                                 .trace_region_size = 1 << 20,
                                                 .num_command_queues = 2,
                                                 .worker_threads = workers}));
-  auto unet = std::make_shared<models::VanillaUNet>(models::UNetOptions{.weights_dtype = dtype});
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<models::VanillaUNet> unet,
+                      models::VanillaUNet::create({.precision = dtype == DataType::FLOAT32 ? models::UNetPrecision::FLOAT32
+                                                                                           : models::UNetPrecision::BFLOAT16},
+                                                  device));
   auto model = [unet](const Tensor& x) -> StatusOr<cnn::ModelOutput> {
     TS_ASSIGN_OR_RETURN(Tensor y, (*unet)(x));
     return cnn::ModelOutput::of(y);

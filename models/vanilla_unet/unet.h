@@ -1,39 +1,60 @@
-// The Vanilla UNet (../shared/reference/tt-cnn-and-ttnn.md section 4.1) built
-// from Tessera ops (NHWC): init_features 32, 18 3x3 convs with folded batch
-// norms and ReLU, 4 max pools, 4 transposed convs, 4 channel concatenations,
-// a final 1x1 conv returning logits. Fixed-seed random weights.
-// Input (1, H, W, 3) on the device; output (1, 1, H*W, 1).
+// The Vanilla UNet (../shared/reference/tt-cnn-and-ttnn.md §4), built with the
+// TT-CNN builder from the reference model's weights:
+//   input   (1, 1, 3, H*W) channels-first rows, as the original feeds it
+//           (convert_to_hwc), or NHWC (N, H, W, 3) / (1, 1, N*H*W, 3);
+//   encoder 4 blocks of two 3x3 convs (BN folded, ReLU), the skip moved to
+//           DRAM, MaxPool 2x2;
+//   decoder ConvTranspose 2x2 (bias), channel concat with the skip (in the
+//           upsampled tensor's height-sharded layout when sharded), two convs;
+//   output  a 1x1 conv's logits: (1, 1, 1, H*W) (convert_to_chw) for a
+//           channels-first input, else (1, 1, N*H*W, 1).
+// Layer configurations come from config.h: the original's Wormhole table
+// (sharded = true, for the wormhole_b0 descriptor) or DRAM-interleaved
+// activations for the native CPU descriptor, in the original's mixed
+// bfloat8_b, in bfloat16 or in float32 precision. Weights come from a state
+// dict (load_onnx_initializers of write_unet_onnx's file, or
+// unet_random_state_dict). Errors name the layer they come from.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "tessera/cnn/builder.h"
 #include "tessera/cnn/layers.h"
+#include "vanilla_unet/config.h"
 
 namespace tessera::models {
 
 struct UNetOptions {
   uint32_t batch = 1;
   uint32_t height = 480, width = 640;  // multiples of 16
-  DataType weights_dtype = DataType::FLOAT32;
-  uint32_t seed = 0;
+  UNetPrecision precision = UNetPrecision::FLOAT32;
+  bool sharded = false;  // the original's L1 configuration (wormhole_b0)
+  uint32_t seed = 0;     // for unet_random_state_dict when no state dict is given
+  std::optional<cnn::WeightMap> state_dict;
 };
 
 class VanillaUNet {
  public:
-  explicit VanillaUNet(const UNetOptions& options);
+  static StatusOr<std::unique_ptr<VanillaUNet>> create(const UNetOptions& options, std::shared_ptr<Device> device);
   StatusOr<Tensor> operator()(const Tensor& input);
+  // NHWC input shape (N, H, W, 3); a channels-first (1, 1, 3, H*W) input also works.
   Shape input_shape() const { return Shape{options_.batch, options_.height, options_.width, 3}; }
+  Shape chw_input_shape() const { return Shape{1, 1, 3, options_.batch * options_.height * options_.width}; }
   uint64_t flops() const;
+  const UNetOptions& options() const { return options_; }
 
  private:
-  struct Block {
-    std::unique_ptr<cnn::DirectConv2d> a, b;
-  };
+  explicit VanillaUNet(UNetOptions o) : options_(std::move(o)) {}
+  StatusOr<Tensor> forward(const Tensor& input);
+
   UNetOptions options_;
-  Block enc_[4], bottleneck_, dec_[4];
-  std::unique_ptr<cnn::ConvTranspose2d> up_[4];
-  std::unique_ptr<cnn::DirectConv2d> final_;
+  std::vector<std::string> names_;       // conv layer names, in order
+  std::vector<cnn::Conv2d> convs_;       // 18 block convs + the final 1x1
+  std::vector<cnn::ConvTranspose2d> up_;  // upconv4 .. upconv1
+  std::vector<uint64_t> up_flops_;
+  std::vector<cnn::MaxPool2d> pools_;
 };
 
 }  // namespace tessera::models
