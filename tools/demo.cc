@@ -123,15 +123,18 @@ Status run(const std::string& descriptor, int iterations, int workers) {
 
 // The Vanilla UNet (480x640, built from Tessera ops with fixed-seed random
 // weights) through the recommended configuration: two queues with trace.
-Status run_unet(const std::string& descriptor, int frames, int workers, DataType dtype) {
+Status run_unet(const std::string& descriptor, int frames, int workers, models::UNetPrecision precision) {
+  const DataType dtype = precision == models::UNetPrecision::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+  const char* precision_name = precision == models::UNetPrecision::FLOAT32    ? "float32"
+                               : precision == models::UNetPrecision::BFLOAT16 ? "bfloat16"
+                                                                              : "the original's bfloat8_b table";
   TS_ASSIGN_OR_RETURN(auto device, open_device({.descriptor = descriptor,
                                                 .l1_small_size = 16384,
                                                 .trace_region_size = 1 << 20,
                                                 .num_command_queues = 2,
                                                 .worker_threads = workers}));
   TS_ASSIGN_OR_RETURN(std::shared_ptr<models::VanillaUNet> unet,
-                      models::VanillaUNet::create({.precision = dtype == DataType::FLOAT32 ? models::UNetPrecision::FLOAT32
-                                                                                           : models::UNetPrecision::BFLOAT16},
+                      models::VanillaUNet::create({.precision = precision, .sharded = descriptor == "wormhole_b0"},
                                                   device));
   auto model = [unet](const Tensor& x) -> StatusOr<cnn::ModelOutput> {
     TS_ASSIGN_OR_RETURN(Tensor y, (*unet)(x));
@@ -168,7 +171,7 @@ Status run_unet(const std::string& descriptor, int frames, int workers, DataType
   // The trace's output for input 0 equals the pipeline's.
   TS_ASSIGN_OR_RETURN(Tensor y0, y.cpu());
   std::printf("\nVanilla UNet 480x640 (%s, %.1f GFLOP per frame), 2 queues + trace: compile %.0f ms\n",
-              std::string(data_type_name(dtype)).c_str(), unet->flops() / 1e9, compile_ms);
+              precision_name, unet->flops() / 1e9, compile_ms);
   std::printf("  end to end:  %6.2f FPS (%d frames, %.1f ms per frame)\n", frames / e2e_ms * 1e3, frames,
               e2e_ms / frames);
   std::printf("  device only: %6.2f FPS (kernel time, %.0f GFLOP/s)\n", frames / device_ms * 1e3,
@@ -205,8 +208,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   tessera::Status s = run(descriptor, iterations, workers);
-  for (tessera::DataType dt : {tessera::DataType::FLOAT32, tessera::DataType::BFLOAT16})
-    if (s.ok() && unet_frames > 0) s = run_unet(descriptor, unet_frames, workers, dt);
+  using tessera::models::UNetPrecision;
+  for (UNetPrecision p : {UNetPrecision::FLOAT32, UNetPrecision::BFLOAT16, UNetPrecision::ORIGINAL_BFLOAT8_B})
+    if (s.ok() && unet_frames > 0) s = run_unet(descriptor, unet_frames, workers, p);
   if (!s.ok()) {
     std::fprintf(stderr, "tessera_demo: %s\n", s.to_string().c_str());
     return 1;
