@@ -87,7 +87,10 @@ int do_compare(const std::string& dir, int frames) {
     const DataType dt = c.precision == models::UNetPrecision::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
     // The original's input: channels-first rows (1, 1, 3, H*W).
     const Tensor host = value_or_die(Tensor::from_vector(input, unet->chw_input_shape(), dt));
-    Tensor x = value_or_die(to_device(host, *device));
+    // The original's input configs when sharded (64 L1 shards, 12 DRAM shards).
+    const MemoryConfig l1_in = c.sharded ? value_or_die(unet->l1_input_memory_config(*device)) : DRAM_MEMORY_CONFIG;
+    const MemoryConfig dram_in = c.sharded ? value_or_die(unet->dram_input_memory_config(*device)) : DRAM_MEMORY_CONFIG;
+    Tensor x = value_or_die(to_device(host, *device, l1_in));
     Tensor y = value_or_die((*unet)(x));
     const std::vector<float> got = value_or_die(value_or_die(y.cpu()).to_vector());
     const double pcc = cnn::comp_pcc(ort_out, got, 0.0).pcc;
@@ -108,7 +111,7 @@ int do_compare(const std::string& dir, int frames) {
       return cnn::ModelOutput::of(out);
     };
     auto pipe = value_or_die(cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2}, model,
-                                                              *device, DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG));
+                                                              *device, l1_in, dram_in));
     CHECK_OK(pipe->compile(host));
     std::vector<Tensor> inputs(static_cast<size_t>(frames), host);
     CHECK_OK(pipe->preallocate_output_tensors_on_host(inputs.size()));

@@ -79,7 +79,7 @@ struct ModelRun {
 };
 
 StatusOr<ModelRun> run_model(const std::shared_ptr<Device>& dev, UNetOptions o, const Tensor& x_nhwc, DataType in_dtype,
-                        bool chw) {
+                             bool chw) {
   const cnn::WeightMap sd = unet_random_state_dict(5);
   o.height = kH, o.width = kW, o.state_dict = sd;
   TS_ASSIGN_OR_RETURN(auto unet, VanillaUNet::create(o, dev));
@@ -93,7 +93,11 @@ StatusOr<ModelRun> run_model(const std::shared_ptr<Device>& dev, UNetOptions o, 
   } else {
     TS_ASSIGN_OR_RETURN(in, Tensor::from_vector(v, unet->input_shape(), in_dtype));
   }
-  TS_ASSIGN_OR_RETURN(Tensor dx, to_device(in, *dev, DRAM_MEMORY_CONFIG));
+  MemoryConfig mc = DRAM_MEMORY_CONFIG;
+  if (chw) {
+    TS_ASSIGN_OR_RETURN(mc, unet->l1_input_memory_config(*dev));  // as the original feeds it
+  }
+  TS_ASSIGN_OR_RETURN(Tensor dx, to_device(in, *dev, mc));
   TS_ASSIGN_OR_RETURN(Tensor y, (*unet)(dx));
   // Twice: the second call runs on the prepared weights and must agree.
   TS_ASSIGN_OR_RETURN(Tensor y2, (*unet)(dx));
@@ -129,6 +133,14 @@ TEST(UNetModel, OriginalBfloat8ConfigurationOnWormhole) {
                                         random_image(), DataType::BFLOAT16, true));
   EXPECT_GE(r.pcc, 0.977);
   EXPECT_EQ(r.output.shape(), (Shape{1, 1, 1, kH * kW}));
+  // The original's input configs at 480x640: 64 L1 shards of 3 x 4800, 12 DRAM shards of 3 x 25600.
+  ASSERT_OK_AND_ASSIGN(auto full, VanillaUNet::create({.precision = UNetPrecision::ORIGINAL_BFLOAT8_B, .sharded = true},
+                                                      wh));
+  ASSERT_OK_AND_ASSIGN(MemoryConfig l1, full->l1_input_memory_config(*wh));
+  EXPECT_EQ(l1.shard_spec->grid.num_cores(), 64u);
+  EXPECT_EQ(l1.shard_spec->shape, (std::array<uint32_t, 2>{3, 4800}));
+  ASSERT_OK_AND_ASSIGN(MemoryConfig dram, full->dram_input_memory_config(*wh));
+  EXPECT_EQ(dram.shard_spec->shape, (std::array<uint32_t, 2>{3, 25600}));
   ASSERT_OK_AND_ASSIGN(auto cpu, open_device({}));
   ASSERT_OK_AND_ASSIGN(ModelRun b, run_model(cpu, {.precision = UNetPrecision::BFLOAT16}, random_image(),
                                         DataType::BFLOAT16, false));

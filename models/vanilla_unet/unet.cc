@@ -1,5 +1,6 @@
 #include "vanilla_unet/unet.h"
 
+#include "tessera/cnn/pipeline.h"
 #include "tessera/ops/data_movement.h"
 #include "tessera/ops/manipulation.h"
 
@@ -171,6 +172,21 @@ StatusOr<Tensor> VanillaUNet::forward(const Tensor& input) {
   StatusOr<Tensor> out = convert_to_chw(y, activation_dtype(o.precision));
   TS_RETURN_IF_ERROR(in_layer(out.status(), "convert_to_chw"));
   return *out;
+}
+
+StatusOr<MemoryConfig> VanillaUNet::l1_input_memory_config(const Device& device) const {
+  const CoreCoord grid = device.descriptor().grid;
+  const uint32_t pixels = options_.batch * options_.height * options_.width;
+  uint32_t cores = std::min(64u, grid.x * grid.y);
+  while (cores > 1 && pixels % cores) --cores;
+  TS_ASSIGN_OR_RETURN(CoreRangeSet set, num_cores_to_corerangeset(cores, grid));
+  return MemoryConfig{TensorMemoryLayout::WIDTH_SHARDED, BufferType::L1,
+                      ShardSpec{set, {3, pixels / cores}, ShardOrientation::ROW_MAJOR}};
+}
+
+StatusOr<MemoryConfig> VanillaUNet::dram_input_memory_config(const Device& device) const {
+  return cnn::get_memory_config_for_persistent_dram_tensor(chw_input_shape(), TensorMemoryLayout::WIDTH_SHARDED,
+                                                           CoreCoord{device.descriptor().num_dram_banks, 1});
 }
 
 uint64_t VanillaUNet::flops() const {

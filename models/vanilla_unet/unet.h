@@ -44,6 +44,12 @@ class VanillaUNet {
   Shape chw_input_shape() const { return Shape{1, 1, 3, options_.batch * options_.height * options_.width}; }
   uint64_t flops() const;
   const UNetOptions& options() const { return options_; }
+  // The original's input memory configs for chw_input_shape() on `device`:
+  // L1 width sharded over the grid's first 64 cores (or all of a smaller
+  // grid) with shards (3, H*W / cores), and the persistent DRAM tensor
+  // width sharded over the DRAM banks (12 x [3, 25600] on wormhole_b0).
+  StatusOr<MemoryConfig> l1_input_memory_config(const Device& device) const;
+  StatusOr<MemoryConfig> dram_input_memory_config(const Device& device) const;
 
  private:
   explicit VanillaUNet(UNetOptions o) : options_(std::move(o)) {}
