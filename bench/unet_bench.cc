@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "harness.h"
@@ -79,6 +80,7 @@ int do_compare(const std::string& dir, int frames) {
       {"original bfloat8_b table, DRAM rows", "cpu", models::UNetPrecision::ORIGINAL_BFLOAT8_B, false},
       {"original bfloat8_b table, sharded (§4.2)", "wormhole_b0", models::UNetPrecision::ORIGINAL_BFLOAT8_B, true},
   };
+  std::vector<std::string> notes;
   for (const Config& c : configs) {
     auto device = value_or_die(open_device({.descriptor = c.descriptor, .l1_small_size = 12 * 8192,
                                             .trace_region_size = 1 << 20, .num_command_queues = 2}));
@@ -102,7 +104,17 @@ int do_compare(const std::string& dir, int frames) {
     const bench::Timing replay = bench::time_it(5, [&] { CHECK_OK(execute_trace(*device, tid, 0, true)); }, 1);
     CHECK_OK(enable_profiler(*device));
     CHECK_OK(execute_trace(*device, tid, 0, true));
-    const double kernel_ms = value_or_die(read_profile(*device)).total_us() / 1e3;
+    const DeviceProfile profile = value_or_die(read_profile(*device));
+    const double kernel_ms = profile.total_us() / 1e3;
+    std::map<std::string, std::pair<int, double>> by_op;  // op -> (launches, ms)
+    for (const OpTiming& op : profile.ops) {
+      auto& e = by_op[op.key.substr(0, op.key.find(':'))];
+      ++e.first;
+      e.second += op.duration_us() / 1e3;
+    }
+    std::string breakdown;
+    for (const auto& [op, e] : by_op) breakdown += fmt::format(" {} {:.1f} ms ({});", op, e.second, e.first);
+    notes.push_back(fmt::format("- {} on {}: kernel time by op:{}", c.name, c.descriptor, breakdown));
     CHECK_OK(disable_profiler(*device));
     CHECK_OK(release_trace(*device, tid));
     // End to end: the recommended Pipeline (2 queues + trace), host in and out.
@@ -125,6 +137,8 @@ int do_compare(const std::string& dir, int frames) {
                 1e3 / dev_ms, kernel_ms, frames / e2e.median_s, ort_ms / dev_ms);
     CHECK_OK(close_device(*device));
   }
+  std::printf("\n");
+  for (const std::string& n : notes) std::printf("%s\n", n.c_str());
   return 0;
 }
 

@@ -156,7 +156,8 @@ struct Problem {
   Geometry g;
   TensorSpec input, output;
   DataType compute;
-  std::string key;
+  std::string key;          // the program: geometry, dtypes and memory configs
+  std::string weights_key;  // the prepared weights: geometry and dtypes only
 };
 
 template <class Params>
@@ -174,19 +175,24 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   if (out != DataType::FLOAT32 && out != DataType::BFLOAT16)
     return unimplemented_error("{}: output dtype must be float32 or bfloat16 for now, found {}", op,
                                data_type_name(out));
-  if (input.memory_config().is_sharded())
-    return unimplemented_error("{}: sharded inputs are not supported yet, found {}; move the input to an "
-                               "interleaved memory config with to_memory_config",
+  // The kernel reads interleaved rows, or one shard holding every row (the
+  // dense staging conv2d converts other inputs into).
+  if (input.memory_config().is_sharded() && input.memory_config().shard_spec->grid.num_cores() != 1)
+    return unimplemented_error("{}: the kernel reads interleaved or single-shard inputs, found {}; conv2d moves "
+                               "other inputs itself",
                                op, input.memory_config().to_string());
   Problem pr;
   pr.g = g;
   pr.input = input.spec();
   // (N, H, W, C) and (1, 1, N*H*W, C) are the same rows: one program, one key.
   pr.input.shape = Shape{1, 1, g.n * g.h * g.w, g.cin};
-  pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, Layout::ROW_MAJOR, input.memory_config()};
+  pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, Layout::ROW_MAJOR,
+                         config.output_memory_config.value_or(input.memory_config())};
   pr.compute = input.dtype();
-  pr.key = fmt::format("{}:{}->{}:w{}", g.descriptor, pr.input.to_string(), short_dtype_name(out),
+  pr.key = fmt::format("{}:{}->{}:w{}", g.descriptor, pr.input.to_string(), pr.output.to_string(),
                        short_dtype_name(config.weights_dtype));
+  pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.input.dtype), short_dtype_name(out),
+                               short_dtype_name(config.weights_dtype));
   return pr;
 }
 
@@ -518,7 +524,7 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
   for (uint32_t i = 0; i < row; ++i) b[i] = bv[i % g.cout];
   TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{1, g.kh, g.cin, row}, pr.compute));
   TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{row}, DataType::FLOAT32));
-  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.key, mh, bh, *input.device(), cq_id));
+  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));
   return launch_patches(input, w, p, pr, cq_id);
 }
 
@@ -587,7 +593,7 @@ StatusOr<Conv2dResult> depthwise_with_weights(const Tensor& input, const Tensor&
   // One row: the kernel reads (kh * kw, C) densely, with no page padding between taps.
   TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{g.kh * g.kw * g.cin}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{g.cout}, DataType::FLOAT32));
-  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.key, mh, bh, *input.device(), cq_id));
+  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));
   return launch_depthwise(input, w, pr, cq_id);
 }
 
@@ -632,7 +638,7 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
     stream.wait();
   }));
   TS_ASSIGN_OR_RETURN(Tensor bias_host, Tensor::from_vector(bv, Shape{1, 1, 1, g.cout}, DataType::FLOAT32));
-  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.key, packed_host, bias_host, device, cq_id));
+  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, packed_host, bias_host, device, cq_id));
   return launch_conv(input, std::move(output), w, pr, *prog, cq_id);
 }
 
@@ -641,8 +647,8 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
                                           const Conv2dConfig& config, uint8_t cq_id) {
   TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config));
   const std::string_view op = pr.g.transposed ? "conv_transpose2d" : "conv2d";
-  if (w.key != pr.key)
-    return invalid_argument_error("{}: the prepared weights are for '{}', not for '{}'", op, w.key, pr.key);
+  if (w.key != pr.weights_key)
+    return invalid_argument_error("{}: the prepared weights are for '{}', not for '{}'", op, w.key, pr.weights_key);
   if (w.weight.device() != input.device() || !w.weight.is_allocated() || !w.bias.is_allocated())
     return failed_precondition_error("{}: the prepared weights are not allocated on the input's device", op);
   if constexpr (std::is_same_v<Params, ConvTranspose2dParams>) {
@@ -651,12 +657,19 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
     if (is_depthwise(pr)) return launch_depthwise(input, w, pr, cq_id);
   }
   Device& device = *input.device();
-  // The weights were prepared together with the program; it is cached.
-  const Program* prog = device.program_cache().find(pr.key);
-  if (!prog)
-    return failed_precondition_error("{}: no program for '{}' on device {}; prepare the weights on this device", op,
-                                     pr.key, device.id());
+  // Same problem in other memory configs: its own program (compiled now
+  // unless a trace is being captured), the same packed weights.
   TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
+  TS_ASSIGN_OR_RETURN(TensorAccess src, make_access(input));
+  TS_ASSIGN_OR_RETURN(TensorAccess dst, make_access(output));
+  TS_ASSIGN_OR_RETURN(const Program* prog, device.program_cache().get_or_compile(
+                                               pr.key, device.may_compile_programs(cq_id),
+                                               [&] { return compile(device, pr, src, dst); }));
+  const uint64_t packed = static_cast<ConvPlan*>(prog->plan.get())->pds[0].weights_desc().get_size();
+  if (packed != w.weight.shape().volume())
+    return failed_precondition_error("{}: the prepared weights hold {} B, the kernel for '{}' packs {} B; prepare "
+                                     "them again",
+                                     op, w.weight.shape().volume(), pr.key, packed);
   return launch_conv(input, std::move(output), w, pr, *prog, cq_id);
 }
 
@@ -664,14 +677,27 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
 
 namespace {
 
-// The input as the kernel reads it: interleaved float32 / bfloat16 rows.
-StatusOr<Tensor> kernel_input(const Tensor& input, std::string_view op, uint8_t cq_id) {
+// Where conv2d stages activations it must convert anyway (tiles, multi-shard
+// tensors): rows as one DRAM shard, dense, so the kernel reads or writes them
+// in place; interleaving them over the banks would cost the kernel another
+// gather or scatter copy. Rows narrower than 4 bytes (and transposed convs,
+// whose patch kernel is a matmul over interleaved rows) stay interleaved.
+MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense) {
+  if (!dense || (uint64_t{cols} * element_size(dtype)) % 4 != 0) return DRAM_MEMORY_CONFIG;
+  return MemoryConfig{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::DRAM,
+                      ShardSpec{CoreRangeSet(CoreRange({0, 0}, {0, 0})), {rows, cols}, ShardOrientation::ROW_MAJOR}};
+}
+
+// The input as the kernel reads it: float32 / bfloat16 rows, interleaved or dense.
+StatusOr<Tensor> kernel_input(const Tensor& input, std::string_view op, bool dense, uint8_t cq_id) {
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
-  if (input.layout() == Layout::TILE) {
-    const DataType dt = input.dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
-    return untilize(input, {.memory_config = DRAM_MEMORY_CONFIG, .dtype = dt, .cq_id = cq_id});
-  }
-  if (input.memory_config().is_sharded()) return to_memory_config(input, DRAM_MEMORY_CONFIG, cq_id);
+  const Shape& s = input.shape();
+  const uint32_t rows = static_cast<uint32_t>(s.volume() / s[-1]);
+  const DataType dt = input.dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+  if (input.layout() == Layout::TILE)
+    return untilize(input, {.memory_config = staging(rows, s[-1], dt, dense), .dtype = dt, .cq_id = cq_id});
+  if (input.memory_config().is_sharded() && input.memory_config().shard_spec->grid.num_cores() != 1)
+    return to_memory_config(input, staging(rows, s[-1], dt, dense), cq_id);
   return input;
 }
 
@@ -758,16 +784,21 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
     return invalid_argument_error("{}: a {} output needs output_layout TILE (block-float tensors are tiles)", op,
                                   data_type_name(out_dt));
   TS_ASSIGN_OR_RETURN(const std::optional<MemoryConfig> planned, plan_output(input, g, config, out_dt, op));
-  TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, cq_id));
+  const bool dense = op == "conv2d";
+  TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, dense, cq_id));
+  const MemoryConfig mc = config.output_memory_config.value_or(planned.value_or(
+      input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config()));
   Conv2dConfig kernel = config;
   kernel.dtype = is_block_float(out_dt) ? DataType::BFLOAT16 : out_dt;
   kernel.output_layout = Layout::ROW_MAJOR;
-  kernel.output_memory_config.reset();
+  // The kernel writes the final memory config when no conversion follows,
+  // else dense rows for the conversion to read.
+  const bool convert = config.output_layout == Layout::TILE || mc.is_sharded();
+  kernel.output_memory_config =
+      convert ? staging(static_cast<uint32_t>(g.output_rows()), g.out_channels, *kernel.dtype, dense) : mc;
   kernel.shard_layout.reset();
   kernel.slice_config.reset();
   TS_ASSIGN_OR_RETURN(Conv2dResult r, core(x, kernel));
-  const MemoryConfig mc = config.output_memory_config.value_or(planned.value_or(
-      input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config()));
   if (config.output_layout == Layout::TILE) {
     TS_ASSIGN_OR_RETURN(r.output, tilize(r.output, {.memory_config = mc, .dtype = out_dt, .cq_id = cq_id}));
   } else if (r.output.memory_config() != mc) {
