@@ -10,6 +10,8 @@
 //                            (median of trace replays; kernel-only time from the
 //                            profiler), end-to-end FPS (2 queues + trace Pipeline,
 //                            host tensors in and out).
+//   bench_unet verify        every layer configuration of the original's table at
+//                            480x640 on wormhole_b0 against the reference kernel.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -142,12 +144,32 @@ int do_compare(const std::string& dir, int frames) {
   return 0;
 }
 
+// Every layer configuration of the original's table at full size on
+// wormhole_b0, against the reference kernel (double precision): the
+// per-layer check of the test suite (which runs at 32x48) at 480x640.
+int do_verify() {
+  auto device = value_or_die(open_device({.descriptor = "wormhole_b0", .l1_small_size = 12 * 8192}));
+  const auto layers = value_or_die(models::unet_conv_configurations(models::unet_random_state_dict(0), {}));
+  std::printf("| layer | input | PCC vs reference (>= 0.999) |\n|---|---|---|\n");
+  double worst = 1.0;
+  for (const models::UNetConvLayer& l : layers) {
+    const cnn::Conv2dConfiguration& c = l.configuration;
+    const double pcc = value_or_die(cnn::verify_conv2d_from_config(c, device, 0.999));
+    worst = std::min(worst, pcc);
+    std::printf("| %s | %ux%ux%u | %.6f |\n", l.name.c_str(), c.input_height, c.input_width, c.in_channels, pcc);
+    std::fflush(stdout);
+  }
+  std::printf("\nlowest: %.6f\n", worst);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "verify") return do_verify();
   const std::string cmd = argc > 2 ? argv[1] : "";
   if (cmd == "export") return do_export(argv[2]);
   if (cmd == "compare") return do_compare(argv[2], argc > 3 ? std::atoi(argv[3]) : 8);
-  std::fprintf(stderr, "usage: bench_unet export DIR | bench_unet compare DIR [FRAMES]\n");
+  std::fprintf(stderr, "usage: bench_unet export DIR | bench_unet compare DIR [FRAMES] | bench_unet verify\n");
   return 2;
 }
