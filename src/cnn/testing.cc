@@ -40,6 +40,17 @@ StatusOr<double> checked(const PccResult& r, double threshold, std::string_view 
   return r.pcc;
 }
 
+// A standard-normal input rounded to bfloat16, on the host and in DRAM.
+struct VerifyInput {
+  Tensor host, device;
+};
+StatusOr<VerifyInput> verify_input(const Shape& shape, Device& device, uint32_t seed) {
+  std::vector<float> v = standard_normal(shape.volume(), seed);
+  TS_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(v, shape, DataType::BFLOAT16));
+  TS_ASSIGN_OR_RETURN(Tensor dev, to_device(host, device, DRAM_MEMORY_CONFIG));
+  return VerifyInput{host, dev};
+}
+
 }  // namespace
 
 PccResult comp_pcc(std::span<const float> golden, std::span<const float> calculated_in, double pcc,
@@ -128,10 +139,9 @@ StatusOr<RandomInput> create_random_input_tensor(const RandomInputOptions& o) {
 StatusOr<double> verify_conv2d_from_config(const Conv2dConfiguration& cfg, const std::shared_ptr<Device>& device,
                                            double pcc_threshold, uint32_t seed) {
   const Shape nhwc{cfg.batch_size, cfg.input_height, cfg.input_width, cfg.in_channels};
-  std::vector<float> xv = standard_normal(nhwc.volume(), seed);
-  for (float& v : xv) v = round_to_bfloat16(v);
-  TS_ASSIGN_OR_RETURN(Tensor x, Tensor::from_vector(xv, nhwc, DataType::BFLOAT16));
-  TS_ASSIGN_OR_RETURN(Tensor dx, to_device(x, *device, DRAM_MEMORY_CONFIG));
+  TS_ASSIGN_OR_RETURN(VerifyInput in, verify_input(nhwc, *device, seed));
+  const Tensor& x = in.host;
+  const Tensor& dx = in.device;
   TS_ASSIGN_OR_RETURN(Conv2d layer, Conv2d::create(cfg, device));
   TS_ASSIGN_OR_RETURN(LayerOutput out, layer.forward(dx));
   const Shape want{1, 1, cfg.batch_size * out.output_height * out.output_width, cfg.out_channels};
@@ -146,10 +156,9 @@ StatusOr<double> verify_conv2d_from_config(const Conv2dConfiguration& cfg, const
 StatusOr<double> verify_maxpool2d_from_config(const MaxPool2dConfiguration& cfg, const std::shared_ptr<Device>& device,
                                               double pcc_threshold, uint32_t seed) {
   const Shape flat{1, 1, cfg.batch_size * cfg.input_height * cfg.input_width, cfg.channels};
-  std::vector<float> xv = standard_normal(flat.volume(), seed);
-  for (float& v : xv) v = round_to_bfloat16(v);
-  TS_ASSIGN_OR_RETURN(Tensor x, Tensor::from_vector(xv, flat, DataType::BFLOAT16));
-  TS_ASSIGN_OR_RETURN(Tensor dx, to_device(x, *device, DRAM_MEMORY_CONFIG));
+  TS_ASSIGN_OR_RETURN(VerifyInput in, verify_input(flat, *device, seed));
+  const Tensor& x = in.host;
+  const Tensor& dx = in.device;
   TS_ASSIGN_OR_RETURN(MaxPool2d layer, MaxPool2d::create(cfg, device));
   TS_ASSIGN_OR_RETURN(Tensor y, layer(dx));
   TS_ASSIGN_OR_RETURN(Tensor ref, reference::max_pool2d(x, cfg.params(), DataType::FLOAT32));
@@ -160,10 +169,9 @@ StatusOr<double> verify_maxpool2d_from_config(const MaxPool2dConfiguration& cfg,
 StatusOr<double> verify_upsample_from_config(const UpsampleConfiguration& cfg, const std::shared_ptr<Device>& device,
                                              double pcc_threshold, uint32_t seed) {
   const Shape nhwc{cfg.batch_size, cfg.input_height, cfg.input_width, cfg.channels};
-  std::vector<float> xv = standard_normal(nhwc.volume(), seed);
-  for (float& v : xv) v = round_to_bfloat16(v);
-  TS_ASSIGN_OR_RETURN(Tensor x, Tensor::from_vector(xv, nhwc, DataType::BFLOAT16));
-  TS_ASSIGN_OR_RETURN(Tensor dx, to_device(x, *device, DRAM_MEMORY_CONFIG));
+  TS_ASSIGN_OR_RETURN(VerifyInput in, verify_input(nhwc, *device, seed));
+  const Tensor& x = in.host;
+  const Tensor& dx = in.device;
   TS_ASSIGN_OR_RETURN(Upsample layer, Upsample::create(cfg, device));
   TS_ASSIGN_OR_RETURN(Tensor y, layer(dx));
   const UpsampleParams up{.scale_h = static_cast<float>(cfg.scale_factor[0]),
