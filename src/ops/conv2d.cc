@@ -59,6 +59,9 @@ struct ConvPlan {
   std::vector<dnnl::primitive> prims;
   std::vector<std::unique_ptr<ConvShard>> shards;
   bool stage_src = false, stage_dst = false;  // rows not dense in the tensor: copy through
+  bool tile_dst = false;                      // the output is tiles: the shard tilizes its rows
+  DataType tile_type = DataType::FLOAT32;     // the output tiles' dtype
+  uint32_t cout = 0;
   std::optional<UnaryWithParam> post_activation;  // when oneDNN lacks it
   DataType out_type = DataType::FLOAT32;
   uint32_t batch = 1, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
@@ -98,8 +101,13 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
       sh.stream.wait();
     }));
     if (plan.post_activation)
-      onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, (d1 - d0) * a.dst.cols);
-    if (plan.stage_dst) scatter_rows(a.dst, d0, d1, dst);
+      onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, (d1 - d0) * plan.cout);
+    if (plan.tile_dst) {
+      onednn::rows_to_tiles(a.dst, plan.tile_type, dst, plan.out_type, d0, d1, plan.cout,
+                            uint64_t{plan.batch} * plan.out_h * plan.out_w);
+    } else if (plan.stage_dst) {
+      scatter_rows(a.dst, d0, d1, dst);
+    }
   }
   return ok_status();
 }
@@ -156,6 +164,7 @@ struct Problem {
   Geometry g;
   TensorSpec input, output;
   DataType compute;
+  DataType dst_dtype;       // the rows the kernel writes (float32 or bfloat16)
   std::string key;          // the program: geometry, dtypes and memory configs
   std::string weights_key;  // the prepared weights: geometry and dtypes only
 };
@@ -172,8 +181,9 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   if (input.dtype() != DataType::FLOAT32 && input.dtype() != DataType::BFLOAT16)
     return unimplemented_error("{}: expected a float32 or bfloat16 input, found {}", op, data_type_name(input.dtype()));
   const DataType out = config.dtype.value_or(input.dtype());
-  if (out != DataType::FLOAT32 && out != DataType::BFLOAT16)
-    return unimplemented_error("{}: output dtype must be float32 or bfloat16 for now, found {}", op,
+  const bool tiled = config.output_layout == Layout::TILE;  // the kernel tilizes its own rows
+  if (!is_floating(out) || (!tiled && is_block_float(out)))
+    return unimplemented_error("{}: output dtype must be float32 or bfloat16 (or block-float tiles), found {}", op,
                                data_type_name(out));
   // The kernel reads interleaved rows, or one shard holding every row (the
   // dense staging conv2d converts other inputs into).
@@ -186,13 +196,17 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   pr.input = input.spec();
   // (N, H, W, C) and (1, 1, N*H*W, C) are the same rows: one program, one key.
   pr.input.shape = Shape{1, 1, g.n * g.h * g.w, g.cin};
-  pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, Layout::ROW_MAJOR,
+  pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, config.output_layout,
                          config.output_memory_config.value_or(input.memory_config())};
   pr.compute = input.dtype();
+  // Block-float tiles are packed from rows of the input's precision.
+  pr.dst_dtype = out == DataType::FLOAT32 || (is_block_float(out) && input.dtype() == DataType::FLOAT32)
+                     ? DataType::FLOAT32
+                     : DataType::BFLOAT16;
   pr.key = fmt::format("{}:{}->{}:w{}", g.descriptor, pr.input.to_string(), pr.output.to_string(),
                        short_dtype_name(config.weights_dtype));
-  pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.input.dtype), short_dtype_name(out),
-                               short_dtype_name(config.weights_dtype));
+  pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.input.dtype),
+                               short_dtype_name(pr.dst_dtype), short_dtype_name(config.weights_dtype));
   return pr;
 }
 
@@ -275,7 +289,7 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   for (auto& sh : plan.shards) {
     const std::array<int64_t, 4> shape{sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom};
     auto src_md = rows_desc(sh->in_rows, g.w, g.cin, pr.compute);
-    auto dst_md = rows_desc(sh->out_rows, g.ow, g.cout, pr.output.dtype);
+    auto dst_md = rows_desc(sh->out_rows, g.ow, g.cout, pr.dst_dtype);
     auto [it, fresh] = by_shape.try_emplace(shape, plan.prims.size());
     if (fresh) {
       const memory::desc& wd = plan.pds.empty() ? w_md : plan.pds[0].weights_desc();
@@ -305,21 +319,24 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
     if (plan.stage_src)
       sh->src_stage = make_aligned_bytes(uint64_t{sh->in_rows} * g.w * g.cin * element_size(pr.compute));
     if (plan.stage_dst)
-      sh->dst_stage = make_aligned_bytes(uint64_t{sh->out_rows} * g.ow * g.cout * element_size(pr.output.dtype));
+      sh->dst_stage = make_aligned_bytes(uint64_t{sh->out_rows} * g.ow * g.cout * element_size(pr.dst_dtype));
   }
 }
 
 StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst) {
   auto plan = std::make_shared<ConvPlan>();
   const Geometry& g = pr.g;
-  plan->out_type = pr.output.dtype;
+  plan->out_type = pr.dst_dtype;
+  plan->tile_type = pr.output.dtype;
+  plan->tile_dst = pr.output.layout == Layout::TILE;
+  plan->cout = g.cout;
   plan->batch = g.n;
   plan->in_h = g.h;
   plan->in_w = g.w;
   plan->out_h = g.oh;
   plan->out_w = g.ow;
   plan->stage_src = dense_row_stride(src) == 0;
-  plan->stage_dst = dense_row_stride(dst) == 0;
+  plan->stage_dst = plan->tile_dst || dense_row_stride(dst) == 0;
   // One shard per worker thread: each thread keeps its rows in its own cache.
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
   Status built = guard("compiling the convolution", [&] {
@@ -543,6 +560,7 @@ bool is_depthwise(const Problem& pr) {
 
 StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
                                         uint8_t cq_id) {
+  if (pr.output.layout != Layout::ROW_MAJOR) return internal_error("conv2d: the depthwise kernel writes rows only");
   const Geometry& g = pr.g;
   Device& device = *input.device();
   TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
@@ -789,17 +807,31 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
   const MemoryConfig mc = config.output_memory_config.value_or(planned.value_or(
       input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config()));
   Conv2dConfig kernel = config;
-  kernel.dtype = is_block_float(out_dt) ? DataType::BFLOAT16 : out_dt;
+  kernel.dtype = !is_block_float(out_dt)           ? out_dt
+                 : in_dt == DataType::FLOAT32 ? DataType::FLOAT32
+                                              : DataType::BFLOAT16;
   kernel.output_layout = Layout::ROW_MAJOR;
-  // The kernel writes the final memory config when no conversion follows,
-  // else dense rows for the conversion to read.
-  const bool convert = config.output_layout == Layout::TILE || mc.is_sharded();
-  kernel.output_memory_config =
-      convert ? staging(static_cast<uint32_t>(g.output_rows()), g.out_channels, *kernel.dtype, dense) : mc;
+  // The oneDNN kernel tilizes its own rows into the final tiles (depthwise
+  // shapes may take another kernel: they tilize after). Otherwise the kernel
+  // writes the final memory config when no conversion follows, else dense
+  // rows for the conversion to read.
+  const bool depthwise_shape = g.groups > 1 && g.groups == g.in_channels && g.out_channels == g.in_channels;
+  const bool fused_tiles = dense && config.output_layout == Layout::TILE && !depthwise_shape;
+  const bool convert = !fused_tiles && (config.output_layout == Layout::TILE || mc.is_sharded());
+  if (fused_tiles) {
+    kernel.output_layout = Layout::TILE;
+    kernel.dtype = out_dt;
+    kernel.output_memory_config = mc;
+  } else {
+    kernel.output_memory_config =
+        convert ? staging(static_cast<uint32_t>(g.output_rows()), g.out_channels, *kernel.dtype, dense) : mc;
+  }
   kernel.shard_layout.reset();
   kernel.slice_config.reset();
   TS_ASSIGN_OR_RETURN(Conv2dResult r, core(x, kernel));
-  if (config.output_layout == Layout::TILE) {
+  if (fused_tiles) {
+    // already final
+  } else if (config.output_layout == Layout::TILE) {
     TS_ASSIGN_OR_RETURN(r.output, tilize(r.output, {.memory_config = mc, .dtype = out_dt, .cq_id = cq_id}));
   } else if (r.output.memory_config() != mc) {
     TS_ASSIGN_OR_RETURN(r.output, to_memory_config(r.output, mc, cq_id));

@@ -47,6 +47,7 @@ Conv2dGeometry conv2d_geometry(const Conv2dParams& p, bool has_bias) {
   g.in_channels = p.in_channels, g.out_channels = p.out_channels;
   g.kernel_h = p.kernel_size[0], g.kernel_w = p.kernel_size[1];
   g.stride_h = p.stride[0], g.stride_w = p.stride[1], g.dilation_h = p.dilation[0], g.dilation_w = p.dilation[1];
+  g.groups = p.groups;
   g.padded_height = p.input_height + p.padding[0] + p.padding[1];
   g.padded_width = p.input_width + p.padding[2] + p.padding[3];
   g.output_height = p.output_height(), g.output_width = p.output_width();
@@ -59,7 +60,7 @@ Conv2dGeometry conv2d_geometry(const ConvTranspose2dParams& p, bool has_bias) {
   g.batch = p.batch_size, g.input_height = p.input_height, g.input_width = p.input_width;
   g.in_channels = p.in_channels, g.out_channels = p.out_channels;
   g.kernel_h = p.kernel_size[0], g.kernel_w = p.kernel_size[1];
-  g.dilation_h = p.dilation[0], g.dilation_w = p.dilation[1];
+  g.dilation_h = p.dilation[0], g.dilation_w = p.dilation[1], g.groups = p.groups;
   g.output_height = p.output_height(), g.output_width = p.output_width();
   // The direct convolution over the stride-dilated input reads every output
   // row's full kernel span: padded extent = output + span - 1.

@@ -204,3 +204,55 @@ TEST_F(Conv2dL1Device, ShardedOutputsHoldTheDramValues) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The conv kernel tilizes its own rows (whole tile bands through the tilize
+// and block-float kernels, bands shared between shards row by row): bit for
+// bit what tilize() makes of the row-major output, for every tile dtype, odd
+// row counts and channel counts, batches, interleaved and sharded outputs.
+TEST(Conv2dTiles, FusedTileOutputsEqualTilize) {
+  ASSERT_OK_AND_ASSIGN(auto cpu, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  struct Case {
+    uint32_t n, h, w, cin, cout;
+  };
+  for (const Case& c : {Case{1, 13, 7, 16, 40}, Case{2, 9, 10, 8, 32}, Case{1, 30, 40, 64, 64}, Case{3, 5, 5, 4, 1}}) {
+    for (DataType in : {DataType::BFLOAT16, DataType::FLOAT32}) {
+      for (DataType out : {DataType::BFLOAT16, DataType::FLOAT32, DataType::BFLOAT8_B, DataType::BFLOAT4_B}) {
+        if (in == DataType::FLOAT32 && out == DataType::BFLOAT16) continue;  // oneDNN: no f32 -> bf16 conv
+        for (auto* dev : {cpu.get(), wh.get()}) {
+          SCOPED_TRACE(fmt::format("n{} {}x{} {}->{} {}->{} on {}", c.n, c.h, c.w, c.cin, c.cout, data_type_name(in),
+                                   data_type_name(out), dev->descriptor().name));
+          Conv2dParams p;
+          p.batch_size = c.n, p.input_height = c.h, p.input_width = c.w, p.in_channels = c.cin, p.out_channels = c.cout;
+          p.with_padding(1, 1);
+          p.activation = {UnaryOpType::RELU};
+          Tensor x = testing::random_tensor(Shape{c.n, c.h, c.w, c.cin}, in, Layout::ROW_MAJOR, 1);
+          ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev, DRAM_MEMORY_CONFIG));
+          ASSERT_OK_AND_ASSIGN(Tensor wt, Tensor::from_vector(testing::random_values(c.cout * c.cin * 9, 2, 0.2f),
+                                                              Shape{c.cout, c.cin, 3, 3}, DataType::FLOAT32));
+          const DataType rows = out == DataType::FLOAT32 || in == DataType::FLOAT32 ? DataType::FLOAT32
+                                                                                    : DataType::BFLOAT16;
+          ASSERT_OK_AND_ASSIGN(Conv2dResult rm, conv2d(dx, wt, std::nullopt, p, {.dtype = rows}));
+          std::vector<std::optional<TensorMemoryLayout>> layouts{std::nullopt};
+          if (dev == wh.get() && c.cout % 32 == 0) layouts.push_back(TensorMemoryLayout::HEIGHT_SHARDED);
+          for (auto layout : layouts) {
+            ASSERT_OK_AND_ASSIGN(Conv2dResult tiled,
+                                 conv2d(dx, rm.weights, p,
+                                        {.dtype = out, .output_layout = Layout::TILE, .shard_layout = layout}));
+            ASSERT_OK_AND_ASSIGN(Tensor want, tilize(rm.output, {.memory_config = tiled.output.memory_config(),
+                                                                 .dtype = out}));
+            ASSERT_OK_AND_ASSIGN(Tensor a, tiled.output.cpu());
+            ASSERT_OK_AND_ASSIGN(Tensor b, want.cpu());
+            EXPECT_EQ(testing::host_bytes(a), testing::host_bytes(b));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "tessera/numerics/block_float.h"
 #include "tessera/numerics/convert.h"
+#include "tessera/numerics/tilize.h"
 
 namespace tessera::onednn {
 
@@ -48,6 +50,82 @@ void scatter_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, const std::by
       std::memcpy(p, in + ((r - r0) * a.cols + c) * a.unit_bytes, uint64_t{run} * a.unit_bytes);
       c += run;
     }
+}
+
+namespace {
+
+// One row of one tile: `v` (32 floats, zeros past the matrix) at tile row `rr`.
+void write_tile_row(std::byte* tile, DataType t, uint32_t rr, const float* v) {
+  if (!is_block_float(t)) {
+    const uint32_t es = element_size(t);
+    for (uint32_t h = 0; h < 2; ++h) convert_from_float(v + h * 16, tile + tile_offset(rr, h * 16) * es, t, 16);
+    return;
+  }
+  const int w = t == DataType::BFLOAT8_B ? kBfp8MantissaBits : kBfp4MantissaBits;
+  for (uint32_t h = 0; h < 2; ++h) {
+    const uint32_t face = (rr / 16) * 2 + h, block = face * 16 + rr % 16;
+    uint32_t bits[16], e = 0;
+    std::memcpy(bits, v + h * 16, sizeof(bits));
+    for (uint32_t b : bits) e = std::max(e, (b >> 23) & 0xffu);
+    tile[block] = static_cast<std::byte>(e);
+    std::byte* data = tile + 64;
+    for (uint32_t i = 0; i < 16; ++i) {
+      const uint8_t q = bfp_encode(bits[i], e, w);
+      if (t == DataType::BFLOAT8_B) {
+        data[block * 16 + i] = static_cast<std::byte>(q);
+      } else {
+        std::byte& byte = data[(block * 16 + i) / 2];
+        byte = i % 2 ? (byte & std::byte{0x0f}) | static_cast<std::byte>(q << 4)
+                     : (byte & std::byte{0xf0}) | static_cast<std::byte>(q & 0x0f);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rows_to_tiles(const TensorAccess& dst, DataType dst_type, const std::byte* src, DataType src_type, uint64_t r0,
+                   uint64_t r1, uint32_t cols, uint64_t total_rows) {
+  const uint32_t es = element_size(src_type), tile_cols = (cols + 31) / 32;
+  const uint64_t row_bytes = uint64_t{cols} * es;
+  const uint64_t end = r1 == total_rows ? (total_rows + 31) / 32 * 32 : r1;  // with the last band's padding
+  alignas(64) std::byte staged[kTileElements * 4];
+  alignas(64) float tile_f[kTileElements];
+  for (uint64_t band = r0 / 32; band * 32 < end; ++band) {
+    const uint64_t b0 = std::max(r0, band * 32), b1 = std::min(end, band * 32 + 32);
+    const bool whole = b0 == band * 32 && b1 == band * 32 + 32;
+    for (uint32_t tc = 0; tc < tile_cols; ++tc) {
+      uint32_t run = 0;
+      std::byte* tile = dst.unit(static_cast<uint32_t>(band), tc, &run);
+      const uint32_t valid = std::min(32u, cols - tc * 32);
+      if (whole) {
+        // Whole bands go through the tilize and block-float kernels.
+        const std::byte* rows[32];
+        for (uint32_t i = 0; i < 32; ++i) {
+          const uint64_t r = band * 32 + i;
+          rows[i] = r < total_rows ? src + (r - r0) * row_bytes + uint64_t{tc} * 32 * es : nullptr;
+        }
+        if (dst_type == src_type) {
+          tilize_tile(rows, valid, tile, es);
+          continue;
+        }
+        tilize_tile(rows, valid, staged, es);
+        convert_to_float(staged, src_type, tile_f, kTileElements);
+        if (is_block_float(dst_type)) {
+          pack_bfp_tiles(tile_f, tile, 1, dst_type);
+        } else {
+          convert_from_float(tile_f, tile, dst_type, kTileElements);
+        }
+        continue;
+      }
+      // A band shared with another shard: this shard's rows only.
+      for (uint64_t r = b0; r < b1; ++r) {
+        float v[32] = {};
+        if (r < total_rows) convert_to_float(src + (r - r0) * row_bytes + uint64_t{tc} * 32 * es, src_type, v, valid);
+        write_tile_row(tile, dst_type, static_cast<uint32_t>(r % 32), v);
+      }
+    }
+  }
 }
 
 void apply_activation_in_place(const UnaryWithParam& act, DataType t, std::byte* data, uint64_t elements) {

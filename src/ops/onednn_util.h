@@ -43,6 +43,18 @@ bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a);
 void gather_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, std::byte* out);
 void scatter_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, const std::byte* in);
 
+// Rows [r0, r1) of a dense row-major matrix (`cols` values of `src_type`,
+// float32 or bfloat16, per row; `src` holds row r0 first) written into the
+// tiles of `dst` (TILE access of a float32, bfloat16, bfloat8_b or bfloat4_b
+// tensor of `total_rows` x `cols`): the conv kernel's tilize, fused into its
+// own output pass. Writes only rows [r0, r1) plus, when r1 == total_rows, the
+// zero padding rows of the last tile band; every written row also gets its
+// zero padding columns. Block-float blocks are rows of 16, so shards that
+// split a tile band between them never write the same bytes. Bit-exact with
+// tilize() followed by the block-float pack.
+void rows_to_tiles(const TensorAccess& dst, DataType dst_type, const std::byte* src, DataType src_type, uint64_t r0,
+                   uint64_t r1, uint32_t cols, uint64_t total_rows);
+
 // Applies `act` in place to `elements` values of dtype `t`.
 void apply_activation_in_place(const UnaryWithParam& act, DataType t, std::byte* data, uint64_t elements);
 

@@ -50,7 +50,7 @@ namespace tessera {
 // one is the direct convolution over its stride-dilated input).
 struct Conv2dGeometry {
   uint32_t batch = 1, input_height = 0, input_width = 0, in_channels = 0, out_channels = 0;
-  uint32_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
+  uint32_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1, groups = 1;
   uint32_t padded_height = 0, padded_width = 0;  // input plus padding (dilated input for transposed)
   uint32_t output_height = 0, output_width = 0;
   bool has_bias = false;
