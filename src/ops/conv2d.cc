@@ -59,6 +59,9 @@ struct ConvPlan {
   std::vector<dnnl::primitive> prims;
   std::vector<std::unique_ptr<ConvShard>> shards;
   bool stage_src = false, stage_dst = false;  // rows not dense in the tensor: copy through
+  bool tile_src = false;                      // the input is tiles: the shard untilizes the rows it reads
+  DataType src_tile_type = DataType::FLOAT32, in_type = DataType::FLOAT32;
+  uint32_t cin = 0;
   bool tile_dst = false;                      // the output is tiles: the shard tilizes its rows
   DataType tile_type = DataType::FLOAT32;     // the output tiles' dtype
   uint32_t cout = 0;
@@ -85,7 +88,11 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
                    d1 = d0 + uint64_t{sh.out_rows} * plan.out_w;
     std::byte* src = plan.stage_src ? sh.src_stage.get() : a.src.base + s0 * src_row;
     std::byte* dst = plan.stage_dst ? sh.dst_stage.get() : a.dst.base + d0 * dst_row;
-    if (plan.stage_src) gather_rows(a.src, s0, s1, src);
+    if (plan.tile_src) {
+      onednn::tiles_to_rows(a.src, plan.src_tile_type, s0, s1, plan.cin, src, plan.in_type);
+    } else if (plan.stage_src) {
+      gather_rows(a.src, s0, s1, src);
+    }
     TS_RETURN_IF_ERROR(guard("running the convolution", [&] {
       sh.src_mem.set_data_handle(src);
       sh.dst_mem.set_data_handle(dst);
@@ -176,21 +183,16 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   TS_RETURN_IF_ERROR(p.validate());
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
   TS_RETURN_IF_ERROR(p.check_input_shape(input.shape().dims()));
-  if (input.layout() != Layout::ROW_MAJOR)
-    return unimplemented_error("{}: the input must be ROW_MAJOR (NHWC rows) for now, found TILE; untilize it", op);
-  if (input.dtype() != DataType::FLOAT32 && input.dtype() != DataType::BFLOAT16)
-    return unimplemented_error("{}: expected a float32 or bfloat16 input, found {}", op, data_type_name(input.dtype()));
+  // Rows of float32 / bfloat16, or tiles of any float dtype (the kernel
+  // untilizes the rows each shard reads).
+  if (!is_floating(input.dtype()) || (input.layout() != Layout::TILE && is_block_float(input.dtype())))
+    return unimplemented_error("{}: expected float32 or bfloat16 rows or float tiles, found {} {}", op,
+                               data_type_name(input.dtype()), layout_name(input.layout()));
   const DataType out = config.dtype.value_or(input.dtype());
   const bool tiled = config.output_layout == Layout::TILE;  // the kernel tilizes its own rows
   if (!is_floating(out) || (!tiled && is_block_float(out)))
     return unimplemented_error("{}: output dtype must be float32 or bfloat16 (or block-float tiles), found {}", op,
                                data_type_name(out));
-  // The kernel reads interleaved rows, or one shard holding every row (the
-  // dense staging conv2d converts other inputs into).
-  if (input.memory_config().is_sharded() && input.memory_config().shard_spec->grid.num_cores() != 1)
-    return unimplemented_error("{}: the kernel reads interleaved or single-shard inputs, found {}; conv2d moves "
-                               "other inputs itself",
-                               op, input.memory_config().to_string());
   Problem pr;
   pr.g = g;
   pr.input = input.spec();
@@ -198,14 +200,14 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   pr.input.shape = Shape{1, 1, g.n * g.h * g.w, g.cin};
   pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, config.output_layout,
                          config.output_memory_config.value_or(input.memory_config())};
-  pr.compute = input.dtype();
+  pr.compute = input.dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
   // Block-float tiles are packed from rows of the input's precision.
   pr.dst_dtype = out == DataType::FLOAT32 || (is_block_float(out) && input.dtype() == DataType::FLOAT32)
                      ? DataType::FLOAT32
                      : DataType::BFLOAT16;
   pr.key = fmt::format("{}:{}->{}:w{}", g.descriptor, pr.input.to_string(), pr.output.to_string(),
                        short_dtype_name(config.weights_dtype));
-  pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.input.dtype),
+  pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.compute),
                                short_dtype_name(pr.dst_dtype), short_dtype_name(config.weights_dtype));
   return pr;
 }
@@ -335,7 +337,11 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   plan->in_w = g.w;
   plan->out_h = g.oh;
   plan->out_w = g.ow;
-  plan->stage_src = dense_row_stride(src) == 0;
+  plan->tile_src = pr.input.layout == Layout::TILE;
+  plan->src_tile_type = pr.input.dtype;
+  plan->in_type = pr.compute;
+  plan->cin = g.cin;
+  plan->stage_src = plan->tile_src || dense_row_stride(src) == 0;
   plan->stage_dst = plan->tile_dst || dense_row_stride(dst) == 0;
   // One shard per worker thread: each thread keeps its rows in its own cache.
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
@@ -560,7 +566,8 @@ bool is_depthwise(const Problem& pr) {
 
 StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
                                         uint8_t cq_id) {
-  if (pr.output.layout != Layout::ROW_MAJOR) return internal_error("conv2d: the depthwise kernel writes rows only");
+  if (pr.output.layout != Layout::ROW_MAJOR || pr.input.layout != Layout::ROW_MAJOR)
+    return internal_error("conv2d: the depthwise kernel reads and writes rows only");
   const Geometry& g = pr.g;
   Device& device = *input.device();
   TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
@@ -626,7 +633,7 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
   }
   const Geometry& g = pr.g;
   Device& device = *input.device();
-  TS_ASSIGN_OR_RETURN(Tensor rounded, round_weights(weight, p, config.weights_dtype, input.dtype()));
+  TS_ASSIGN_OR_RETURN(Tensor rounded, round_weights(weight, p, config.weights_dtype, pr.compute));
   TS_ASSIGN_OR_RETURN(const std::vector<float> bv, bias_values(bias, g));
   // Compile first: the packed weight layout is the chosen kernel's.
   TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
@@ -707,15 +714,18 @@ MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense) {
 }
 
 // The input as the kernel reads it: float32 / bfloat16 rows, interleaved or dense.
-StatusOr<Tensor> kernel_input(const Tensor& input, std::string_view op, bool dense, uint8_t cq_id) {
+StatusOr<Tensor> kernel_input(const Tensor& input, std::string_view op, bool dense, bool direct, uint8_t cq_id) {
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
+  // The oneDNN conv2d kernel reads any tiles or shards itself (each shard
+  // untilizes or gathers the rows it reads); the depthwise kernel and the
+  // transposed conv's patch matmul need interleaved rows.
+  if (direct) return input;
   const Shape& s = input.shape();
   const uint32_t rows = static_cast<uint32_t>(s.volume() / s[-1]);
   const DataType dt = input.dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
   if (input.layout() == Layout::TILE)
     return untilize(input, {.memory_config = staging(rows, s[-1], dt, dense), .dtype = dt, .cq_id = cq_id});
-  if (input.memory_config().is_sharded() && input.memory_config().shard_spec->grid.num_cores() != 1)
-    return to_memory_config(input, staging(rows, s[-1], dt, dense), cq_id);
+  if (input.memory_config().is_sharded()) return to_memory_config(input, staging(rows, s[-1], dt, dense), cq_id);
   return input;
 }
 
@@ -803,7 +813,8 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
                                   data_type_name(out_dt));
   TS_ASSIGN_OR_RETURN(const std::optional<MemoryConfig> planned, plan_output(input, g, config, out_dt, op));
   const bool dense = op == "conv2d";
-  TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, dense, cq_id));
+  const bool depthwise_shape = g.groups > 1 && g.groups == g.in_channels && g.out_channels == g.in_channels;
+  TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, dense, dense && !depthwise_shape, cq_id));
   const MemoryConfig mc = config.output_memory_config.value_or(planned.value_or(
       input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config()));
   Conv2dConfig kernel = config;
@@ -815,7 +826,6 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
   // shapes may take another kernel: they tilize after). Otherwise the kernel
   // writes the final memory config when no conversion follows, else dense
   // rows for the conversion to read.
-  const bool depthwise_shape = g.groups > 1 && g.groups == g.in_channels && g.out_channels == g.in_channels;
   const bool fused_tiles = dense && config.output_layout == Layout::TILE && !depthwise_shape;
   const bool convert = !fused_tiles && (config.output_layout == Layout::TILE || mc.is_sharded());
   if (fused_tiles) {

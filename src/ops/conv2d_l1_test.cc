@@ -256,3 +256,56 @@ TEST(Conv2dTiles, FusedTileOutputsEqualTilize) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The conv kernel reads tiles and shards itself (each shard untilizes or
+// gathers the rows it reads, halo included): bit for bit what it computes
+// from the same values as interleaved rows.
+TEST(Conv2dTiles, TileAndShardedInputsEqualRows) {
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  ASSERT_OK_AND_ASSIGN(auto cpu, open_device({}));
+  struct Case {
+    uint32_t n, h, w, cin, cout;
+  };
+  for (const Case& c : {Case{1, 13, 7, 40, 16}, Case{2, 9, 10, 32, 32}, Case{1, 30, 40, 64, 64}}) {
+    for (DataType tile_type : {DataType::BFLOAT16, DataType::BFLOAT8_B, DataType::BFLOAT4_B, DataType::FLOAT32}) {
+      for (auto* dev : {cpu.get(), wh.get()}) {
+        SCOPED_TRACE(fmt::format("n{} {}x{} {}->{} {} on {}", c.n, c.h, c.w, c.cin, c.cout, data_type_name(tile_type),
+                                 dev->descriptor().name));
+        Conv2dParams p;
+        p.batch_size = c.n, p.input_height = c.h, p.input_width = c.w, p.in_channels = c.cin, p.out_channels = c.cout;
+        p.with_padding(1, 1);
+        const DataType rows = tile_type == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+        Tensor x = testing::random_tensor(Shape{1, 1, c.n * c.h * c.w, c.cin}, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
+        ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev, DRAM_MEMORY_CONFIG));
+        ASSERT_OK_AND_ASSIGN(Tensor tiles, tilize(dx, {.dtype = tile_type}));
+        ASSERT_OK_AND_ASSIGN(Tensor plain, untilize(tiles, {.dtype = rows}));
+        ASSERT_OK_AND_ASSIGN(Tensor wt, Tensor::from_vector(testing::random_values(c.cout * c.cin * 9, 2, 0.2f),
+                                                            Shape{c.cout, c.cin, 3, 3}, DataType::FLOAT32));
+        ASSERT_OK_AND_ASSIGN(Conv2dResult want, conv2d(plain, wt, std::nullopt, p, {}));
+        ASSERT_OK_AND_ASSIGN(Tensor want_h, want.output.cpu());
+        std::vector<Tensor> inputs{tiles};
+        if (dev == wh.get()) {
+          // Height-sharded rows over 8 cores (the row count divides evenly in these cases).
+          const uint32_t total = c.n * c.h * c.w;
+          if (total % 8 == 0) {
+            MemoryConfig hs{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                            ShardSpec{CoreRangeSet(CoreRange({0, 0}, {7, 0})), {total / 8, c.cin}}};
+            ASSERT_OK_AND_ASSIGN(Tensor sharded, to_memory_config(plain, hs));
+            inputs.push_back(sharded);
+          }
+        }
+        for (const Tensor& in : inputs) {
+          ASSERT_OK_AND_ASSIGN(Conv2dResult got, conv2d(in, want.weights, p, {.dtype = rows}));
+          ASSERT_OK_AND_ASSIGN(Tensor got_h, got.output.cpu());
+          EXPECT_EQ(testing::host_bytes(got_h), testing::host_bytes(want_h)) << in.spec().to_string();
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -82,7 +82,70 @@ void write_tile_row(std::byte* tile, DataType t, uint32_t rr, const float* v) {
   }
 }
 
+// Row `rr` of one tile as 32 floats.
+void read_tile_row(const std::byte* tile, DataType t, uint32_t rr, float* v) {
+  if (!is_block_float(t)) {
+    const uint32_t es = element_size(t);
+    for (uint32_t h = 0; h < 2; ++h) convert_to_float(tile + tile_offset(rr, h * 16) * es, t, v + h * 16, 16);
+    return;
+  }
+  const int w = t == DataType::BFLOAT8_B ? kBfp8MantissaBits : kBfp4MantissaBits;
+  for (uint32_t h = 0; h < 2; ++h) {
+    const uint32_t block = ((rr / 16) * 2 + h) * 16 + rr % 16;
+    const uint32_t e = static_cast<uint32_t>(tile[block]);
+    const std::byte* data = tile + 64;
+    for (uint32_t i = 0; i < 16; ++i) {
+      const uint32_t k = block * 16 + i;
+      const uint8_t q = t == DataType::BFLOAT8_B ? static_cast<uint8_t>(data[k])
+                                                 : static_cast<uint8_t>(static_cast<uint8_t>(data[k / 2]) >> (k % 2 ? 4 : 0)) & 0x0f;
+      const uint32_t bits = bfp_decode(q, e, w);
+      std::memcpy(&v[h * 16 + i], &bits, 4);
+    }
+  }
+}
+
 }  // namespace
+
+void tiles_to_rows(const TensorAccess& src, DataType src_type, uint64_t r0, uint64_t r1, uint32_t cols,
+                   std::byte* dst, DataType dst_type) {
+  const uint32_t es = element_size(dst_type), tile_cols = (cols + 31) / 32;
+  const uint64_t row_bytes = uint64_t{cols} * es;
+  alignas(64) float tile_f[kTileElements];
+  alignas(64) float rows_f[kTileElements];
+  for (uint64_t band = r0 / 32; band * 32 < r1; ++band) {
+    const uint64_t b0 = std::max(r0, band * 32), b1 = std::min(r1, band * 32 + 32);
+    for (uint32_t tc = 0; tc < tile_cols; ++tc) {
+      uint32_t run = 0;
+      const std::byte* tile = src.unit(static_cast<uint32_t>(band), tc, &run);
+      const uint32_t valid = std::min(32u, cols - tc * 32);
+      std::byte* out = dst + uint64_t{tc} * 32 * es;
+      if (b1 - b0 == 32 && src_type == dst_type) {  // whole band, same dtype: untilize in place
+        std::byte* rows[32];
+        for (uint32_t i = 0; i < 32; ++i) rows[i] = out + (band * 32 + i - r0) * row_bytes;
+        untilize_tile(tile, rows, valid, es);
+        continue;
+      }
+      if (b1 - b0 == 32) {  // whole band: decode the tile once
+        if (is_block_float(src_type)) {
+          unpack_bfp_tiles(tile, tile_f, 1, src_type);
+        } else {
+          convert_to_float(tile, src_type, tile_f, kTileElements);
+        }
+        std::byte* rows[32];
+        for (uint32_t i = 0; i < 32; ++i) rows[i] = reinterpret_cast<std::byte*>(rows_f + i * 32);
+        untilize_tile(reinterpret_cast<const std::byte*>(tile_f), rows, 32, 4);
+        for (uint32_t i = 0; i < 32; ++i)
+          convert_from_float(rows_f + i * 32, out + (band * 32 + i - r0) * row_bytes, dst_type, valid);
+        continue;
+      }
+      for (uint64_t r = b0; r < b1; ++r) {
+        float v[32];
+        read_tile_row(tile, src_type, static_cast<uint32_t>(r % 32), v);
+        convert_from_float(v, out + (r - r0) * row_bytes, dst_type, valid);
+      }
+    }
+  }
+}
 
 void rows_to_tiles(const TensorAccess& dst, DataType dst_type, const std::byte* src, DataType src_type, uint64_t r0,
                    uint64_t r1, uint32_t cols, uint64_t total_rows) {

@@ -55,6 +55,14 @@ void scatter_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, const std::by
 void rows_to_tiles(const TensorAccess& dst, DataType dst_type, const std::byte* src, DataType src_type, uint64_t r0,
                    uint64_t r1, uint32_t cols, uint64_t total_rows);
 
+// The inverse for the conv kernel's input: rows [r0, r1) of the tiles of
+// `src` (TILE access, `src_type` any float dtype, `cols` values per row) into
+// a dense row-major buffer of `dst_type` (float32 or bfloat16), row r0
+// first. Bit-exact with untilize() (block-float unpacked exactly, then
+// rounded once to `dst_type`).
+void tiles_to_rows(const TensorAccess& src, DataType src_type, uint64_t r0, uint64_t r1, uint32_t cols,
+                   std::byte* dst, DataType dst_type);
+
 // Applies `act` in place to `elements` values of dtype `t`.
 void apply_activation_in_place(const UnaryWithParam& act, DataType t, std::byte* data, uint64_t elements);
 
