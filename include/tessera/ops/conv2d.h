@@ -1,12 +1,14 @@
 // conv2d on a device.
 //
 // Input: a device tensor in NHWC, shaped (N, H, W, C) or flattened
-// (1, 1, N*H*W, C). The kernel reads float32 or bfloat16 rows interleaved in
-// DRAM or L1; TILE inputs (any float dtype, block-float included) are
-// untilized to bfloat16 rows (float32 stays float32) and sharded inputs moved
-// to DRAM interleaved by launches of their own before it.
+// (1, 1, N*H*W, C): float32 / bfloat16 rows or tiles of any float dtype
+// (block-float included), interleaved or sharded in DRAM or L1. The conv2d
+// kernel reads them where they are: each shard of its work untilizes (or
+// gathers) the rows it reads, halo included. Depthwise-shaped convs and
+// conv_transpose2d get interleaved rows first, by launches of their own.
 // Output: (1, 1, N*OH*OW, out_channels) in Conv2dConfig's layout, dtype and
-// memory config.
+// memory config; the kernel tilizes (and block-float packs) its own rows
+// into TILE outputs, bit-exact with tilize().
 // Accumulation is float32; bias and the fused activation are applied before
 // the single rounding to the output dtype.
 //
