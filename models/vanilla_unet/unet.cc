@@ -61,7 +61,9 @@ StatusOr<std::unique_ptr<VanillaUNet>> VanillaUNet::create(const UNetOptions& op
                                                                                    : DataType::BFLOAT8_B,
                    .dtype = activation_dtype(options.precision)};
     if (options.sharded) {
-      c.output_layout = Layout::TILE;
+      // Height-sharded rows: the concat that follows reads rows (the
+      // original writes tiles here and its concat converts them to rows).
+      c.output_layout = Layout::ROW_MAJOR;
       c.shard_layout = TensorMemoryLayout::HEIGHT_SHARDED;
       c.act_block_h_override = kUpActBlockH[4 - i];
       c.deallocate_activation = true;
@@ -110,9 +112,15 @@ StatusOr<Tensor> VanillaUNet::forward(const Tensor& input) {
     TS_ASSIGN_OR_RETURN(x, run_conv(x));
     if (i == 0 && chw) deallocate(in, true);  // convert_to_hwc's output
     TS_ASSIGN_OR_RETURN(x, run_conv(x));
-    // The skip waits in DRAM while the encoder goes on (the original's to_memory_config).
-    if (x.memory_config().buffer_type != BufferType::DRAM) {
-      StatusOr<Tensor> s = to_memory_config(x, DRAM_MEMORY_CONFIG);
+    // The skip waits in DRAM while the encoder goes on (the original's
+    // to_memory_config), as rows: the pool and, later, the concat read rows,
+    // so one untilize here replaces the original's copy plus the two
+    // conversions its pool and concat make.
+    if (x.memory_config().buffer_type != BufferType::DRAM || x.layout() != Layout::ROW_MAJOR) {
+      StatusOr<Tensor> s = x.layout() == Layout::TILE
+                               ? untilize(x, {.memory_config = DRAM_MEMORY_CONFIG,
+                                              .dtype = activation_dtype(o.precision)})
+                               : to_memory_config(x, DRAM_MEMORY_CONFIG);
       TS_RETURN_IF_ERROR(in_layer(s.status(), fmt::format("encoder{} skip", i + 1)));
       deallocate(x, true);
       x = *s;
@@ -136,13 +144,17 @@ StatusOr<Tensor> VanillaUNet::forward(const Tensor& input) {
     MemoryConfig rm_mc = DRAM_MEMORY_CONFIG, tile_mc = DRAM_MEMORY_CONFIG;
     if (umc.memory_layout == TensorMemoryLayout::HEIGHT_SHARDED) {
       const uint32_t width = up->shape()[3] + skips[i].shape()[3];
-      const uint32_t rows = up->shape()[0] * up->shape()[1] * up->shape()[2], cores = umc.shard_spec->grid.num_cores();
-      tile_mc = umc;
-      tile_mc.shard_spec->shape[1] = width;
-      if (rows % cores == 0) {
-        rm_mc = tile_mc;
-        rm_mc.shard_spec->shape[0] = rows / cores;
-      }
+      const uint32_t rows = up->shape()[0] * up->shape()[1] * up->shape()[2];
+      rm_mc = umc;
+      rm_mc.shard_spec->shape[1] = width;
+      // Tiles need whole 32-row shards: the tile rows over as many of the
+      // grid's cores as divide them.
+      const uint32_t tiles = (rows + 31) / 32;
+      uint32_t cores = std::min(tiles, up->device()->descriptor().num_cores());
+      while (tiles % cores) --cores;
+      TS_ASSIGN_OR_RETURN(CoreRangeSet grid, num_cores_to_corerangeset(cores, up->device()->descriptor().grid));
+      tile_mc = MemoryConfig{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                             ShardSpec{grid, {tiles / cores * 32, width}, ShardOrientation::ROW_MAJOR}};
     }
     TS_ASSIGN_OR_RETURN(Tensor ur, rows(*up));
     TS_ASSIGN_OR_RETURN(Tensor sr, rows(skips[i]));
