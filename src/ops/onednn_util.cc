@@ -111,7 +111,7 @@ void tiles_to_rows(const TensorAccess& src, DataType src_type, uint64_t r0, uint
   const uint32_t es = element_size(dst_type), tile_cols = (cols + 31) / 32;
   const uint64_t row_bytes = uint64_t{cols} * es;
   alignas(64) float tile_f[kTileElements];
-  alignas(64) float rows_f[kTileElements];
+  alignas(64) std::byte staged[kTileElements * 4];
   for (uint64_t band = r0 / 32; band * 32 < r1; ++band) {
     const uint64_t b0 = std::max(r0, band * 32), b1 = std::min(r1, band * 32 + 32);
     for (uint32_t tc = 0; tc < tile_cols; ++tc) {
@@ -125,17 +125,16 @@ void tiles_to_rows(const TensorAccess& src, DataType src_type, uint64_t r0, uint
         untilize_tile(tile, rows, valid, es);
         continue;
       }
-      if (b1 - b0 == 32) {  // whole band: decode the tile once
+      if (b1 - b0 == 32) {  // whole band: decode the tile once, convert in tile order, then untilize
         if (is_block_float(src_type)) {
           unpack_bfp_tiles(tile, tile_f, 1, src_type);
         } else {
           convert_to_float(tile, src_type, tile_f, kTileElements);
         }
+        convert_from_float(tile_f, staged, dst_type, kTileElements);
         std::byte* rows[32];
-        for (uint32_t i = 0; i < 32; ++i) rows[i] = reinterpret_cast<std::byte*>(rows_f + i * 32);
-        untilize_tile(reinterpret_cast<const std::byte*>(tile_f), rows, 32, 4);
-        for (uint32_t i = 0; i < 32; ++i)
-          convert_from_float(rows_f + i * 32, out + (band * 32 + i - r0) * row_bytes, dst_type, valid);
+        for (uint32_t i = 0; i < 32; ++i) rows[i] = out + (band * 32 + i - r0) * row_bytes;
+        untilize_tile(staged, rows, valid, es);
         continue;
       }
       for (uint64_t r = b0; r < b1; ++r) {
