@@ -20,14 +20,7 @@ uint32_t largest_divisor(uint64_t n, uint32_t limit) {
 
 // Bytes of `elements` values in a circular buffer or L1 buffer of dtype `t`.
 uint64_t bytes_of(DataType t, uint64_t elements) {
-  switch (t) {
-    case DataType::BFLOAT8_B:
-      return div_up(elements, kTileElements) * 1088;
-    case DataType::BFLOAT4_B:
-      return div_up(elements, kTileElements) * 576;
-    default:
-      return elements * element_size(t);
-  }
+  return is_block_float(t) ? div_up(elements, kTileElements) * tile_size_bytes(t) : elements * element_size(t);
 }
 
 // The activation as the conv's readers hold it: float32 stays float32, every
