@@ -6,29 +6,20 @@
 //   node run_unet.js DIR [REPS]
 const fs = require('fs');
 const path = require('path');
-const ort = require('onnxruntime-node');
+const {ort, createSession, timeRuns, median} = require('./session');
 
 async function main() {
   const [dir, repsArg] = process.argv.slice(2);
   const reps = Number(repsArg || 10);
-  const session = await ort.InferenceSession.create(path.join(dir, 'unet.onnx'), {
-    executionProviders: ['cpu'], intraOpNumThreads: 2, interOpNumThreads: 1, graphOptimizationLevel: 'all',
-  });
+  const session = await createSession(path.join(dir, 'unet.onnx'));
   const buf = fs.readFileSync(path.join(dir, 'input.bin'));
   const x = new Float32Array(buf.buffer, buf.byteOffset, buf.byteLength / 4);
   const feeds = {input: new ort.Tensor('float32', x, [1, 3, 480, 640])};
   const out = new ort.Tensor('float32', new Float32Array(480 * 640), [1, 1, 480, 640]);
   const fetches = {output: out};
-  for (let i = 0; i < 2; ++i) await session.run(feeds, fetches);
-  const times = [];
-  for (let i = 0; i < reps; ++i) {
-    const t0 = process.hrtime.bigint();
-    await session.run(feeds, fetches);
-    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
-  }
-  times.sort((a, b) => a - b);
+  const times = await timeRuns(session, feeds, fetches, reps, 2);
   fs.writeFileSync(path.join(dir, 'ort_output.bin'), Buffer.from(out.data.buffer, out.data.byteOffset, out.data.byteLength));
   fs.writeFileSync(path.join(dir, 'ort.txt'),
-                   `${times[Math.floor(times.length / 2)].toFixed(3)} ${times[0].toFixed(3)} ${times[times.length - 1].toFixed(3)}\n`);
+                   `${median(times).toFixed(3)} ${times[0].toFixed(3)} ${times[times.length - 1].toFixed(3)}\n`);
 }
 main().catch((e) => { console.error(e); process.exit(1); });

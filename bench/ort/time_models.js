@@ -8,7 +8,7 @@
 //   node time_models.js LAYERS_TXT MODEL_DIR [REPS]
 const fs = require('fs');
 const path = require('path');
-const ort = require('onnxruntime-node');
+const {ort, createSession, timeRuns, median} = require('./session');
 
 async function main() {
   const [layersTxt, dir, repsArg] = process.argv.slice(2);
@@ -20,22 +20,13 @@ async function main() {
     const [h, w, c, k, r, stride] = f.slice(2, 8).map(Number);
     const pad = Math.floor(r / 2);
     const oh = Math.floor((h + 2 * pad - r) / stride) + 1, ow = Math.floor((w + 2 * pad - r) / stride) + 1;
-    const session = await ort.InferenceSession.create(path.join(dir, `${set}.${name}.onnx`), {
-      executionProviders: ['cpu'], intraOpNumThreads: 2, interOpNumThreads: 1, graphOptimizationLevel: 'all',
-    });
+    const session = await createSession(path.join(dir, `${set}.${name}.onnx`));
     const shape = [1, c, h, w];
     const feeds = {[session.inputNames[0]]: new ort.Tensor('float32', new Float32Array(c * h * w).fill(0.5), shape)};
     const out = [1, k, oh, ow];
     const fetches = {[session.outputNames[0]]: new ort.Tensor('float32', new Float32Array(k * oh * ow), out)};
-    for (let i = 0; i < 3; ++i) await session.run(feeds, fetches);
-    const times = [];
-    for (let i = 0; i < reps; ++i) {
-      const t0 = process.hrtime.bigint();
-      await session.run(feeds, fetches);
-      times.push(Number(process.hrtime.bigint() - t0) / 1e6);
-    }
-    times.sort((a, b) => a - b);
-    process.stdout.write(`${set}.${name}\t${times[Math.floor(times.length / 2)].toFixed(4)}\n`);
+    const times = await timeRuns(session, feeds, fetches, reps);
+    process.stdout.write(`${set}.${name}\t${median(times).toFixed(4)}\n`);
   }
 }
 main().catch((e) => { console.error(e); process.exit(1); });

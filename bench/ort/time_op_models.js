@@ -6,7 +6,7 @@
 //   node time_op_models.js MODEL_DIR [REPS]
 const fs = require('fs');
 const path = require('path');
-const ort = require('onnxruntime-node');
+const {ort, createSession, timeRuns, median} = require('./session');
 
 const volume = (s) => s.reduce((a, b) => a * b, 1);
 
@@ -15,22 +15,13 @@ async function main() {
   const reps = Number(repsArg || 15);
   const shapes = JSON.parse(fs.readFileSync(path.join(dir, 'shapes.json'), 'utf8'));
   for (const [key, io] of Object.entries(shapes)) {
-    const session = await ort.InferenceSession.create(path.join(dir, `${key}.onnx`), {
-      executionProviders: ['cpu'], intraOpNumThreads: 2, interOpNumThreads: 1, graphOptimizationLevel: 'all',
-    });
+    const session = await createSession(path.join(dir, `${key}.onnx`));
     const feeds = {};
     for (const [name, shape] of Object.entries(io.inputs))
       feeds[name] = new ort.Tensor('float32', new Float32Array(volume(shape)).fill(0.5), shape);
     const fetches = {out: new ort.Tensor('float32', new Float32Array(volume(io.output)), io.output)};
-    for (let i = 0; i < 3; ++i) await session.run(feeds, fetches);
-    const times = [];
-    for (let i = 0; i < reps; ++i) {
-      const t0 = process.hrtime.bigint();
-      await session.run(feeds, fetches);
-      times.push(Number(process.hrtime.bigint() - t0) / 1e6);
-    }
-    times.sort((a, b) => a - b);
-    process.stdout.write(`${key}\t${times[Math.floor(times.length / 2)].toFixed(4)}\n`);
+    const times = await timeRuns(session, feeds, fetches, reps);
+    process.stdout.write(`${key}\t${median(times).toFixed(4)}\n`);
   }
 }
 main().catch((e) => { console.error(e); process.exit(1); });
