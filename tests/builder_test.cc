@@ -291,3 +291,38 @@ TEST(Testing, DevicePerfTestMeasuresKernelTime) {
 
 }  // namespace
 }  // namespace tessera::cnn
+
+namespace tessera::cnn {
+namespace {
+
+TEST(Builder, ErrorPathsOfLayersAndPerfTest) {
+  Conv2dConfiguration c = Conv2dConfiguration::with_random_weights(8, 8, 16, 32, 1, {3, 3});
+  EXPECT_EQ(Conv2d::create(c, nullptr).status().message(), "Conv2d: expected a device, got none");
+  auto dev = open("cpu");
+  Conv2dConfiguration on_device = c;
+  on_device.weight = to_device(c.weight, *dev).value();
+  EXPECT_THAT(Conv2d::create(on_device, dev).status().message(), HasSubstr("expected host weight and bias tensors"));
+  MaxPool2dConfiguration p{.input_height = 8, .input_width = 8, .channels = 32, .batch_size = 1, .kernel_size = {2, 2}};
+  EXPECT_EQ(MaxPool2d::create(p, nullptr).status().message(), "MaxPool2d: expected a device, got none");
+  p.slice_strategy = L1FullSliceStrategyConfiguration{};
+  EXPECT_THAT(p.validate().message(), HasSubstr("Only channel slicing is supported"));
+  UpsampleConfiguration u{.input_height = 8, .input_width = 0, .channels = 32, .batch_size = 1};
+  EXPECT_THAT(u.validate().message(), HasSubstr("sizes and scale factors must be > 0"));
+  u.input_width = 8;
+  EXPECT_EQ(Upsample::create(u, nullptr).status().message(), "Upsample: expected a device, got none");
+
+  DevicePerformanceTestConfiguration perf{.model_name = "m"};
+  EXPECT_THAT(run_device_perf_test(perf).status().message(), HasSubstr("expected a device and a test command"));
+  perf.device = dev;
+  perf.test_command = [] { return ok_status(); };
+  EXPECT_THAT(run_device_perf_test(perf).status().message(), HasSubstr("expected num_iterations >= 1"));
+  perf.expected_throughput_fps = 10;
+  Status nothing = run_device_perf_test(perf).status();
+  EXPECT_EQ(nothing.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(nothing.message(), HasSubstr("the test command launched nothing on the device"));
+  perf.test_command = [] { return invalid_argument_error("the model failed"); };
+  EXPECT_EQ(run_device_perf_test(perf).status().message(), "the model failed");
+}
+
+}  // namespace
+}  // namespace tessera::cnn

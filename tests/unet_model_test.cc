@@ -159,6 +159,9 @@ TEST(UNetModel, ErrorsNameTheLayer) {
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), ::testing::StartsWith("Vanilla UNet layer 'encoder1.enc1conv1': Statically allocated "
                                                  "circular buffers on core range [(x=0,y=0) - (x=7,y=7)]"));
+  EXPECT_EQ(VanillaUNet::create({}, nullptr).status().message(), "VanillaUNet: expected a device, got none");
+  EXPECT_THAT(write_unet_onnx(unet_random_state_dict(), "/nonexistent.onnx", 1, 100, 64).message(),
+              ::testing::HasSubstr("write_unet_onnx: expected batch >= 1 and height, width multiples of 16"));
   cnn::WeightMap sd = unet_random_state_dict();
   sd.erase("upconv2.bias");
   EXPECT_EQ(VanillaUNet::create({.state_dict = sd}, wh).status().message(),

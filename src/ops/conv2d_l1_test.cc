@@ -309,3 +309,42 @@ TEST(Conv2dTiles, TileAndShardedInputsEqualRows) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(Conv2dL1, PlanErrors) {
+  Conv2dParams p;
+  p.input_height = 30, p.input_width = 40, p.in_channels = 96, p.out_channels = 64;
+  p.with_padding(1, 1);
+  const Conv2dGeometry g = conv2d_geometry(p, false);
+  // Width sharding splits the padded input channels over act_block_w_div blocks per core.
+  ASSERT_OK_AND_ASSIGN(auto pw, determine_conv2d_parallel_config(g, TensorMemoryLayout::WIDTH_SHARDED, Layout::TILE,
+                                                                 {8, 8}, std::nullopt));
+  Conv2dConfig c;
+  c.act_block_w_div = 5;
+  EXPECT_THAT(estimate_conv2d_l1(g, pw, c, DataType::BFLOAT16, DataType::BFLOAT16).status().message(),
+              ::testing::StartsWith("Padded In Channels = "));
+  const CoreRangeSet l_shape({CoreRange({0, 0}, {1, 1}), CoreRange({2, 0}, {2, 0})});
+  EXPECT_THAT(determine_conv2d_parallel_config(g, TensorMemoryLayout::BLOCK_SHARDED, Layout::TILE, {8, 8}, l_shape)
+                  .status()
+                  .message(),
+              ::testing::HasSubstr("BLOCK_SHARDED needs a rectangular core_grid"));
+  EXPECT_EQ(determine_conv2d_parallel_config(g, TensorMemoryLayout::INTERLEAVED, Layout::TILE, {8, 8}, std::nullopt)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  // More DRAM slices than output rows.
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  Tensor x = testing::random_tensor(Shape{1, 30, 40, 96}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev, DRAM_MEMORY_CONFIG));
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(64 * 96 * 9, 2, 0.1f),
+                                                     Shape{64, 96, 3, 3}, DataType::FLOAT32));
+  EXPECT_THAT(conv2d(dx, w, std::nullopt, p, {.slice_config = Conv2dSliceConfig{Conv2dSliceType::DRAM_HEIGHT, 31}})
+                  .status()
+                  .message(),
+              ::testing::HasSubstr("31 DRAM_HEIGHT slices for an output 30 rows long"));
+}
+
+}  // namespace
+}  // namespace tessera
