@@ -19,6 +19,7 @@
 #include <random>
 
 #include "harness.h"
+#include "tessera/import/onnx.h"
 #include "tessera/cnn/pipeline.h"
 #include "tessera/cnn/testing.h"
 #include "tessera/device/profiler.h"
@@ -70,7 +71,7 @@ int do_compare(const std::string& dir, int frames) {
       return 1;
     }
   }
-  const cnn::WeightMap sd = value_or_die(cnn::load_onnx_initializers(dir + "/unet.onnx"));
+  const cnn::WeightMap sd = value_or_die(importer::load_onnx_initializers(dir + "/unet.onnx"));
   std::printf("ONNX Runtime (onnxruntime-node, CPU EP, 2 threads), float32: %.1f ms median (min %.1f, max %.1f), "
               "%.2f FPS\n\n",
               ort_ms, ort_min, ort_max, 1e3 / ort_ms);

@@ -2,7 +2,7 @@
 # Installs every Debian package Tessera needs to build, test and benchmark.
 set -euo pipefail
 PACKAGES=(cmake ninja-build g++ pkg-config libfmt-dev libhwloc-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libdnnl-dev libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata libzip-dev)
+  libdnnl-dev libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata libzip-dev libcli11-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "tessera/cnn/testing.h"
+#include "tessera/import/onnx.h"
 #include "tessera/ops/conv_transpose2d.h"
 #include "tessera/ops/manipulation.h"
 #include "tessera/ops/normalization.h"
@@ -180,7 +181,7 @@ TEST(UNetModel, OnnxExportRoundTrips) {
   }
   EXPECT_NO_THROW(onnx::checker::check_model(model));
   EXPECT_EQ(model.graph().node_size(), 18 * 3 + 4 + 4 * 2 + 1);
-  ASSERT_OK_AND_ASSIGN(cnn::WeightMap back, cnn::load_onnx_initializers(path));
+  ASSERT_OK_AND_ASSIGN(cnn::WeightMap back, importer::load_onnx_initializers(path));
   ASSERT_EQ(back.size(), sd.size());
   for (const auto& [name, t] : sd) {
     ASSERT_TRUE(back.count(name)) << name;

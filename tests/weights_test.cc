@@ -2,6 +2,7 @@
 // errors, and fuzzed inputs that must fail cleanly), batch-norm folding and
 // the module-parameter walker.
 #include "tessera/cnn/weights.h"
+#include "tessera/import/onnx.h"
 
 #include <onnx/onnx_pb.h>
 
@@ -178,7 +179,7 @@ TEST(Onnx, InitializersInEveryEncoding) {
     std::ofstream out(path, std::ios::binary);
     ASSERT_TRUE(model.SerializeToOstream(&out));
   }
-  ASSERT_OK_AND_ASSIGN(WeightMap w, load_onnx_initializers(path));
+  ASSERT_OK_AND_ASSIGN(WeightMap w, importer::load_onnx_initializers(path));
   EXPECT_EQ(values(w.at("raw")), (std::vector<float>{1, 2, 3, 4}));
   EXPECT_EQ(w.at("raw").shape(), (Shape{2, 2}));
   EXPECT_EQ(values(w.at("typed")), (std::vector<float>{5, 6, 7}));
@@ -192,10 +193,10 @@ TEST(Onnx, InitializersInEveryEncoding) {
     std::ofstream out(path, std::ios::binary);
     ASSERT_TRUE(model.SerializeToOstream(&out));
   }
-  EXPECT_THAT(load_onnx_initializers(path).status().message(), HasSubstr("initializer 'typed': 4 values for 3"));
+  EXPECT_THAT(importer::load_onnx_initializers(path).status().message(), HasSubstr("initializer 'typed': 4 values in float_data for 3 elements"));
   write_file(path, "\xff\xff\xff\xff not a model");
-  EXPECT_EQ(load_onnx_initializers(path).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(load_onnx_initializers(temp_path("none.onnx")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(importer::load_onnx_initializers(path).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(importer::load_onnx_initializers(temp_path("none.onnx")).status().code(), StatusCode::kNotFound);
   std::filesystem::remove(path);
   std::filesystem::remove(ext);
 }

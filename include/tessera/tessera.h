@@ -8,3 +8,6 @@
 #include "tessera/ops/data_movement.h"
 #include "tessera/ops/eltwise.h"
 #include "tessera/tensor/tensor.h"
+// The compiler: ONNX import, the graph IR and compiled models.
+#include "tessera/import/onnx.h"
+#include "tessera/runtime/compiled_model.h"

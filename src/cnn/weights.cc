@@ -1,8 +1,8 @@
 #include "tessera/cnn/weights.h"
 
-#include <zip.h>
+#include "tessera/numerics/bfloat16.h"
 
-#include <onnx/onnx_pb.h>
+#include <zip.h>
 
 #include <cmath>
 #include <cstring>
@@ -20,19 +20,6 @@ StatusOr<std::string> read_file(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(man), -24);
-  } else if (exp == 31) {
-    v = man ? std::nanf("") : INFINITY;
-  } else {
-    v = std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
-  }
-  return sign ? -v : v;
 }
 
 // Element kinds both file formats carry.
@@ -61,7 +48,7 @@ StatusOr<std::vector<float>> to_floats(const char* p, uint64_t n, Kind kind, std
     switch (kind) {
       case Kind::F32: out[i] = load_le<float>(p); continue;
       case Kind::F64: out[i] = static_cast<float>(load_le<double>(p)); continue;
-      case Kind::F16: out[i] = half_to_float(load_le<uint16_t>(p)); continue;
+      case Kind::F16: out[i] = float16_to_float(load_le<uint16_t>(p)); continue;
       case Kind::BF16: {
         const uint32_t bits = uint32_t{load_le<uint16_t>(p)} << 16;
         std::memcpy(&out[i], &bits, 4);
@@ -237,6 +224,35 @@ StatusOr<WeightMap> load_npz(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// A float32 array as .npy version 1 bytes (what numpy.save writes).
+StatusOr<std::string> npy_bytes(const Tensor& t) {
+  TS_ASSIGN_OR_RETURN(std::vector<float> v, t.to_vector());
+  std::string shape;
+  for (uint32_t d : t.shape().dims()) shape += fmt::format("{}{}", shape.empty() ? "" : ", ", d);
+  shape = t.shape().rank() == 1 ? fmt::format("({},)", shape) : fmt::format("({})", shape);
+  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': {}, }}", shape);
+  header.append(64 - (10 + header.size() + 1) % 64, ' ').push_back('\n');
+  std::string b = "\x93NUMPY\x01";
+  b.push_back('\0');
+  const uint16_t hl = static_cast<uint16_t>(header.size());
+  b.append(reinterpret_cast<const char*>(&hl), 2);
+  b += header;
+  b.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  return b;
+}
+
+}  // namespace
+
+Status save_npy(const std::string& path, const Tensor& array) {
+  TS_ASSIGN_OR_RETURN(std::string b, npy_bytes(array));
+  std::ofstream out(path, std::ios::binary);
+  if (!out || !out.write(b.data(), static_cast<std::streamsize>(b.size())))
+    return invalid_argument_error("{}: cannot write the file", path);
+  return ok_status();
+}
+
 Status save_npz(const std::string& path, const WeightMap& arrays) {
   int err = 0;
   zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
@@ -244,23 +260,12 @@ Status save_npz(const std::string& path, const WeightMap& arrays) {
   std::vector<std::string> buffers;  // must live until zip_close
   buffers.reserve(arrays.size());
   for (const auto& [name, t] : arrays) {
-    StatusOr<std::vector<float>> v = t.to_vector();
-    if (!v.ok()) {
+    StatusOr<std::string> b = npy_bytes(t);
+    if (!b.ok()) {
       zip_discard(z);
-      return v.status();
+      return b.status();
     }
-    std::string shape;
-    for (uint32_t d : t.shape().dims()) shape += fmt::format("{}{}", shape.empty() ? "" : ", ", d);
-    shape = t.shape().rank() == 1 ? fmt::format("({},)", shape) : fmt::format("({})", shape);
-    std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': {}, }}", shape);
-    header.append(64 - (10 + header.size() + 1) % 64, ' ').push_back('\n');
-    std::string b = "\x93NUMPY\x01";
-    b.push_back('\0');
-    const uint16_t hl = static_cast<uint16_t>(header.size());
-    b.append(reinterpret_cast<const char*>(&hl), 2);
-    b += header;
-    b.append(reinterpret_cast<const char*>(v->data()), v->size() * 4);
-    buffers.push_back(std::move(b));
+    buffers.push_back(std::move(*b));
     zip_source_t* src = zip_source_buffer(z, buffers.back().data(), buffers.back().size(), 0);
     const zip_int64_t idx = src ? zip_file_add(z, (name + ".npy").c_str(), src, ZIP_FL_OVERWRITE) : -1;
     if (idx < 0 || zip_set_file_compression(z, static_cast<zip_uint64_t>(idx), ZIP_CM_STORE, 0) != 0) {
@@ -276,99 +281,6 @@ Status save_npz(const std::string& path, const WeightMap& arrays) {
     return internal_error("{}: cannot write the archive: {}", path, msg);
   }
   return ok_status();
-}
-
-// ---- ONNX ----
-
-StatusOr<WeightMap> load_onnx_initializers(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found_error("cannot open '{}'", path);
-  onnx::ModelProto model;
-  if (!model.ParseFromIstream(&in)) return invalid_argument_error("{}: not an ONNX model (protobuf parse failed)", path);
-  if (model.graph().sparse_initializer_size() > 0)
-    return unimplemented_error("{}: {} sparse initializers; Tessera reads dense initializers only", path,
-                               model.graph().sparse_initializer_size());
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  WeightMap out;
-  for (const onnx::TensorProto& t : model.graph().initializer()) {
-    const std::string what = fmt::format("{}: initializer '{}'", path, t.name());
-    std::vector<uint32_t> dims;
-    uint64_t count = 1;
-    for (int64_t d : t.dims()) {
-      if (d < 0 || d > UINT32_MAX) return invalid_argument_error("{}: dimension {} is out of range", what, d);
-      dims.push_back(static_cast<uint32_t>(d));
-      count *= static_cast<uint64_t>(d);
-    }
-    Kind kind;
-    switch (t.data_type()) {
-      case onnx::TensorProto::FLOAT: kind = Kind::F32; break;
-      case onnx::TensorProto::DOUBLE: kind = Kind::F64; break;
-      case onnx::TensorProto::FLOAT16: kind = Kind::F16; break;
-      case onnx::TensorProto::BFLOAT16: kind = Kind::BF16; break;
-      case onnx::TensorProto::INT8: kind = Kind::I8; break;
-      case onnx::TensorProto::UINT8: kind = Kind::U8; break;
-      case onnx::TensorProto::BOOL: kind = Kind::BOOL; break;
-      case onnx::TensorProto::INT16: kind = Kind::I16; break;
-      case onnx::TensorProto::UINT16: kind = Kind::U16; break;
-      case onnx::TensorProto::INT32: kind = Kind::I32; break;
-      case onnx::TensorProto::INT64: kind = Kind::I64; break;
-      default:
-        return unimplemented_error("{}: ONNX data type {} is not supported", what, t.data_type());
-    }
-    if (count == 0) continue;  // an empty initializer carries no weights
-    std::vector<float> values;
-    std::string raw;
-    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-      std::string location;
-      uint64_t offset = 0, length = count * kind_size(kind);
-      for (const auto& kv : t.external_data()) {
-        if (kv.key() == "location") location = kv.value();
-        if (kv.key() == "offset") offset = std::stoull(kv.value());
-        if (kv.key() == "length") length = std::stoull(kv.value());
-      }
-      TS_ASSIGN_OR_RETURN(std::string file, read_file((dir / location).string()));
-      if (offset + length > file.size() || length != count * kind_size(kind))
-        return invalid_argument_error("{}: external data {} [{}, +{}) does not hold {} values", what, location, offset,
-                                      length, count);
-      raw = file.substr(offset, length);
-    } else if (t.has_raw_data()) {
-      raw = t.raw_data();
-    }
-    if (!raw.empty() || t.has_raw_data()) {
-      if (raw.size() != count * kind_size(kind))
-        return invalid_argument_error("{}: {} B of raw data for {} values", what, raw.size(), count);
-      TS_ASSIGN_OR_RETURN(values, to_floats(raw.data(), count, kind, what));
-    } else {
-      auto need = [&](uint64_t have) -> Status {
-        if (have != count) return invalid_argument_error("{}: {} values for {} elements", what, have, count);
-        return ok_status();
-      };
-      values.resize(count);
-      if (kind == Kind::F32) {
-        TS_RETURN_IF_ERROR(need(static_cast<uint64_t>(t.float_data_size())));
-        std::copy(t.float_data().begin(), t.float_data().end(), values.begin());
-      } else if (kind == Kind::F64) {
-        TS_RETURN_IF_ERROR(need(static_cast<uint64_t>(t.double_data_size())));
-        for (uint64_t i = 0; i < count; ++i) values[i] = static_cast<float>(t.double_data(static_cast<int>(i)));
-      } else if (kind == Kind::I64) {
-        TS_RETURN_IF_ERROR(need(static_cast<uint64_t>(t.int64_data_size())));
-        std::string bytes(reinterpret_cast<const char*>(t.int64_data().data()), count * 8);
-        TS_ASSIGN_OR_RETURN(values, to_floats(bytes.data(), count, kind, what));
-      } else {
-        // int32_data holds every narrower type, one value (or bit pattern) each.
-        TS_RETURN_IF_ERROR(need(static_cast<uint64_t>(t.int32_data_size())));
-        std::string bytes(count * kind_size(kind), '\0');
-        for (uint64_t i = 0; i < count; ++i) {
-          const int32_t v = t.int32_data(static_cast<int>(i));
-          std::memcpy(bytes.data() + i * kind_size(kind), &v, kind_size(kind));
-        }
-        TS_ASSIGN_OR_RETURN(values, to_floats(bytes.data(), count, kind, what));
-      }
-    }
-    TS_ASSIGN_OR_RETURN(Tensor tensor, make_tensor(std::move(values), std::move(dims), what));
-    out.emplace(t.name(), std::move(tensor));
-  }
-  return out;
 }
 
 // ---- preprocessing ----

@@ -23,9 +23,8 @@ namespace tessera::cnn {
 
 using WeightMap = std::map<std::string, Tensor>;
 
-// Initializers of an ONNX model (raw_data or typed fields; external data
-// files resolved next to the model).
-StatusOr<WeightMap> load_onnx_initializers(const std::string& path);
+// ONNX initializers: importer::load_onnx_initializers (tessera/import/onnx.h),
+// which keeps protobuf out of this library.
 
 // One .npy array (format versions 1-3; '<f4', '<f8', '<f2', '<i8', '<i4',
 // '<i2', '|i1', '|u1', '|b1'; C or Fortran order).
@@ -34,6 +33,8 @@ StatusOr<Tensor> parse_npy(std::string_view bytes, std::string_view name = "npy"
 // Every array of an .npz archive (numpy.savez or savez_compressed), keyed by
 // its name without ".npy".
 StatusOr<WeightMap> load_npz(const std::string& path);
+// Writes one float32 array as .npy (what numpy.save writes).
+Status save_npy(const std::string& path, const Tensor& array);
 // Writes float32 arrays as an uncompressed .npz (what numpy.savez writes).
 Status save_npz(const std::string& path, const WeightMap& arrays);
 

@@ -1,0 +1,41 @@
+// Graph rewrites the compiler runs before lowering (after infer_shapes).
+// Each keeps the graph's results within float32 rounding and reports what it
+// changed. Fused ops stay ONNX nodes with Tessera attributes:
+//
+//   Conv / ConvTranspose / Add / MatMul / Gemm:
+//       tessera_activation = "relu" | "relu6" | "silu" | "sigmoid" | "tanh" |
+//                            "leaky_relu" | "hardswish" | "hardsigmoid" | ...
+//       tessera_activation_param (leaky_relu's slope)
+//   SiLU: x * sigmoid(x) (op type "SiLU", one input).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "tessera/graph/graph.h"
+
+namespace tessera::graph {
+
+struct PassReport {
+  std::string pass;
+  int rewrites = 0;
+};
+
+// Conv / ConvTranspose (constant weights) followed by BatchNormalization
+// (constant statistics) read by nothing else: scale the weights, fold the
+// shift into the bias, drop the BatchNormalization.
+PassReport fold_batch_norm(Graph& g);
+// Mul(x, Sigmoid(x)) -> SiLU(x); Mul(x, HardSigmoid(x; 1/6, 1/2)) -> HardSwish(x).
+PassReport fuse_sigmoid_mul(Graph& g);
+// An activation whose input is read only by it moves into the producing
+// Conv, ConvTranspose, Add / Sub / Mul / Div or MatMul / Gemm.
+PassReport fuse_activations(Graph& g);
+
+// The activation a unary node computes, as its Tessera name ("relu",
+// "relu6" for Clip(0, 6), ...), or "" when it is not one a kernel can fuse.
+// `param` receives leaky_relu's slope.
+std::string fusable_activation(const Graph& g, const Node& n, float* param);
+
+// Runs the passes above in order.
+std::vector<PassReport> optimize(Graph& g);
+
+}  // namespace tessera::graph

@@ -1,0 +1,91 @@
+// A compiled model: a graph (graph/graph.h) lowered onto a device's ops.
+//
+//   TS_ASSIGN_OR_RETURN(auto g, importer::import_onnx("resnet50.onnx"));
+//   TS_ASSIGN_OR_RETURN(auto model, runtime::CompiledModel::compile(std::move(g), *device, {}));
+//   TS_ASSIGN_OR_RETURN(auto outs, model->run({device_input}));        // or:
+//   cnn::Model m = model->pipeline_model();                            // for the Pipeline
+//
+// Compile runs the passes (graph/passes.h), assigns layouts (4D images
+// live as NHWC on the device; an NCHW view is made only where an op needs
+// one), assigns dtypes (float32, or bfloat16 activations with float32 /
+// bfloat16 / bfloat8_b / bfloat4_b conv and matmul weights), uploads the
+// constants and plans liveness: every intermediate is released after its
+// last reader, so the device's allocator reuses its memory within a run,
+// and inside a captured trace a run allocates nothing at all.
+//
+// Ops with no device kernel for their attributes run on the host reference
+// kernel (graph/host_eval.h) as one device launch: the model still runs,
+// and CompileReport::fallbacks names each such node and why.
+//
+// Inputs are device tensors of each graph input's shape (NCHW as in the
+// file), float32 ROW_MAJOR; outputs are float32 ROW_MAJOR in the graph's
+// shapes, on the device.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/cnn/executor.h"
+#include "tessera/graph/graph.h"
+#include "tessera/graph/passes.h"
+#include "tessera/tensor/tensor.h"
+
+namespace tessera::runtime {
+
+struct CompileOptions {
+  DataType dtype = DataType::FLOAT32;          // activations: FLOAT32 or BFLOAT16
+  DataType weights_dtype = DataType::FLOAT32;  // conv / matmul weights; bfloat16 activations need a non-float32 one
+  bool optimize = true;                        // graph passes (fold, fuse)
+  bool allow_fallback = true;                  // false: ops without a device kernel are an error
+};
+
+struct CompileReport {
+  std::vector<graph::PassReport> passes;
+  std::vector<std::string> fallbacks;  // "ReduceMean 'r1': no device kernel"
+  int device_ops = 0;                  // nodes lowered to device kernels
+  int layout_conversions = 0;          // NCHW <-> NHWC permutes inserted
+  uint64_t conv_flops = 0;             // 2 * MACs of Conv / ConvTranspose / MatMul / Gemm per run
+  std::string to_string() const;
+};
+
+// Op types with a device lowering for at least their common attributes
+// (the rest of host_supported_ops() run as fallbacks).
+std::vector<std::string> device_ops();
+// Every op type a compiled model can run (device or fallback), sorted.
+std::vector<std::string> supported_ops();
+// Whether input `slot` of `node` must be a constant at compile time (conv
+// weights, normalization statistics, shape arguments).
+bool needs_constant_input(const graph::Node& node, size_t slot);
+
+class CompiledModel {
+ public:
+  ~CompiledModel();
+  // Errors: INVALID_ARGUMENT for options that contradict each other,
+  // UNIMPLEMENTED naming the node for what can run neither on the device
+  // nor as a fallback (or any fallback when allow_fallback is false).
+  static StatusOr<std::unique_ptr<CompiledModel>> compile(graph::Graph graph, Device& device,
+                                                          const CompileOptions& options = {});
+
+  // One device tensor per graph input, in order; INVALID_ARGUMENT when a
+  // shape or dtype is not the compiled one.
+  StatusOr<std::vector<Tensor>> run(std::span<const Tensor> inputs, uint8_t cq_id = 0);
+  // For the Pipeline: one-input models; the output is a tensor, or a list
+  // when the graph has several outputs.
+  cnn::Model pipeline_model();
+
+  const std::vector<std::vector<int64_t>>& input_shapes() const;
+  const std::vector<std::vector<int64_t>>& output_shapes() const;
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
+  const CompileReport& report() const;
+  const graph::Graph& graph() const;  // after the passes
+  Device& device() const;
+
+ private:
+  struct Impl;
+  explicit CompiledModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::runtime

@@ -1,0 +1,221 @@
+// The graph IR: sorting, cycles, missing values, binding, dead nodes, shape
+// inference with folding, and the passes (their results checked against the
+// unoptimized graph on the host reference).
+#include "tessera/graph/graph.h"
+
+#include <cmath>
+
+#include "tessera/graph/host_eval.h"
+#include "tessera/graph/passes.h"
+#include "tessera/graph/shape_inference.h"
+#include "test_util.h"
+
+namespace tessera::graph {
+namespace {
+
+using ::testing::HasSubstr;
+
+int value(Graph& g, const std::string& name, std::vector<int64_t> dims = {}) {
+  Value v;
+  v.name = name;
+  v.dims = std::move(dims);
+  v.has_shape = !v.dims.empty();
+  return g.add_value(std::move(v));
+}
+
+Node node(const std::string& op, std::vector<int> in, std::vector<int> out, const std::string& name) {
+  Node n;
+  n.op_type = op;
+  n.name = name;
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
+}
+
+// x -> Relu -> a -> Sigmoid -> b, listed backwards.
+Graph chain() {
+  Graph g;
+  const int x = value(g, "x", {2, 3}), a = value(g, "a"), b = value(g, "b");
+  g.inputs = {x};
+  g.nodes.push_back(node("Sigmoid", {a}, {b}, "s"));
+  g.nodes.push_back(node("Relu", {x}, {a}, "r"));
+  g.outputs = {b};
+  return g;
+}
+
+TEST(Graph, TopologicalSortOrdersUnsortedNodes) {
+  Graph g = chain();
+  ASSERT_OK(g.topological_sort());
+  EXPECT_EQ(g.nodes[0].op_type, "Relu");
+  EXPECT_EQ(g.nodes[1].op_type, "Sigmoid");
+  EXPECT_EQ(g.value(g.find("b")).producer, 1);
+  ASSERT_OK(infer_shapes(g));
+  EXPECT_EQ(g.value(g.find("b")).dims, (std::vector<int64_t>{2, 3}));
+  EXPECT_THAT(g.to_string(), HasSubstr("%b = Sigmoid(%a) : f32[2,3]"));
+}
+
+TEST(Graph, CyclesAndMissingValuesAreErrors) {
+  Graph g = chain();
+  g.nodes[1].inputs = {g.find("b")};  // Relu reads Sigmoid's output: a cycle
+  Status s = g.topological_sort();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("cycle"));
+  Graph h = chain();
+  h.nodes[1].inputs = {value(h, "ghost")};
+  s = h.topological_sort();
+  EXPECT_THAT(s.message(), HasSubstr("reads 'ghost', which no node, graph input or initializer provides"));
+  Graph twice = chain();
+  twice.nodes[1].outputs = {twice.find("b")};
+  EXPECT_THAT(twice.topological_sort().message(), HasSubstr("produced by two nodes"));
+}
+
+TEST(Graph, BindConstantChecksTypeAndShape) {
+  Graph g = chain();
+  EXPECT_EQ(g.bind_constant("nope", HostTensor::floats({2, 3}, std::vector<float>(6))).code(), StatusCode::kNotFound);
+  EXPECT_THAT(g.bind_constant("x", HostTensor::ints({2, 3}, std::vector<int64_t>(6))).message(), HasSubstr("is f32"));
+  EXPECT_THAT(g.bind_constant("x", HostTensor::floats({3, 2}, std::vector<float>(6))).message(), HasSubstr("has shape [2,3]"));
+  EXPECT_THAT(g.bind_constant("x", HostTensor::floats({2, 3}, std::vector<float>(5))).message(), HasSubstr("5 values"));
+  ASSERT_OK(g.bind_constant("x", HostTensor::floats({2, 3}, {-1, 0, 1, 2, -3, 4})));
+  EXPECT_TRUE(g.inputs.empty());
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  // Everything folded: no nodes left, the output is a constant.
+  EXPECT_TRUE(g.nodes.empty());
+  const HostTensor& out = *g.value(g.outputs[0]).constant;
+  EXPECT_NEAR(out.f[0], 0.5f, 1e-6);                      // sigmoid(relu(-1))
+  EXPECT_NEAR(out.f[3], 1 / (1 + std::exp(-2.0)), 1e-6);  // sigmoid(2)
+}
+
+TEST(Graph, RemoveDeadNodesKeepsWhatOutputsNeed) {
+  Graph g = chain();
+  const int dead = value(g, "dead");
+  g.nodes.push_back(node("Tanh", {g.find("x")}, {dead}, "unused"));
+  ASSERT_OK(g.topological_sort());
+  g.remove_dead_nodes();
+  EXPECT_EQ(g.nodes.size(), 2u);
+}
+
+TEST(ShapeInference, ShapeSubgraphsFoldToConstants) {
+  // Reshape(x, Concat(Shape(x)[0:1], [-1])): the torch.flatten export pattern.
+  Graph g;
+  const int x = value(g, "x", {2, 3, 4});
+  g.inputs = {x};
+  const int shape = value(g, "shape"), first = value(g, "first"), target = value(g, "target"), y = value(g, "y");
+  Value starts{.name = "starts", .type = ElemType::INT64, .dims = {1}, .has_shape = true,
+               .constant = HostTensor::ints({1}, {0})};
+  Value ends{.name = "ends", .type = ElemType::INT64, .dims = {1}, .has_shape = true,
+             .constant = HostTensor::ints({1}, {1})};
+  Value minus{.name = "minus", .type = ElemType::INT64, .dims = {1}, .has_shape = true,
+              .constant = HostTensor::ints({1}, {-1})};
+  const int s = g.add_value(starts), e = g.add_value(ends), m = g.add_value(minus);
+  g.nodes.push_back(node("Shape", {x}, {shape}, "shape"));
+  g.nodes.push_back(node("Slice", {shape, s, e}, {first}, "slice"));
+  Node cat = node("Concat", {first, m}, {target}, "cat");
+  cat.attrs["axis"].kind = Attribute::Kind::INT;
+  g.nodes.push_back(cat);
+  g.nodes.push_back(node("Reshape", {x, target}, {y}, "reshape"));
+  g.outputs = {y};
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  g.remove_dead_nodes();
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "Reshape");
+  EXPECT_EQ(g.value(y).dims, (std::vector<int64_t>{2, 12}));
+}
+
+TEST(ShapeInference, ErrorsNameTheNodeAndAttribute) {
+  Graph g;
+  const int x = value(g, "x", {1, 3, 8, 8}), w = value(g, "w"), y = value(g, "y");
+  g.value(w).dims = {4, 3, 3, 3};
+  g.value(w).has_shape = true;
+  g.value(w).constant = HostTensor::floats({4, 3, 3, 3}, std::vector<float>(108));
+  g.inputs = {x};
+  Node conv = node("Conv", {x, w}, {y}, "c1");
+  conv.attrs["strides"].kind = Attribute::Kind::INTS;
+  conv.attrs["strides"].ints = {1, 1, 1};
+  g.nodes.push_back(conv);
+  g.outputs = {y};
+  ASSERT_OK(g.topological_sort());
+  Status s = infer_shapes(g);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("Conv 'c1': attribute 'strides' has 3 values for 2 spatial dims"));
+  g.nodes[0].attrs.erase("strides");
+  g.nodes[0].attrs["group"].kind = Attribute::Kind::INT;
+  g.nodes[0].attrs["group"].i = 2;
+  EXPECT_THAT(infer_shapes(g).message(), HasSubstr("attribute 'group' = 2 does not divide the 3 input channels"));
+  g.nodes[0].attrs.erase("group");
+  g.nodes[0].op_type = "NoSuchOp";
+  EXPECT_EQ(infer_shapes(g).code(), StatusCode::kUnimplemented);
+  // Huge declared shapes are refused before anything is allocated.
+  Graph h = chain();
+  h.value(h.find("x")).dims = {int64_t{1} << 40, 1 << 20};
+  ASSERT_OK(h.topological_sort());
+  EXPECT_THAT(infer_shapes(h).message(), HasSubstr("over the limit"));
+}
+
+// The passes keep results: evaluate the graph on the host before and after.
+std::vector<HostTensor> run_host(const Graph& g, const HostTensor& x) {
+  std::vector<std::optional<HostTensor>> vals(g.values.size());
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].constant) vals[v] = *g.values[v].constant;
+  vals[static_cast<size_t>(g.inputs[0])] = x;
+  for (const Node& n : g.nodes) {
+    Node plain = n;  // host kernels ignore fused attributes: apply them here
+    std::vector<const HostTensor*> ins;
+    for (int in : n.inputs) ins.push_back(in < 0 ? nullptr : &*vals[static_cast<size_t>(in)]);
+    auto outs = evaluate(plain, ins, g.opset);
+    EXPECT_TRUE(outs.ok()) << outs.status().to_string();
+    if (!outs.ok()) return {};
+    if (n.op_type == "SiLU") {
+      for (float& f : (*outs)[0].f) f = static_cast<float>(f / (1 + std::exp(-double{f})));
+    }
+    const std::string act = n.attr_string("tessera_activation", "");
+    for (float& f : (*outs)[0].f) {
+      if (act == "relu") f = std::max(f, 0.0f);
+      else if (act == "silu") f = static_cast<float>(f / (1 + std::exp(-double{f})));
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) vals[static_cast<size_t>(n.outputs[k])] = (*outs)[k];
+  }
+  std::vector<HostTensor> r;
+  for (int o : g.outputs) r.push_back(*vals[static_cast<size_t>(o)]);
+  return r;
+}
+
+TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
+  Graph g;
+  const int x = value(g, "x", {1, 2, 4, 4});
+  g.inputs = {x};
+  auto constant = [&](const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
+    Value c{.name = name, .dims = dims, .has_shape = true, .constant = HostTensor::floats(dims, std::move(v))};
+    return g.add_value(std::move(c));
+  };
+  const int w = constant("w", {3, 2, 1, 1}, {0.5f, -1, 2, 0.25f, -0.5f, 1});
+  const int b = constant("b", {3}, {0.1f, -0.2f, 0.3f});
+  const int sc = constant("s", {3}, {1.5f, 0.5f, -1}), sh = constant("sh", {3}, {0.1f, 0.2f, 0.3f});
+  const int mean = constant("m", {3}, {0.2f, -0.1f, 0}), var = constant("v", {3}, {0.5f, 2, 1});
+  const int c = value(g, "c"), bn = value(g, "bn"), sg = value(g, "sg"), y = value(g, "y");
+  g.nodes.push_back(node("Conv", {x, w, b}, {c}, "conv"));
+  g.nodes.push_back(node("BatchNormalization", {c, sc, sh, mean, var}, {bn}, "bn"));
+  g.nodes.push_back(node("Sigmoid", {bn}, {sg}, "sig"));
+  g.nodes.push_back(node("Mul", {bn, sg}, {y}, "mul"));
+  g.outputs = {y};
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  std::vector<float> xv(32);
+  for (size_t k = 0; k < xv.size(); ++k) xv[k] = std::sin(static_cast<float>(k));
+  const HostTensor xin = HostTensor::floats({1, 2, 4, 4}, xv);
+  const auto before = run_host(g, xin);
+  const auto reports = optimize(g);
+  ASSERT_EQ(reports.size(), 3u);
+  EXPECT_EQ(reports[0].rewrites, 1);  // batch norm folded
+  EXPECT_EQ(reports[1].rewrites, 1);  // x * sigmoid(x) -> SiLU
+  EXPECT_EQ(reports[2].rewrites, 1);  // SiLU into the conv
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "silu");
+  const auto after = run_host(g, xin);
+  ASSERT_EQ(after.size(), 1u);
+  for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-5) << k;
+}
+
+}  // namespace
+}  // namespace tessera::graph

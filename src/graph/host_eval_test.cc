@@ -1,0 +1,145 @@
+// Host reference kernels: hand-computed cases for the index arithmetic
+// (the conformance suite checks them against ONNX's outputs at scale) and
+// their error paths. Exact comparisons unless a tolerance is stated.
+#include "tessera/graph/host_eval.h"
+
+#include <cmath>
+
+#include "test_util.h"
+
+namespace tessera::graph {
+namespace {
+
+using ::testing::HasSubstr;
+
+Node make(const std::string& op, size_t outputs = 1) {
+  Node n;
+  n.op_type = op;
+  n.name = "n";
+  for (size_t k = 0; k < outputs; ++k) n.outputs.push_back(static_cast<int>(k));
+  return n;
+}
+
+void set_ints(Node& n, const std::string& k, std::vector<int64_t> v) {
+  n.attrs[k].kind = Attribute::Kind::INTS;
+  n.attrs[k].ints = std::move(v);
+}
+
+std::vector<HostTensor> eval(const Node& n, std::vector<const HostTensor*> ins, int opset = 13) {
+  auto r = evaluate(n, ins, opset);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : std::vector<HostTensor>{};
+}
+
+TEST(HostEval, BroadcastBinaryAndIntegerDivision) {
+  const HostTensor a = HostTensor::floats({2, 1}, {1, 2}), b = HostTensor::floats({3}, {10, 20, 30});
+  auto y = eval(make("Add"), {&a, &b});
+  EXPECT_EQ(y[0].dims, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(y[0].f, (std::vector<float>{11, 21, 31, 12, 22, 32}));
+  const HostTensor i = HostTensor::ints({2}, {7, -7}), j = HostTensor::ints({1}, {2});
+  EXPECT_EQ(eval(make("Div"), {&i, &j})[0].i, (std::vector<int64_t>{3, -3}));
+  const HostTensor zero = HostTensor::ints({1}, {0});
+  EXPECT_THAT(evaluate(make("Div"), std::vector<const HostTensor*>{&i, &zero}, 13).status().message(),
+              HasSubstr("division by zero"));
+  const HostTensor c = HostTensor::floats({4}, {1, 2, 3, 4});
+  EXPECT_THAT(evaluate(make("Add"), std::vector<const HostTensor*>{&b, &c}, 13).status().message(),
+              HasSubstr("do not broadcast"));
+}
+
+TEST(HostEval, SliceWithNegativeStepsAndClamping) {
+  const HostTensor x = HostTensor::floats({5}, {0, 1, 2, 3, 4});
+  const HostTensor st = HostTensor::ints({1}, {-1}), en = HostTensor::ints({1}, {-100}), ax = HostTensor::ints({1}, {0}),
+                   sp = HostTensor::ints({1}, {-2});
+  EXPECT_EQ(eval(make("Slice"), {&x, &st, &en, &ax, &sp})[0].f, (std::vector<float>{4, 2, 0}));
+  const HostTensor zero = HostTensor::ints({1}, {0});
+  EXPECT_THAT(evaluate(make("Slice"), std::vector<const HostTensor*>{&x, &st, &en, &ax, &zero}, 13).status().message(),
+              HasSubstr("step 0"));
+}
+
+TEST(HostEval, GatherReduceAndArgMax) {
+  const HostTensor x = HostTensor::floats({2, 3}, {1, 5, 3, 4, 2, 6});
+  const HostTensor idx = HostTensor::ints({2}, {2, -3});
+  Node g = make("Gather");
+  g.attrs["axis"].i = 1;
+  EXPECT_EQ(eval(g, {&x, &idx})[0].f, (std::vector<float>{3, 1, 6, 4}));
+  const HostTensor bad = HostTensor::ints({1}, {3});
+  EXPECT_THAT(evaluate(g, std::vector<const HostTensor*>{&x, &bad}, 13).status().message(), HasSubstr("out of range"));
+  Node r = make("ReduceMean");
+  set_ints(r, "axes", {1});
+  r.attrs["keepdims"].i = 0;
+  EXPECT_EQ(eval(r, {&x})[0].f, (std::vector<float>{3, 4}));
+  Node am = make("ArgMax");
+  am.attrs["axis"].i = 1;
+  EXPECT_EQ(eval(am, {&x})[0].i, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(HostEval, PoolingWithAsymmetricPadsAndIndices) {
+  // 1x1x3x3, 2x2 max pool, stride 1, pads (top 1, left 0, bottom 0, right 1).
+  const HostTensor x = HostTensor::floats({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  Node p = make("MaxPool", 2);
+  set_ints(p, "kernel_shape", {2, 2});
+  set_ints(p, "pads", {1, 0, 0, 1});
+  auto y = eval(p, {&x});
+  EXPECT_EQ(y[0].dims, (std::vector<int64_t>{1, 1, 3, 3}));
+  EXPECT_EQ(y[0].f, (std::vector<float>{2, 3, 3, 5, 6, 6, 8, 9, 9}));
+  EXPECT_EQ(y[1].i, (std::vector<int64_t>{1, 2, 2, 4, 5, 5, 7, 8, 8}));
+  Node a = make("AveragePool");
+  set_ints(a, "kernel_shape", {2, 2});
+  set_ints(a, "pads", {1, 1, 1, 1});
+  a.attrs["count_include_pad"].i = 1;
+  EXPECT_FLOAT_EQ(eval(a, {&x})[0].f[0], 0.25f);  // one real element of four
+}
+
+TEST(HostEval, ResizeModes) {
+  const HostTensor x = HostTensor::floats({1, 1, 1, 2}, {0, 10});
+  const HostTensor scales = HostTensor::floats({4}, {1, 1, 1, 2});
+  Node r = make("Resize");
+  r.attrs["mode"] = Attribute{.kind = Attribute::Kind::STRING, .s = "linear"};
+  auto y = eval(r, {&x, nullptr, &scales});
+  // half_pixel: sources -0.25, 0.25, 0.75, 1.25 (clamped at the edges).
+  EXPECT_EQ(y[0].f, (std::vector<float>{0, 2.5f, 7.5f, 10}));
+  r.attrs["coordinate_transformation_mode"] = Attribute{.kind = Attribute::Kind::STRING, .s = "align_corners"};
+  y = eval(r, {&x, nullptr, &scales});
+  EXPECT_NEAR(y[0].f[1], 10.0f / 3, 1e-5);
+  r.attrs["mode"].s = "nearest";
+  r.attrs["coordinate_transformation_mode"].s = "asymmetric";
+  r.attrs["nearest_mode"] = Attribute{.kind = Attribute::Kind::STRING, .s = "floor"};
+  EXPECT_EQ(eval(r, {&x, nullptr, &scales})[0].f, (std::vector<float>{0, 0, 10, 10}));
+  r.attrs["mode"].s = "area";
+  EXPECT_THAT(evaluate(r, std::vector<const HostTensor*>{&x, nullptr, &scales}, 13).status().message(),
+              HasSubstr("'mode' = 'area'"));
+}
+
+TEST(HostEval, ConvAndConvTransposeAreAdjoint) {
+  // <conv(x, w), y> == <x, conv_transpose(y, w)> for one channel, stride 2, pad 1.
+  std::vector<float> xv(25), yv(9), wv(9);
+  for (size_t k = 0; k < 25; ++k) xv[k] = std::sin(0.7f * static_cast<float>(k));
+  for (size_t k = 0; k < 9; ++k) yv[k] = std::cos(0.3f * static_cast<float>(k)), wv[k] = 0.1f * static_cast<float>(k) - 0.4f;
+  const HostTensor x = HostTensor::floats({1, 1, 5, 5}, xv), y = HostTensor::floats({1, 1, 3, 3}, yv),
+                   w = HostTensor::floats({1, 1, 3, 3}, wv);
+  Node c = make("Conv");
+  set_ints(c, "strides", {2, 2});
+  set_ints(c, "pads", {1, 1, 1, 1});
+  Node t = c;
+  t.op_type = "ConvTranspose";
+  set_ints(t, "output_padding", {0, 0});
+  auto cx = eval(c, {&x, &w});
+  auto ty = eval(t, {&y, &w});
+  ASSERT_EQ(ty[0].dims, (std::vector<int64_t>{1, 1, 5, 5}));
+  double lhs = 0, rhs = 0;
+  for (size_t k = 0; k < 9; ++k) lhs += double{cx[0].f[k]} * yv[k];
+  for (size_t k = 0; k < 25; ++k) rhs += double{ty[0].f[k]} * xv[k];
+  EXPECT_NEAR(lhs, rhs, 1e-5);
+}
+
+TEST(HostEval, UnknownOpsAndMissingInputs) {
+  const HostTensor x = HostTensor::floats({1}, {1});
+  EXPECT_EQ(evaluate(make("NoSuchOp"), std::vector<const HostTensor*>{&x}, 13).status().code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(evaluate(make("Add"), std::vector<const HostTensor*>{&x, nullptr}, 13).status().message(),
+              HasSubstr("input 1 is missing"));
+  EXPECT_FALSE(host_supports("NoSuchOp"));
+  EXPECT_TRUE(host_supports("Resize"));
+}
+
+}  // namespace
+}  // namespace tessera::graph

@@ -1,0 +1,373 @@
+#include "graph/host_spatial.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tessera/graph/shape_inference.h"
+
+namespace tessera::graph::host {
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+int64_t volume(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+HostTensor zeros(Dims dims) { return HostTensor::floats(dims, std::vector<float>(static_cast<size_t>(volume(dims)), 0.0f)); }
+
+// Row-major coordinates of `flat` in `dims`.
+void unflatten(int64_t flat, const Dims& dims, Dims& coord) {
+  coord.resize(dims.size());
+  for (size_t k = dims.size(); k-- > 0;) {
+    coord[k] = flat % dims[k];
+    flat /= dims[k];
+  }
+}
+
+Status need(const Node& n, Ins ins, size_t k) {
+  if (k >= ins.size() || !ins[k]) return invalid_argument_error("{}: input {} is missing", n.label(), k);
+  return ok_status();
+}
+
+}  // namespace
+
+StatusOr<std::vector<HostTensor>> conv(const Node& n, Ins ins) {
+  TS_RETURN_IF_ERROR(need(n, ins, 0));
+  TS_RETURN_IF_ERROR(need(n, ins, 1));
+  const HostTensor &x = *ins[0], &w = *ins[1];
+  const HostTensor* b = ins.size() > 2 ? ins[2] : nullptr;
+  if (x.dims.size() < 3 || w.dims.size() != x.dims.size())
+    return invalid_argument_error("{}: input {} and weight {} ranks", n.label(), dims_to_string(x.dims), dims_to_string(w.dims));
+  TS_ASSIGN_OR_RETURN(SpatialGeometry geo, spatial_geometry(n, x.dims, w.dims));
+  const size_t s = x.dims.size() - 2;
+  const int64_t group = n.attr_int("group", 1), N = x.dims[0], C = x.dims[1], M = w.dims[0];
+  if (group <= 0 || C % group || M % group || w.dims[1] * group != C)
+    return invalid_argument_error("{}: channels {} / {} do not match group {}", n.label(), C, M, group);
+  Dims out{N, M}, in_sp(x.dims.begin() + 2, x.dims.end()), k_sp(w.dims.begin() + 2, w.dims.end());
+  for (size_t i = 0; i < s; ++i)
+    out.push_back((in_sp[i] + geo.pads[i] + geo.pads[i + s] - ((k_sp[i] - 1) * geo.dilations[i] + 1)) / geo.strides[i] + 1);
+  Dims out_sp(out.begin() + 2, out.end());
+  HostTensor y = zeros(out);
+  const int64_t cg = C / group, mg = M / group, osz = volume(out_sp), isz = volume(in_sp), ksz = volume(k_sp);
+  Dims oc, kc;
+  for (int64_t nn = 0; nn < N; ++nn)
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t g = m / mg;
+      for (int64_t o = 0; o < osz; ++o) {
+        unflatten(o, out_sp, oc);
+        double acc = b ? b->at(static_cast<size_t>(m)) : 0.0;
+        for (int64_t k = 0; k < ksz; ++k) {
+          unflatten(k, k_sp, kc);
+          int64_t idx = 0;
+          bool inside = true;
+          for (size_t i = 0; i < s && inside; ++i) {
+            const int64_t p = oc[i] * geo.strides[i] - geo.pads[i] + kc[i] * geo.dilations[i];
+            inside = p >= 0 && p < in_sp[i];
+            idx = idx * in_sp[i] + p;
+          }
+          if (!inside) continue;
+          for (int64_t c = 0; c < cg; ++c)
+            acc += x.at(static_cast<size_t>((nn * C + g * cg + c) * isz + idx)) *
+                   w.at(static_cast<size_t>((m * cg + c) * ksz + k));
+        }
+        y.f[static_cast<size_t>((nn * M + m) * osz + o)] = static_cast<float>(acc);
+      }
+    }
+  return std::vector<HostTensor>{std::move(y)};
+}
+
+StatusOr<std::vector<HostTensor>> conv_transpose(const Node& n, Ins ins) {
+  TS_RETURN_IF_ERROR(need(n, ins, 0));
+  TS_RETURN_IF_ERROR(need(n, ins, 1));
+  const HostTensor &x = *ins[0], &w = *ins[1];
+  const HostTensor* b = ins.size() > 2 ? ins[2] : nullptr;
+  if (x.dims.size() < 3 || w.dims.size() != x.dims.size())
+    return invalid_argument_error("{}: input {} and weight {} ranks", n.label(), dims_to_string(x.dims), dims_to_string(w.dims));
+  TS_ASSIGN_OR_RETURN(SpatialGeometry geo, spatial_geometry(n, x.dims, w.dims));
+  const size_t s = x.dims.size() - 2;
+  const int64_t group = n.attr_int("group", 1), N = x.dims[0], C = x.dims[1];
+  if (group <= 0 || C % group || w.dims[0] != C)
+    return invalid_argument_error("{}: {} input channels, weight {}, group {}", n.label(), C, dims_to_string(w.dims), group);
+  const int64_t mg = w.dims[1], M = mg * group, cg = C / group;
+  const Dims op = n.attr_ints("output_padding", Dims(s, 0));
+  Dims out{N, M}, in_sp(x.dims.begin() + 2, x.dims.end()), k_sp(w.dims.begin() + 2, w.dims.end());
+  for (size_t i = 0; i < s; ++i)
+    out.push_back(geo.strides[i] * (in_sp[i] - 1) + (i < op.size() ? op[i] : 0) + (k_sp[i] - 1) * geo.dilations[i] + 1 -
+                  geo.pads[i] - geo.pads[i + s]);
+  Dims out_sp(out.begin() + 2, out.end());
+  std::vector<double> acc(static_cast<size_t>(volume(out)), 0.0);
+  const int64_t osz = volume(out_sp), isz = volume(in_sp), ksz = volume(k_sp);
+  Dims ic, kc;
+  for (int64_t nn = 0; nn < N; ++nn)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t g = c / cg;
+      for (int64_t i = 0; i < isz; ++i) {
+        unflatten(i, in_sp, ic);
+        const double xv = x.at(static_cast<size_t>((nn * C + c) * isz + i));
+        for (int64_t k = 0; k < ksz; ++k) {
+          unflatten(k, k_sp, kc);
+          int64_t idx = 0;
+          bool inside = true;
+          for (size_t d = 0; d < s && inside; ++d) {
+            const int64_t p = ic[d] * geo.strides[d] - geo.pads[d] + kc[d] * geo.dilations[d];
+            inside = p >= 0 && p < out_sp[d];
+            idx = idx * out_sp[d] + p;
+          }
+          if (!inside) continue;
+          for (int64_t j = 0; j < mg; ++j)
+            acc[static_cast<size_t>((nn * M + g * mg + j) * osz + idx)] +=
+                xv * w.at(static_cast<size_t>((c * mg + j) * ksz + k));
+        }
+      }
+    }
+  HostTensor y = zeros(out);
+  for (size_t k = 0; k < acc.size(); ++k) {
+    const int64_t m = (static_cast<int64_t>(k) / osz) % M;
+    y.f[k] = static_cast<float>(acc[k] + (b ? b->at(static_cast<size_t>(m)) : 0.0));
+  }
+  return std::vector<HostTensor>{std::move(y)};
+}
+
+StatusOr<std::vector<HostTensor>> pool(const Node& n, Ins ins) {
+  TS_RETURN_IF_ERROR(need(n, ins, 0));
+  const HostTensor& x = *ins[0];
+  if (x.dims.size() < 3) return invalid_argument_error("{}: input of rank {}", n.label(), x.dims.size());
+  const size_t s = x.dims.size() - 2;
+  const std::string& op = n.op_type;
+  const bool global = op == "GlobalAveragePool" || op == "GlobalMaxPool";
+  const bool is_max = op == "MaxPool" || op == "GlobalMaxPool", is_lp = op == "LpPool";
+  Dims in_sp(x.dims.begin() + 2, x.dims.end());
+  SpatialGeometry geo;
+  if (global) {
+    geo.kernel = in_sp, geo.strides.assign(s, 1), geo.dilations.assign(s, 1), geo.pads.assign(2 * s, 0);
+  } else {
+    TS_ASSIGN_OR_RETURN(geo, spatial_geometry(n, x.dims, {}));
+  }
+  const bool ceil_mode = n.attr_int("ceil_mode", 0) != 0, include_pad = n.attr_int("count_include_pad", 0) != 0;
+  const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  const double p = static_cast<double>(n.attr_int("p", 2));
+  // Indices: row-major over the spatial dims, or column-major (storage_order 1).
+  const bool column_major = n.attr_int("storage_order", 0) != 0;
+  Dims out{x.dims[0], x.dims[1]};
+  for (size_t i = 0; i < s; ++i) {
+    const int64_t eff = (geo.kernel[i] - 1) * geo.dilations[i] + 1;
+    int64_t o;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      o = (in_sp[i] + geo.strides[i] - 1) / geo.strides[i];
+    } else {
+      const int64_t span = in_sp[i] + geo.pads[i] + geo.pads[i + s] - eff;
+      o = (ceil_mode ? (span + geo.strides[i] - 1) / geo.strides[i] : span / geo.strides[i]) + 1;
+      if (ceil_mode && (o - 1) * geo.strides[i] >= in_sp[i] + geo.pads[i]) --o;
+    }
+    out.push_back(o);
+  }
+  Dims out_sp(out.begin() + 2, out.end());
+  HostTensor y = zeros(out);
+  HostTensor idx_out = HostTensor::ints(out, std::vector<int64_t>(static_cast<size_t>(volume(out)), 0));
+  const int64_t planes = x.dims[0] * x.dims[1], osz = volume(out_sp), isz = volume(in_sp), ksz = volume(geo.kernel);
+  Dims oc, kc;
+  for (int64_t pl = 0; pl < planes; ++pl)
+    for (int64_t o = 0; o < osz; ++o) {
+      unflatten(o, out_sp, oc);
+      double acc = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+      int64_t best = -1, count = 0, padded_count = 0;
+      for (int64_t k = 0; k < ksz; ++k) {
+        unflatten(k, geo.kernel, kc);
+        int64_t idx = 0, cidx = 0;
+        bool inside = true, in_padded = true;
+        for (size_t i = 0; i < s; ++i) {
+          const int64_t q = oc[i] * geo.strides[i] - geo.pads[i] + kc[i] * geo.dilations[i];
+          inside = inside && q >= 0 && q < in_sp[i];
+          in_padded = in_padded && q >= -geo.pads[i] && q < in_sp[i] + geo.pads[i + s];
+          idx = idx * in_sp[i] + q;
+        }
+        for (size_t i = s; i-- > 0;) {
+          const int64_t q = oc[i] * geo.strides[i] - geo.pads[i] + kc[i] * geo.dilations[i];
+          cidx = cidx * in_sp[i] + q;
+        }
+        if (in_padded) ++padded_count;
+        if (!inside) continue;
+        ++count;
+        const double v = x.at(static_cast<size_t>(pl * isz + idx));
+        if (is_max) {
+          if (v > acc || best < 0) acc = v, best = pl * isz + (column_major ? cidx : idx);
+        } else if (is_lp) {
+          acc += std::pow(std::fabs(v), p);
+        } else {
+          acc += v;
+        }
+      }
+      double r = acc;
+      if (is_lp) r = std::pow(acc, 1.0 / p);
+      else if (!is_max) r = acc / static_cast<double>(std::max<int64_t>(include_pad ? padded_count : count, 1));
+      y.f[static_cast<size_t>(pl * osz + o)] = static_cast<float>(r);
+      idx_out.i[static_cast<size_t>(pl * osz + o)] = best;
+    }
+  std::vector<HostTensor> r;
+  r.push_back(std::move(y));
+  if (n.outputs.size() > 1) r.push_back(std::move(idx_out));
+  return r;
+}
+
+namespace {
+
+// Source coordinate of output coordinate `o` on one dim.
+// ONNX maps with the unrounded resized length in * scale, not the output size.
+// (tf_crop_and_resize maps with the output length.)
+double source_coord(const std::string& ctm, int64_t o, int64_t in, int64_t out, double scale, double roi_start,
+                    double roi_end) {
+  const double x = static_cast<double>(o), len = static_cast<double>(in) * scale;
+  if (ctm == "half_pixel") return (x + 0.5) / scale - 0.5;
+  if (ctm == "pytorch_half_pixel") return len > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+  if (ctm == "align_corners") return len <= 1 ? 0.0 : x * static_cast<double>(in - 1) / (len - 1);
+  if (ctm == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
+  if (ctm == "tf_crop_and_resize") {
+    const auto crop_len = static_cast<double>(out);
+    return crop_len > 1 ? roi_start * static_cast<double>(in - 1) +
+                              x * (roi_end - roi_start) * static_cast<double>(in - 1) / (crop_len - 1)
+                        : 0.5 * (roi_start + roi_end) * static_cast<double>(in - 1);
+  }
+  return x / scale;  // asymmetric
+}
+
+double cubic_weight(double t, double a) {
+  t = std::fabs(t);
+  if (t <= 1) return ((a + 2) * t - (a + 3)) * t * t + 1;
+  if (t < 2) return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a;
+  return 0;
+}
+
+}  // namespace
+
+StatusOr<std::vector<HostTensor>> resize(const Node& n, Ins ins, int opset) {
+  TS_RETURN_IF_ERROR(need(n, ins, 0));
+  const HostTensor& x = *ins[0];
+  const size_t r = x.dims.size();
+  const bool legacy = n.op_type == "Upsample" || opset < 11;
+  std::vector<double> scales, roi;
+  Dims out(r);
+  const HostTensor* scales_t = nullptr;
+  const HostTensor* sizes_t = nullptr;
+  if (n.op_type == "Upsample" && opset < 9) {
+    for (float f : n.attr_floats("scales")) scales.push_back(f);
+  } else if (legacy) {
+    TS_RETURN_IF_ERROR(need(n, ins, 1));
+    scales_t = ins[1];
+  } else {
+    if (ins.size() > 1 && ins[1]) roi.assign(ins[1]->f.begin(), ins[1]->f.end());
+    if (ins.size() > 2 && ins[2] && ins[2]->volume() > 0) scales_t = ins[2];
+    if (ins.size() > 3 && ins[3] && ins[3]->volume() > 0) sizes_t = ins[3];
+  }
+  if (scales_t)
+    for (size_t k = 0; k < scales_t->size(); ++k) scales.push_back(scales_t->at(k));
+  if (sizes_t) {
+    if (sizes_t->size() != r) return invalid_argument_error("{}: {} sizes for rank {}", n.label(), sizes_t->size(), r);
+    for (size_t k = 0; k < r; ++k) {
+      out[k] = static_cast<int64_t>(sizes_t->at(k));
+      scales.push_back(static_cast<double>(out[k]) / static_cast<double>(x.dims[k]));
+    }
+  } else {
+    if (scales.size() != r) return invalid_argument_error("{}: {} scales for rank {}", n.label(), scales.size(), r);
+    for (size_t k = 0; k < r; ++k) out[k] = static_cast<int64_t>(std::floor(static_cast<double>(x.dims[k]) * scales[k] + 1e-9));
+  }
+  for (size_t k = 0; k < r; ++k)
+    if (out[k] <= 0 || !(scales[k] > 0)) return invalid_argument_error("{}: output dim {} is {}", n.label(), k, out[k]);
+  std::string mode = n.attr_string("mode", "nearest");
+  if (mode == "bilinear" || mode == "trilinear") mode = "linear";
+  const std::string ctm = legacy ? "asymmetric" : n.attr_string("coordinate_transformation_mode", "half_pixel");
+  const std::string nearest = legacy ? "floor" : n.attr_string("nearest_mode", "round_prefer_floor");
+  const double a = n.attr_float("cubic_coeff_a", -0.75f), extrapolation = n.attr_float("extrapolation_value", 0.0f);
+  const bool exclude_outside = n.attr_int("exclude_outside", 0) != 0;
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    return invalid_argument_error("{}: attribute 'mode' = '{}'", n.label(), mode);
+  if (ctm == "tf_crop_and_resize" && roi.size() != 2 * r)
+    return invalid_argument_error("{}: tf_crop_and_resize needs a roi of {} values", n.label(), 2 * r);
+  // Per dim and output coordinate: the (index, weight) taps, or none when outside (extrapolate).
+  struct Tap {
+    int64_t index;
+    double weight;
+  };
+  std::vector<std::vector<std::vector<Tap>>> taps(r);
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t in = x.dims[d];
+    taps[d].resize(static_cast<size_t>(out[d]));
+    for (int64_t o = 0; o < out[d]; ++o) {
+      const double src = source_coord(ctm, o, in, out[d], scales[d], roi.empty() ? 0 : roi[d], roi.empty() ? 1 : roi[d + r]);
+      auto& t = taps[d][static_cast<size_t>(o)];
+      if (ctm == "tf_crop_and_resize" && (src < 0 || src > static_cast<double>(in - 1))) continue;
+      if (mode == "nearest") {
+        double i;
+        if (nearest == "floor") i = std::floor(src);
+        else if (nearest == "ceil") i = std::ceil(src);
+        else if (nearest == "round_prefer_ceil") i = std::floor(src + 0.5);
+        else i = (src - std::floor(src) == 0.5) ? std::floor(src) : std::round(src);  // round_prefer_floor
+        t.push_back({std::clamp<int64_t>(static_cast<int64_t>(i), 0, in - 1), 1.0});
+        continue;
+      }
+      const auto base = static_cast<int64_t>(std::floor(src));
+      const double f = src - static_cast<double>(base);
+      std::vector<Tap> raw;
+      if (mode == "linear") {
+        raw = {{base, 1 - f}, {base + 1, f}};
+      } else {
+        for (int64_t k = -1; k <= 2; ++k) raw.push_back({base + k, cubic_weight(f - static_cast<double>(k), a)});
+      }
+      double sum = 0;
+      for (auto& tap : raw) {
+        if (tap.index < 0 || tap.index >= in) {
+          if (exclude_outside) continue;
+          tap.index = std::clamp<int64_t>(tap.index, 0, in - 1);
+        }
+        sum += tap.weight;
+        t.push_back(tap);
+      }
+      if (exclude_outside && sum != 0)
+        for (auto& tap : t) tap.weight /= sum;
+    }
+  }
+  HostTensor y = zeros(out);
+  const auto strides = [&] {
+    Dims st(r, 1);
+    for (size_t k = r; k-- > 1;) st[k - 1] = st[k] * x.dims[k];
+    return st;
+  }();
+  Dims oc, pick(r, 0);
+  for (int64_t o = 0; o < volume(out); ++o) {
+    unflatten(o, out, oc);
+    bool outside = false;
+    for (size_t d = 0; d < r; ++d) outside = outside || taps[d][static_cast<size_t>(oc[d])].empty();
+    if (outside) {
+      y.f[static_cast<size_t>(o)] = static_cast<float>(extrapolation);
+      continue;
+    }
+    // Sum over the cartesian product of the taps of every dim.
+    double acc = 0;
+    std::fill(pick.begin(), pick.end(), 0);
+    while (true) {
+      double w = 1;
+      int64_t idx = 0;
+      for (size_t d = 0; d < r; ++d) {
+        const Tap& t = taps[d][static_cast<size_t>(oc[d])][static_cast<size_t>(pick[d])];
+        w *= t.weight;
+        idx += t.index * strides[d];
+      }
+      acc += w * x.at(static_cast<size_t>(idx));
+      size_t d = r;
+      while (d-- > 0) {
+        if (++pick[d] < static_cast<int64_t>(taps[d][static_cast<size_t>(oc[d])].size())) break;
+        pick[d] = 0;
+      }
+      if (d == static_cast<size_t>(-1)) break;
+    }
+    y.f[static_cast<size_t>(o)] = static_cast<float>(acc);
+  }
+  return std::vector<HostTensor>{std::move(y)};
+}
+
+}  // namespace tessera::graph::host

@@ -1,0 +1,211 @@
+#include "tessera/graph/passes.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace tessera::graph {
+namespace {
+
+// The only reader of value `v`, or -1 (no reader, several, or a graph output).
+int sole_reader(const Graph& g, const std::vector<std::vector<std::pair<int, int>>>& consumers, int v) {
+  if (std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) return -1;
+  const auto& c = consumers[static_cast<size_t>(v)];
+  if (c.size() != 1) return -1;
+  return c[0].first;
+}
+
+void drop_nodes(Graph& g, const std::vector<bool>& dead) {
+  std::vector<Node> kept;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (!dead[n]) kept.push_back(std::move(g.nodes[n]));
+  g.nodes = std::move(kept);
+  for (auto& v : g.values) v.producer = -1;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (int o : g.nodes[n].outputs) g.value(o).producer = static_cast<int>(n);
+}
+
+Attribute string_attr(std::string s) {
+  Attribute a;
+  a.kind = Attribute::Kind::STRING;
+  a.s = std::move(s);
+  return a;
+}
+
+Attribute float_attr(float f) {
+  Attribute a;
+  a.kind = Attribute::Kind::FLOAT;
+  a.f = f;
+  return a;
+}
+
+}  // namespace
+
+PassReport fold_batch_norm(Graph& g) {
+  PassReport r{"fold_batch_norm"};
+  auto consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
+    Node& conv = g.nodes[ci];
+    const bool transpose = conv.op_type == "ConvTranspose";
+    if ((conv.op_type != "Conv" && !transpose) || conv.has_attr("tessera_activation")) continue;
+    if (conv.inputs.size() < 2 || !g.is_constant(conv.inputs[1])) continue;
+    if (conv.inputs.size() > 2 && conv.inputs[2] >= 0 && !g.is_constant(conv.inputs[2])) continue;
+    const int bn_idx = sole_reader(g, consumers, conv.outputs[0]);
+    if (bn_idx < 0) continue;
+    Node& bn = g.nodes[static_cast<size_t>(bn_idx)];
+    if (bn.op_type != "BatchNormalization" || bn.outputs.size() != 1 || bn.inputs.size() != 5 ||
+        bn.inputs[0] != conv.outputs[0] || bn.attr_int("training_mode", 0) != 0)
+      continue;
+    bool stats_const = true;
+    for (size_t k = 1; k < 5; ++k) stats_const = stats_const && g.is_constant(bn.inputs[k]);
+    if (!stats_const) continue;
+    const HostTensor& w = *g.value(conv.inputs[1]).constant;
+    const int64_t group = conv.attr_int("group", 1);
+    const int64_t out_ch = transpose ? w.dims[1] * group : w.dims[0];
+    const HostTensor &scale = *g.value(bn.inputs[1]).constant, &shift = *g.value(bn.inputs[2]).constant,
+                     &mean = *g.value(bn.inputs[3]).constant, &var = *g.value(bn.inputs[4]).constant;
+    if (scale.volume() != out_ch || shift.volume() != out_ch || mean.volume() != out_ch || var.volume() != out_ch)
+      continue;
+    const double eps = bn.attr_float("epsilon", 1e-5f);
+    std::vector<double> mult(static_cast<size_t>(out_ch));
+    for (size_t c = 0; c < mult.size(); ++c) mult[c] = scale.at(c) / std::sqrt(var.at(c) + eps);
+    HostTensor nw = w;
+    const int64_t per = w.volume() / w.dims[0];  // elements per leading index
+    for (int64_t i = 0; i < w.dims[0]; ++i)
+      for (int64_t j = 0; j < per; ++j) {
+        // Conv: out channel = leading index. ConvTranspose (in, out/g, k...):
+        // out channel = group of i * (out/g) + j / kernel volume.
+        int64_t oc = i;
+        if (transpose) {
+          const int64_t kvol = per / w.dims[1];
+          oc = (i / (w.dims[0] / group)) * w.dims[1] + j / kvol;
+        }
+        const auto k = static_cast<size_t>(i * per + j);
+        nw.f[k] = static_cast<float>(w.f[k] * mult[static_cast<size_t>(oc)]);
+      }
+    std::vector<float> nb(static_cast<size_t>(out_ch));
+    const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
+    for (size_t c = 0; c < nb.size(); ++c) {
+      const double b = has_bias ? g.value(conv.inputs[2]).constant->at(c) : 0.0;
+      nb[c] = static_cast<float>((b - mean.at(c)) * mult[c] + shift.at(c));
+    }
+    Value wv{.name = g.value(conv.inputs[1]).name + ":bn_folded", .type = ElemType::FLOAT32, .dims = w.dims,
+             .has_shape = true, .constant = std::move(nw)};
+    Value bv{.name = g.value(conv.inputs[1]).name + ":bn_folded_bias", .type = ElemType::FLOAT32,
+             .dims = {out_ch}, .has_shape = true, .constant = HostTensor::floats({out_ch}, std::move(nb))};
+    const int wid = g.add_value(std::move(wv)), bid = g.add_value(std::move(bv));
+    Node& c2 = g.nodes[ci];  // add_value does not move nodes, but be explicit
+    c2.inputs.resize(3);
+    c2.inputs[1] = wid, c2.inputs[2] = bid;
+    c2.outputs[0] = g.nodes[static_cast<size_t>(bn_idx)].outputs[0];
+    dead[static_cast<size_t>(bn_idx)] = true;
+    ++r.rewrites;
+    consumers = g.consumers();
+  }
+  drop_nodes(g, dead);
+  return r;
+}
+
+PassReport fuse_sigmoid_mul(Graph& g) {
+  PassReport r{"fuse_sigmoid_mul"};
+  const auto consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (size_t mi = 0; mi < g.nodes.size(); ++mi) {
+    Node& mul = g.nodes[mi];
+    if (mul.op_type != "Mul" || mul.inputs.size() != 2) continue;
+    for (int side = 0; side < 2; ++side) {
+      const int gate = mul.inputs[static_cast<size_t>(side)], x = mul.inputs[static_cast<size_t>(1 - side)];
+      if (gate < 0 || x < 0 || g.value(gate).producer < 0) continue;
+      const auto si = static_cast<size_t>(g.value(gate).producer);
+      const Node& s = g.nodes[si];
+      if (s.inputs.empty() || s.inputs[0] != x || sole_reader(g, consumers, gate) != static_cast<int>(mi)) continue;
+      std::string fused;
+      if (s.op_type == "Sigmoid") fused = "SiLU";
+      else if (s.op_type == "HardSigmoid" && std::fabs(s.attr_float("alpha", 0.2f) - 1.0f / 6) < 1e-6f &&
+               s.attr_float("beta", 0.5f) == 0.5f)
+        fused = "HardSwish";
+      if (fused.empty() || g.value(x).dims != g.value(mul.outputs[0]).dims) continue;
+      mul.op_type = fused;
+      mul.inputs = {x};
+      mul.attrs.clear();
+      dead[si] = true;
+      ++r.rewrites;
+      break;
+    }
+  }
+  drop_nodes(g, dead);
+  return r;
+}
+
+std::string fusable_activation(const Graph& g, const Node& n, float* param) {
+  *param = 0;
+  const std::string& op = n.op_type;
+  if (op == "Relu") return "relu";
+  if (op == "Sigmoid") return "sigmoid";
+  if (op == "Tanh") return "tanh";
+  if (op == "SiLU") return "silu";
+  if (op == "HardSwish") return "hardswish";
+  if (op == "Mish") return "mish";
+  if (op == "LeakyRelu") {
+    *param = n.attr_float("alpha", 0.01f);
+    return "leaky_relu";
+  }
+  if (op == "HardSigmoid" && std::fabs(n.attr_float("alpha", 0.2f) - 1.0f / 6) < 1e-6f &&
+      n.attr_float("beta", 0.5f) == 0.5f)
+    return "hardsigmoid";
+  if (op == "Clip") {
+    double lo = -INFINITY, hi = INFINITY;
+    if (g.opset < 11) {
+      lo = n.attr_float("min", -3.4028234663852886e38f), hi = n.attr_float("max", 3.4028234663852886e38f);
+    } else {
+      if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
+        if (!g.is_constant(n.inputs[1])) return "";
+        lo = g.value(n.inputs[1]).constant->at(0);
+      }
+      if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+        if (!g.is_constant(n.inputs[2])) return "";
+        hi = g.value(n.inputs[2]).constant->at(0);
+      }
+    }
+    if (lo == 0 && hi == 6) return "relu6";
+    if (lo == 0 && hi >= 3.4e38) return "relu";
+  }
+  return "";
+}
+
+PassReport fuse_activations(Graph& g) {
+  PassReport r{"fuse_activations"};
+  const std::set<std::string> producers = {"Conv", "ConvTranspose", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm"};
+  const auto consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (size_t pi = 0; pi < g.nodes.size(); ++pi) {
+    Node& p = g.nodes[pi];
+    if (!producers.count(p.op_type) || p.has_attr("tessera_activation") || p.outputs.size() != 1) continue;
+    const int ai = sole_reader(g, consumers, p.outputs[0]);
+    if (ai < 0) continue;
+    const Node& act = g.nodes[static_cast<size_t>(ai)];
+    float param = 0;
+    const std::string name = fusable_activation(g, act, &param);
+    if (name.empty() || act.inputs[0] != p.outputs[0]) continue;
+    // Element-wise kernels fuse any activation; conv and matmul the ones their kernels have.
+    p.attrs["tessera_activation"] = string_attr(name);
+    if (name == "leaky_relu") p.attrs["tessera_activation_param"] = float_attr(param);
+    p.outputs[0] = act.outputs[0];
+    dead[static_cast<size_t>(ai)] = true;
+    ++r.rewrites;
+  }
+  drop_nodes(g, dead);
+  return r;
+}
+
+std::vector<PassReport> optimize(Graph& g) {
+  std::vector<PassReport> reports;
+  reports.push_back(fold_batch_norm(g));
+  reports.push_back(fuse_sigmoid_mul(g));
+  reports.push_back(fuse_activations(g));
+  g.remove_dead_nodes();
+  return reports;
+}
+
+}  // namespace tessera::graph

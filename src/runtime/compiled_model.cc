@@ -1,0 +1,967 @@
+#include "tessera/runtime/compiled_model.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "runtime/host_fallback.h"
+#include "tessera/cnn/layers.h"
+#include "tessera/graph/host_eval.h"
+#include "tessera/graph/shape_inference.h"
+#include "tessera/ops/conv2d.h"
+#include "tessera/ops/conv_transpose2d.h"
+#include "tessera/ops/eltwise.h"
+#include "tessera/ops/manipulation.h"
+#include "tessera/ops/matmul.h"
+#include "tessera/ops/normalization.h"
+#include "tessera/ops/pool2d.h"
+#include "tessera/ops/upsample.h"
+
+namespace tessera::runtime {
+
+using graph::Graph;
+using graph::HostTensor;
+using graph::Node;
+using Dims = std::vector<int64_t>;
+
+namespace {
+
+std::atomic<uint64_t> next_model_id{1};
+
+Shape to_shape(const Dims& dims) {
+  if (dims.empty()) return Shape{1};
+  std::vector<uint32_t> d(dims.begin(), dims.end());
+  return Shape(std::span<const uint32_t>(d));
+}
+
+// NCHW dim d lives at NHWC axis kToNhwc[d].
+constexpr int kToNhwc[4] = {0, 3, 1, 2};
+constexpr int kNchwToNhwcPerm[4] = {0, 2, 3, 1};
+constexpr int kNhwcToNchwPerm[4] = {0, 3, 1, 2};
+
+std::optional<UnaryWithParam> activation_of(const Node& n) {
+  const std::string name = n.attr_string("tessera_activation", "");
+  if (name.empty()) return std::nullopt;
+  auto op = parse_unary_op(name);
+  if (!op) return std::nullopt;
+  return UnaryWithParam{*op, n.attr_float("tessera_activation_param", 0.0f)};
+}
+
+// A unary node that runs on the device's unary kernel, or nullopt.
+std::optional<UnaryWithParam> device_unary(const Graph& g, const Node& n) {
+  float param = 0;
+  const std::string name = graph::fusable_activation(g, n, &param);
+  if (!name.empty()) {
+    auto op = parse_unary_op(name);
+    if (op) return UnaryWithParam{*op, param};
+  }
+  static const std::map<std::string, UnaryOpType> plain = {{"Exp", UnaryOpType::EXP},
+                                                           {"Sqrt", UnaryOpType::SQRT},
+                                                           {"Identity", UnaryOpType::IDENTITY},
+                                                           {"Dropout", UnaryOpType::IDENTITY}};
+  if (auto it = plain.find(n.op_type); it != plain.end() && n.outputs.size() == 1) return UnaryWithParam{it->second};
+  return std::nullopt;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ Impl
+
+struct CompiledModel::Impl {
+  using Slots = std::vector<std::optional<Tensor>>;
+  using Step = std::function<Status(Slots&, uint8_t cq)>;
+
+  Device* device = nullptr;
+  Graph g;
+  CompileOptions opt;
+  CompileReport report;
+  uint64_t id = 0;
+  std::vector<bool> nhwc;                        // per value: stored as NHWC on the device
+  std::vector<std::optional<Tensor>> constants;  // per value: the device copy of a constant (plain)
+  std::vector<Step> steps;
+  std::vector<std::vector<int>> release;  // per step: values whose last reader it is
+  std::vector<Dims> in_shapes, out_shapes;
+  std::vector<std::unique_ptr<cnn::DirectConv2d>> convs;
+  std::vector<std::unique_ptr<cnn::ConvTranspose2d>> deconvs;
+  std::vector<std::shared_ptr<const FallbackNode>> fallbacks;
+
+  const Dims& dims(int v) const { return g.value(v).dims; }
+  size_t rank(int v) const { return dims(v).size(); }
+  DataType act_dtype() const { return opt.dtype; }
+
+  // ---- tensors in and out of slots
+
+  StatusOr<Tensor> upload(const HostTensor& h, const Dims& dims, DataType dtype) {
+    std::vector<float> f(h.size());
+    for (size_t k = 0; k < f.size(); ++k) f[k] = static_cast<float>(h.at(k));
+    TS_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(f, to_shape(dims), dtype));
+    return to_device(host, *device);
+  }
+  // A constant value as a plain device tensor in the activation dtype.
+  StatusOr<Tensor> constant(int v) {
+    auto& c = constants[static_cast<size_t>(v)];
+    if (!c) { TS_ASSIGN_OR_RETURN(c, upload(*g.value(v).constant, dims(v), act_dtype())); }
+    return *c;
+  }
+  // A host constant permuted to NHWC for a rank-4 broadcast against an NHWC
+  // value: dims are right-aligned to rank 4 first.
+  StatusOr<Tensor> constant_nhwc(int v) {
+    Dims d = dims(v);
+    while (d.size() < 4) d.insert(d.begin(), 1);
+    HostTensor h = *g.value(v).constant;
+    h.dims = d;
+    Node t;
+    t.op_type = "Transpose";
+    t.attrs["perm"].kind = graph::Attribute::Kind::INTS;
+    t.attrs["perm"].ints = {0, 2, 3, 1};
+    const HostTensor* args[] = {&h};
+    TS_ASSIGN_OR_RETURN(auto out, graph::evaluate(t, args, g.opset));
+    return upload(out[0], out[0].dims, act_dtype());
+  }
+  StatusOr<Tensor> get(Slots& s, int v) {
+    if (g.is_constant(v)) return constant(v);
+    auto& t = s[static_cast<size_t>(v)];
+    if (!t) return internal_error("value '{}' is read before it is computed (or after its release)", g.value(v).name);
+    return *t;
+  }
+  // The value in NCHW (plain) layout.
+  StatusOr<Tensor> plain(Slots& s, int v, uint8_t cq) {
+    TS_ASSIGN_OR_RETURN(Tensor t, get(s, v));
+    if (!nhwc[static_cast<size_t>(v)]) return t;
+    return permute(t, kNhwcToNchwPerm, {.cq_id = cq});
+  }
+  // The value in NHWC layout (rank 4).
+  StatusOr<Tensor> as_nhwc(Slots& s, int v, uint8_t cq) {
+    TS_ASSIGN_OR_RETURN(Tensor t, get(s, v));
+    if (nhwc[static_cast<size_t>(v)]) return t;
+    return permute(t, kNchwToNhwcPerm, {.cq_id = cq});
+  }
+  // Counts the permutes a step will do (compile-time bookkeeping).
+  void note_plain(int v) {
+    if (v >= 0 && nhwc[static_cast<size_t>(v)]) ++report.layout_conversions;
+  }
+  void note_nhwc(int v) {
+    if (v >= 0 && !nhwc[static_cast<size_t>(v)] && !g.is_constant(v)) ++report.layout_conversions;
+  }
+  static Status put(Slots& s, int v, Tensor t) {
+    s[static_cast<size_t>(v)] = std::move(t);
+    return ok_status();
+  }
+  // An NHWC result (any shape of the right volume) stored as (N, H, W, C).
+  Status put_nhwc(Slots& s, int v, const Tensor& t) {
+    const Dims& d = dims(v);
+    TS_ASSIGN_OR_RETURN(Tensor r, reshape(t, Shape{static_cast<uint32_t>(d[0]), static_cast<uint32_t>(d[2]),
+                                                   static_cast<uint32_t>(d[3]), static_cast<uint32_t>(d[1])}));
+    return put(s, v, std::move(r));
+  }
+  Status put_plain(Slots& s, int v, const Tensor& t) {
+    if (t.shape().volume() != to_shape(dims(v)).volume())
+      return internal_error("value '{}': the kernel produced {}, the graph says {}", g.value(v).name,
+                            t.shape().to_string(), graph::dims_to_string(dims(v)));
+    if (t.shape() == to_shape(dims(v))) return put(s, v, t);
+    TS_ASSIGN_OR_RETURN(Tensor r, reshape(t, to_shape(dims(v))));
+    return put(s, v, std::move(r));
+  }
+
+  // ---- lowering
+
+  Status lower(size_t ni);
+  Status lower_conv(const Node& n);
+  Status lower_conv_transpose(const Node& n);
+  Status lower_pool(const Node& n);
+  Status lower_resize(const Node& n, bool* lowered);
+  Status lower_binary(const Node& n, BinaryOpType op);
+  Status lower_gemm(const Node& n);
+  Status lower_matmul(const Node& n);
+  Status lower_fallback(const Node& n, const std::string& why);
+  Status plan_liveness();
+};
+
+namespace {
+
+const std::set<std::string> kDeviceOps = {
+    "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "Resize", "Upsample",
+    "BatchNormalization", "Relu", "Sigmoid", "Tanh", "SiLU", "HardSwish", "HardSigmoid", "LeakyRelu", "Mish", "Clip",
+    "Exp", "Sqrt", "Identity", "Dropout", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm", "Softmax", "Concat",
+    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Pad", "Split", "LayerNormalization"};
+
+}  // namespace
+
+std::vector<std::string> device_ops() { return {kDeviceOps.begin(), kDeviceOps.end()}; }
+
+std::vector<std::string> supported_ops() {
+  std::set<std::string> all(kDeviceOps.begin(), kDeviceOps.end());
+  for (const auto& op : graph::host_supported_ops()) all.insert(op);
+  all.insert("Constant");
+  return {all.begin(), all.end()};
+}
+
+bool needs_constant_input(const Node& n, size_t slot) {
+  const std::string& op = n.op_type;
+  if (op == "Range" || op == "ConstantOfShape") return true;
+  if (slot == 0) return false;
+  if (op == "Conv" || op == "ConvTranspose" || op == "BatchNormalization" || op == "LayerNormalization" ||
+      op == "Resize" || op == "Upsample" || op == "Clip" || op == "Reshape" || op == "Slice" || op == "Pad" ||
+      op == "Squeeze" || op == "Unsqueeze" || op == "Split" || op == "Expand" || op == "Tile" || op == "PRelu" ||
+      op == "Gemm" || op == "ConstantOfShape" || op == "Range" || op == "InstanceNormalization")
+    return true;
+  return op.rfind("Reduce", 0) == 0;
+}
+
+std::string CompileReport::to_string() const {
+  std::string s;
+  for (const auto& p : passes) s += fmt::format("pass {}: {} rewrite(s)\n", p.pass, p.rewrites);
+  s += fmt::format("{} device op(s), {} layout conversion(s), {:.2f} GFLOP per run\n", device_ops,
+                   layout_conversions, conv_flops * 1e-9);
+  if (fallbacks.empty()) s += "no host fallbacks\n";
+  for (const auto& f : fallbacks) s += fmt::format("host fallback: {}\n", f);
+  return s;
+}
+
+Status CompiledModel::Impl::lower_fallback(const Node& n, const std::string& why) {
+  if (!opt.allow_fallback)
+    return unimplemented_error("{}: {} (and host fallbacks are disabled)", n.label(), why);
+  if (!graph::host_supports(n.op_type))
+    return unimplemented_error("{}: {}, and the op has no host reference kernel either", n.label(), why);
+  auto fn = std::make_shared<FallbackNode>();
+  fn->key = fmt::format("host_fallback:model{}:{}", id, n.name);
+  fn->node = n;
+  fn->opset = g.opset;
+  std::vector<int> dyn;
+  for (int in : n.inputs) {
+    if (in >= 0 && g.is_constant(in)) fn->constants.push_back(*g.value(in).constant);
+    else fn->constants.push_back(std::nullopt);
+    fn->input_dims.push_back(in >= 0 ? dims(in) : Dims{});
+    fn->input_types.push_back(in >= 0 ? g.value(in).type : graph::ElemType::FLOAT32);
+    if (in >= 0 && !g.is_constant(in)) {
+      dyn.push_back(in);
+      note_plain(in);
+    }
+  }
+  for (int o : n.outputs) {
+    fn->output_dims.push_back(dims(o));
+    fn->output_types.push_back(g.value(o).type);
+  }
+  fallbacks.push_back(fn);
+  report.fallbacks.push_back(fmt::format("{}: {}", n.label(), why));
+  const std::vector<int> outs = n.outputs;
+  steps.push_back([this, fn, dyn, outs](Slots& s, uint8_t cq) -> Status {
+    std::vector<Tensor> ins;
+    for (int v : dyn) {
+      TS_ASSIGN_OR_RETURN(Tensor t, plain(s, v, cq));
+      if (t.dtype() != DataType::FLOAT32) { TS_ASSIGN_OR_RETURN(t, typecast(t, DataType::FLOAT32, cq)); }
+      ins.push_back(std::move(t));
+    }
+    TS_ASSIGN_OR_RETURN(std::vector<Tensor> ys, run_host_fallback(*device, fn, ins, cq));
+    for (size_t k = 0; k < outs.size(); ++k) {
+      Tensor y = ys[k];
+      if (act_dtype() != DataType::FLOAT32) { TS_ASSIGN_OR_RETURN(y, typecast(y, act_dtype(), cq)); }
+      TS_RETURN_IF_ERROR(put(s, outs[k], std::move(y)));
+    }
+    return ok_status();
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_conv(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D convolution (the device kernel is 2-D)", rank(x) - 2));
+  if (!g.is_constant(n.inputs[1])) return unimplemented_error("{}: the weight must be a constant", n.label());
+  const Dims& xd = dims(x);
+  const Dims& wd = dims(n.inputs[1]);
+  TS_ASSIGN_OR_RETURN(graph::SpatialGeometry geo, graph::spatial_geometry(n, xd, wd));
+  Conv2dParams p;
+  p.batch_size = static_cast<uint32_t>(xd[0]);
+  p.in_channels = static_cast<uint32_t>(xd[1]);
+  p.input_height = static_cast<uint32_t>(xd[2]);
+  p.input_width = static_cast<uint32_t>(xd[3]);
+  p.out_channels = static_cast<uint32_t>(wd[0]);
+  p.groups = static_cast<uint32_t>(n.attr_int("group", 1));
+  p.kernel_size = {static_cast<uint32_t>(geo.kernel[0]), static_cast<uint32_t>(geo.kernel[1])};
+  p.stride = {static_cast<uint32_t>(geo.strides[0]), static_cast<uint32_t>(geo.strides[1])};
+  p.dilation = {static_cast<uint32_t>(geo.dilations[0]), static_cast<uint32_t>(geo.dilations[1])};
+  p.padding = {static_cast<uint32_t>(geo.pads[0]), static_cast<uint32_t>(geo.pads[2]),
+               static_cast<uint32_t>(geo.pads[1]), static_cast<uint32_t>(geo.pads[3])};
+  if (auto act = activation_of(n)) p.activation = *act;
+  if (p.output_height() != dims(y)[2] || p.output_width() != dims(y)[3])
+    return internal_error("{}: the kernel's output {}x{} differs from the inferred {}", n.label(), p.output_height(),
+                          p.output_width(), graph::dims_to_string(dims(y)));
+  TS_ASSIGN_OR_RETURN(Tensor w, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(wd), DataType::FLOAT32));
+  std::optional<Tensor> b;
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0)
+    { TS_ASSIGN_OR_RETURN(b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32)); }
+  report.conv_flops += p.flops();
+  convs.push_back(std::make_unique<cnn::DirectConv2d>(p, w, b, Conv2dConfig{.weights_dtype = opt.weights_dtype}));
+  cnn::DirectConv2d* layer = convs.back().get();
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  steps.push_back([this, layer, x, y](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor out, (*layer)(in, cq));
+    return put_nhwc(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D transposed convolution", rank(x) - 2));
+  if (!g.is_constant(n.inputs[1])) return unimplemented_error("{}: the weight must be a constant", n.label());
+  const Dims& xd = dims(x);
+  const Dims& wd = dims(n.inputs[1]);
+  TS_ASSIGN_OR_RETURN(graph::SpatialGeometry geo, graph::spatial_geometry(n, xd, wd));
+  ConvTranspose2dParams p;
+  p.batch_size = static_cast<uint32_t>(xd[0]);
+  p.in_channels = static_cast<uint32_t>(xd[1]);
+  p.input_height = static_cast<uint32_t>(xd[2]);
+  p.input_width = static_cast<uint32_t>(xd[3]);
+  p.groups = static_cast<uint32_t>(n.attr_int("group", 1));
+  p.out_channels = static_cast<uint32_t>(wd[1]) * p.groups;
+  p.kernel_size = {static_cast<uint32_t>(geo.kernel[0]), static_cast<uint32_t>(geo.kernel[1])};
+  p.stride = {static_cast<uint32_t>(geo.strides[0]), static_cast<uint32_t>(geo.strides[1])};
+  p.dilation = {static_cast<uint32_t>(geo.dilations[0]), static_cast<uint32_t>(geo.dilations[1])};
+  const Dims op = n.attr_ints("output_padding", {0, 0});
+  for (int64_t pad : geo.pads)
+    if (pad < 0) return lower_fallback(n, "an output_shape past the full output");
+  // Asymmetric padding: run with the smaller pad of each dim, slice the rest off.
+  std::array<int64_t, 2> lo{}, crop_begin{}, crop_end{};
+  for (int i = 0; i < 2; ++i) {
+    lo[static_cast<size_t>(i)] = std::min(geo.pads[static_cast<size_t>(i)], geo.pads[static_cast<size_t>(i) + 2]);
+    crop_begin[static_cast<size_t>(i)] = geo.pads[static_cast<size_t>(i)] - lo[static_cast<size_t>(i)];
+    crop_end[static_cast<size_t>(i)] = geo.pads[static_cast<size_t>(i) + 2] - lo[static_cast<size_t>(i)];
+  }
+  p.padding = {static_cast<uint32_t>(lo[0]), static_cast<uint32_t>(lo[1])};
+  p.output_padding = {static_cast<uint32_t>(op.size() > 0 ? op[0] : 0), static_cast<uint32_t>(op.size() > 1 ? op[1] : 0)};
+  const bool crop = crop_begin[0] || crop_begin[1] || crop_end[0] || crop_end[1];
+  if (auto act = activation_of(n)) {
+    if (crop) return lower_fallback(n, "asymmetric padding with a fused activation");
+    p.activation = *act;
+  }
+  if (p.output_height() - crop_begin[0] - crop_end[0] != dims(y)[2] ||
+      p.output_width() - crop_begin[1] - crop_end[1] != dims(y)[3])
+    return lower_fallback(n, "output geometry the device kernel does not produce");
+  TS_ASSIGN_OR_RETURN(Tensor w, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(wd), DataType::FLOAT32));
+  std::optional<Tensor> b;
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0)
+    { TS_ASSIGN_OR_RETURN(b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32)); }
+  report.conv_flops += p.flops();
+  deconvs.push_back(std::make_unique<cnn::ConvTranspose2d>(p, w, b, Conv2dConfig{.weights_dtype = opt.weights_dtype}));
+  cnn::ConvTranspose2d* layer = deconvs.back().get();
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  const uint32_t oh = p.output_height(), ow = p.output_width();
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor out, (*layer)(in, cq));
+    if (crop) {
+      TS_ASSIGN_OR_RETURN(out, reshape(out, Shape{p.batch_size, oh, ow, p.out_channels}));
+      SliceParams sl{.begin = {0, static_cast<uint32_t>(crop_begin[0]), static_cast<uint32_t>(crop_begin[1]), 0},
+                     .end = {p.batch_size, static_cast<uint32_t>(oh - crop_end[0]), static_cast<uint32_t>(ow - crop_end[1]),
+                             p.out_channels},
+                     .step = {1, 1, 1, 1}};
+      TS_ASSIGN_OR_RETURN(out, slice(out, sl, {.cq_id = cq}));
+    }
+    return put_nhwc(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_pool(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D pooling (the device kernel is 2-D)", rank(x) - 2));
+  if (n.outputs.size() > 1) return lower_fallback(n, "the Indices output");
+  const Dims& xd = dims(x);
+  TS_ASSIGN_OR_RETURN(graph::SpatialGeometry geo, graph::spatial_geometry(n, xd, {}));
+  const bool average = n.op_type == "AveragePool";
+  if (n.attr_int("storage_order", 0) != 0) return lower_fallback(n, "storage_order 1");
+  if (geo.pads[0] != geo.pads[2] || geo.pads[1] != geo.pads[3]) return lower_fallback(n, "asymmetric padding");
+  if (2 * geo.pads[0] > geo.kernel[0] || 2 * geo.pads[1] > geo.kernel[1])
+    return lower_fallback(n, "padding over half the kernel");
+  if (average && geo.dilations != Dims{1, 1}) return lower_fallback(n, "dilated average pooling");
+  Pool2dParams p;
+  p.batch_size = static_cast<uint32_t>(xd[0]);
+  p.channels = static_cast<uint32_t>(xd[1]);
+  p.input_height = static_cast<uint32_t>(xd[2]);
+  p.input_width = static_cast<uint32_t>(xd[3]);
+  p.kernel_size = {static_cast<uint32_t>(geo.kernel[0]), static_cast<uint32_t>(geo.kernel[1])};
+  p.stride = {static_cast<uint32_t>(geo.strides[0]), static_cast<uint32_t>(geo.strides[1])};
+  p.dilation = {static_cast<uint32_t>(geo.dilations[0]), static_cast<uint32_t>(geo.dilations[1])};
+  p.padding = {static_cast<uint32_t>(geo.pads[0]), static_cast<uint32_t>(geo.pads[1])};
+  p.ceil_mode = n.attr_int("ceil_mode", 0) != 0;
+  p.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
+  if (!p.validate().ok() || p.output_height() != dims(y)[2] || p.output_width() != dims(y)[3])
+    return lower_fallback(n, "a window geometry the device kernel does not produce");
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor out, average ? avg_pool2d(in, p, cq) : max_pool2d(in, p, cq));
+    return put_nhwc(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_resize(const Node& n, bool* lowered) {
+  *lowered = false;
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (rank(x) != 4) return ok_status();
+  const Dims& xd = dims(x);
+  const Dims& yd = dims(y);
+  if (xd[0] != yd[0] || xd[1] != yd[1]) return ok_status();
+  const bool upsample_op = n.op_type == "Upsample";
+  const std::string mode = n.attr_string("mode", "nearest");
+  const std::string ctm = upsample_op ? "asymmetric" : n.attr_string("coordinate_transformation_mode", "half_pixel");
+  if (!upsample_op && g.opset >= 11 && n.inputs.size() > 1 && n.inputs[1] >= 0 && ctm == "tf_crop_and_resize")
+    return ok_status();
+  UpsampleParams up;
+  // Scales from the inferred sizes unless the file's scales are given (ONNX
+  // maps coordinates with the given scale, not with out/in).
+  up.scale_h = static_cast<float>(yd[2]) / static_cast<float>(xd[2]);
+  up.scale_w = static_cast<float>(yd[3]) / static_cast<float>(xd[3]);
+  const size_t scales_slot = upsample_op || g.opset < 11 ? 1 : 2;
+  if (n.inputs.size() > scales_slot && n.inputs[scales_slot] >= 0 && g.is_constant(n.inputs[scales_slot]) &&
+      g.value(n.inputs[scales_slot]).constant->size() == 4) {
+    up.scale_h = static_cast<float>(g.value(n.inputs[scales_slot]).constant->at(2));
+    up.scale_w = static_cast<float>(g.value(n.inputs[scales_slot]).constant->at(3));
+  }
+  if (mode == "nearest") {
+    const std::string nm = n.attr_string("nearest_mode", "round_prefer_floor");
+    const bool legacy = upsample_op || g.opset < 11;  // Upsample and Resize-10: asymmetric, floor
+    if (!legacy && (ctm != "asymmetric" || nm != "floor")) return ok_status();
+    up.mode = UpsampleMode::NEAREST;
+  } else if (mode == "linear" || mode == "bilinear") {
+    up.mode = UpsampleMode::BILINEAR;
+    if (ctm == "align_corners") {
+      // ONNX maps with the unrounded output size, PyTorch (and the kernel) with the rounded one.
+      if (std::floor(xd[2] * up.scale_h) != xd[2] * up.scale_h || std::floor(xd[3] * up.scale_w) != xd[3] * up.scale_w)
+        return ok_status();
+      up.align_corners = true;
+    } else if (ctm != "half_pixel" && !(ctm == "pytorch_half_pixel" && yd[2] > 1 && yd[3] > 1)) {
+      return ok_status();
+    }
+  } else {
+    return ok_status();
+  }
+  if (mode != "nearest" && (n.attr_int("exclude_outside", 0) != 0)) return ok_status();
+  *lowered = true;
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    UpsampleParams q = up;
+    q.cq_id = cq;
+    TS_ASSIGN_OR_RETURN(Tensor out, upsample(in, q));
+    if (out.shape().volume() != to_shape(dims(y)).volume())
+      return internal_error("{}: upsample produced {}, expected {}", g.value(y).name, out.shape().to_string(),
+                            graph::dims_to_string(dims(y)));
+    return put_nhwc(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
+  const int a = n.inputs[0], b = n.inputs[1], y = n.outputs[0];
+  const auto act = activation_of(n);
+  const bool ca = g.is_constant(a), cb = g.is_constant(b);
+  // Layout: NHWC when a rank-4 run-time operand is NHWC and the other is a
+  // constant or rank-4 too; plain otherwise.
+  const bool a4 = rank(a) == 4, b4 = rank(b) == 4;
+  bool out_nhwc = rank(y) == 4 && ((!ca && nhwc[static_cast<size_t>(a)] && (cb || b4) && rank(b) <= 4) ||
+                                   (!cb && nhwc[static_cast<size_t>(b)] && (ca || a4) && rank(a) <= 4));
+  std::optional<Tensor> const_a, const_b;
+  if (out_nhwc) {
+    if (ca) { TS_ASSIGN_OR_RETURN(const_a, constant_nhwc(a)); }
+    if (cb) { TS_ASSIGN_OR_RETURN(const_b, constant_nhwc(b)); }
+    note_nhwc(a), note_nhwc(b);
+  } else {
+    note_plain(a), note_plain(b);
+  }
+  nhwc[static_cast<size_t>(y)] = out_nhwc;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    Tensor ta, tb;
+    if (const_a) ta = *const_a;
+    else { TS_ASSIGN_OR_RETURN(ta, out_nhwc ? as_nhwc(s, a, cq) : plain(s, a, cq)); }
+    if (const_b) tb = *const_b;
+    else { TS_ASSIGN_OR_RETURN(tb, out_nhwc ? as_nhwc(s, b, cq) : plain(s, b, cq)); }
+    TS_ASSIGN_OR_RETURN(Tensor out, binary(ta, tb, op, {.activation = act, .cq_id = cq}));
+    if (out_nhwc) return put(s, y, out);
+    return put_plain(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_matmul(const Node& n) {
+  const int a = n.inputs[0], b = n.inputs[1], y = n.outputs[0];
+  if (rank(a) < 2 || rank(b) < 2) return lower_fallback(n, "1-D operands");
+  const auto act = activation_of(n);
+  std::optional<Tensor> const_b;
+  if (g.is_constant(b)) {
+    const DataType wd = act_dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+    TS_ASSIGN_OR_RETURN(const_b, upload(*g.value(b).constant, dims(b), wd));
+  }
+  if (g.is_constant(a)) return lower_fallback(n, "a constant left operand");
+  const auto& ad = dims(a);
+  const auto& bd = dims(b);
+  report.conv_flops += 2ull * static_cast<uint64_t>(to_shape(dims(y)).volume()) * static_cast<uint64_t>(ad.back());
+  (void)bd;
+  note_plain(a), note_plain(b);
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor ta, plain(s, a, cq));
+    Tensor tb;
+    if (const_b) tb = *const_b;
+    else { TS_ASSIGN_OR_RETURN(tb, plain(s, b, cq)); }
+    TS_ASSIGN_OR_RETURN(Tensor out, matmul(ta, tb, {.activation = act, .cq_id = cq}));
+    return put_plain(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_gemm(const Node& n) {
+  const int a = n.inputs[0], b = n.inputs[1], y = n.outputs[0];
+  if (n.attr_int("transA", 0) || !g.is_constant(b) ||
+      (n.inputs.size() > 2 && n.inputs[2] >= 0 && !g.is_constant(n.inputs[2])))
+    return lower_fallback(n, "transA or a run-time B / C");
+  const float alpha = n.attr_float("alpha", 1.0f), beta = n.attr_float("beta", 1.0f);
+  const bool trans_b = n.attr_int("transB", 0) != 0;
+  // alpha folds into B, beta into C, on the host.
+  HostTensor bw = *g.value(b).constant;
+  for (float& v : bw.f) v *= alpha;
+  const DataType wd = act_dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+  TS_ASSIGN_OR_RETURN(Tensor weight, upload(bw, dims(b), wd));
+  const int64_t nn = dims(y)[1];
+  std::optional<Tensor> bias;
+  std::optional<Tensor> full_c;  // C that is not one row broadcast (rare)
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+    HostTensor c = *g.value(n.inputs[2]).constant;
+    for (float& v : c.f) v *= beta;
+    if (c.volume() == nn) { TS_ASSIGN_OR_RETURN(bias, upload(c, {nn}, DataType::FLOAT32)); }
+    else { TS_ASSIGN_OR_RETURN(full_c, upload(c, c.dims, act_dtype())); }
+  }
+  const auto act = activation_of(n);
+  if (full_c && act) return lower_fallback(n, "a 2-D C with a fused activation");
+  report.conv_flops += 2ull * static_cast<uint64_t>(dims(y)[0] * nn) * static_cast<uint64_t>(dims(a)[1]);
+  note_plain(a);
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor ta, plain(s, a, cq));
+    TS_ASSIGN_OR_RETURN(Tensor out,
+                        linear(ta, weight, bias, {.transpose_b = trans_b, .activation = act, .cq_id = cq}));
+    if (full_c) { TS_ASSIGN_OR_RETURN(out, add(out, *full_c, {.cq_id = cq})); }
+    return put_plain(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower(size_t ni) {
+  const Node& n = g.nodes[ni];
+  const std::string& op = n.op_type;
+  for (int in : n.inputs)
+    if (in >= 0 && !g.is_constant(in) && g.value(in).type != graph::ElemType::FLOAT32)
+      return lower_fallback(n, "integer tensors at run time");
+  for (int o : n.outputs)
+    if (g.value(o).type != graph::ElemType::FLOAT32) return lower_fallback(n, "an integer result");
+  const int x = n.inputs.empty() ? -1 : n.inputs[0];
+  if (x >= 0 && g.is_constant(x) && op != "Concat" && op != "Add" && op != "Sub" && op != "Mul" && op != "Div")
+    return lower_fallback(n, "a constant input the folder left (too large to fold)");
+  const int y = n.outputs[0];
+  ++report.device_ops;
+  if (op == "Conv") return lower_conv(n);
+  if (op == "ConvTranspose") return lower_conv_transpose(n);
+  if (op == "MaxPool" || op == "AveragePool") return lower_pool(n);
+  if (op == "GlobalAveragePool") {
+    if (rank(x) != 4) return lower_fallback(n, "a non-4D input");
+    note_nhwc(x);
+    nhwc[static_cast<size_t>(y)] = true;
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+      TS_ASSIGN_OR_RETURN(Tensor out, global_avg_pool2d(in, cq));
+      return put_nhwc(s, y, out);
+    });
+    return ok_status();
+  }
+  if (op == "Resize" || op == "Upsample") {
+    bool lowered = false;
+    TS_RETURN_IF_ERROR(lower_resize(n, &lowered));
+    if (lowered) return ok_status();
+    --report.device_ops;
+    return lower_fallback(n, fmt::format("mode '{}' / coordinate mode '{}' has no device kernel",
+                                         n.attr_string("mode", "nearest"),
+                                         n.attr_string("coordinate_transformation_mode", "half_pixel")));
+  }
+  if (op == "BatchNormalization" && rank(x) == 4 && n.outputs.size() == 1) {
+    std::array<Tensor, 4> stats;
+    for (size_t k = 0; k < 4; ++k) {
+      if (!g.is_constant(n.inputs[k + 1])) return unimplemented_error("{}: input {} must be a constant", n.label(), k + 1);
+      TS_ASSIGN_OR_RETURN(stats[k], upload(*g.value(n.inputs[k + 1]).constant, dims(n.inputs[k + 1]), DataType::FLOAT32));
+    }
+    const float eps = n.attr_float("epsilon", 1e-5f);
+    note_nhwc(x);
+    nhwc[static_cast<size_t>(y)] = true;
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+      NormParams np{.epsilon = eps, .weight = stats[0], .bias = stats[1], .cq_id = cq};
+      TS_ASSIGN_OR_RETURN(Tensor out, batch_norm(in, stats[2], stats[3], np));
+      return put(s, y, out);
+    });
+    return ok_status();
+  }
+  if (auto act = device_unary(g, n); act && n.outputs.size() == 1) {
+    const bool keep = nhwc[static_cast<size_t>(x)];
+    nhwc[static_cast<size_t>(y)] = keep;
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      TS_ASSIGN_OR_RETURN(Tensor out, unary(in, *act, {.cq_id = cq}));
+      return put(s, y, out);
+    });
+    return ok_status();
+  }
+  if (op == "SiLU") {
+    const bool keep = nhwc[static_cast<size_t>(x)];
+    nhwc[static_cast<size_t>(y)] = keep;
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      TS_ASSIGN_OR_RETURN(Tensor out, unary(in, {UnaryOpType::SILU}, {.cq_id = cq}));
+      return put(s, y, out);
+    });
+    return ok_status();
+  }
+  static const std::map<std::string, BinaryOpType> binaries = {
+      {"Add", BinaryOpType::ADD}, {"Sub", BinaryOpType::SUB}, {"Mul", BinaryOpType::MUL}, {"Div", BinaryOpType::DIV}};
+  if (auto it = binaries.find(op); it != binaries.end()) {
+    if (g.is_constant(n.inputs[0]) && g.is_constant(n.inputs[1])) return lower_fallback(n, "two constant operands");
+    return lower_binary(n, it->second);
+  }
+  if (op == "MatMul") return lower_matmul(n);
+  if (op == "Gemm") return lower_gemm(n);
+  if (op == "Softmax") {
+    const size_t r = rank(x);
+    int64_t axis = n.attr_int("axis", g.opset >= 13 ? -1 : 1);
+    if (axis < 0) axis += static_cast<int64_t>(r);
+    note_plain(x);
+    const bool legacy = g.opset < 13;
+    const Dims xd = dims(x);
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, plain(s, x, cq));
+      if (legacy || axis == static_cast<int64_t>(r) - 1) {
+        // Older opsets normalise the 2D view flattened at `axis`.
+        int64_t outer = 1, inner = 1;
+        for (size_t d = 0; d < r; ++d) (static_cast<int64_t>(d) < axis ? outer : inner) *= xd[d];
+        if (!legacy) outer = to_shape(xd).volume() / xd.back(), inner = xd.back();
+        TS_ASSIGN_OR_RETURN(Tensor flat, reshape(in, Shape{static_cast<uint32_t>(outer), static_cast<uint32_t>(inner)}));
+        TS_ASSIGN_OR_RETURN(Tensor out, softmax(flat, -1, cq));
+        return put_plain(s, y, out);
+      }
+      std::vector<int> perm(r);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::swap(perm[static_cast<size_t>(axis)], perm.back());
+      TS_ASSIGN_OR_RETURN(Tensor t, permute(in, perm, {.cq_id = cq}));
+      TS_ASSIGN_OR_RETURN(Tensor sm, softmax(t, -1, cq));
+      TS_ASSIGN_OR_RETURN(Tensor out, permute(sm, perm, {.cq_id = cq}));
+      return put_plain(s, y, out);
+    });
+    return ok_status();
+  }
+  if (op == "Concat") {
+    const size_t r = rank(y);
+    int64_t axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(r);
+    bool any_nhwc = false;
+    for (int in : n.inputs) any_nhwc = any_nhwc || (in >= 0 && nhwc[static_cast<size_t>(in)]);
+    const bool out_nhwc = r == 4 && any_nhwc;
+    std::vector<std::optional<Tensor>> consts(n.inputs.size());
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int in = n.inputs[k];
+      if (g.is_constant(in)) { TS_ASSIGN_OR_RETURN(consts[k], out_nhwc ? constant_nhwc(in) : constant(in)); }
+      else if (out_nhwc) note_nhwc(in);
+      else note_plain(in);
+    }
+    nhwc[static_cast<size_t>(y)] = out_nhwc;
+    const int dim = out_nhwc ? kToNhwc[axis] : static_cast<int>(axis);
+    const std::vector<int> ins = n.inputs;
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      std::vector<Tensor> ts;
+      for (size_t k = 0; k < ins.size(); ++k) {
+        if (consts[k]) {
+          ts.push_back(*consts[k]);
+          continue;
+        }
+        TS_ASSIGN_OR_RETURN(Tensor t, out_nhwc ? as_nhwc(s, ins[k], cq) : plain(s, ins[k], cq));
+        ts.push_back(std::move(t));
+      }
+      TS_ASSIGN_OR_RETURN(Tensor out, concat(ts, dim, {.cq_id = cq}));
+      return put(s, y, out);
+    });
+    return ok_status();
+  }
+  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
+    note_plain(x);
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, plain(s, x, cq));
+      TS_ASSIGN_OR_RETURN(Tensor out, reshape(in, to_shape(dims(y))));
+      return put(s, y, out);
+    });
+    return ok_status();
+  }
+  if (op == "Transpose") {
+    const size_t r = rank(x);
+    Dims perm = n.attr_ints("perm");
+    if (perm.empty())
+      for (size_t k = 0; k < r; ++k) perm.push_back(static_cast<int64_t>(r - 1 - k));
+    const bool from_nhwc = nhwc[static_cast<size_t>(x)];
+    std::vector<int> p(r);
+    for (size_t k = 0; k < r; ++k) p[k] = from_nhwc ? kToNhwc[perm[k]] : static_cast<int>(perm[k]);
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      TS_ASSIGN_OR_RETURN(Tensor out, permute(in, p, {.cq_id = cq}));
+      return put(s, y, out);
+    });
+    return ok_status();
+  }
+  if (op == "Slice" || op == "Pad" || op == "Split") {
+    // Evaluate the index arithmetic once on the host: per output, begin/end/step per dim (plain layout).
+    const size_t r = rank(x);
+    const bool from_nhwc = nhwc[static_cast<size_t>(x)] && r == 4;
+    auto map = [&](auto v) {  // reorder per-dim NCHW values to NHWC
+      if (!from_nhwc) return v;
+      auto o = v;
+      for (size_t d = 0; d < 4; ++d) o[static_cast<size_t>(kToNhwc[d])] = v[d];
+      return o;
+    };
+    if (op == "Pad") {
+      if (n.attr_string("mode", "constant") != "constant") return lower_fallback(n, "pad modes other than constant");
+      const Dims& xd = dims(x);
+      const Dims& yd = dims(y);
+      Dims pads = n.attr_ints("pads");
+      if (g.opset >= 11) pads = g.value(n.inputs[1]).constant->i;
+      if (n.inputs.size() > 3 && n.inputs[3] >= 0) return lower_fallback(n, "the axes input");
+      float value = n.attr_float("value", 0.0f);
+      if (g.opset >= 11 && n.inputs.size() > 2 && n.inputs[2] >= 0 && g.value(n.inputs[2]).constant->size())
+        value = static_cast<float>(g.value(n.inputs[2]).constant->at(0));
+      std::vector<std::array<uint32_t, 2>> pp(r);
+      for (size_t d = 0; d < r; ++d) {
+        if (pads[d] < 0 || pads[d + r] < 0) return lower_fallback(n, "negative pads (cropping)");
+        pp[d] = {static_cast<uint32_t>(pads[d]), static_cast<uint32_t>(pads[d + r])};
+      }
+      (void)xd, (void)yd;
+      pp = map(pp);
+      nhwc[static_cast<size_t>(y)] = from_nhwc;
+      steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+        TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+        TS_ASSIGN_OR_RETURN(Tensor out, pad(in, pp, value, {.cq_id = cq}));
+        return put(s, y, out);
+      });
+      return ok_status();
+    }
+    // Slice / Split: per output the [begin, end) per dim.
+    std::vector<SliceParams> slices;
+    if (op == "Slice") {
+      // Re-derive begin/step from the host kernel's rules on a small index probe.
+      std::vector<int64_t> starts, ends, axes, steps_v;
+      if (g.opset < 10) {
+        starts = n.attr_ints("starts"), ends = n.attr_ints("ends"), axes = n.attr_ints("axes");
+      } else {
+        starts = g.value(n.inputs[1]).constant->i, ends = g.value(n.inputs[2]).constant->i;
+        if (n.inputs.size() > 3 && n.inputs[3] >= 0) axes = g.value(n.inputs[3]).constant->i;
+        if (n.inputs.size() > 4 && n.inputs[4] >= 0) steps_v = g.value(n.inputs[4]).constant->i;
+      }
+      if (axes.empty())
+        for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
+      if (steps_v.empty()) steps_v.assign(starts.size(), 1);
+      SliceParams sl;
+      const Dims& xd = dims(x);
+      for (size_t d = 0; d < r; ++d) sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(xd[d])), sl.step.push_back(1);
+      for (size_t k = 0; k < starts.size(); ++k) {
+        const auto d = static_cast<size_t>(axes[k] < 0 ? axes[k] + static_cast<int64_t>(r) : axes[k]);
+        const int64_t dim = xd[d];
+        if (steps_v[k] < 1) return lower_fallback(n, "negative steps");
+        auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
+        sl.begin[d] = static_cast<uint32_t>(clamp(starts[k]));
+        sl.end[d] = static_cast<uint32_t>(clamp(ends[k]));
+        sl.step[d] = static_cast<uint32_t>(steps_v[k]);
+        if (sl.begin[d] >= sl.end[d]) return lower_fallback(n, "an empty result");
+      }
+      slices.push_back(sl);
+    } else {
+      const Dims& xd = dims(x);
+      int64_t axis = n.attr_int("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(r);
+      uint32_t begin = 0;
+      for (int o : n.outputs) {
+        SliceParams sl;
+        for (size_t d = 0; d < r; ++d) sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(xd[d])), sl.step.push_back(1);
+        const auto len = static_cast<uint32_t>(dims(o)[static_cast<size_t>(axis)]);
+        if (len == 0) return lower_fallback(n, "an empty output");
+        sl.begin[static_cast<size_t>(axis)] = begin;
+        sl.end[static_cast<size_t>(axis)] = begin + len;
+        begin += len;
+        slices.push_back(sl);
+      }
+    }
+    for (auto& sl : slices) sl.begin = map(sl.begin), sl.end = map(sl.end), sl.step = map(sl.step);
+    const std::vector<int> outs = n.outputs;
+    for (int o : outs) nhwc[static_cast<size_t>(o)] = from_nhwc;
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      for (size_t k = 0; k < outs.size(); ++k) {
+        TS_ASSIGN_OR_RETURN(Tensor out, slice(in, slices[k], {.cq_id = cq}));
+        TS_RETURN_IF_ERROR(put(s, outs[k], out));
+      }
+      return ok_status();
+    });
+    return ok_status();
+  }
+  if (op == "LayerNormalization" && n.outputs.size() == 1) {
+    const size_t r = rank(x);
+    int64_t axis = n.attr_int("axis", -1);
+    if (axis < 0) axis += static_cast<int64_t>(r);
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < r; ++d) (static_cast<int64_t>(d) < axis ? outer : inner) *= dims(x)[d];
+    if (!g.is_constant(n.inputs[1]) || (n.inputs.size() > 2 && n.inputs[2] >= 0 && !g.is_constant(n.inputs[2])))
+      return lower_fallback(n, "run-time scale or bias");
+    TS_ASSIGN_OR_RETURN(Tensor w, upload(*g.value(n.inputs[1]).constant, {inner}, DataType::FLOAT32));
+    std::optional<Tensor> b;
+    if (n.inputs.size() > 2 && n.inputs[2] >= 0)
+      { TS_ASSIGN_OR_RETURN(b, upload(*g.value(n.inputs[2]).constant, {inner}, DataType::FLOAT32)); }
+    if (g.value(n.inputs[1]).constant->volume() != inner) return lower_fallback(n, "a broadcast scale");
+    const float eps = n.attr_float("epsilon", 1e-5f);
+    note_plain(x);
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, plain(s, x, cq));
+      TS_ASSIGN_OR_RETURN(Tensor flat, reshape(in, Shape{static_cast<uint32_t>(outer), static_cast<uint32_t>(inner)}));
+      TS_ASSIGN_OR_RETURN(Tensor out, layer_norm(flat, {.epsilon = eps, .weight = w, .bias = b, .cq_id = cq}));
+      return put_plain(s, y, out);
+    });
+    return ok_status();
+  }
+  --report.device_ops;
+  if (kDeviceOps.count(op)) return lower_fallback(n, "attributes the device kernel does not cover");
+  return lower_fallback(n, "no device kernel");
+}
+
+Status CompiledModel::Impl::plan_liveness() {
+  // The last step reading each value; graph outputs live to the end.
+  std::vector<int> last(g.values.size(), -1);
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
+    for (int in : g.nodes[ni].inputs)
+      if (in >= 0) last[static_cast<size_t>(in)] = static_cast<int>(ni);
+  for (int o : g.outputs) last[static_cast<size_t>(o)] = -1;
+  for (int i : g.inputs) last[static_cast<size_t>(i)] = -1;  // owned by the caller
+  release.assign(g.nodes.size(), {});
+  for (size_t v = 0; v < last.size(); ++v)
+    if (last[v] >= 0 && !g.values[v].constant) release[static_cast<size_t>(last[v])].push_back(static_cast<int>(v));
+  // Outputs nobody reads (a Dropout mask, a skipped optional) go right away.
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni)
+    for (int o : g.nodes[ni].outputs)
+      if (last[static_cast<size_t>(o)] < 0 && std::find(g.outputs.begin(), g.outputs.end(), o) == g.outputs.end())
+        release[ni].push_back(o);
+  return ok_status();
+}
+
+// ------------------------------------------------------------------ CompiledModel
+
+CompiledModel::CompiledModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CompiledModel::~CompiledModel() = default;
+
+StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Device& device,
+                                                                const CompileOptions& options) {
+  if (options.dtype != DataType::FLOAT32 && options.dtype != DataType::BFLOAT16)
+    return invalid_argument_error("CompileOptions::dtype must be FLOAT32 or BFLOAT16, got {}", data_type_name(options.dtype));
+  if (options.dtype == DataType::BFLOAT16 && options.weights_dtype == DataType::FLOAT32)
+    return invalid_argument_error("bfloat16 activations need bfloat16 or block-float weights, got float32 weights");
+  auto impl = std::make_unique<Impl>();
+  impl->device = &device;
+  impl->opt = options;
+  impl->id = next_model_id++;
+  for (int i : graph.inputs)
+    if (!graph.value(i).has_shape) return invalid_argument_error("graph input '{}' has no shape (run infer_shapes)", graph.value(i).name);
+  if (options.optimize) impl->report.passes = graph::optimize(graph);
+  impl->g = std::move(graph);
+  Graph& g = impl->g;
+  impl->nhwc.assign(g.values.size(), false);
+  impl->constants.assign(g.values.size(), std::nullopt);
+  for (int i : g.inputs) {
+    if (g.value(i).type != graph::ElemType::FLOAT32)
+      return unimplemented_error("graph input '{}' is an integer tensor; bind it as a constant (Graph::bind_constant)",
+                                 g.value(i).name);
+    impl->in_shapes.push_back(g.value(i).dims);
+  }
+  for (int o : g.outputs) impl->out_shapes.push_back(g.value(o).dims);
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const size_t before = impl->steps.size();
+    TS_RETURN_IF_ERROR(impl->lower(ni));
+    if (impl->steps.size() != before + 1) return internal_error("{} lowered to {} steps", g.nodes[ni].label(), impl->steps.size() - before);
+  }
+  TS_RETURN_IF_ERROR(impl->plan_liveness());
+  for (int o : g.outputs)
+    if (g.is_constant(o)) TS_RETURN_IF_ERROR(impl->constant(o).status());
+  return std::unique_ptr<CompiledModel>(new CompiledModel(std::move(impl)));
+}
+
+StatusOr<std::vector<Tensor>> CompiledModel::run(std::span<const Tensor> inputs, uint8_t cq_id) {
+  Impl& m = *impl_;
+  const Graph& g = m.g;
+  if (inputs.size() != g.inputs.size())
+    return invalid_argument_error("the model takes {} input(s), got {}", g.inputs.size(), inputs.size());
+  Impl::Slots slots(g.values.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& t = inputs[k];
+    const Shape want = to_shape(m.in_shapes[k]);
+    if (!t.is_on_device() || t.shape().volume() != want.volume() || t.layout() != Layout::ROW_MAJOR)
+      return invalid_argument_error("input {} ('{}'): expected a ROW_MAJOR device tensor of shape {}, got {} {} on {}",
+                                    k, g.value(g.inputs[k]).name, graph::dims_to_string(m.in_shapes[k]),
+                                    t.shape().to_string(), layout_name(t.layout()), t.is_on_device() ? "the device" : "the host");
+    Tensor x = t;
+    if (x.shape() != want) { TS_ASSIGN_OR_RETURN(x, reshape(x, want)); }
+    if (x.dtype() != m.act_dtype()) { TS_ASSIGN_OR_RETURN(x, typecast(x, m.act_dtype(), cq_id)); }
+    slots[static_cast<size_t>(g.inputs[k])] = std::move(x);
+  }
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    Status st = m.steps[i](slots, cq_id);
+    if (!st.ok()) return Status(st.code(), fmt::format("{}: {}", g.nodes[i].label(), st.message()));
+    for (int v : m.release[i]) slots[static_cast<size_t>(v)].reset();
+  }
+  std::vector<Tensor> outs;
+  for (int o : g.outputs) {
+    TS_ASSIGN_OR_RETURN(Tensor t, m.get(slots, o));
+    if (m.nhwc[static_cast<size_t>(o)]) { TS_ASSIGN_OR_RETURN(t, permute(t, kNhwcToNchwPerm, {.cq_id = cq_id})); }
+    if (t.dtype() != DataType::FLOAT32) { TS_ASSIGN_OR_RETURN(t, typecast(t, DataType::FLOAT32, cq_id)); }
+    if (t.shape() != to_shape(g.value(o).dims)) { TS_ASSIGN_OR_RETURN(t, reshape(t, to_shape(g.value(o).dims))); }
+    outs.push_back(std::move(t));
+  }
+  return outs;
+}
+
+cnn::Model CompiledModel::pipeline_model() {
+  return [this](const Tensor& input) -> StatusOr<cnn::ModelOutput> {
+    if (impl_->g.inputs.size() != 1)
+      return invalid_argument_error("the Pipeline feeds one input; the model takes {}", impl_->g.inputs.size());
+    const Tensor in[] = {input};
+    TS_ASSIGN_OR_RETURN(std::vector<Tensor> outs, run(in));
+    if (outs.size() == 1) return cnn::ModelOutput::of(outs[0]);
+    std::vector<cnn::ModelOutput> list;
+    for (auto& t : outs) list.push_back(cnn::ModelOutput::of(t));
+    return cnn::ModelOutput::of(std::move(list));
+  };
+}
+
+const std::vector<Dims>& CompiledModel::input_shapes() const { return impl_->in_shapes; }
+const std::vector<Dims>& CompiledModel::output_shapes() const { return impl_->out_shapes; }
+std::vector<std::string> CompiledModel::input_names() const {
+  std::vector<std::string> r;
+  for (int i : impl_->g.inputs) r.push_back(impl_->g.value(i).name);
+  return r;
+}
+std::vector<std::string> CompiledModel::output_names() const {
+  std::vector<std::string> r;
+  for (int o : impl_->g.outputs) r.push_back(impl_->g.value(o).name);
+  return r;
+}
+const CompileReport& CompiledModel::report() const { return impl_->report; }
+const Graph& CompiledModel::graph() const { return impl_->g; }
+Device& CompiledModel::device() const { return *impl_->device; }
+
+}  // namespace tessera::runtime

@@ -1,0 +1,165 @@
+// Compiled models against the host reference evaluation of the same graph
+// (the unoptimized graph, every node on graph::evaluate), in float32 and
+// bfloat16, through run() and through the traced two-queue Pipeline; the
+// report (passes, fallbacks) and the error paths.
+//
+// Tolerances: float32 PCC >= 0.99999 and max |diff| <= 1e-4 * max |ref|;
+// bfloat16 activations / weights PCC >= 0.999.
+#include "tessera/runtime/compiled_model.h"
+
+#include "onnx_model_builder.h"
+#include "tessera/cnn/pipeline.h"
+#include "tessera/graph/host_eval.h"
+#include "tessera/import/onnx.h"
+#include "test_util.h"
+
+namespace tessera::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using tessera::testing::pcc;
+using tessera::testing::random_values;
+
+std::vector<graph::HostTensor> reference(const graph::Graph& g, const graph::HostTensor& x) {
+  std::vector<std::optional<graph::HostTensor>> vals(g.values.size());
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].constant) vals[v] = *g.values[v].constant;
+  vals[static_cast<size_t>(g.inputs[0])] = x;
+  for (const graph::Node& n : g.nodes) {
+    std::vector<const graph::HostTensor*> ins;
+    for (int in : n.inputs) ins.push_back(in < 0 ? nullptr : &*vals[static_cast<size_t>(in)]);
+    auto outs = graph::evaluate(n, ins, g.opset);
+    EXPECT_TRUE(outs.ok()) << outs.status().to_string();
+    if (!outs.ok()) return {};
+    for (size_t k = 0; k < n.outputs.size(); ++k) vals[static_cast<size_t>(n.outputs[k])] = (*outs)[k];
+  }
+  std::vector<graph::HostTensor> r;
+  for (int o : g.outputs) r.push_back(*vals[static_cast<size_t>(o)]);
+  return r;
+}
+
+graph::HostTensor input_for(const std::vector<int64_t>& dims, uint32_t seed) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return graph::HostTensor::floats(dims, random_values(static_cast<size_t>(n), seed, 1.0f));
+}
+
+Tensor device_input(const graph::HostTensor& x, Device& dev) {
+  std::vector<uint32_t> d(x.dims.begin(), x.dims.end());
+  return to_device(Tensor::from_vector(x.f, Shape(std::span<const uint32_t>(d)), DataType::FLOAT32).value(), dev).value();
+}
+
+void expect_close(const Tensor& got_dev, const graph::HostTensor& want, double min_pcc, double max_rel) {
+  auto got = got_dev.cpu().value().to_vector().value();
+  ASSERT_EQ(got.size(), want.f.size());
+  double max_ref = 0, max_diff = 0;
+  for (size_t k = 0; k < got.size(); ++k) {
+    max_ref = std::max(max_ref, std::fabs(double{want.f[k]}));
+    max_diff = std::max(max_diff, std::fabs(double{got[k]} - want.f[k]));
+  }
+  EXPECT_GE(pcc(got, want.f), min_pcc);
+  if (max_rel > 0) {
+    EXPECT_LE(max_diff, max_rel * max_ref);
+  }
+}
+
+class CompiledModelTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CompiledModelTest, SmallCnnMatchesTheHostReference) {
+  const int64_t batch = GetParam();
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn(batch).bytes()));
+  const graph::HostTensor x = input_for(g.value(g.inputs[0]).dims, 7);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 20, .num_command_queues = 2}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  const CompileReport& rep = model->report();
+  EXPECT_EQ(rep.passes[0].rewrites, 1);  // the batch norm
+  EXPECT_EQ(rep.passes[1].rewrites, 1);  // x * sigmoid(x)
+  EXPECT_GE(rep.passes[2].rewrites, 2);  // relu and silu into their convs
+  EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
+  const Tensor xs[] = {device_input(x, *dev)};
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  ASSERT_EQ(outs.size(), 2u);
+  expect_close(outs[0], want[0], 0.99999, 1e-4);
+  expect_close(outs[1], want[1], 0.99999, 1e-4);
+  // bfloat16 activations with bfloat16 and bfloat8_b weights.
+  for (DataType w : {DataType::BFLOAT16, DataType::BFLOAT8_B}) {
+    ASSERT_OK_AND_ASSIGN(auto lp, CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT16, .weights_dtype = w}));
+    ASSERT_OK_AND_ASSIGN(auto lo, lp->run(xs));
+    expect_close(lo[0], want[0], 0.999, 0);
+    expect_close(lo[1], want[1], 0.999, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Batch, CompiledModelTest, ::testing::Values(1, 3));
+
+TEST(CompiledModel, RunsThroughTheTracedPipelineWithoutAllocating) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn().bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 20, .num_command_queues = 2}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  std::vector<Tensor> inputs;
+  std::vector<graph::HostTensor> refs;
+  for (uint32_t s = 0; s < 3; ++s) {
+    const graph::HostTensor x = input_for({1, 3, 16, 16}, 10 + s);
+    refs.push_back(reference(g, x)[0]);
+    inputs.push_back(Tensor::from_vector(x.f, Shape{1, 3, 16, 16}, DataType::FLOAT32).value());
+  }
+  ASSERT_OK_AND_ASSIGN(auto pipe, cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2},
+                                                                    model->pipeline_model(), *dev, DRAM_MEMORY_CONFIG,
+                                                                    DRAM_MEMORY_CONFIG));
+  ASSERT_OK(pipe->compile(inputs[0]));
+  const MemoryRegionStats before = dev->memory_stats(BufferType::DRAM);
+  ASSERT_OK(pipe->enqueue(inputs));
+  ASSERT_OK_AND_ASSIGN(auto outs, pipe->pop_all());
+  // Replays reuse the captured buffers: no new device memory.
+  const MemoryRegionStats after = dev->memory_stats(BufferType::DRAM);
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(after.num_buffers, before.num_buffers);
+  ASSERT_EQ(outs.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_FALSE(outs[i].is_tensor());  // two graph outputs: a list
+    expect_close(*outs[i].list[0].tensor, refs[i], 0.99999, 1e-4);
+  }
+  ASSERT_OK(pipe->cleanup());
+}
+
+TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {2, 3, 4});
+  b.int_initializer("axes", {1});
+  auto* r = b.node("ReduceMean", {"x"}, {"m"});
+  testing_onnx::ModelBuilder::ints(r, "axes", {1});
+  b.node("Erf", {"m"}, {"y"});
+  b.output("y");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  const graph::HostTensor x = input_for({2, 3, 4}, 3);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  ASSERT_EQ(model->report().fallbacks.size(), 2u);
+  EXPECT_THAT(model->report().fallbacks[0], HasSubstr("ReduceMean 'm': no device kernel"));
+  const Tensor xs[] = {device_input(x, *dev)};
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  expect_close(outs[0], want[0], 0.99999, 1e-6);
+  // With fallbacks disabled the same graph is an error naming the node.
+  auto strict = CompiledModel::compile(g, *dev, {.allow_fallback = false});
+  EXPECT_EQ(strict.status().code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(strict.status().message(), HasSubstr("ReduceMean 'm'"));
+}
+
+TEST(CompiledModel, BadOptionsAndInputsAreErrors) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn().bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  EXPECT_THAT(CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT16}).status().message(),
+              HasSubstr("bfloat16 activations need bfloat16 or block-float weights"));
+  EXPECT_EQ(CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT8_B}).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  EXPECT_THAT(model->run({}).status().message(), HasSubstr("takes 1 input(s), got 0"));
+  const Tensor wrong[] = {device_input(input_for({1, 3, 8, 8}, 1), *dev)};
+  EXPECT_THAT(model->run(wrong).status().message(), HasSubstr("expected a ROW_MAJOR device tensor of shape [1,3,16,16]"));
+  const Tensor host[] = {Tensor::from_vector(std::vector<float>(768), Shape{1, 3, 16, 16}, DataType::FLOAT32).value()};
+  EXPECT_THAT(model->run(host).status().message(), HasSubstr("on the host"));
+}
+
+}  // namespace
+}  // namespace tessera::runtime

@@ -1,0 +1,134 @@
+#include "runtime/host_fallback.h"
+
+#include <cstring>
+
+#include "ops/op_common.h"
+#include "tessera/graph/host_eval.h"
+#include "tessera/tensor/access.h"
+
+namespace tessera::runtime {
+namespace {
+
+constexpr uint32_t kMaxFallbackTensors = 8;
+
+struct FallbackArgs {
+  const FallbackNode* node;
+  uint32_t num_inputs, num_outputs;
+  TensorAccess in[kMaxFallbackTensors];
+  TensorAccess out[kMaxFallbackTensors];
+};
+
+// Every unit of a float32 ROW_MAJOR tensor, in row-major order.
+void read_floats(const TensorAccess& a, float* dst) {
+  for (uint32_t r = 0; r < a.rows; ++r)
+    for (uint32_t c = 0; c < a.cols;) {
+      uint32_t run = 0;
+      const std::byte* p = a.unit(r, c, &run);
+      run = std::min(run, a.cols - c);
+      std::memcpy(dst, p, size_t{run} * 4);
+      dst += run, c += run;
+    }
+}
+
+void write_floats(const TensorAccess& a, const float* src) {
+  for (uint32_t r = 0; r < a.rows; ++r)
+    for (uint32_t c = 0; c < a.cols;) {
+      uint32_t run = 0;
+      std::byte* p = a.unit(r, c, &run);
+      run = std::min(run, a.cols - c);
+      std::memcpy(p, src, size_t{run} * 4);
+      src += run, c += run;
+    }
+}
+
+Status fallback_kernel(const void* raw, uint32_t, uint32_t) {
+  const auto& args = *static_cast<const FallbackArgs*>(raw);
+  const FallbackNode& fn = *args.node;
+  std::vector<graph::HostTensor> dynamic(args.num_inputs);
+  std::vector<const graph::HostTensor*> ins;
+  uint32_t next = 0;
+  for (size_t k = 0; k < fn.constants.size(); ++k) {
+    if (fn.constants[k]) {
+      ins.push_back(&*fn.constants[k]);
+    } else if (fn.node.inputs[k] < 0) {
+      ins.push_back(nullptr);
+    } else {
+      graph::HostTensor& h = dynamic[next];
+      h.type = graph::ElemType::FLOAT32;
+      h.dims = fn.input_dims[k];
+      h.f.resize(static_cast<size_t>(h.volume()));
+      read_floats(args.in[next], h.f.data());
+      if (fn.input_types[k] == graph::ElemType::INT64) {
+        h.type = graph::ElemType::INT64;
+        h.i.assign(h.f.begin(), h.f.end());
+        h.f.clear();
+      }
+      ins.push_back(&h);
+      ++next;
+    }
+  }
+  TS_ASSIGN_OR_RETURN(std::vector<graph::HostTensor> outs, graph::evaluate(fn.node, ins, fn.opset));
+  if (outs.size() < args.num_outputs)
+    return unimplemented_error("{}: the host kernel computes {} of its {} outputs", fn.node.label(), outs.size(),
+                               args.num_outputs);
+  for (uint32_t k = 0; k < args.num_outputs; ++k) {
+    const graph::HostTensor& o = outs[k];
+    if (o.volume() != static_cast<int64_t>(args.out[k].rows) * args.out[k].cols)
+      return internal_error("fallback {}: output {} has {} values, the plan expected {}", fn.node.label(), k, o.volume(),
+                            uint64_t{args.out[k].rows} * args.out[k].cols);
+    if (o.type == graph::ElemType::FLOAT32) {
+      write_floats(args.out[k], o.f.data());
+    } else {
+      std::vector<float> f(o.i.begin(), o.i.end());
+      write_floats(args.out[k], f.data());
+    }
+  }
+  return ok_status();
+}
+
+Shape to_shape(const std::vector<int64_t>& dims) {
+  if (dims.empty()) return Shape{1};
+  std::vector<uint32_t> d(dims.begin(), dims.end());
+  return Shape(std::span<const uint32_t>(d));
+}
+
+}  // namespace
+
+StatusOr<std::vector<Tensor>> run_host_fallback(Device& device, const std::shared_ptr<const FallbackNode>& node,
+                                                std::span<const Tensor> inputs, uint8_t cq_id) {
+  if (inputs.size() > kMaxFallbackTensors || node->output_dims.size() > kMaxFallbackTensors)
+    return unimplemented_error("{}: host fallback of more than {} inputs or outputs", node->node.label(),
+                               kMaxFallbackTensors);
+  FallbackArgs args{};
+  args.node = node.get();
+  args.num_inputs = static_cast<uint32_t>(inputs.size());
+  args.num_outputs = static_cast<uint32_t>(node->output_dims.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].dtype() != DataType::FLOAT32 || inputs[k].layout() != Layout::ROW_MAJOR)
+      return internal_error("{}: fallback input {} is not float32 ROW_MAJOR", node->node.label(), k);
+    TS_ASSIGN_OR_RETURN(args.in[k], make_access(inputs[k]));
+  }
+  std::vector<Tensor> outs;
+  for (size_t k = 0; k < node->output_dims.size(); ++k) {
+    TensorSpec spec{to_shape(node->output_dims[k]), DataType::FLOAT32, Layout::ROW_MAJOR, DRAM_MEMORY_CONFIG};
+    TS_ASSIGN_OR_RETURN(Tensor t, allocate_tensor_on_device(spec, device));
+    TS_ASSIGN_OR_RETURN(args.out[k], make_access(t));
+    outs.push_back(std::move(t));
+  }
+  // The plan keeps the node alive as long as the device's program cache.
+  std::shared_ptr<void> keep = std::const_pointer_cast<FallbackNode>(node);
+  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, node->key,
+                                 [&]() -> StatusOr<Program> {
+                                   Program p;
+                                   p.key = node->key;
+                                   p.kernel_name = "host_reference_" + node->node.op_type;
+                                   p.kernel = fallback_kernel;
+                                   p.num_tasks = 1;
+                                   p.plan = keep;
+                                   return p;
+                                 },
+                                 args));
+  return outs;
+}
+
+}  // namespace tessera::runtime

@@ -1,0 +1,148 @@
+// Test helper: small ONNX models written from C++ (protobuf), for the
+// importer's and the compiler's tests.
+#pragma once
+#include <onnx/onnx_pb.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tessera::testing_onnx {
+
+class ModelBuilder {
+ public:
+  explicit ModelBuilder(int opset = 13) {
+    model_.set_ir_version(8);
+    auto* imp = model_.add_opset_import();
+    imp->set_domain("");
+    imp->set_version(opset);
+    model_.mutable_graph()->set_name("test");
+  }
+  onnx::ModelProto& model() { return model_; }
+  onnx::GraphProto& graph() { return *model_.mutable_graph(); }
+
+  void input(const std::string& name, std::vector<int64_t> dims, int type = onnx::TensorProto::FLOAT) {
+    value_info(graph().add_input(), name, dims, type);
+  }
+  void output(const std::string& name) { graph().add_output()->set_name(name); }
+  onnx::TensorProto* initializer(const std::string& name, std::vector<int64_t> dims, std::vector<float> values) {
+    auto* t = graph().add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float v : values) t->add_float_data(v);
+    return t;
+  }
+  onnx::TensorProto* int_initializer(const std::string& name, std::vector<int64_t> values) {
+    auto* t = graph().add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) t->add_int64_data(v);
+    return t;
+  }
+  // Fixed-seed random float initializer.
+  onnx::TensorProto* random_initializer(const std::string& name, std::vector<int64_t> dims, float scale, uint32_t seed) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = u(rng);
+    return initializer(name, dims, v);
+  }
+  onnx::NodeProto* node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
+                        const std::string& name = "") {
+    auto* n = graph().add_node();
+    n->set_op_type(op);
+    n->set_name(name.empty() ? outputs[0] : name);
+    for (auto& i : inputs) n->add_input(i);
+    for (auto& o : outputs) n->add_output(o);
+    return n;
+  }
+  static void ints(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
+  static void i(onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void f(onnx::NodeProto* n, const std::string& name, float v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
+  static void s(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  }
+  std::string bytes() const { return model_.SerializeAsString(); }
+
+ private:
+  static void value_info(onnx::ValueInfoProto* vi, const std::string& name, const std::vector<int64_t>& dims, int type) {
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(type);
+    auto* shape = tt->mutable_shape();
+    for (int64_t d : dims) {
+      if (d < 0) shape->add_dim()->set_dim_param("N");
+      else shape->add_dim()->set_dim_value(d);
+    }
+  }
+  onnx::ModelProto model_;
+};
+
+// A small CNN with the patterns the passes rewrite: Conv -> BatchNormalization
+// -> Relu, Conv -> Sigmoid * x (SiLU), a residual Add, MaxPool, Concat,
+// Resize (nearest, 2x), GlobalAveragePool -> Flatten -> Gemm. Input x (N, 3, 16, 16).
+inline ModelBuilder small_cnn(int64_t batch = 1) {
+  ModelBuilder b(13);
+  b.input("x", {batch, 3, 16, 16});
+  b.random_initializer("w1", {8, 3, 3, 3}, 0.3f, 1);
+  b.random_initializer("b1", {8}, 0.1f, 2);
+  b.random_initializer("bn_s", {8}, 0.5f, 3);
+  b.random_initializer("bn_b", {8}, 0.1f, 4);
+  b.random_initializer("bn_m", {8}, 0.1f, 5);
+  b.initializer("bn_v", {8}, std::vector<float>(8, 0.8f));
+  b.random_initializer("w2", {8, 8, 3, 3}, 0.2f, 6);
+  b.random_initializer("w3", {8, 16, 1, 1}, 0.2f, 7);
+  b.random_initializer("fc_w", {10, 8}, 0.3f, 8);
+  b.random_initializer("fc_b", {10}, 0.1f, 9);
+  b.initializer("scales", {4}, {1, 1, 2, 2});
+  auto* c1 = b.node("Conv", {"x", "w1", "b1"}, {"c1"});
+  b.ints(c1, "pads", {1, 1, 1, 1});
+  b.node("BatchNormalization", {"c1", "bn_s", "bn_b", "bn_m", "bn_v"}, {"bn"});
+  b.node("Relu", {"bn"}, {"r1"});
+  auto* c2 = b.node("Conv", {"r1", "w2"}, {"c2"});
+  b.ints(c2, "pads", {1, 1, 1, 1});
+  b.node("Sigmoid", {"c2"}, {"sg"});
+  b.node("Mul", {"c2", "sg"}, {"silu"});
+  b.node("Add", {"silu", "r1"}, {"res"});
+  auto* mp = b.node("MaxPool", {"res"}, {"mp"});
+  b.ints(mp, "kernel_shape", {2, 2});
+  b.ints(mp, "strides", {2, 2});
+  auto* rs = b.node("Resize", {"mp", "", "scales"}, {"up"});
+  b.s(rs, "mode", "nearest");
+  b.s(rs, "coordinate_transformation_mode", "asymmetric");
+  b.s(rs, "nearest_mode", "floor");
+  auto* cat = b.node("Concat", {"up", "res"}, {"cat"});
+  b.i(cat, "axis", 1);
+  b.node("Conv", {"cat", "w3"}, {"c3"});
+  b.node("GlobalAveragePool", {"c3"}, {"gap"});
+  b.node("Flatten", {"gap"}, {"flat"});
+  auto* fc = b.node("Gemm", {"flat", "fc_w", "fc_b"}, {"logits"});
+  b.i(fc, "transB", 1);
+  b.output("logits");
+  b.output("up");
+  return b;
+}
+
+}  // namespace tessera::testing_onnx

@@ -1,0 +1,102 @@
+#include "model_runner.h"
+
+#include <chrono>
+#include <random>
+#include <sstream>
+
+#include "tessera/import/onnx.h"
+
+namespace tessera::tools {
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& options) {
+  runtime::CompileOptions c;
+  c.optimize = options.optimize;
+  if (options.precision == "float32") {
+    c.dtype = c.weights_dtype = DataType::FLOAT32;
+  } else if (options.precision == "bfloat16") {
+    c.dtype = c.weights_dtype = DataType::BFLOAT16;
+  } else if (options.precision == "bfloat8_b") {
+    c.dtype = DataType::BFLOAT16;
+    c.weights_dtype = DataType::BFLOAT8_B;
+  } else {
+    return invalid_argument_error("--dtype '{}': expected float32, bfloat16 or bfloat8_b", options.precision);
+  }
+  return c;
+}
+
+StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const ModelOptions& options) {
+  if (options.batch < 1) return invalid_argument_error("--batch {}: expected at least 1", options.batch);
+  TS_ASSIGN_OR_RETURN(runtime::CompileOptions copts, compile_options_for(options));
+  LoadedModel r;
+  auto t0 = std::chrono::steady_clock::now();
+  importer::OnnxImportOptions io;
+  io.symbolic_dim = options.batch;
+  io.infer_shapes = false;
+  TS_ASSIGN_OR_RETURN(graph::Graph g, importer::import_onnx(path, io));
+  // A fixed leading dim of 1 becomes the batch too (models exported with batch 1).
+  for (int i : g.inputs) {
+    auto& d = g.value(i).dims;
+    if (!d.empty() && options.batch != 1) d[0] = options.batch;
+  }
+  TS_RETURN_IF_ERROR(graph::infer_shapes(g));
+  g.remove_dead_nodes();
+  r.import_ms = ms_since(t0);
+  if (g.inputs.empty()) return invalid_argument_error("{}: the model has no run-time inputs", path);
+  r.input_shape = Shape(std::span<const uint32_t>(std::vector<uint32_t>(g.value(g.inputs[0]).dims.begin(),
+                                                                        g.value(g.inputs[0]).dims.end())));
+  t0 = std::chrono::steady_clock::now();
+  TS_ASSIGN_OR_RETURN(r.model, runtime::CompiledModel::compile(std::move(g), device, copts));
+  r.compile_ms = ms_since(t0);
+  return r;
+}
+
+StatusOr<cnn::PipelineConfig> parse_pipeline_config(const std::string& text) {
+  cnn::PipelineConfig c{.use_trace = true, .num_command_queues = 2};
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item == "trace") c.use_trace = true;
+    else if (item == "notrace") c.use_trace = false;
+    else if (item == "1cq") c.num_command_queues = 1;
+    else if (item == "2cq") c.num_command_queues = 2;
+    else if (item == "io") c.all_transfers_on_separate_command_queue = true;
+    else if (!item.empty())
+      return invalid_argument_error("--config item '{}': expected trace, notrace, 1cq, 2cq or io", item);
+  }
+  return c;
+}
+
+std::vector<Tensor> random_inputs(const Shape& shape, int count, uint32_t seed) {
+  std::vector<Tensor> out;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int i = 0; i < count; ++i) {
+    std::vector<float> v(shape.volume());
+    for (float& x : v) x = u(rng);
+    out.push_back(Tensor::from_vector(v, shape, DataType::FLOAT32).value());
+  }
+  return out;
+}
+
+StatusOr<std::vector<cnn::ModelOutput>> run_pipeline(runtime::CompiledModel& model, Device& device,
+                                                     const cnn::PipelineConfig& config,
+                                                     const std::vector<Tensor>& inputs) {
+  if (inputs.empty()) return invalid_argument_error("no inputs to run");
+  std::optional<MemoryConfig> dram_out;
+  if (config.all_transfers_on_separate_command_queue) dram_out = DRAM_MEMORY_CONFIG;
+  TS_ASSIGN_OR_RETURN(auto pipe, cnn::create_pipeline_from_config(config, model.pipeline_model(), device,
+                                                                   DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG, dram_out));
+  TS_RETURN_IF_ERROR(pipe->compile(inputs[0]));
+  TS_RETURN_IF_ERROR(pipe->enqueue(inputs));
+  TS_ASSIGN_OR_RETURN(auto outs, pipe->pop_all());
+  TS_RETURN_IF_ERROR(pipe->cleanup());
+  return outs;
+}
+
+}  // namespace tessera::tools

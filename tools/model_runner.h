@@ -1,0 +1,45 @@
+// What the `tessera` command line does with a model file, as a library the
+// CLI, the tests and the benchmarks share: import and compile an ONNX model
+// for a device with a precision name, make inputs, and run them through the
+// Pipeline.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/cnn/pipeline.h"
+#include "tessera/runtime/compiled_model.h"
+
+namespace tessera::tools {
+
+struct ModelOptions {
+  std::string precision = "float32";  // float32 | bfloat16 | bfloat8_b (weights; bfloat16 activations)
+  int64_t batch = 1;                  // fills symbolic (and the leading) input dims
+  bool optimize = true;
+};
+
+// INVALID_ARGUMENT for an unknown precision name.
+StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& options);
+
+struct LoadedModel {
+  std::unique_ptr<runtime::CompiledModel> model;
+  double import_ms = 0, compile_ms = 0;
+  Shape input_shape;  // the first input's
+};
+
+// Imports `path` with the batch, compiles it for `device`.
+StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const ModelOptions& options);
+
+// "trace,2cq" / "notrace,1cq" / "trace,2cq,io" (pipelined I/O) -> PipelineConfig.
+StatusOr<cnn::PipelineConfig> parse_pipeline_config(const std::string& text);
+
+// Host float32 inputs: `count` fixed-seed uniform [-1, 1) tensors of `shape`.
+std::vector<Tensor> random_inputs(const Shape& shape, int count, uint32_t seed = 0);
+
+// Runs host inputs through a Pipeline of `config` and returns host outputs
+// (float32) in input order.
+StatusOr<std::vector<cnn::ModelOutput>> run_pipeline(runtime::CompiledModel& model, Device& device,
+                                                     const cnn::PipelineConfig& config,
+                                                     const std::vector<Tensor>& inputs);
+
+}  // namespace tessera::tools

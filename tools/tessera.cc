@@ -1,0 +1,260 @@
+// The `tessera` command line:
+//
+//   tessera run MODEL.onnx [--input X.npy | --random] [--output Y.npy] [--reference R.npy]
+//                          [--config trace,2cq] [--dtype float32|bfloat16|bfloat8_b] [--batch B]
+//   tessera bench MODEL.onnx [--iterations N] [--batch B] [--dtype ...] [--config ...]
+//   tessera conformance [DIR] [--filter S] [--min-pass-rate R]
+//
+// Results go to stdout, errors to stderr with exit code 1 (2 for bad usage).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "conformance.h"
+#include "model_runner.h"
+#include "tessera/cnn/testing.h"
+#include "tessera/cnn/weights.h"
+#include "tessera/device/profiler.h"
+
+namespace tessera::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+struct Common {
+  std::string model, dtype = "float32", config = "trace,2cq", device = "cpu";
+  int64_t batch = 1;
+  int workers = 0;
+};
+
+StatusOr<std::shared_ptr<Device>> open(const Common& c) {
+  return open_device({.descriptor = c.device,
+                      .l1_small_size = 16384,
+                      .trace_region_size = 8 << 20,
+                      .num_command_queues = 2,
+                      .worker_threads = c.workers});
+}
+
+void print_report(const LoadedModel& m) {
+  const auto& r = m.model->report();
+  std::printf("compiled in %.0f ms (import %.0f ms): %d device ops, %zu host fallback(s), %d layout conversion(s), "
+              "%.2f GFLOP per run\n",
+              m.compile_ms, m.import_ms, r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
+  for (const auto& f : r.fallbacks) std::printf("  host fallback: %s\n", f.c_str());
+}
+
+Status cmd_run(const Common& c, const std::string& input, bool random, const std::string& output,
+               const std::string& reference) {
+  TS_ASSIGN_OR_RETURN(auto device, open(c));
+  TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, {.precision = c.dtype, .batch = c.batch}));
+  print_report(m);
+  Tensor x;
+  if (!input.empty()) {
+    TS_ASSIGN_OR_RETURN(x, cnn::load_npy(input));
+    if (x.shape().volume() != m.input_shape.volume())
+      return invalid_argument_error("--input {}: shape {}, the model takes {}", input, x.shape().to_string(),
+                                    m.input_shape.to_string());
+    TS_ASSIGN_OR_RETURN(x, x.view(m.input_shape));
+  } else {
+    (void)random;  // --random is the default
+    x = random_inputs(m.input_shape, 1)[0];
+  }
+  TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
+  const auto t0 = Clock::now();
+  TS_ASSIGN_OR_RETURN(auto outs, run_pipeline(*m.model, *device, pc, {x}));
+  const double ms = ms_since(t0);
+  const cnn::ModelOutput& o = outs[0];
+  const Tensor& y = o.is_tensor() ? *o.tensor : *o.list[0].tensor;
+  TS_ASSIGN_OR_RETURN(std::vector<float> v, y.to_vector());
+  double sum = 0, lo = INFINITY, hi = -INFINITY;
+  for (float f : v) sum += f, lo = std::min<double>(lo, f), hi = std::max<double>(hi, f);
+  std::printf("output '%s' %s: min %.6g max %.6g mean %.6g (compile + 1 run through the pipeline: %.0f ms)\n",
+              m.model->output_names()[0].c_str(), y.shape().to_string().c_str(), lo, hi, sum / v.size(), ms);
+  if (!output.empty()) {
+    TS_RETURN_IF_ERROR(cnn::save_npy(output, y));
+    std::printf("wrote %s\n", output.c_str());
+  }
+  if (!reference.empty()) {
+    TS_ASSIGN_OR_RETURN(Tensor want, cnn::load_npy(reference));
+    TS_ASSIGN_OR_RETURN(std::vector<float> w, want.to_vector());
+    if (w.size() != v.size())
+      return invalid_argument_error("--reference {}: {} values, the output has {}", reference, w.size(), v.size());
+    const cnn::PccResult p = cnn::comp_pcc(w, v, 0.999);
+    std::printf("PCC against %s: %.6f (%s at 0.999)\n", reference.c_str(), p.pcc, p.passed ? "pass" : "FAIL");
+    if (!p.passed) return failed_precondition_error("PCC {:.6f} is below 0.999", p.pcc);
+  }
+  return close_device(*device);
+}
+
+// A progress bar on a terminal, a line per 10% when piped.
+class Progress {
+ public:
+  Progress(std::string what, int total) : what_(std::move(what)), total_(total), tty_(isatty(STDOUT_FILENO)) {}
+  void update(int done) {
+    if (tty_) {
+      const int w = 30, filled = total_ ? done * w / total_ : w;
+      std::printf("\r%-12s [%s%s] %d/%d", what_.c_str(), std::string(static_cast<size_t>(filled), '#').c_str(),
+                  std::string(static_cast<size_t>(w - filled), '.').c_str(), done, total_);
+      std::fflush(stdout);
+      if (done == total_) std::printf("\n");
+    } else if (total_ && (done * 10 / total_ != last_ || done == total_)) {
+      last_ = done * 10 / total_;
+      std::printf("%s: %d/%d\n", what_.c_str(), done, total_);
+    }
+  }
+
+ private:
+  std::string what_;
+  int total_;
+  bool tty_;
+  int last_ = -1;
+};
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(idx));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+Status cmd_bench(const Common& c, int iterations) {
+  if (iterations < 1) return invalid_argument_error("--iterations {}: expected at least 1", iterations);
+  TS_ASSIGN_OR_RETURN(auto device, open(c));
+  TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, {.precision = c.dtype, .batch = c.batch}));
+  print_report(m);
+  TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
+  std::optional<MemoryConfig> dram_out;
+  if (pc.all_transfers_on_separate_command_queue) dram_out = DRAM_MEMORY_CONFIG;
+  const std::vector<Tensor> inputs = random_inputs(m.input_shape, iterations);
+  TS_ASSIGN_OR_RETURN(auto pipe, cnn::create_pipeline_from_config(pc, m.model->pipeline_model(), *device,
+                                                                   DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG, dram_out));
+  auto t0 = Clock::now();
+  TS_RETURN_IF_ERROR(pipe->compile(inputs[0]));
+  const double pipeline_compile_ms = ms_since(t0);
+  TS_RETURN_IF_ERROR(pipe->preallocate_output_tensors_on_host(inputs.size()));
+  // Latency: one frame at a time, enqueue to outputs on the host.
+  std::vector<double> lat;
+  Progress lp("latency", iterations);
+  for (int i = 0; i < iterations; ++i) {
+    t0 = Clock::now();
+    TS_RETURN_IF_ERROR(pipe->enqueue(std::span<const Tensor>(&inputs[static_cast<size_t>(i)], 1)));
+    TS_RETURN_IF_ERROR(pipe->pop_all().status());
+    lat.push_back(ms_since(t0));
+    lp.update(i + 1);
+  }
+  // Throughput: every frame enqueued at once, writes overlapping compute.
+  t0 = Clock::now();
+  TS_RETURN_IF_ERROR(pipe->enqueue(inputs));
+  TS_RETURN_IF_ERROR(pipe->pop_all().status());
+  const double e2e_ms = ms_since(t0);
+  TS_RETURN_IF_ERROR(pipe->cleanup());
+  // Device only: the model captured once and replayed back to back.
+  TS_ASSIGN_OR_RETURN(Tensor x, to_device(inputs[0], *device));
+  TS_ASSIGN_OR_RETURN(TraceId tid, begin_trace_capture(*device, 0));
+  const Tensor xs[] = {x};
+  auto captured = m.model->run(xs);
+  TS_RETURN_IF_ERROR(end_trace_capture(*device, tid, 0));
+  TS_RETURN_IF_ERROR(captured.status());
+  Progress dp("device only", iterations);
+  t0 = Clock::now();
+  for (int i = 0; i < iterations; ++i) {
+    TS_RETURN_IF_ERROR(execute_trace(*device, tid, 0, false));
+    if (!isatty(STDOUT_FILENO)) continue;
+    TS_RETURN_IF_ERROR(synchronize_device(*device));
+    dp.update(i + 1);
+  }
+  TS_RETURN_IF_ERROR(synchronize_device(*device));
+  const double device_ms = ms_since(t0);
+  TS_RETURN_IF_ERROR(release_trace(*device, tid));
+  const double frames = static_cast<double>(iterations) * static_cast<double>(c.batch);
+  std::printf("%s  %s  batch %ld  %s  (%d iterations; pipeline compile %.0f ms)\n", c.model.c_str(), c.dtype.c_str(),
+              static_cast<long>(c.batch), pc.use_trace ? (pc.num_command_queues == 2 ? "2 queues + trace" : "trace")
+                                                       : "no trace",
+              iterations, pipeline_compile_ms);
+  std::printf("  end to end:  %8.2f FPS (%.2f ms per batch)\n", frames / e2e_ms * 1e3, e2e_ms / iterations);
+  std::printf("  latency:     p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  (one batch at a time)\n", percentile(lat, 50),
+              percentile(lat, 90), percentile(lat, 99));
+  std::printf("  device only: %8.2f FPS (%.2f ms per batch, trace replays back to back; %.0f GFLOP/s)\n",
+              frames / device_ms * 1e3, device_ms / iterations,
+              m.model->report().conv_flops / (device_ms / iterations) / 1e6);
+  return close_device(*device);
+}
+
+Status cmd_conformance(const std::string& dir, const std::string& filter, double min_rate, bool quiet) {
+  TS_ASSIGN_OR_RETURN(ConformanceResult r, run_conformance({}, dir, filter));
+  const auto ops = runtime::supported_ops();
+  std::printf("Supported ops (%zu): %s\n\n", ops.size(), fmt::format("{}", fmt::join(ops, " ")).c_str());
+  for (const auto& c : r.cases)
+    if (!quiet || c.status == "fail") std::printf("%-62s %-11s %s\n", c.name.c_str(), c.status.c_str(), c.detail.c_str());
+  std::printf("\nONNX node tests in %s: %d pass, %d fail (%.1f%% of the %d with supported ops); %d unsupported\n",
+              dir.c_str(), r.pass, r.fail, 100 * r.pass_rate(), r.pass + r.fail, r.unsupported);
+  if (r.fail) {
+    std::printf("Failures:\n");
+    for (const auto& c : r.cases)
+      if (c.status == "fail") std::printf("  %s: %s\n", c.name.c_str(), c.detail.c_str());
+  }
+  if (r.pass_rate() < min_rate)
+    return failed_precondition_error("pass rate {:.1f}% is below the required {:.1f}%", 100 * r.pass_rate(), 100 * min_rate);
+  return ok_status();
+}
+
+}  // namespace
+}  // namespace tessera::tools
+
+int main(int argc, char** argv) {
+  using namespace tessera::tools;
+  CLI::App app{"Tessera: compile ONNX vision models for a device and run them through the pipeline"};
+  app.require_subcommand(1);
+  Common c;
+  auto add_common = [&](CLI::App* s) {
+    s->add_option("model", c.model, "ONNX model file")->required()->check(CLI::ExistingFile);
+    s->add_option("--dtype", c.dtype, "float32 | bfloat16 | bfloat8_b (weights; bfloat16 activations)")
+        ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
+    s->add_option("--batch", c.batch, "batch size (fills the leading input dim)")->check(CLI::PositiveNumber);
+    s->add_option("--config", c.config, "pipeline: trace|notrace, 1cq|2cq, io (pipelined I/O)");
+    s->add_option("--device", c.device, "cpu | wormhole_b0")->check(CLI::IsMember({"cpu", "wormhole_b0"}));
+    s->add_option("--workers", c.workers, "worker threads (0: one per physical core)");
+  };
+  std::string input, output, reference;
+  bool random = false;
+  auto* run = app.add_subcommand("run", "compile MODEL and run one input through the pipeline");
+  add_common(run);
+  auto* in_opt = run->add_option("--input", input, "input .npy (float32, the model's input shape)")->check(CLI::ExistingFile);
+  run->add_flag("--random", random, "a fixed-seed uniform [-1, 1) input (the default)")->excludes(in_opt);
+  run->add_option("--output", output, "write the first output as .npy");
+  run->add_option("--reference", reference, "compare the first output with this .npy (PCC >= 0.999)")
+      ->check(CLI::ExistingFile);
+  int iterations = 50;
+  auto* bench = app.add_subcommand("bench", "end-to-end FPS, latency percentiles and device-only FPS");
+  add_common(bench);
+  bench->add_option("--iterations", iterations, "frames (batches) to time");
+  std::string dir = kDefaultNodeTestDir, filter;
+  double min_rate = 0.95;
+  bool quiet = false;
+  auto* conf = app.add_subcommand("conformance", "run the ONNX backend node tests through the compiler");
+  conf->add_option("dir", dir, "directory of ONNX test cases");
+  conf->add_option("--filter", filter, "only tests whose name contains this");
+  conf->add_option("--min-pass-rate", min_rate, "exit non-zero below this pass rate (0..1)");
+  conf->add_flag("--quiet", quiet, "print failures only");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  tessera::Status s;
+  if (*run) s = cmd_run(c, input, random, output, reference);
+  else if (*bench) s = cmd_bench(c, iterations);
+  else s = cmd_conformance(dir, filter, min_rate, quiet);
+  if (!s.ok()) {
+    std::fprintf(stderr, "tessera: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
