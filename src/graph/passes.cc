@@ -134,6 +134,41 @@ PassReport fuse_sigmoid_mul(Graph& g) {
       break;
     }
   }
+  // Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) -> HardSwish(x) (Paddle's export).
+  auto scalar = [&](int v, double want) {
+    return g.is_constant(v) && g.value(v).constant->size() == 1 && g.value(v).constant->at(0) == want;
+  };
+  auto sole_producer = [&](int v, int reader, const char* op) -> int {
+    if (v < 0 || g.value(v).producer < 0 || sole_reader(g, consumers, v) != reader) return -1;
+    const int p = g.value(v).producer;
+    return g.nodes[static_cast<size_t>(p)].op_type == op && !dead[static_cast<size_t>(p)] ? p : -1;
+  };
+  for (size_t di = 0; di < g.nodes.size(); ++di) {
+    Node& div = g.nodes[di];
+    if (dead[di] || div.op_type != "Div" || div.inputs.size() != 2 || !scalar(div.inputs[1], 6)) continue;
+    const int mi = sole_producer(div.inputs[0], static_cast<int>(di), "Mul");
+    if (mi < 0) continue;
+    const Node& mul = g.nodes[static_cast<size_t>(mi)];
+    for (int side = 0; side < 2; ++side) {
+      const int x = mul.inputs[static_cast<size_t>(side)];
+      const int ci = sole_producer(mul.inputs[static_cast<size_t>(1 - side)], mi, "Clip");
+      if (ci < 0) continue;
+      const Node& clip = g.nodes[static_cast<size_t>(ci)];
+      float unused = 0;
+      if (fusable_activation(g, clip, &unused) != "relu6") continue;
+      const int ai = sole_producer(clip.inputs[0], ci, "Add");
+      if (ai < 0) continue;
+      const Node& add = g.nodes[static_cast<size_t>(ai)];
+      const bool x_plus_3 = (add.inputs[0] == x && scalar(add.inputs[1], 3)) || (add.inputs[1] == x && scalar(add.inputs[0], 3));
+      if (!x_plus_3 || g.value(x).dims != g.value(div.outputs[0]).dims) continue;
+      div.op_type = "HardSwish";
+      div.inputs = {x};
+      div.attrs.clear();
+      dead[static_cast<size_t>(mi)] = dead[static_cast<size_t>(ci)] = dead[static_cast<size_t>(ai)] = true;
+      ++r.rewrites;
+      break;
+    }
+  }
   drop_nodes(g, dead);
   return r;
 }
@@ -176,6 +211,7 @@ std::string fusable_activation(const Graph& g, const Node& n, float* param) {
 
 PassReport fuse_activations(Graph& g) {
   PassReport r{"fuse_activations"};
+  g.values.reserve(g.values.size() + 2 * g.nodes.size());  // add_value below keeps references valid
   const std::set<std::string> producers = {"Conv", "ConvTranspose", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm"};
   const auto consumers = g.consumers();
   std::vector<bool> dead(g.nodes.size(), false);
@@ -186,7 +222,31 @@ PassReport fuse_activations(Graph& g) {
     if (ai < 0) continue;
     const Node& act = g.nodes[static_cast<size_t>(ai)];
     float param = 0;
-    const std::string name = fusable_activation(g, act, &param);
+    std::string name = fusable_activation(g, act, &param);
+    // HardSigmoid(alpha, beta) = clip(alpha x + beta, 0, 1) is PyTorch's
+    // clip(y / 6 + 1/2, 0, 1) of y = 6 alpha x + 6 beta - 3: scale a conv's
+    // weights and bias into that form, then fuse the PyTorch activation.
+    if (name.empty() && act.op_type == "HardSigmoid" && p.op_type == "Conv" && g.is_constant(p.inputs[1]) &&
+        (p.inputs.size() < 3 || p.inputs[2] < 0 || g.is_constant(p.inputs[2]))) {
+      const double a = act.attr_float("alpha", 0.2f), b = act.attr_float("beta", 0.5f);
+      HostTensor w = *g.value(p.inputs[1]).constant;
+      const int64_t out_ch = w.dims[0];
+      for (float& v : w.f) v = static_cast<float>(v * 6 * a);
+      std::vector<float> bias(static_cast<size_t>(out_ch));
+      for (size_t c = 0; c < bias.size(); ++c) {
+        const double b0 = p.inputs.size() > 2 && p.inputs[2] >= 0 ? g.value(p.inputs[2]).constant->at(c) : 0.0;
+        bias[c] = static_cast<float>(b0 * 6 * a + 6 * b - 3);
+      }
+      Value wv{.name = g.value(p.inputs[1]).name + ":hardsigmoid", .type = ElemType::FLOAT32, .dims = w.dims,
+               .has_shape = true, .constant = std::move(w)};
+      Value bv{.name = g.value(p.inputs[1]).name + ":hardsigmoid_bias", .type = ElemType::FLOAT32, .dims = {out_ch},
+               .has_shape = true, .constant = HostTensor::floats({out_ch}, std::move(bias))};
+      const int wid = g.add_value(std::move(wv)), bid = g.add_value(std::move(bv));
+      Node& pc = g.nodes[pi];
+      pc.inputs.resize(3);
+      pc.inputs[1] = wid, pc.inputs[2] = bid;
+      name = "hardsigmoid";
+    }
     if (name.empty() || act.inputs[0] != p.outputs[0]) continue;
     // Element-wise kernels fuse any activation; conv and matmul the ones their kernels have.
     p.attrs["tessera_activation"] = string_attr(name);

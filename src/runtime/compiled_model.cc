@@ -91,6 +91,13 @@ struct CompiledModel::Impl {
   std::vector<std::shared_ptr<const FallbackNode>> fallbacks;
 
   const Dims& dims(int v) const { return g.value(v).dims; }
+  // Graph outputs leave their producing kernel in float32 (one rounding
+  // fewer than bfloat16 then a typecast); other values in the activation dtype.
+  std::optional<DataType> out_dtype(int v) const {
+    if (act_dtype() == DataType::FLOAT32) return std::nullopt;
+    return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end() ? std::optional(DataType::FLOAT32)
+                                                                                : std::nullopt;
+  }
   size_t rank(int v) const { return dims(v).size(); }
   DataType act_dtype() const { return opt.dtype; }
 
@@ -296,7 +303,8 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   if (n.inputs.size() > 2 && n.inputs[2] >= 0)
     { TS_ASSIGN_OR_RETURN(b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32)); }
   report.conv_flops += p.flops();
-  convs.push_back(std::make_unique<cnn::DirectConv2d>(p, w, b, Conv2dConfig{.weights_dtype = opt.weights_dtype}));
+  convs.push_back(std::make_unique<cnn::DirectConv2d>(
+      p, w, b, Conv2dConfig{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)}));
   cnn::DirectConv2d* layer = convs.back().get();
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
@@ -350,7 +358,8 @@ Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
   if (n.inputs.size() > 2 && n.inputs[2] >= 0)
     { TS_ASSIGN_OR_RETURN(b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32)); }
   report.conv_flops += p.flops();
-  deconvs.push_back(std::make_unique<cnn::ConvTranspose2d>(p, w, b, Conv2dConfig{.weights_dtype = opt.weights_dtype}));
+  deconvs.push_back(std::make_unique<cnn::ConvTranspose2d>(
+      p, w, b, Conv2dConfig{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)}));
   cnn::ConvTranspose2d* layer = deconvs.back().get();
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
@@ -488,7 +497,7 @@ Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
     else { TS_ASSIGN_OR_RETURN(ta, out_nhwc ? as_nhwc(s, a, cq) : plain(s, a, cq)); }
     if (const_b) tb = *const_b;
     else { TS_ASSIGN_OR_RETURN(tb, out_nhwc ? as_nhwc(s, b, cq) : plain(s, b, cq)); }
-    TS_ASSIGN_OR_RETURN(Tensor out, binary(ta, tb, op, {.activation = act, .cq_id = cq}));
+    TS_ASSIGN_OR_RETURN(Tensor out, binary(ta, tb, op, {.dtype = out_dtype(y), .activation = act, .cq_id = cq}));
     if (out_nhwc) return put(s, y, out);
     return put_plain(s, y, out);
   });
@@ -515,7 +524,7 @@ Status CompiledModel::Impl::lower_matmul(const Node& n) {
     Tensor tb;
     if (const_b) tb = *const_b;
     else { TS_ASSIGN_OR_RETURN(tb, plain(s, b, cq)); }
-    TS_ASSIGN_OR_RETURN(Tensor out, matmul(ta, tb, {.activation = act, .cq_id = cq}));
+    TS_ASSIGN_OR_RETURN(Tensor out, matmul(ta, tb, {.dtype = out_dtype(y), .activation = act, .cq_id = cq}));
     return put_plain(s, y, out);
   });
   return ok_status();
@@ -549,7 +558,8 @@ Status CompiledModel::Impl::lower_gemm(const Node& n) {
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor ta, plain(s, a, cq));
     TS_ASSIGN_OR_RETURN(Tensor out,
-                        linear(ta, weight, bias, {.transpose_b = trans_b, .activation = act, .cq_id = cq}));
+                        linear(ta, weight, bias,
+                               {.transpose_b = trans_b, .dtype = out_dtype(y), .activation = act, .cq_id = cq}));
     if (full_c) { TS_ASSIGN_OR_RETURN(out, add(out, *full_c, {.cq_id = cq})); }
     return put_plain(s, y, out);
   });
@@ -614,7 +624,7 @@ Status CompiledModel::Impl::lower(size_t ni) {
     nhwc[static_cast<size_t>(y)] = keep;
     steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
       TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
-      TS_ASSIGN_OR_RETURN(Tensor out, unary(in, *act, {.cq_id = cq}));
+      TS_ASSIGN_OR_RETURN(Tensor out, unary(in, *act, {.dtype = out_dtype(y), .cq_id = cq}));
       return put(s, y, out);
     });
     return ok_status();
@@ -624,7 +634,7 @@ Status CompiledModel::Impl::lower(size_t ni) {
     nhwc[static_cast<size_t>(y)] = keep;
     steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
       TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
-      TS_ASSIGN_OR_RETURN(Tensor out, unary(in, {UnaryOpType::SILU}, {.cq_id = cq}));
+      TS_ASSIGN_OR_RETURN(Tensor out, unary(in, {UnaryOpType::SILU}, {.dtype = out_dtype(y), .cq_id = cq}));
       return put(s, y, out);
     });
     return ok_status();

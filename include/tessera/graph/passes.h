@@ -24,10 +24,13 @@ struct PassReport {
 // (constant statistics) read by nothing else: scale the weights, fold the
 // shift into the bias, drop the BatchNormalization.
 PassReport fold_batch_norm(Graph& g);
-// Mul(x, Sigmoid(x)) -> SiLU(x); Mul(x, HardSigmoid(x; 1/6, 1/2)) -> HardSwish(x).
+// Mul(x, Sigmoid(x)) -> SiLU(x); Mul(x, HardSigmoid(x; 1/6, 1/2)) -> HardSwish(x);
+// Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) -> HardSwish(x).
 PassReport fuse_sigmoid_mul(Graph& g);
 // An activation whose input is read only by it moves into the producing
-// Conv, ConvTranspose, Add / Sub / Mul / Div or MatMul / Gemm.
+// Conv, ConvTranspose, Add / Sub / Mul / Div or MatMul / Gemm. A HardSigmoid
+// with other than PyTorch's (1/6, 1/2) after a Conv is rescaled into it (the
+// conv's weights and bias absorb the affine part).
 PassReport fuse_activations(Graph& g);
 
 // The activation a unary node computes, as its Tessera name ("relu",

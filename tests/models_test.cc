@@ -1,0 +1,91 @@
+// Whole models through the compiler and the traced two-queue Pipeline,
+// against independent references (scripts/prepare_models.sh makes them in build/models,
+// or $TESSERA_MODEL_DIR):
+// ResNet-50, MobileNetV2, the Vanilla UNet (480x640) and a YOLOv5s-style
+// detector (640x640) exported from PyTorch with fixed-seed weights, checked
+// against PyTorch's outputs; the PP-OCRv4 text detector with its real
+// weights, checked against ONNX Runtime's. Batch 1 and batch 8.
+//
+// The seeds' rule: PCC >= 0.999 in float32 (comp_pcc, tessera/cnn/testing.h);
+// bfloat16 activations with bfloat16 weights at batch 1: PCC >= 0.99. No
+// model may need a host fallback in float32.
+#include <cstdlib>
+#include <ostream>
+#include <filesystem>
+
+#include "model_runner.h"
+#include "tessera/cnn/testing.h"
+#include "tessera/cnn/weights.h"
+#include "test_util.h"
+
+namespace tessera::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string model_dir() {
+  const char* d = std::getenv("TESSERA_MODEL_DIR");
+  return d ? d : TESSERA_DEFAULT_MODEL_DIR;
+}
+
+struct Case {
+  std::string name, reference;  // reference: "torch" or "ort"
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+const auto kCases = ::testing::Values(Case{"resnet50", "torch"}, Case{"mobilenet_v2", "torch"}, Case{"unet", "torch"},
+                                      Case{"yolo", "torch"}, Case{"ppocr_det", "ort"});
+
+class ModelsTest : public ::testing::TestWithParam<std::tuple<Case, int>> {};
+
+StatusOr<Tensor> first_n(const Tensor& all, uint32_t n) {
+  TS_ASSIGN_OR_RETURN(std::vector<float> v, all.to_vector());
+  std::vector<uint32_t> dims(all.shape().dims().begin(), all.shape().dims().end());
+  const size_t per = v.size() / dims[0];
+  dims[0] = n;
+  v.resize(per * n);
+  return Tensor::from_vector(v, Shape(std::span<const uint32_t>(dims)), DataType::FLOAT32);
+}
+
+void check(const Case& c, int batch, const std::string& precision, double min_pcc) {
+  const std::string dir = model_dir();
+  const std::string onnx = dir + "/" + c.name + ".onnx";
+  if (!fs::exists(onnx)) GTEST_SKIP() << onnx << " is missing: run scripts/prepare_models.sh (scripts/test.sh does)";
+  const std::string ref = fmt::format("{}/{}_{}_b{}.npy", dir, c.name, c.reference, batch);
+  ASSERT_OK_AND_ASSIGN(Tensor inputs, cnn::load_npy(dir + "/" + c.name + "_input.npy"));
+  ASSERT_OK_AND_ASSIGN(Tensor x, first_n(inputs, static_cast<uint32_t>(batch)));
+  ASSERT_OK_AND_ASSIGN(Tensor want, cnn::load_npy(ref));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 8 << 20, .num_command_queues = 2}));
+  std::vector<int64_t> shape(x.shape().dims().begin(), x.shape().dims().end());
+  ASSERT_OK_AND_ASSIGN(LoadedModel m,
+                       load_model(onnx, *dev, {.precision = precision, .batch = batch, .input_shape = shape}));
+  if (precision == "float32") {
+    EXPECT_TRUE(m.model->report().fallbacks.empty()) << m.model->report().to_string();
+  }
+  ASSERT_OK_AND_ASSIGN(auto outs, run_pipeline(*m.model, *dev, {.use_trace = true, .num_command_queues = 2}, {x}));
+  ASSERT_EQ(outs.size(), 1u);
+  ASSERT_TRUE(outs[0].is_tensor());
+  ASSERT_OK_AND_ASSIGN(cnn::PccResult p, cnn::comp_pcc(want, *outs[0].tensor, min_pcc));
+  EXPECT_TRUE(p.passed) << c.name << " batch " << batch << " " << precision << ": PCC " << p.pcc << " < " << min_pcc;
+  std::printf("%s batch %d %s: PCC %.6f against %s\n", c.name.c_str(), batch, precision.c_str(), p.pcc,
+              c.reference.c_str());
+  ASSERT_OK(close_device(*dev));
+}
+
+TEST_P(ModelsTest, Float32MatchesTheReference) {
+  const auto& [c, batch] = GetParam();
+  check(c, batch, "float32", 0.999);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelsTest, ::testing::Combine(kCases, ::testing::Values(1, 8)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_b" + std::to_string(std::get<1>(info.param));
+                         });
+
+class Bfloat16Test : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Bfloat16Test, BatchOneMatchesTheReference) { check(GetParam(), 1, "bfloat16", 0.99); }
+
+INSTANTIATE_TEST_SUITE_P(Models, Bfloat16Test, kCases, [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace tessera::tools
