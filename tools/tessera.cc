@@ -3,7 +3,7 @@
 //   tessera run MODEL.onnx [--input X.npy | --random] [--output Y.npy] [--reference R.npy]
 //                          [--config trace,2cq] [--dtype float32|bfloat16|bfloat8_b] [--batch B]
 //   tessera bench MODEL.onnx [--iterations N] [--batch B] [--dtype ...] [--config ...]
-//                            [--input X.npy --reference R.npy]
+//                            [--input X.npy --reference R.npy] [--profile TRACE.json|-]
 //   tessera conformance [DIR] [--filter S] [--min-pass-rate R]
 //
 // Results go to stdout, errors to stderr with exit code 1 (2 for bad usage).
@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "conformance.h"
@@ -159,7 +161,34 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
 }
 
-Status cmd_bench(const Common& c, int iterations, const std::string& input, const std::string& reference) {
+// Kernel time per op kind (the descriptor's first field) over one replay,
+// the ten longest launches, and a Chrome trace unless `path` is "-".
+Status print_profile(const DeviceProfile& p, const std::string& path) {
+  std::map<std::string, std::pair<double, int>> by_kind;
+  for (const auto& op : p.ops) {
+    auto& e = by_kind[op.key.substr(0, op.key.find(':'))];
+    e.first += op.duration_us(), ++e.second;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> kinds(by_kind.begin(), by_kind.end());
+  std::sort(kinds.begin(), kinds.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::printf("  kernel time per op (one replay, %zu launches, %.2f ms):\n", p.ops.size(), p.total_us() / 1e3);
+  for (const auto& [k, v] : kinds)
+    std::printf("    %-28s %8.3f ms %5.1f%%  %4d launches\n", k.c_str(), v.first / 1e3, 100 * v.first / p.total_us(),
+                v.second);
+  std::vector<OpTiming> top = p.ops;
+  std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.duration_us() > b.duration_us(); });
+  std::printf("  longest launches:\n");
+  for (size_t i = 0; i < std::min<size_t>(10, top.size()); ++i)
+    std::printf("    %8.3f ms  %s  [%s]\n", top[i].duration_us() / 1e3, top[i].key.c_str(), top[i].kernel_name.c_str());
+  if (path != "-") {
+    TS_RETURN_IF_ERROR(write_chrome_trace(p, path));
+    std::printf("  Chrome trace: %s\n", path.c_str());
+  }
+  return ok_status();
+}
+
+Status cmd_bench(const Common& c, int iterations, const std::string& input, const std::string& reference,
+                 const std::string& profile_path) {
   if (iterations < 1) return invalid_argument_error("--iterations {}: expected at least 1", iterations);
   TS_ASSIGN_OR_RETURN(auto device, open(c));
   TS_ASSIGN_OR_RETURN(ModelOptions mo, model_options(c));
@@ -228,6 +257,13 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   }
   TS_RETURN_IF_ERROR(synchronize_device(*device));
   const double device_ms = ms_since(t0);
+  std::optional<DeviceProfile> profile;
+  if (!profile_path.empty()) {
+    TS_RETURN_IF_ERROR(enable_profiler(*device));
+    TS_RETURN_IF_ERROR(execute_trace(*device, tid, 0, true));
+    TS_ASSIGN_OR_RETURN(profile, read_profile(*device));
+    TS_RETURN_IF_ERROR(disable_profiler(*device));
+  }
   TS_RETURN_IF_ERROR(release_trace(*device, tid));
   const double frames = static_cast<double>(iterations) * static_cast<double>(m.input_shape[0]);
   std::printf("%s  %s  batch %ld  %s  (%d iterations; pipeline compile %.0f ms)\n", c.model.c_str(), c.dtype.c_str(),
@@ -240,6 +276,7 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   std::printf("  device only: %8.2f FPS (%.2f ms per batch, trace replays back to back; %.0f GFLOP/s)\n",
               frames / device_ms * 1e3, device_ms / iterations,
               m.model->report().conv_flops / (device_ms / iterations) / 1e6);
+  if (profile) TS_RETURN_IF_ERROR(print_profile(*profile, profile_path));
   if (!reference.empty()) TS_RETURN_IF_ERROR(check_reference(reference, out0, c.dtype));
   return close_device(*device);
 }
@@ -297,6 +334,8 @@ int main(int argc, char** argv) {
   bench->add_option("--input", bench_input, "frame 0 from this .npy (its shape sets the model's)")->check(CLI::ExistingFile);
   bench->add_option("--reference", bench_reference, "check frame 0's output against this .npy (PCC)")
       ->check(CLI::ExistingFile);
+  std::string profile_path;
+  bench->add_option("--profile", profile_path, "kernel time per op over one replay; a Chrome trace to this file ('-': none)");
   std::string dir = kDefaultNodeTestDir, filter;
   double min_rate = 0.95;
   bool quiet = false;
@@ -312,7 +351,7 @@ int main(int argc, char** argv) {
   }
   tessera::Status s;
   if (*run) s = cmd_run(c, input, random, output, reference);
-  else if (*bench) s = cmd_bench(c, iterations, bench_input, bench_reference);
+  else if (*bench) s = cmd_bench(c, iterations, bench_input, bench_reference, profile_path);
   else s = cmd_conformance(dir, filter, min_rate, quiet);
   if (!s.ok()) {
     std::fprintf(stderr, "tessera: %s\n", s.to_string().c_str());

@@ -32,6 +32,19 @@ StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, uint8_t cq_i
   return r.output;
 }
 
+template <class Params>
+StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, const Conv2dResidual& residual, uint8_t cq_id)
+  requires std::is_same_v<Params, Conv2dParams>
+{
+  if (prepared_) {
+    TS_ASSIGN_OR_RETURN(Conv2dResult r, conv2d_with_residual(input, *prepared_, params_, residual, config_, cq_id));
+    return r.output;
+  }
+  TS_ASSIGN_OR_RETURN(Conv2dResult r, conv2d_with_residual(input, weight_, bias_, params_, residual, config_, cq_id));
+  prepared_ = r.weights;
+  return r.output;
+}
+
 template class ConvLayer<Conv2dParams>;
 template class ConvLayer<ConvTranspose2dParams>;
 

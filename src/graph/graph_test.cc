@@ -206,7 +206,7 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = HostTensor::floats({1, 2, 4, 4}, xv);
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 3u);
+  ASSERT_EQ(reports.size(), 4u);
   EXPECT_EQ(reports[0].rewrites, 1);  // batch norm folded
   EXPECT_EQ(reports[1].rewrites, 1);  // x * sigmoid(x) -> SiLU
   EXPECT_EQ(reports[2].rewrites, 1);  // SiLU into the conv

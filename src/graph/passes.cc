@@ -259,11 +259,51 @@ PassReport fuse_activations(Graph& g) {
   return r;
 }
 
+PassReport fuse_residual_adds(Graph& g) {
+  PassReport r{"fuse_residual_adds"};
+  const auto consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (size_t ai = 0; ai < g.nodes.size(); ++ai) {
+    const Node& add = g.nodes[ai];
+    if (add.op_type != "Add" || add.inputs.size() != 2 || add.inputs[0] < 0 || add.inputs[1] < 0) continue;
+    const Value& out = g.value(add.outputs[0]);
+    if (out.dims.size() != 4 || g.value(add.inputs[0]).dims != out.dims || g.value(add.inputs[1]).dims != out.dims)
+      continue;
+    // The conv computed last takes the other operand, which exists by then.
+    int best = -1, best_side = -1;
+    for (int side = 0; side < 2; ++side) {
+      const int v = add.inputs[static_cast<size_t>(side)], other = add.inputs[static_cast<size_t>(1 - side)];
+      const int ci = g.value(v).producer;
+      if (ci < 0 || g.is_constant(other) || sole_reader(g, consumers, v) != static_cast<int>(ai)) continue;
+      const Node& conv = g.nodes[static_cast<size_t>(ci)];
+      if (conv.op_type != "Conv" || conv.inputs.size() > 3 || g.value(conv.inputs[0]).dims.size() != 4) continue;
+      if (g.value(other).producer >= ci || ci <= best) continue;
+      best = ci, best_side = side;
+    }
+    if (best < 0) continue;
+    Node& conv = g.nodes[static_cast<size_t>(best)];
+    conv.inputs.resize(4, -1);
+    conv.inputs[3] = add.inputs[static_cast<size_t>(1 - best_side)];
+    Attribute act;
+    act.kind = Attribute::Kind::STRING;
+    act.s = add.attr_string("tessera_activation", "identity");
+    conv.attrs["tessera_residual_activation"] = act;
+    if (add.has_attr("tessera_activation_param"))
+      conv.attrs["tessera_residual_activation_param"] = add.attrs.at("tessera_activation_param");
+    conv.outputs[0] = add.outputs[0];
+    dead[ai] = true;
+    ++r.rewrites;
+  }
+  drop_nodes(g, dead);
+  return r;
+}
+
 std::vector<PassReport> optimize(Graph& g) {
   std::vector<PassReport> reports;
   reports.push_back(fold_batch_norm(g));
   reports.push_back(fuse_sigmoid_mul(g));
   reports.push_back(fuse_activations(g));
+  reports.push_back(fuse_residual_adds(g));
   g.remove_dead_nodes();
   return reports;
 }

@@ -2,6 +2,7 @@
 #include "tessera/ops/conv_transpose2d.h"
 #include "tessera/ops/conv2d_l1.h"
 #include "tessera/ops/data_movement.h"
+#include "tessera/ops/eltwise.h"
 #include "tessera/ops/manipulation.h"
 #include "tessera/ops/matmul.h"
 
@@ -47,8 +48,8 @@ struct ConvShard {
   int64_t pad_top = 0, pad_bottom = 0;  // its own padding (a transposed conv's may be negative)
   size_t primitive = 0;                 // index into ConvPlan::prims
   dnnl::stream stream;
-  memory src_mem, dst_mem, weights_mem, bias_mem, scratch_mem;
-  std::shared_ptr<std::byte[]> scratch, src_stage, dst_stage;
+  memory src_mem, dst_mem, weights_mem, bias_mem, scratch_mem, res_mem;
+  std::shared_ptr<std::byte[]> scratch, src_stage, dst_stage, res_stage;
   std::mutex mu;
 };
 
@@ -66,12 +67,16 @@ struct ConvPlan {
   DataType tile_type = DataType::FLOAT32;     // the output tiles' dtype
   uint32_t cout = 0;
   std::optional<UnaryWithParam> post_activation;  // when oneDNN lacks it
+  // A residual added by the kernel (binary post-op `res_arg`), then `res_activation`.
+  bool residual = false, stage_res = false;
+  int res_arg = 0;
+  UnaryWithParam res_activation;
   DataType out_type = DataType::FLOAT32;
   uint32_t batch = 1, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
 };
 
 struct ConvArgs {
-  TensorAccess src, dst;
+  TensorAccess src, dst, res;
   const std::byte* weights;
   const std::byte* bias;
   ConvPlan* plan;
@@ -93,18 +98,29 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     } else if (plan.stage_src) {
       gather_rows(a.src, s0, s1, src);
     }
+    std::byte* res = nullptr;
+    if (plan.residual) {
+      if (plan.stage_res) {
+        res = sh.res_stage.get();
+        gather_rows(a.res, d0, d1, res);
+      } else {
+        res = a.res.base + d0 * dst_row;
+      }
+    }
     TS_RETURN_IF_ERROR(guard("running the convolution", [&] {
       sh.src_mem.set_data_handle(src);
       sh.dst_mem.set_data_handle(dst);
       sh.weights_mem.set_data_handle(const_cast<std::byte*>(a.weights));
       sh.bias_mem.set_data_handle(const_cast<std::byte*>(a.bias));
+      if (res) sh.res_mem.set_data_handle(res);
       dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, sh.src_mem.get()},
                                 {DNNL_ARG_WEIGHTS, sh.weights_mem.get()},
                                 {DNNL_ARG_BIAS, sh.bias_mem.get()},
                                 {DNNL_ARG_DST, sh.dst_mem.get()},
-                                {DNNL_ARG_SCRATCHPAD, sh.scratch_mem.get()}};
-      dnnl::error::wrap_c_api(dnnl_primitive_execute(plan.prims[sh.primitive].get(), sh.stream.get(), 5, args),
-                              "execute");
+                                {DNNL_ARG_SCRATCHPAD, sh.scratch_mem.get()},
+                                {DNNL_ARG_ATTR_MULTIPLE_POST_OP(plan.res_arg) | DNNL_ARG_SRC_1, sh.res_mem.get()}};
+      dnnl::error::wrap_c_api(
+          dnnl_primitive_execute(plan.prims[sh.primitive].get(), sh.stream.get(), res ? 6 : 5, args), "execute");
       sh.stream.wait();
     }));
     if (plan.post_activation)
@@ -174,10 +190,12 @@ struct Problem {
   DataType dst_dtype;       // the rows the kernel writes (float32 or bfloat16)
   std::string key;          // the program: geometry, dtypes and memory configs
   std::string weights_key;  // the prepared weights: geometry and dtypes only
+  const Conv2dResidual* residual = nullptr;
 };
 
 template <class Params>
-StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2dConfig& config) {
+StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2dConfig& config,
+                               const Conv2dResidual* residual = nullptr) {
   const Geometry g = geometry(p);
   const std::string_view op = g.transposed ? "conv_transpose2d" : "conv2d";
   TS_RETURN_IF_ERROR(p.validate());
@@ -209,6 +227,10 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
                        short_dtype_name(config.weights_dtype));
   pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.compute),
                                short_dtype_name(pr.dst_dtype), short_dtype_name(config.weights_dtype));
+  if (residual) {
+    pr.residual = residual;
+    pr.key += fmt::format(":+{}:{}", residual->tensor.spec().to_string(), unary_op_name(residual->activation.op));
+  }
   return pr;
 }
 
@@ -282,11 +304,6 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   memory::desc b_md({d(g.cout)}, memory::data_type::f32, memory::format_tag::x);
   memory::desc w_md = weights_user_desc(g, pr.compute);
   w_md = memory::desc(w_md.dims(), dnnl_type(pr.compute), memory::format_tag::any);
-  dnnl::post_ops po;
-  if (!onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(po);
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   std::map<std::array<int64_t, 4>, size_t> by_shape;
   for (auto& sh : plan.shards) {
     const std::array<int64_t, 4> shape{sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom};
@@ -294,6 +311,17 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
     auto dst_md = rows_desc(sh->out_rows, g.ow, g.cout, pr.dst_dtype);
     auto [it, fresh] = by_shape.try_emplace(shape, plan.prims.size());
     if (fresh) {
+      // conv + bias -> activation -> (+ residual -> its activation)
+      dnnl::post_ops po;
+      if (!onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
+      if (plan.residual) {
+        plan.res_arg = po.len();
+        po.append_binary(dnnl::algorithm::binary_add, dst_md);
+        onednn::append_activation(po, plan.res_activation);
+      }
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(po);
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       const memory::desc& wd = plan.pds.empty() ? w_md : plan.pds[0].weights_desc();
       const memory::dims strides{d(g.sh), d(g.sw)}, dil{d(g.dh - 1), d(g.dw - 1)};
       const memory::dims pad_l{d(sh->pad_top), d(g.pad_l)}, pad_r{d(sh->pad_bottom), d(g.pad_r)};
@@ -318,6 +346,9 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
     sh->weights_mem = memory(pd.weights_desc(), plan.engine, DNNL_MEMORY_NONE);
     sh->bias_mem = memory(b_md, plan.engine, DNNL_MEMORY_NONE);
     sh->scratch_mem = memory(pd.scratchpad_desc(), plan.engine, sh->scratch.get());
+    sh->res_mem = memory(dst_md, plan.engine, DNNL_MEMORY_NONE);
+    if (plan.residual && plan.stage_res)
+      sh->res_stage = make_aligned_bytes(uint64_t{sh->out_rows} * g.ow * g.cout * element_size(pr.dst_dtype));
     if (plan.stage_src)
       sh->src_stage = make_aligned_bytes(uint64_t{sh->in_rows} * g.w * g.cin * element_size(pr.compute));
     if (plan.stage_dst)
@@ -325,8 +356,14 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   }
 }
 
-StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst) {
+StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst,
+                          const TensorAccess* res = nullptr) {
   auto plan = std::make_shared<ConvPlan>();
+  if (pr.residual) {
+    plan->residual = true;
+    plan->res_activation = pr.residual->activation;
+    plan->stage_res = res == nullptr || dense_row_stride(*res) == 0;
+  }
   const Geometry& g = pr.g;
   plan->out_type = pr.dst_dtype;
   plan->tile_type = pr.output.dtype;
@@ -381,6 +418,9 @@ StatusOr<Conv2dResult> launch_conv(const Tensor& input, Tensor output, const Pre
   ConvArgs args{};
   TS_ASSIGN_OR_RETURN(args.src, make_access(input));
   TS_ASSIGN_OR_RETURN(args.dst, make_access(r.output));
+  if (pr.residual) {
+    TS_ASSIGN_OR_RETURN(args.res, make_access(pr.residual->tensor));
+  }
   TS_ASSIGN_OR_RETURN(TensorAccess wa, make_access(w.weight));
   TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(w.bias));
   args.weights = wa.page(0);
@@ -624,8 +664,9 @@ StatusOr<Conv2dResult> depthwise_with_weights(const Tensor& input, const Tensor&
 
 template <class Params>
 StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                                         const Params& p, const Conv2dConfig& config, uint8_t cq_id) {
-  TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config));
+                                         const Params& p, const Conv2dConfig& config, uint8_t cq_id,
+                                         const Conv2dResidual* residual = nullptr) {
+  TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config, residual));
   if constexpr (std::is_same_v<Params, ConvTranspose2dParams>) {
     if (is_patch_transpose(p)) return patches_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
   } else {
@@ -639,9 +680,13 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
   TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
   TS_ASSIGN_OR_RETURN(TensorAccess src, make_access(input));
   TS_ASSIGN_OR_RETURN(TensorAccess dst, make_access(output));
+  std::optional<TensorAccess> res;
+  if (residual) {
+    TS_ASSIGN_OR_RETURN(res, make_access(residual->tensor));
+  }
   TS_ASSIGN_OR_RETURN(const Program* prog, device.program_cache().get_or_compile(
                                                pr.key, device.may_compile_programs(cq_id),
-                                               [&] { return compile(device, pr, src, dst); }));
+                                               [&] { return compile(device, pr, src, dst, res ? &*res : nullptr); }));
   auto* plan = static_cast<ConvPlan*>(prog->plan.get());
   // Pack on the host, then copy to the device.
   TS_ASSIGN_OR_RETURN(std::vector<float> wv, rounded.to_vector());
@@ -669,8 +714,9 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
 
 template <class Params>
 StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedConv2dWeights& w, const Params& p,
-                                          const Conv2dConfig& config, uint8_t cq_id) {
-  TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config));
+                                          const Conv2dConfig& config, uint8_t cq_id,
+                                          const Conv2dResidual* residual = nullptr) {
+  TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config, residual));
   const std::string_view op = pr.g.transposed ? "conv_transpose2d" : "conv2d";
   if (w.key != pr.weights_key)
     return invalid_argument_error("{}: the prepared weights are for '{}', not for '{}'", op, w.key, pr.weights_key);
@@ -687,9 +733,13 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
   TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
   TS_ASSIGN_OR_RETURN(TensorAccess src, make_access(input));
   TS_ASSIGN_OR_RETURN(TensorAccess dst, make_access(output));
+  std::optional<TensorAccess> res;
+  if (residual) {
+    TS_ASSIGN_OR_RETURN(res, make_access(residual->tensor));
+  }
   TS_ASSIGN_OR_RETURN(const Program* prog, device.program_cache().get_or_compile(
                                                pr.key, device.may_compile_programs(cq_id),
-                                               [&] { return compile(device, pr, src, dst); }));
+                                               [&] { return compile(device, pr, src, dst, res ? &*res : nullptr); }));
   const uint64_t packed = static_cast<ConvPlan*>(prog->plan.get())->pds[0].weights_desc().get_size();
   if (packed != w.weight.shape().volume())
     return failed_precondition_error("{}: the prepared weights hold {} B, the kernel for '{}' packs {} B; prepare "
@@ -866,6 +916,59 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& 
                               const Conv2dConfig& config, uint8_t cq_id) {
   return with_io(input, conv2d_geometry(p, true), config, "conv2d", cq_id,
                  [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id); });
+}
+
+namespace {
+
+// Runs `run(&residual)` when the oneDNN kernel can add the residual itself,
+// else `run(nullptr)` and one add with the residual's activation.
+template <class Run>
+StatusOr<Conv2dResult> with_residual(const Tensor& input, const Conv2dParams& p, const Conv2dResidual& residual,
+                                     const Conv2dConfig& config, uint8_t cq_id, Run run) {
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "conv2d"));
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(residual.tensor, "conv2d", "residual"));
+  TS_RETURN_IF_ERROR(p.validate());
+  const uint64_t rows = uint64_t{p.batch_size} * p.output_height() * p.output_width();
+  if (residual.tensor.shape().volume() != rows * p.out_channels || residual.tensor.shape().dims().back() != p.out_channels)
+    return invalid_argument_error("conv2d: the residual has shape {}; expected the output's ({}, {}, {}, {})",
+                                  residual.tensor.shape().to_string(), p.batch_size, p.output_height(),
+                                  p.output_width(), p.out_channels);
+  const DataType in = input.dtype();
+  const DataType out = config.dtype.value_or(is_block_float(in) ? DataType::BFLOAT16 : in);
+  const bool depthwise = p.groups > 1 && p.groups == p.in_channels && p.out_channels == p.in_channels;
+  const bool fusable = !depthwise && config.output_layout == Layout::ROW_MAJOR && !is_block_float(out) &&
+                       !config.output_memory_config.value_or(input.memory_config()).is_sharded() &&
+                       !input.memory_config().is_sharded() && !config.shard_layout && !config.slice_config &&
+                       p.activation.op != UnaryOpType::HARDSIGMOID &&
+                       residual.activation.op != UnaryOpType::HARDSIGMOID &&
+                       residual.tensor.layout() == Layout::ROW_MAJOR && residual.tensor.dtype() == out &&
+                       !residual.tensor.memory_config().is_sharded();
+  if (fusable) return run(&residual);
+  TS_ASSIGN_OR_RETURN(Conv2dResult r, run(nullptr));
+  TS_ASSIGN_OR_RETURN(Tensor res, reshape(residual.tensor, r.output.shape()));
+  TS_ASSIGN_OR_RETURN(r.output, add(r.output, res, {.activation = residual.activation, .cq_id = cq_id}));
+  return r;
+}
+
+}  // namespace
+
+StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                                            const Conv2dParams& p, const Conv2dResidual& residual,
+                                            const Conv2dConfig& config, uint8_t cq_id) {
+  return with_residual(input, p, residual, config, cq_id, [&](const Conv2dResidual* fused) {
+    return with_io(input, conv2d_geometry(p, bias.has_value()), config, "conv2d", cq_id,
+                   [&](const Tensor& x, const Conv2dConfig& c) {
+                     return conv_with_weights(x, weight, bias, p, c, cq_id, fused);
+                   });
+  });
+}
+
+StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const PreparedConv2dWeights& w, const Conv2dParams& p,
+                                            const Conv2dResidual& residual, const Conv2dConfig& config, uint8_t cq_id) {
+  return with_residual(input, p, residual, config, cq_id, [&](const Conv2dResidual* fused) {
+    return with_io(input, conv2d_geometry(p, true), config, "conv2d", cq_id,
+                   [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id, fused); });
+  });
 }
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,

@@ -209,6 +209,63 @@ TEST(Conv2d, Errors) {
   EXPECT_ERROR(conv2d(dx, r.weights, other), StatusCode::kInvalidArgument, "the prepared weights are for");
 }
 
+// The residual form against reference conv + add + activation on the host,
+// for fused shapes (plain, strided, bfloat16) and the separate-add ones
+// (depthwise, hardsigmoid, a bfloat16 residual for a float32 output).
+TEST(Conv2d, ResidualMatchesConvThenAdd) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  struct R {
+    Case c;
+    UnaryOpType post;
+    DataType in, res;
+  };
+  const R cases[] = {
+      {{1, 14, 14, 32, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
+      {{2, 9, 11, 16, 24, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
+       DataType::FLOAT32},
+      {{1, 20, 20, 16, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU, DataType::BFLOAT16, DataType::BFLOAT16},
+      {{1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
+      {{1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID}, UnaryOpType::RELU, DataType::FLOAT32,
+       DataType::FLOAT32},
+      {{1, 6, 6, 8, 8, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::BFLOAT16},
+  };
+  for (const R& rc : cases) {
+    const Conv2dParams p = to_params(rc.c);
+    SCOPED_TRACE(fmt::format("{} post={} in={} res={}", p.descriptor(), unary_op_name(rc.post), data_type_name(rc.in),
+                             data_type_name(rc.res)));
+    const Case& cs = rc.c;
+    Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, rc.in, Layout::ROW_MAJOR, 4);
+    auto wv = testing::random_values(uint64_t{cs.k} * (cs.c / cs.groups) * cs.kh * cs.kw, 5, 0.2f);
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(wv, Shape{cs.k, cs.c / cs.groups, cs.kh, cs.kw}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
+    const Shape out{cs.n, p.output_height(), p.output_width(), cs.k};
+    Tensor res = testing::random_tensor(out, rc.res, Layout::ROW_MAJOR, 7);
+    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
+    const DataType wt = rc.in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, b, p, Conv2dResidual{dres, {rc.post}}, {.weights_dtype = wt}));
+    ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+    ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, wt, rc.in));
+    ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, rw, b, p, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(out));
+    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {rc.post}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+    testing::expect_conv_close(got, ref, rc.in);
+    // The prepared weights take the same residual.
+    ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d_with_residual(dx, r.weights, p, Conv2dResidual{dres, {rc.post}}, {.weights_dtype = wt}));
+    ASSERT_OK_AND_ASSIGN(Tensor again_t, again.output.cpu());
+    EXPECT_EQ(testing::host_bytes(again_t), testing::host_bytes(got_t));
+  }
+  // A residual of the wrong shape.
+  const Conv2dParams p = to_params(cases[0].c);
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(testing::random_tensor(Shape{1, 14, 14, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor bad, to_device(testing::random_tensor(Shape{1, 14, 14, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(std::vector<float>(64 * 32, 0.1f), Shape{64, 32, 1, 1}, DataType::FLOAT32));
+  EXPECT_ERROR(conv2d_with_residual(dx, w, std::nullopt, p, Conv2dResidual{bad, {}}, {.weights_dtype = DataType::FLOAT32}),
+               StatusCode::kInvalidArgument, "the residual has shape [1,14,14,32]");
+}
+
 }  // namespace
 }  // namespace tessera
 

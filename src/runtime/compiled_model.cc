@@ -303,14 +303,28 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   if (n.inputs.size() > 2 && n.inputs[2] >= 0)
     { TS_ASSIGN_OR_RETURN(b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32)); }
   report.conv_flops += p.flops();
+  const int res = n.inputs.size() > 3 ? n.inputs[3] : -1;
+  UnaryWithParam res_act;
+  if (res >= 0) {
+    auto op = parse_unary_op(n.attr_string("tessera_residual_activation", "identity"));
+    if (!op) return internal_error("{}: unknown residual activation", n.label());
+    res_act = {*op, n.attr_float("tessera_residual_activation_param", 0.0f)};
+    note_nhwc(res);
+  }
   convs.push_back(std::make_unique<cnn::DirectConv2d>(
       p, w, b, Conv2dConfig{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)}));
   cnn::DirectConv2d* layer = convs.back().get();
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
-  steps.push_back([this, layer, x, y](Slots& s, uint8_t cq) -> Status {
+  steps.push_back([this, layer, x, y, res, res_act](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
-    TS_ASSIGN_OR_RETURN(Tensor out, (*layer)(in, cq));
+    Tensor out;
+    if (res >= 0) {
+      TS_ASSIGN_OR_RETURN(Tensor r, as_nhwc(s, res, cq));
+      TS_ASSIGN_OR_RETURN(out, (*layer)(in, Conv2dResidual{r, res_act}, cq));
+    } else {
+      TS_ASSIGN_OR_RETURN(out, (*layer)(in, cq));
+    }
     return put_nhwc(s, y, out);
   });
   return ok_status();

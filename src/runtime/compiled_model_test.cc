@@ -76,6 +76,7 @@ TEST_P(CompiledModelTest, SmallCnnMatchesTheHostReference) {
   EXPECT_EQ(rep.passes[0].rewrites, 1);  // the batch norm
   EXPECT_EQ(rep.passes[1].rewrites, 1);  // x * sigmoid(x)
   EXPECT_GE(rep.passes[2].rewrites, 2);  // relu and silu into their convs
+  EXPECT_EQ(rep.passes[3].rewrites, 1);  // the residual add into the second conv
   EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
   const Tensor xs[] = {device_input(x, *dev)};
   ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));

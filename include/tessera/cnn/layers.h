@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <type_traits>
 
 #include "tessera/ops/conv2d.h"
 #include "tessera/ops/conv_transpose2d.h"
@@ -22,6 +23,9 @@ class ConvLayer {
   ConvLayer(Params params, Tensor weight, std::optional<Tensor> bias, Conv2dConfig config = {})
       : params_(params), weight_(std::move(weight)), bias_(std::move(bias)), config_(config) {}
   StatusOr<Tensor> operator()(const Tensor& input, uint8_t cq_id = 0);
+  // With a skip connection added by the kernel (conv2d.h's Conv2dResidual).
+  StatusOr<Tensor> operator()(const Tensor& input, const Conv2dResidual& residual, uint8_t cq_id = 0)
+    requires std::is_same_v<Params, Conv2dParams>;
   const Params& params() const { return params_; }
 
  private:

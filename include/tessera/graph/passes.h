@@ -6,6 +6,8 @@
 //       tessera_activation = "relu" | "relu6" | "silu" | "sigmoid" | "tanh" |
 //                            "leaky_relu" | "hardswish" | "hardsigmoid" | ...
 //       tessera_activation_param (leaky_relu's slope)
+//   Conv with a fourth input: a residual added after its activation,
+//       then tessera_residual_activation (+ _param): Add(Conv(x), r) fused.
 //   SiLU: x * sigmoid(x) (op type "SiLU", one input).
 #pragma once
 #include <string>
@@ -37,6 +39,11 @@ PassReport fuse_activations(Graph& g);
 // "relu6" for Clip(0, 6), ...), or "" when it is not one a kernel can fuse.
 // `param` receives leaky_relu's slope.
 std::string fusable_activation(const Graph& g, const Node& n, float* param);
+
+// Add(Conv(x), r) of same-shaped 4D values, the conv's output read by the
+// Add alone: the conv adds r itself (ops/conv2d.h's conv2d_with_residual),
+// with the Add's fused activation after. Runs after fuse_activations.
+PassReport fuse_residual_adds(Graph& g);
 
 // Runs the passes above in order.
 std::vector<PassReport> optimize(Graph& g);

@@ -111,6 +111,25 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const s
 StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& weights, const Conv2dParams& params,
                               const Conv2dConfig& config = {}, uint8_t cq_id = 0);
 
+// A skip connection added by the conv:
+//   y = residual.activation(params.activation(conv(x) + bias) + residual.tensor)
+// The residual has the output's shape ((N, OH, OW, Cout) or flattened) in
+// the output's dtype, ROW_MAJOR, interleaved (any other residual is accepted
+// and added by a separate add). The oneDNN kernel adds it as a binary
+// post-op while its rows are in cache, one pass over the output fewer than
+// conv then add (ResNet's and YOLO's residual blocks). Depthwise shapes, tile
+// or sharded outputs and hardsigmoid activations take the separate add.
+struct Conv2dResidual {
+  Tensor tensor;
+  UnaryWithParam activation;
+};
+StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                                            const Conv2dParams& params, const Conv2dResidual& residual,
+                                            const Conv2dConfig& config = {}, uint8_t cq_id = 0);
+StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const PreparedConv2dWeights& weights,
+                                            const Conv2dParams& params, const Conv2dResidual& residual,
+                                            const Conv2dConfig& config = {}, uint8_t cq_id = 0);
+
 // The weights as the device computes with them: `weight` rounded to
 // `weights_dtype` the way preparation rounds it (and to bfloat16 when the
 // input is bfloat16), as float32 OIHW on the host. The reference kernel run
