@@ -9,6 +9,7 @@
 // Results go to stdout, errors to stderr with exit code 1 (2 for bad usage).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@ struct Common {
   int64_t batch = 1;
   std::string shape;  // "1x3x480x640"
   int workers = 0;
+  bool verbose = false;
 };
 
 StatusOr<ModelOptions> model_options(const Common& c) {
@@ -64,12 +66,18 @@ StatusOr<std::shared_ptr<Device>> open(const Common& c) {
                       .worker_threads = c.workers});
 }
 
-void print_report(const LoadedModel& m) {
+void print_report(const LoadedModel& m, bool verbose) {
   const auto& r = m.model->report();
   std::printf("compiled in %.0f ms (import %.0f ms): %d device ops, %zu host fallback(s), %d layout conversion(s), "
               "%.2f GFLOP per run\n",
               m.compile_ms, m.import_ms, r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
   for (const auto& f : r.fallbacks) std::printf("  host fallback: %s\n", f.c_str());
+  size_t applied = 0;
+  for (const auto& p : r.conv_plans) applied += p.find("(applied)") != std::string::npos;
+  std::printf("conv placement: %zu of %zu convs sharded in L1%s\n", applied, r.conv_plans.size(),
+              verbose ? "" : " (--verbose lists each plan)");
+  if (verbose)
+    for (const auto& p : r.conv_plans) std::printf("  %s\n", p.c_str());
 }
 
 // The seeds' PCC rule against a reference output: 0.999 in float32, 0.99
@@ -100,7 +108,7 @@ Status cmd_run(const Common& c, const std::string& input, bool random, const std
     }
   }
   TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
-  print_report(m);
+  print_report(m, c.verbose);
   if (!input.empty()) {
     if (x.shape().volume() != m.input_shape.volume())
       return invalid_argument_error("--input {}: shape {}, the model takes {}", input, x.shape().to_string(),
@@ -202,7 +210,7 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
     first = x;
   }
   TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
-  print_report(m);
+  print_report(m, c.verbose);
   TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
   std::optional<MemoryConfig> dram_out;
   if (pc.all_transfers_on_separate_command_queue) dram_out = DRAM_MEMORY_CONFIG;
@@ -304,6 +312,12 @@ Status cmd_conformance(const std::string& dir, const std::string& filter, double
 
 int main(int argc, char** argv) {
   using namespace tessera::tools;
+  // Model weights pass through a few large host buffers (file, protobuf,
+  // graph constants, packed weights); a fresh page costs ~11 us to fault in
+  // on this machine, so keep freed memory in the heap for the next buffer
+  // instead of returning it to the kernel.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"Tessera: compile ONNX vision models for a device and run them through the pipeline"};
   app.require_subcommand(1);
   Common c;
@@ -316,6 +330,7 @@ int main(int argc, char** argv) {
     s->add_option("--config", c.config, "pipeline: trace|notrace, 1cq|2cq, io (pipelined I/O)");
     s->add_option("--device", c.device, "cpu | wormhole_b0")->check(CLI::IsMember({"cpu", "wormhole_b0"}));
     s->add_option("--workers", c.workers, "worker threads (0: one per physical core)");
+    s->add_flag("--verbose", c.verbose, "list every conv's placement plan");
   };
   std::string input, output, reference;
   bool random = false;

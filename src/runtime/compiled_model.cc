@@ -14,7 +14,9 @@
 #include "tessera/graph/host_eval.h"
 #include "tessera/graph/shape_inference.h"
 #include "tessera/ops/conv2d.h"
+#include "tessera/ops/conv2d_l1.h"
 #include "tessera/ops/conv_transpose2d.h"
+#include "tessera/ops/data_movement.h"
 #include "tessera/ops/eltwise.h"
 #include "tessera/ops/manipulation.h"
 #include "tessera/ops/matmul.h"
@@ -89,6 +91,7 @@ struct CompiledModel::Impl {
   std::vector<std::unique_ptr<cnn::DirectConv2d>> convs;
   std::vector<std::unique_ptr<cnn::ConvTranspose2d>> deconvs;
   std::vector<std::shared_ptr<const FallbackNode>> fallbacks;
+  std::vector<std::vector<std::pair<int, int>>> consumers;  // per value: (node, input slot)
 
   const Dims& dims(int v) const { return g.value(v).dims; }
   // Graph outputs leave their producing kernel in float32 (one rounding
@@ -179,6 +182,8 @@ struct CompiledModel::Impl {
 
   Status lower(size_t ni);
   Status lower_conv(const Node& n);
+  Status plan_conv_sharding(const Node& n, const Conv2dGeometry& geo, Conv2dConfig& config);
+  bool sharded_to_dram = false;  // set by plan_conv_sharding for the conv being lowered
   Status lower_conv_transpose(const Node& n);
   Status lower_pool(const Node& n);
   Status lower_resize(const Node& n, bool* lowered);
@@ -275,6 +280,38 @@ Status CompiledModel::Impl::lower_fallback(const Node& n, const std::string& why
   return ok_status();
 }
 
+Status CompiledModel::Impl::plan_conv_sharding(const Node& n, const Conv2dGeometry& geo, Conv2dConfig& config) {
+  const bool apply = opt.apply_conv_sharding.value_or(device->descriptor().emulated);
+  const DataType io = act_dtype();
+  auto est = auto_shard_conv2d(geo, config, io, config.dtype.value_or(io), device->descriptor().grid);
+  std::string plan;
+  bool fits = false;
+  if (!est.ok()) {
+    plan = fmt::format("DRAM interleaved (no sharded plan: {})", est.status().message());
+  } else if (Status fit = check_conv2d_l1(*est, *device); !fit.ok()) {
+    plan = fmt::format("DRAM interleaved ({} does not fit L1)", est->to_string());
+  } else if (2 * est->total() > device->descriptor().l1_size_per_core) {
+    // Half of L1 stays for what is live around the conv (its sharded input,
+    // other L1 outputs): the plan cannot see run-time occupancy.
+    plan = fmt::format("DRAM interleaved ({} leaves under half of L1 free)", est->to_string());
+  } else {
+    fits = true;
+    plan = fmt::format("L1 {}", est->to_string());
+  }
+  if (fits && apply) {
+    config.shard_layout = est->parallel.shard_layout;
+    plan += " (applied)";
+    // Sharded L1 output stays only for convs reading it as their input; other readers get DRAM.
+    bool conv_readers = std::find(g.outputs.begin(), g.outputs.end(), n.outputs[0]) == g.outputs.end();
+    for (const auto& [reader, slot] : consumers[static_cast<size_t>(n.outputs[0])])
+      conv_readers = conv_readers && slot == 0 && g.nodes[static_cast<size_t>(reader)].op_type == "Conv";
+    if (!conv_readers) plan += ", then DRAM interleaved for its readers";
+    sharded_to_dram = !conv_readers;
+  }
+  report.conv_plans.push_back(fmt::format("{}: {}", n.name, plan));
+  return ok_status();
+}
+
 Status CompiledModel::Impl::lower_conv(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
   if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D convolution (the device kernel is 2-D)", rank(x) - 2));
@@ -303,6 +340,9 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   if (n.inputs.size() > 2 && n.inputs[2] >= 0)
     { TS_ASSIGN_OR_RETURN(b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32)); }
   report.conv_flops += p.flops();
+  Conv2dConfig config{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)};
+  sharded_to_dram = false;
+  TS_RETURN_IF_ERROR(plan_conv_sharding(n, conv2d_geometry(p, n.inputs.size() > 2 && n.inputs[2] >= 0), config));
   const int res = n.inputs.size() > 3 ? n.inputs[3] : -1;
   UnaryWithParam res_act;
   if (res >= 0) {
@@ -311,12 +351,12 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
     res_act = {*op, n.attr_float("tessera_residual_activation_param", 0.0f)};
     note_nhwc(res);
   }
-  convs.push_back(std::make_unique<cnn::DirectConv2d>(
-      p, w, b, Conv2dConfig{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)}));
+  convs.push_back(std::make_unique<cnn::DirectConv2d>(p, w, b, config));
   cnn::DirectConv2d* layer = convs.back().get();
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
-  steps.push_back([this, layer, x, y, res, res_act](Slots& s, uint8_t cq) -> Status {
+  const bool to_dram = sharded_to_dram;
+  steps.push_back([this, layer, x, y, res, res_act, to_dram](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
     Tensor out;
     if (res >= 0) {
@@ -324,6 +364,9 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
       TS_ASSIGN_OR_RETURN(out, (*layer)(in, Conv2dResidual{r, res_act}, cq));
     } else {
       TS_ASSIGN_OR_RETURN(out, (*layer)(in, cq));
+    }
+    if (to_dram && out.memory_config().is_sharded()) {
+      TS_ASSIGN_OR_RETURN(out, to_memory_config(out, DRAM_MEMORY_CONFIG, cq));
     }
     return put_nhwc(s, y, out);
   });
@@ -906,6 +949,7 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
   impl->g = std::move(graph);
   Graph& g = impl->g;
   impl->nhwc.assign(g.values.size(), false);
+  impl->consumers = g.consumers();
   impl->constants.assign(g.values.size(), std::nullopt);
   for (int i : g.inputs) {
     if (g.value(i).type != graph::ElemType::FLOAT32)

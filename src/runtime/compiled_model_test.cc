@@ -124,6 +124,28 @@ TEST(CompiledModel, RunsThroughTheTracedPipelineWithoutAllocating) {
   ASSERT_OK(pipe->cleanup());
 }
 
+// On the emulated Wormhole the per-conv plan shards the small convs in L1
+// (and puts their outputs back in DRAM for readers other than convs).
+TEST(CompiledModel, ConvShardingPlanOnTheEmulatedWormhole) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn().bytes()));
+  const graph::HostTensor x = input_for({1, 3, 16, 16}, 21);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.descriptor = "wormhole_b0", .l1_small_size = 16384}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  const auto& plans = model->report().conv_plans;
+  ASSERT_EQ(plans.size(), 3u);
+  int applied = 0;
+  for (const auto& p : plans) applied += p.find("(applied)") != std::string::npos;
+  EXPECT_GT(applied, 0) << fmt::format("{}", fmt::join(plans, "\n"));
+  const Tensor xs[] = {device_input(x, *dev)};
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  expect_close(outs[0], want[0], 0.99999, 1e-4);
+  // The same graph on the CPU plans the same way but keeps DRAM.
+  ASSERT_OK_AND_ASSIGN(auto cpu, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto cpu_model, CompiledModel::compile(g, *cpu, {}));
+  for (const auto& p : cpu_model->report().conv_plans) EXPECT_EQ(p.find("(applied)"), std::string::npos) << p;
+}
+
 TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
   testing_onnx::ModelBuilder b(13);
   b.input("x", {2, 3, 4});

@@ -22,6 +22,7 @@
 // shapes, on the device.
 #pragma once
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +39,14 @@ struct CompileOptions {
   DataType weights_dtype = DataType::FLOAT32;  // conv / matmul weights; bfloat16 activations need a non-float32 one
   bool optimize = true;                        // graph passes (fold, fuse)
   bool allow_fallback = true;                  // false: ops without a device kernel are an error
+  // Per-conv sharding: a heuristic choice (the layout with the smallest
+  // per-core L1 estimate, conv2d_l1.h's auto_shard_conv2d, kept when it fits
+  // the device's L1; DRAM interleaved when not) is always planned and
+  // reported; it is applied (Conv2dConfig::shard_layout, L1 output) when
+  // this is true, or, by default, on emulated devices (wormhole_b0), where
+  // it decides what must fit. On the CPU the kernel streams rows from any
+  // memory, so placement does not change speed and DRAM is kept.
+  std::optional<bool> apply_conv_sharding;
 };
 
 struct CompileReport {
@@ -46,6 +55,8 @@ struct CompileReport {
   int device_ops = 0;                  // nodes lowered to device kernels
   int layout_conversions = 0;          // NCHW <-> NHWC permutes inserted
   uint64_t conv_flops = 0;             // 2 * MACs of Conv / ConvTranspose / MatMul / Gemm per run
+  // Per conv: "<node>: <plan>", e.g. "conv1: L1 HEIGHT_SHARDED on 64 cores, act_block 480x64 ... (applied)".
+  std::vector<std::string> conv_plans;
   std::string to_string() const;
 };
 

@@ -22,11 +22,14 @@ constexpr int kMinOpset = 1;   // older opsets' semantics are kept where they di
 constexpr int kMaxOpset = 17;  // ONNX 1.12, Debian's
 
 StatusOr<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return not_found_error("cannot open '{}'", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  const std::streamoff size = in.tellg();
+  if (size < 0) return invalid_argument_error("cannot read '{}'", path);
+  std::string bytes(static_cast<size_t>(size), '\0');  // one copy of the file, read in place
+  in.seekg(0);
+  if (!in.read(bytes.data(), size)) return invalid_argument_error("cannot read '{}'", path);
+  return bytes;
 }
 
 const char* type_name(int t) {
@@ -148,6 +151,9 @@ StatusOr<HostTensor> read_tensor(const onnx::TensorProto& t, const std::string& 
     if (dt == onnx::TensorProto::INT64 || dt == onnx::TensorProto::UINT64) {
       h.i.resize(n);
       if (n) std::memcpy(h.i.data(), p, n * 8);
+    } else if (dt == onnx::TensorProto::FLOAT) {
+      h.f.resize(n);
+      if (n) std::memcpy(h.f.data(), p, n * 4);
     } else {
       fill([&](size_t k) { return decode(p + k * es, dt); });
     }
