@@ -78,6 +78,20 @@ Status gather_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
           cpu::copy_row(s.access, sr, sc, g.out, r, c0 + done, run);
           done += run;
         }
+      } else if (s.access.is_packed() && g.out.is_packed() && (g.out.unit_bytes == 4 || g.out.unit_bytes == 2)) {
+        // Strided reads from packed storage (permutes such as NCHW -> NHWC):
+        // plain pointer arithmetic, no per-element unit lookup.
+        const uint64_t st = s.stride[last];
+        std::byte* dst = g.out.base + (uint64_t{r} * g.out.cols + c0) * g.out.unit_bytes;
+        if (g.out.unit_bytes == 4) {
+          const auto* src = reinterpret_cast<const uint32_t*>(s.access.base) + flat;
+          auto* d = reinterpret_cast<uint32_t*>(dst);
+          for (uint32_t j = 0; j < n; ++j) d[j] = src[uint64_t{j} * st];
+        } else {
+          const auto* src = reinterpret_cast<const uint16_t*>(s.access.base) + flat;
+          auto* d = reinterpret_cast<uint16_t*>(dst);
+          for (uint32_t j = 0; j < n; ++j) d[j] = src[uint64_t{j} * st];
+        }
       } else {
         for (uint32_t j = 0; j < n; ++j) {
           const uint64_t f = flat + uint64_t{j} * s.stride[last];

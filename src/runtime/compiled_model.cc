@@ -139,16 +139,39 @@ struct CompiledModel::Impl {
     if (!t) return internal_error("value '{}' is read before it is computed (or after its release)", g.value(v).name);
     return *t;
   }
+  // One channel or one pixel: NCHW and NHWC hold the same bytes.
+  bool same_bytes_either_layout(int v) const {
+    const Dims& d = dims(v);
+    return d.size() == 4 && (d[1] == 1 || d[2] * d[3] == 1);
+  }
   // The value in NCHW (plain) layout.
   StatusOr<Tensor> plain(Slots& s, int v, uint8_t cq) {
     TS_ASSIGN_OR_RETURN(Tensor t, get(s, v));
     if (!nhwc[static_cast<size_t>(v)]) return t;
+    if (same_bytes_either_layout(v) && t.layout() == Layout::ROW_MAJOR && !t.memory_config().is_sharded())
+      return reshape(t, to_shape(dims(v)));
     return permute(t, kNhwcToNchwPerm, {.cq_id = cq});
   }
-  // The value in NHWC layout (rank 4).
-  StatusOr<Tensor> as_nhwc(Slots& s, int v, uint8_t cq) {
+  // The value in NHWC layout (rank 4). `dense`: a converted value lands in
+  // one DRAM shard, rows back to back (a conv's input: narrow rows such as
+  // an image's 3 channels would otherwise each take a padded DRAM page, and
+  // the conv kernel reads dense rows in place).
+  StatusOr<Tensor> as_nhwc(Slots& s, int v, uint8_t cq, bool dense = false) {
     TS_ASSIGN_OR_RETURN(Tensor t, get(s, v));
     if (nhwc[static_cast<size_t>(v)]) return t;
+    const Dims& d4 = dims(v);
+    if (dense && !same_bytes_either_layout(v) && (d4[1] * static_cast<int64_t>(element_size(t.dtype()))) % 4 == 0) {
+      const auto rows = static_cast<uint32_t>(d4[0] * d4[2] * d4[3]), cols = static_cast<uint32_t>(d4[1]);
+      const MemoryConfig one_shard{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::DRAM,
+                                   ShardSpec{CoreRangeSet(CoreRange({0, 0}, {0, 0})), {rows, cols},
+                                             ShardOrientation::ROW_MAJOR}};
+      return permute(t, kNchwToNhwcPerm, {.memory_config = one_shard, .cq_id = cq});
+    }
+    if (same_bytes_either_layout(v) && !t.memory_config().is_sharded()) {
+      const Dims& d = dims(v);
+      return reshape(t, Shape{static_cast<uint32_t>(d[0]), static_cast<uint32_t>(d[2]), static_cast<uint32_t>(d[3]),
+                              static_cast<uint32_t>(d[1])});
+    }
     return permute(t, kNchwToNhwcPerm, {.cq_id = cq});
   }
   // Counts the permutes a step will do (compile-time bookkeeping).
@@ -357,7 +380,7 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   nhwc[static_cast<size_t>(y)] = true;
   const bool to_dram = sharded_to_dram;
   steps.push_back([this, layer, x, y, res, res_act, to_dram](Slots& s, uint8_t cq) -> Status {
-    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq, /*dense=*/true));
     Tensor out;
     if (res >= 0) {
       TS_ASSIGN_OR_RETURN(Tensor r, as_nhwc(s, res, cq));
