@@ -35,7 +35,7 @@ for m in "${models[@]}"; do
     row="| $m | $b | $ort | $pt |"
     for dt in float32 bfloat16 bfloat8_b; do
       out=$(./build/release/tessera bench "$d/$m.onnx" --dtype "$dt" --iterations "$n" --input "$in" --reference "$want" 2>&1 || true)
-      if [ "$b" = 1 ]; then ms=$(echo "$out" | awk '/latency:/ {print $3}')
+      if [ "$b" = 1 ]; then ms=$(echo "$out" | awk '/latency: +p50/ {print $3}')
       else ms=$(echo "$out" | awk '/end to end:/ {gsub(/\(/, "", $6); print $6}'); fi
       pcc=$(echo "$out" | awk '/^PCC/ {print $4}')
       row="$row ${ms:-error} (${pcc:-?}) |"

@@ -44,6 +44,9 @@ Status guard(std::string_view what, F f) {
 // queues launching the same program serialise per shard on `mu`.
 struct ConvShard {
   uint32_t out_row0 = 0, out_rows = 0;  // output rows of each image
+  // Images: [n0, n0 + count), `mb` per primitive call (mb > 1 only for
+  // whole-image shards, which cover every row).
+  uint32_t n0 = 0, count = 1, mb = 1;
   uint32_t in_row0 = 0, in_rows = 0;    // input rows it reads, halo included
   int64_t pad_top = 0, pad_bottom = 0;  // its own padding (a transposed conv's may be negative)
   size_t primitive = 0;                 // index into ConvPlan::prims
@@ -87,10 +90,11 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
   std::lock_guard<std::mutex> lock(sh.mu);
   omp_set_num_threads(1);  // this worker is the shard's only thread
   const uint64_t src_row = uint64_t{a.src.cols} * a.src.unit_bytes, dst_row = uint64_t{a.dst.cols} * a.dst.unit_bytes;
-  for (uint32_t n = 0; n < plan.batch; ++n) {
-    const uint64_t s0 = (uint64_t{n} * plan.in_h + sh.in_row0) * plan.in_w, s1 = s0 + uint64_t{sh.in_rows} * plan.in_w;
+  for (uint32_t n = sh.n0; n < sh.n0 + sh.count; n += sh.mb) {
+    const uint64_t s0 = (uint64_t{n} * plan.in_h + sh.in_row0) * plan.in_w,
+                   s1 = s0 + uint64_t{sh.mb} * sh.in_rows * plan.in_w;
     const uint64_t d0 = (uint64_t{n} * plan.out_h + sh.out_row0) * plan.out_w,
-                   d1 = d0 + uint64_t{sh.out_rows} * plan.out_w;
+                   d1 = d0 + uint64_t{sh.mb} * sh.out_rows * plan.out_w;
     std::byte* src = plan.stage_src ? sh.src_stage.get() : a.src.base + s0 * src_row;
     std::byte* dst = plan.stage_dst ? sh.dst_stage.get() : a.dst.base + d0 * dst_row;
     if (plan.tile_src) {
@@ -244,10 +248,32 @@ memory::desc weights_user_desc(const Geometry& g, DataType t) {
   return memory::desc({gr, o / gr, i / gr, kh, kw}, dnnl_type(t), g.transposed ? tag::giohw : tag::goihw);
 }
 
-// Dense NHWC rows of one image slice: dims (1, C, h, w).
-memory::desc rows_desc(uint32_t h, uint32_t w, uint32_t c, DataType t) {
-  return memory::desc({1, static_cast<memory::dim>(c), static_cast<memory::dim>(h), static_cast<memory::dim>(w)},
+// Dense NHWC rows of `mb` image slices: dims (mb, C, h, w).
+memory::desc rows_desc(uint32_t mb, uint32_t h, uint32_t w, uint32_t c, DataType t) {
+  return memory::desc({static_cast<memory::dim>(mb), static_cast<memory::dim>(c), static_cast<memory::dim>(h),
+                       static_cast<memory::dim>(w)},
                       dnnl_type(t), memory::format_tag::nhwc);
+}
+
+// Whole images split into `parts` groups: a batch spreads over the threads by
+// image, so each primitive call sees whole maps (late layers' 7x7 maps split
+// by rows leave GEMMs of 21-28 pixels).
+void split_images(ConvPlan& plan, const Geometry& g, uint32_t parts) {
+  parts = std::max<uint32_t>(1, std::min(parts, g.n));
+  const uint32_t base = g.n / parts, extra = g.n % parts;
+  for (uint32_t c = 0, n0 = 0; c < parts; ++c) {
+    auto sh = std::make_unique<ConvShard>();
+    sh->in_row0 = 0;
+    sh->in_rows = g.h;
+    sh->pad_top = g.pad_t;
+    sh->pad_bottom = g.pad_b;
+    sh->out_row0 = 0;
+    sh->out_rows = g.oh;
+    sh->n0 = n0;
+    sh->count = sh->mb = base + (c < extra ? 1 : 0);
+    n0 += sh->count;
+    plan.shards.push_back(std::move(sh));
+  }
 }
 
 // Output rows split into `parts` shards, each with the input rows it reads
@@ -289,6 +315,7 @@ std::vector<ConvShard*> split_rows(ConvPlan& plan, const Geometry& g, uint32_t p
     }
     sh->out_row0 = o0;
     sh->out_rows = rows;
+    sh->count = g.n;
     out.push_back(sh.get());
     plan.shards.push_back(std::move(sh));
     o0 += rows;
@@ -304,11 +331,11 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   memory::desc b_md({d(g.cout)}, memory::data_type::f32, memory::format_tag::x);
   memory::desc w_md = weights_user_desc(g, pr.compute);
   w_md = memory::desc(w_md.dims(), dnnl_type(pr.compute), memory::format_tag::any);
-  std::map<std::array<int64_t, 4>, size_t> by_shape;
+  std::map<std::array<int64_t, 5>, size_t> by_shape;
   for (auto& sh : plan.shards) {
-    const std::array<int64_t, 4> shape{sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom};
-    auto src_md = rows_desc(sh->in_rows, g.w, g.cin, pr.compute);
-    auto dst_md = rows_desc(sh->out_rows, g.ow, g.cout, pr.dst_dtype);
+    const std::array<int64_t, 5> shape{sh->mb, sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom};
+    auto src_md = rows_desc(sh->mb, sh->in_rows, g.w, g.cin, pr.compute);
+    auto dst_md = rows_desc(sh->mb, sh->out_rows, g.ow, g.cout, pr.dst_dtype);
     auto [it, fresh] = by_shape.try_emplace(shape, plan.prims.size());
     if (fresh) {
       // conv + bias -> activation -> (+ residual -> its activation)
@@ -348,11 +375,11 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
     sh->scratch_mem = memory(pd.scratchpad_desc(), plan.engine, sh->scratch.get());
     sh->res_mem = memory(dst_md, plan.engine, DNNL_MEMORY_NONE);
     if (plan.residual && plan.stage_res)
-      sh->res_stage = make_aligned_bytes(uint64_t{sh->out_rows} * g.ow * g.cout * element_size(pr.dst_dtype));
+      sh->res_stage = make_aligned_bytes(uint64_t{sh->mb} * sh->out_rows * g.ow * g.cout * element_size(pr.dst_dtype));
     if (plan.stage_src)
-      sh->src_stage = make_aligned_bytes(uint64_t{sh->in_rows} * g.w * g.cin * element_size(pr.compute));
+      sh->src_stage = make_aligned_bytes(uint64_t{sh->mb} * sh->in_rows * g.w * g.cin * element_size(pr.compute));
     if (plan.stage_dst)
-      sh->dst_stage = make_aligned_bytes(uint64_t{sh->out_rows} * g.ow * g.cout * element_size(pr.dst_dtype));
+      sh->dst_stage = make_aligned_bytes(uint64_t{sh->mb} * sh->out_rows * g.ow * g.cout * element_size(pr.dst_dtype));
   }
 }
 
@@ -389,7 +416,8 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   // One shard per worker thread: each thread keeps its rows in its own cache.
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
   Status built = guard("compiling the convolution", [&] {
-    if (uint64_t{g.oh} * g.ow < kMinPixelsToSplit || split_rows(*plan, g, threads).empty()) split_rows(*plan, g, 1);
+    if (g.n >= threads && threads > 1) split_images(*plan, g, threads);
+    else if (uint64_t{g.oh} * g.ow < kMinPixelsToSplit || split_rows(*plan, g, threads).empty()) split_rows(*plan, g, 1);
     build_primitives(*plan, pr);
   });
   if (!built.ok() && plan->shards.size() > 1) {  // a shard shape oneDNN refused: run whole
