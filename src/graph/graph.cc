@@ -29,11 +29,13 @@ HostTensor HostTensor::ints(std::vector<int64_t> dims, std::vector<int64_t> valu
   return t;
 }
 
-int64_t HostTensor::volume() const {
+int64_t dims_volume(const std::vector<int64_t>& dims) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   return n;
 }
+
+int64_t HostTensor::volume() const { return dims_volume(dims); }
 
 std::string HostTensor::descriptor() const { return fmt::format("{}{}", to_string(type), dims_to_string(dims)); }
 

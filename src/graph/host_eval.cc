@@ -21,12 +21,6 @@ namespace {
 using Dims = std::vector<int64_t>;
 using Ins = std::span<const HostTensor* const>;
 
-int64_t volume(const Dims& d) {
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  return n;
-}
-
 std::vector<int64_t> strides_of(const Dims& d) {
   std::vector<int64_t> s(d.size(), 1);
   for (size_t k = d.size(); k-- > 1;) s[k - 1] = s[k] * d[k];
@@ -50,7 +44,7 @@ int64_t broadcast_index(int64_t flat, const Dims& out, const Dims& sd) {
 HostTensor make(ElemType t, Dims dims) {
   HostTensor h;
   h.type = t;
-  const auto n = static_cast<size_t>(volume(dims));
+  const auto n = static_cast<size_t>(dims_volume(dims));
   h.dims = std::move(dims);
   if (t == ElemType::FLOAT32) h.f.assign(n, 0.0f);
   else h.i.assign(n, 0);
@@ -174,7 +168,7 @@ StatusOr<HostTensor> binary(const Node& n, const HostTensor& a, const HostTensor
   const bool is_int = a.type == ElemType::INT64 && b.type == ElemType::INT64;
   HostTensor y = make(kCompare.count(op) || is_int ? ElemType::INT64 : ElemType::FLOAT32, out);
   if (op == "Pow" || op == "PRelu") y.type = a.type, y = make(a.type, out);
-  const int64_t total = volume(out);
+  const int64_t total = dims_volume(out);
   for (int64_t k = 0; k < total; ++k) {
     const double x = a.at(static_cast<size_t>(broadcast_index(k, out, a.dims)));
     const double z = b.at(static_cast<size_t>(broadcast_index(k, out, b.dims)));
@@ -220,7 +214,7 @@ StatusOr<HostTensor> variadic(const Node& n, Ins ins) {
     TS_ASSIGN_OR_RETURN(out, broadcast_dims(out, ins[k]->dims));
   }
   HostTensor y = make(ins[0]->type, out);
-  const int64_t total = volume(out);
+  const int64_t total = dims_volume(out);
   for (int64_t k = 0; k < total; ++k) {
     double acc = ins[0]->at(static_cast<size_t>(broadcast_index(k, out, ins[0]->dims)));
     for (size_t j = 1; j < ins.size(); ++j) {
@@ -255,7 +249,7 @@ StatusOr<HostTensor> where(const Node& n, Ins ins) {
   TS_ASSIGN_OR_RETURN(Dims out, broadcast_dims(ins[0]->dims, ins[1]->dims));
   TS_ASSIGN_OR_RETURN(out, broadcast_dims(out, ins[2]->dims));
   HostTensor y = make(ins[1]->type, out);
-  for (int64_t k = 0; k < volume(out); ++k) {
+  for (int64_t k = 0; k < dims_volume(out); ++k) {
     const bool c = ins[0]->at(static_cast<size_t>(broadcast_index(k, out, ins[0]->dims))) != 0;
     const HostTensor& s = c ? *ins[1] : *ins[2];
     copy_elem(s, static_cast<size_t>(broadcast_index(k, out, s.dims)), y, static_cast<size_t>(k));
@@ -304,7 +298,7 @@ StatusOr<HostTensor> reduce(const Node& n, Ins ins, int opset) {
     else if (keepdims) out.push_back(1), kept.push_back(1);
     else kept.push_back(1);
   }
-  const int64_t outer = volume(out);
+  const int64_t outer = dims_volume(out);
   const bool is_max = op == "ReduceMax", is_min = op == "ReduceMin", is_prod = op == "ReduceProd";
   std::vector<double> acc(static_cast<size_t>(outer), is_max   ? -std::numeric_limits<double>::infinity()
                                                       : is_min ? std::numeric_limits<double>::infinity()
@@ -312,7 +306,7 @@ StatusOr<HostTensor> reduce(const Node& n, Ins ins, int opset) {
                                                                 : 0.0);
   std::vector<int64_t> count(static_cast<size_t>(outer), 0);
   const auto kept_strides = strides_of(kept);
-  const int64_t total = volume(x.dims);
+  const int64_t total = dims_volume(x.dims);
   for (int64_t k = 0; k < total; ++k) {
     int64_t rem = k, o = 0;
     for (size_t d = r; d-- > 0;) {
@@ -399,7 +393,7 @@ StatusOr<HostTensor> softmax(const Node& n, const HostTensor& x, int opset) {
 // ---------------------------------------------------------------- shapes and data movement
 
 StatusOr<HostTensor> reshape_to(const Node& n, const HostTensor& x, Dims dims) {
-  if (volume(dims) != x.volume())
+  if (dims_volume(dims) != x.volume())
     return invalid_argument_error("{}: cannot reshape {} ({} elements) to {}", n.label(), dims_to_string(x.dims),
                                   x.volume(), dims_to_string(dims));
   HostTensor y = x;
@@ -428,10 +422,10 @@ StatusOr<Dims> reshape_dims(const Node& n, const Dims& in_dims, std::vector<int6
     }
   }
   if (infer >= 0) {
-    if (known == 0 || volume(in_dims) % known != 0)
+    if (known == 0 || dims_volume(in_dims) % known != 0)
       return invalid_argument_error("{}: cannot infer the -1 of shape {} from {} elements", n.label(),
-                                    dims_to_string(shape), volume(in_dims));
-    shape[static_cast<size_t>(infer)] = volume(in_dims) / known;
+                                    dims_to_string(shape), dims_volume(in_dims));
+    shape[static_cast<size_t>(infer)] = dims_volume(in_dims) / known;
   }
   return shape;
 }
@@ -450,7 +444,7 @@ StatusOr<HostTensor> transpose(const Node& n, const HostTensor& x) {
   }
   HostTensor y = make(x.type, out);
   const auto in_strides = strides_of(x.dims);
-  for (int64_t k = 0; k < volume(out); ++k) {
+  for (int64_t k = 0; k < dims_volume(out); ++k) {
     int64_t rem = k, src = 0;
     for (size_t d = r; d-- > 0;) {
       src += (rem % out[d]) * in_strides[static_cast<size_t>(perm[d])];
@@ -562,7 +556,7 @@ StatusOr<HostTensor> slice(const Node& n, Ins ins, int opset) {
   }
   HostTensor y = make(x.type, out);
   const auto in_strides = strides_of(x.dims);
-  for (int64_t k = 0; k < volume(out); ++k) {
+  for (int64_t k = 0; k < dims_volume(out); ++k) {
     int64_t rem = k, src = 0;
     for (size_t d = r; d-- > 0;) {
       src += (b[d] + (rem % out[d]) * st[d]) * in_strides[d];
@@ -577,7 +571,7 @@ StatusOr<HostTensor> expand(const Node& n, const HostTensor& x, const HostTensor
   TS_ASSIGN_OR_RETURN(Dims out, broadcast_dims(x.dims, as_ints(shape)));
   (void)n;
   HostTensor y = make(x.type, out);
-  for (int64_t k = 0; k < volume(out); ++k)
+  for (int64_t k = 0; k < dims_volume(out); ++k)
     copy_elem(x, static_cast<size_t>(broadcast_index(k, out, x.dims)), y, static_cast<size_t>(k));
   return y;
 }
@@ -590,7 +584,7 @@ StatusOr<HostTensor> tile(const Node& n, const HostTensor& x, const HostTensor& 
   for (size_t d = 0; d < out.size(); ++d) out[d] *= reps[d];
   HostTensor y = make(x.type, out);
   const auto in_strides = strides_of(x.dims);
-  for (int64_t k = 0; k < volume(out); ++k) {
+  for (int64_t k = 0; k < dims_volume(out); ++k) {
     int64_t rem = k, src = 0;
     for (size_t d = out.size(); d-- > 0;) {
       src += ((rem % out[d]) % x.dims[d]) * in_strides[d];
@@ -634,7 +628,7 @@ StatusOr<HostTensor> pad(const Node& n, Ins ins, int opset) {
   }
   HostTensor y = make(x.type, out);
   const auto in_strides = strides_of(x.dims);
-  for (int64_t k = 0; k < volume(out); ++k) {
+  for (int64_t k = 0; k < dims_volume(out); ++k) {
     int64_t rem = k, src = 0;
     bool outside = false;
     for (size_t d = r; d-- > 0;) {
@@ -708,7 +702,7 @@ StatusOr<HostTensor> matmul(const Node& n, const HostTensor& a0, const HostTenso
   Dims out = batch;
   out.push_back(m), out.push_back(nn);
   HostTensor y = make(ElemType::FLOAT32, out);
-  for (int64_t bi = 0; bi < volume(batch); ++bi) {
+  for (int64_t bi = 0; bi < dims_volume(batch); ++bi) {
     const int64_t ao = broadcast_index(bi, batch, ab) * m * k, bo = broadcast_index(bi, batch, bb) * k * nn;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < nn; ++j) {
@@ -757,7 +751,7 @@ StatusOr<HostTensor> constant_of_shape(const Node& n, const HostTensor& shape) {
   Dims dims = as_ints(shape);
   for (int64_t d : dims)
     if (d < 0) return invalid_argument_error("{}: negative dim in {}", n.label(), dims_to_string(dims));
-  if (volume(dims) > (int64_t{1} << 28)) return invalid_argument_error("{}: {} elements", n.label(), volume(dims));
+  if (dims_volume(dims) > (int64_t{1} << 28)) return invalid_argument_error("{}: {} elements", n.label(), dims_volume(dims));
   HostTensor value = HostTensor::floats({1}, {0.0f});
   if (auto it = n.attrs.find("value"); it != n.attrs.end() && it->second.t) value = *it->second.t;
   HostTensor y = make(value.type, dims);

@@ -13,13 +13,7 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-int64_t volume(const Dims& d) {
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  return n;
-}
-
-HostTensor zeros(Dims dims) { return HostTensor::floats(dims, std::vector<float>(static_cast<size_t>(volume(dims)), 0.0f)); }
+HostTensor zeros(Dims dims) { return HostTensor::floats(dims, std::vector<float>(static_cast<size_t>(dims_volume(dims)), 0.0f)); }
 
 // Row-major coordinates of `flat` in `dims`.
 void unflatten(int64_t flat, const Dims& dims, Dims& coord) {
@@ -54,7 +48,7 @@ StatusOr<std::vector<HostTensor>> conv(const Node& n, Ins ins) {
     out.push_back((in_sp[i] + geo.pads[i] + geo.pads[i + s] - ((k_sp[i] - 1) * geo.dilations[i] + 1)) / geo.strides[i] + 1);
   Dims out_sp(out.begin() + 2, out.end());
   HostTensor y = zeros(out);
-  const int64_t cg = C / group, mg = M / group, osz = volume(out_sp), isz = volume(in_sp), ksz = volume(k_sp);
+  const int64_t cg = C / group, mg = M / group, osz = dims_volume(out_sp), isz = dims_volume(in_sp), ksz = dims_volume(k_sp);
   Dims oc, kc;
   for (int64_t nn = 0; nn < N; ++nn)
     for (int64_t m = 0; m < M; ++m) {
@@ -101,8 +95,8 @@ StatusOr<std::vector<HostTensor>> conv_transpose(const Node& n, Ins ins) {
     out.push_back(geo.strides[i] * (in_sp[i] - 1) + (i < op.size() ? op[i] : 0) + (k_sp[i] - 1) * geo.dilations[i] + 1 -
                   geo.pads[i] - geo.pads[i + s]);
   Dims out_sp(out.begin() + 2, out.end());
-  std::vector<double> acc(static_cast<size_t>(volume(out)), 0.0);
-  const int64_t osz = volume(out_sp), isz = volume(in_sp), ksz = volume(k_sp);
+  std::vector<double> acc(static_cast<size_t>(dims_volume(out)), 0.0);
+  const int64_t osz = dims_volume(out_sp), isz = dims_volume(in_sp), ksz = dims_volume(k_sp);
   Dims ic, kc;
   for (int64_t nn = 0; nn < N; ++nn)
     for (int64_t c = 0; c < C; ++c) {
@@ -169,8 +163,8 @@ StatusOr<std::vector<HostTensor>> pool(const Node& n, Ins ins) {
   }
   Dims out_sp(out.begin() + 2, out.end());
   HostTensor y = zeros(out);
-  HostTensor idx_out = HostTensor::ints(out, std::vector<int64_t>(static_cast<size_t>(volume(out)), 0));
-  const int64_t planes = x.dims[0] * x.dims[1], osz = volume(out_sp), isz = volume(in_sp), ksz = volume(geo.kernel);
+  HostTensor idx_out = HostTensor::ints(out, std::vector<int64_t>(static_cast<size_t>(dims_volume(out)), 0));
+  const int64_t planes = x.dims[0] * x.dims[1], osz = dims_volume(out_sp), isz = dims_volume(in_sp), ksz = dims_volume(geo.kernel);
   Dims oc, kc;
   for (int64_t pl = 0; pl < planes; ++pl)
     for (int64_t o = 0; o < osz; ++o) {
@@ -338,7 +332,7 @@ StatusOr<std::vector<HostTensor>> resize(const Node& n, Ins ins, int opset) {
     return st;
   }();
   Dims oc, pick(r, 0);
-  for (int64_t o = 0; o < volume(out); ++o) {
+  for (int64_t o = 0; o < dims_volume(out); ++o) {
     unflatten(o, out, oc);
     bool outside = false;
     for (size_t d = 0; d < r; ++d) outside = outside || taps[d][static_cast<size_t>(oc[d])].empty();

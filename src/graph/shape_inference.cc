@@ -14,12 +14,6 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-int64_t volume(const Dims& d) {
-  int64_t n = 1;
-  for (int64_t x : d) n *= x;
-  return n;
-}
-
 // What a shape rule sees: the node, its inputs' dims and constants.
 struct Ctx {
   const Graph& g;
@@ -163,7 +157,7 @@ StatusOr<std::vector<Out>> resize(const Ctx& c) {
   } else if (upsample || c.opset < 11) {
     TS_ASSIGN_OR_RETURN(scales, c.reals(1, "scales"));
   } else {
-    if (c.has(3) && !c.in(3).dims.empty() && volume(c.in(3).dims) > 0) {
+    if (c.has(3) && !c.in(3).dims.empty() && dims_volume(c.in(3).dims) > 0) {
       TS_ASSIGN_OR_RETURN(Dims sizes, c.ints(3, "sizes"));
       if (sizes.size() != x.size())
         return invalid_argument_error("{}: input 'sizes' has {} values for rank {}", c.n.label(), sizes.size(), x.size());
@@ -240,12 +234,12 @@ StatusOr<std::vector<Out>> reshape(const Ctx& c) {
     }
   }
   if (infer >= 0) {
-    if (known == 0 || volume(x) % known)
+    if (known == 0 || dims_volume(x) % known)
       return invalid_argument_error("{}: cannot infer the -1 in {} for {} elements", c.n.label(), dims_to_string(shape),
-                                    volume(x));
-    shape[static_cast<size_t>(infer)] = volume(x) / known;
+                                    dims_volume(x));
+    shape[static_cast<size_t>(infer)] = dims_volume(x) / known;
   }
-  if (volume(shape) != volume(x))
+  if (dims_volume(shape) != dims_volume(x))
     return invalid_argument_error("{}: cannot reshape {} to {}", c.n.label(), dims_to_string(x), dims_to_string(shape));
   return std::vector<Out>{{shape, c.in(0).type}};
 }

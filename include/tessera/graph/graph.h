@@ -110,5 +110,7 @@ class Graph {
 };
 
 std::string dims_to_string(const std::vector<int64_t>& dims);
+// The product of `dims` (1 for a scalar).
+int64_t dims_volume(const std::vector<int64_t>& dims);
 
 }  // namespace tessera::graph
