@@ -44,6 +44,10 @@ Status guard(std::string_view what, F f) {
 // queues launching the same program serialise per shard on `mu`.
 struct ConvShard {
   uint32_t out_row0 = 0, out_rows = 0;  // output rows of each image
+  // Output channels [oc0, oc0 + ocs) (all of them unless the plan splits
+  // channels); their packed weights start `weights_offset` bytes in.
+  uint32_t oc0 = 0, ocs = 0;
+  uint64_t weights_offset = 0;
   // Images: [n0, n0 + count), `mb` per primitive call (mb > 1 only for
   // whole-image shards, which cover every row).
   uint32_t n0 = 0, count = 1, mb = 1;
@@ -62,6 +66,20 @@ struct ConvPlan {
   std::vector<dnnl::primitive_desc> pds;  // convolution or deconvolution
   std::vector<dnnl::primitive> prims;
   std::vector<std::unique_ptr<ConvShard>> shards;
+  // How the prepared weights are packed: one slice of output channels per
+  // layout, `offset` bytes in. One slice in the whole problem's layout unless
+  // shards own output channels; then each shard's slice is in the layout its
+  // kernel picked. The choice depends only on the weights' key and the
+  // device's thread count (see splits_channels), so one prepared tensor
+  // serves every program of the problem.
+  struct PackedSlice {
+    uint32_t oc0, ocs;
+    memory::desc desc;
+    uint64_t offset;
+  };
+  std::vector<PackedSlice> packing;
+  uint64_t packed_bytes = 0;
+  bool split_channels = false;  // shards own output channels: dst (and residual) staged per shard
   bool stage_src = false, stage_dst = false;  // rows not dense in the tensor: copy through
   bool tile_src = false;                      // the input is tiles: the shard untilizes the rows it reads
   DataType src_tile_type = DataType::FLOAT32, in_type = DataType::FLOAT32;
@@ -85,6 +103,21 @@ struct ConvArgs {
   ConvPlan* plan;
 };
 
+// Units [c0, c0 + n) of rows [r0, r1) of `a` to / from a dense buffer of
+// rows of n units: a channel shard's slice of NHWC rows (any row layout).
+template <bool kToAccess>
+void copy_columns(const TensorAccess& a, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n, std::byte* buf) {
+  for (uint64_t r = r0; r < r1; ++r) {
+    for (uint32_t c = c0, run = 0; c < c0 + n; c += run) {
+      std::byte* at = a.unit(static_cast<uint32_t>(r), c, &run);
+      run = std::min(run, c0 + n - c);
+      std::byte* b = buf + ((r - r0) * n + (c - c0)) * a.unit_bytes;
+      if constexpr (kToAccess) std::memcpy(at, b, uint64_t{run} * a.unit_bytes);
+      else std::memcpy(b, at, uint64_t{run} * a.unit_bytes);
+    }
+  }
+}
+
 Status run_shard(const ConvArgs& a, ConvShard& sh) {
   const ConvPlan& plan = *a.plan;
   std::lock_guard<std::mutex> lock(sh.mu);
@@ -96,7 +129,7 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     const uint64_t d0 = (uint64_t{n} * plan.out_h + sh.out_row0) * plan.out_w,
                    d1 = d0 + uint64_t{sh.mb} * sh.out_rows * plan.out_w;
     std::byte* src = plan.stage_src ? sh.src_stage.get() : a.src.base + s0 * src_row;
-    std::byte* dst = plan.stage_dst ? sh.dst_stage.get() : a.dst.base + d0 * dst_row;
+    std::byte* dst = plan.stage_dst || plan.split_channels ? sh.dst_stage.get() : a.dst.base + d0 * dst_row;
     if (plan.tile_src) {
       onednn::tiles_to_rows(a.src, plan.src_tile_type, s0, s1, plan.cin, src, plan.in_type);
     } else if (plan.stage_src) {
@@ -104,7 +137,10 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     }
     std::byte* res = nullptr;
     if (plan.residual) {
-      if (plan.stage_res) {
+      if (plan.split_channels) {
+        res = sh.res_stage.get();
+        copy_columns<false>(a.res, d0, d1, sh.oc0, sh.ocs, res);
+      } else if (plan.stage_res) {
         res = sh.res_stage.get();
         gather_rows(a.res, d0, d1, res);
       } else {
@@ -114,8 +150,8 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     TS_RETURN_IF_ERROR(guard("running the convolution", [&] {
       sh.src_mem.set_data_handle(src);
       sh.dst_mem.set_data_handle(dst);
-      sh.weights_mem.set_data_handle(const_cast<std::byte*>(a.weights));
-      sh.bias_mem.set_data_handle(const_cast<std::byte*>(a.bias));
+      sh.weights_mem.set_data_handle(const_cast<std::byte*>(a.weights) + sh.weights_offset);
+      sh.bias_mem.set_data_handle(const_cast<std::byte*>(a.bias) + uint64_t{sh.oc0} * sizeof(float));
       if (res) sh.res_mem.set_data_handle(res);
       dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, sh.src_mem.get()},
                                 {DNNL_ARG_WEIGHTS, sh.weights_mem.get()},
@@ -128,8 +164,10 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
       sh.stream.wait();
     }));
     if (plan.post_activation)
-      onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, (d1 - d0) * plan.cout);
-    if (plan.tile_dst) {
+      onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, (d1 - d0) * sh.ocs);
+    if (plan.split_channels) {
+      copy_columns<true>(a.dst, d0, d1, sh.oc0, sh.ocs, dst);
+    } else if (plan.tile_dst) {
       onednn::rows_to_tiles(a.dst, plan.tile_type, dst, plan.out_type, d0, d1, plan.cout,
                             uint64_t{plan.batch} * plan.out_h * plan.out_w);
     } else if (plan.stage_dst) {
@@ -234,6 +272,7 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   if (residual) {
     pr.residual = residual;
     pr.key += fmt::format(":+{}:{}", residual->tensor.spec().to_string(), unary_op_name(residual->activation.op));
+    pr.weights_key += ":+residual";  // oneDNN may pick another kernel, and packing, with the binary post-op
   }
   return pr;
 }
@@ -323,49 +362,102 @@ std::vector<ConvShard*> split_rows(ConvPlan& plan, const Geometry& g, uint32_t p
   return out;
 }
 
-// Builds one primitive per distinct shard shape; every shard uses the packed
-// weight layout of the first, so one prepared weight tensor serves them all.
-void build_primitives(ConvPlan& plan, const Problem& pr) {
-  const Geometry& g = pr.g;
+// Output channels split into `parts` shards of multiples of 16 channels,
+// every shard covering all rows of every image. Empty when there are fewer
+// such groups than parts.
+std::vector<ConvShard*> split_channels(ConvPlan& plan, const Geometry& g, uint32_t parts) {
+  constexpr uint32_t kGroup = 16;
+  const uint32_t groups = (g.cout + kGroup - 1) / kGroup;
+  if (parts < 2 || groups < parts) return {};
+  std::vector<ConvShard*> out;
+  for (uint32_t c = 0, g0 = 0; c < parts; ++c) {
+    const uint32_t ng = groups / parts + (c < groups % parts ? 1 : 0);
+    auto sh = std::make_unique<ConvShard>();
+    sh->in_rows = g.h;
+    sh->pad_top = g.pad_t;
+    sh->pad_bottom = g.pad_b;
+    sh->out_rows = g.oh;
+    sh->count = g.n;
+    sh->oc0 = g0 * kGroup;
+    sh->ocs = std::min(g.cout, (g0 + ng) * kGroup) - sh->oc0;
+    out.push_back(sh.get());
+    plan.shards.push_back(std::move(sh));
+    g0 += ng;
+  }
+  plan.split_channels = true;
+  return out;
+}
+
+// The primitive descriptor of one shard shape: conv + bias -> activation ->
+// (+ residual -> its activation).
+dnnl::primitive_desc make_pd(ConvPlan& plan, const Geometry& g, const memory::desc& src_md, const memory::desc& w_md,
+                             const memory::desc& b_md, const memory::desc& dst_md, int64_t pad_top,
+                             int64_t pad_bottom) {
   auto d = [](int64_t v) { return static_cast<memory::dim>(v); };
-  memory::desc b_md({d(g.cout)}, memory::data_type::f32, memory::format_tag::x);
+  dnnl::post_ops po;
+  if (!onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
+  if (plan.residual) {
+    plan.res_arg = po.len();
+    po.append_binary(dnnl::algorithm::binary_add, dst_md);
+    onednn::append_activation(po, plan.res_activation);
+  }
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const memory::dims strides{d(g.sh), d(g.sw)}, dil{d(g.dh - 1), d(g.dw - 1)};
+  const memory::dims pad_l{d(pad_top), d(g.pad_l)}, pad_r{d(pad_bottom), d(g.pad_r)};
+  if (g.transposed) {
+    dnnl::deconvolution_forward::desc dd(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                         src_md, w_md, b_md, dst_md, strides, dil, pad_l, pad_r);
+    return dnnl::deconvolution_forward::primitive_desc(dd, attr, plan.engine);
+  }
+  dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md,
+                                     w_md, b_md, dst_md, strides, dil, pad_l, pad_r);
+  return dnnl::convolution_forward::primitive_desc(cd, attr, plan.engine);
+}
+
+// The packed weight layout: the one oneDNN picks for the whole problem, so
+// the prepared weights depend only on what their key names (geometry, dtypes,
+// a residual post-op or not), not on how a plan splits the work.
+memory::desc whole_problem_weights(ConvPlan& plan, const Problem& pr) {
+  const Geometry& g = pr.g;
   memory::desc w_md = weights_user_desc(g, pr.compute);
   w_md = memory::desc(w_md.dims(), dnnl_type(pr.compute), memory::format_tag::any);
-  std::map<std::array<int64_t, 5>, size_t> by_shape;
+  return make_pd(plan, g, rows_desc(g.n, g.h, g.w, g.cin, pr.compute),
+                 w_md, memory::desc({static_cast<memory::dim>(g.cout)}, memory::data_type::f32, memory::format_tag::x),
+                 rows_desc(g.n, g.oh, g.ow, g.cout, pr.dst_dtype), g.pad_t, g.pad_b)
+      .weights_desc();
+}
+
+// Builds one primitive per distinct shard shape. Channel shards pick their
+// own weight layouts and `plan.packing` gets one slice per shard; other
+// shards read the one slice already in `plan.packing`.
+void build_primitives(ConvPlan& plan, const Problem& pr) {
+  const Geometry& g = pr.g;
+  std::map<std::array<int64_t, 7>, size_t> by_shape;
   for (auto& sh : plan.shards) {
-    const std::array<int64_t, 5> shape{sh->mb, sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom};
+    if (sh->ocs == 0) sh->ocs = g.cout;
+    const std::array<int64_t, 7> shape{sh->mb, sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom, sh->oc0, sh->ocs};
     auto src_md = rows_desc(sh->mb, sh->in_rows, g.w, g.cin, pr.compute);
-    auto dst_md = rows_desc(sh->mb, sh->out_rows, g.ow, g.cout, pr.dst_dtype);
+    auto dst_md = rows_desc(sh->mb, sh->out_rows, g.ow, sh->ocs, pr.dst_dtype);
+    memory::desc b_md({static_cast<memory::dim>(sh->ocs)}, memory::data_type::f32, memory::format_tag::x);
+    memory::desc w_md = plan.split_channels
+                            ? memory::desc({static_cast<memory::dim>(sh->ocs), static_cast<memory::dim>(g.cin),
+                                            static_cast<memory::dim>(g.kh), static_cast<memory::dim>(g.kw)},
+                                           dnnl_type(pr.compute), memory::format_tag::any)
+                            : plan.packing.at(0).desc;
     auto [it, fresh] = by_shape.try_emplace(shape, plan.prims.size());
     if (fresh) {
-      // conv + bias -> activation -> (+ residual -> its activation)
-      dnnl::post_ops po;
-      if (!onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
-      if (plan.residual) {
-        plan.res_arg = po.len();
-        po.append_binary(dnnl::algorithm::binary_add, dst_md);
-        onednn::append_activation(po, plan.res_activation);
-      }
-      dnnl::primitive_attr attr;
-      attr.set_post_ops(po);
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      const memory::desc& wd = plan.pds.empty() ? w_md : plan.pds[0].weights_desc();
-      const memory::dims strides{d(g.sh), d(g.sw)}, dil{d(g.dh - 1), d(g.dw - 1)};
-      const memory::dims pad_l{d(sh->pad_top), d(g.pad_l)}, pad_r{d(sh->pad_bottom), d(g.pad_r)};
-      if (g.transposed) {
-        dnnl::deconvolution_forward::desc dd(dnnl::prop_kind::forward_inference,
-                                             dnnl::algorithm::deconvolution_direct, src_md, wd, b_md, dst_md, strides,
-                                             dil, pad_l, pad_r);
-        plan.pds.push_back(dnnl::deconvolution_forward::primitive_desc(dd, attr, plan.engine));
-      } else {
-        dnnl::convolution_forward::desc cd(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                           src_md, wd, b_md, dst_md, strides, dil, pad_l, pad_r);
-        plan.pds.push_back(dnnl::convolution_forward::primitive_desc(cd, attr, plan.engine));
-      }
+      plan.pds.push_back(make_pd(plan, g, src_md, w_md, b_md, dst_md, sh->pad_top, sh->pad_bottom));
       plan.prims.emplace_back(plan.pds.back());
     }
     sh->primitive = it->second;
     const auto& pd = plan.pds[sh->primitive];
+    if (plan.split_channels) {
+      sh->weights_offset = plan.packed_bytes;
+      plan.packing.push_back({sh->oc0, sh->ocs, pd.weights_desc(), plan.packed_bytes});
+      plan.packed_bytes += (pd.weights_desc().get_size() + 63) / 64 * 64;
+    }
     sh->stream = dnnl::stream(plan.engine);
     sh->scratch = make_aligned_bytes(pd.scratchpad_desc().get_size());
     sh->src_mem = memory(src_md, plan.engine, DNNL_MEMORY_NONE);
@@ -374,13 +466,27 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
     sh->bias_mem = memory(b_md, plan.engine, DNNL_MEMORY_NONE);
     sh->scratch_mem = memory(pd.scratchpad_desc(), plan.engine, sh->scratch.get());
     sh->res_mem = memory(dst_md, plan.engine, DNNL_MEMORY_NONE);
-    if (plan.residual && plan.stage_res)
-      sh->res_stage = make_aligned_bytes(uint64_t{sh->mb} * sh->out_rows * g.ow * g.cout * element_size(pr.dst_dtype));
+    const uint64_t out_bytes = uint64_t{sh->mb} * sh->out_rows * g.ow * sh->ocs * element_size(pr.dst_dtype);
+    if (plan.residual && (plan.stage_res || plan.split_channels)) sh->res_stage = make_aligned_bytes(out_bytes);
     if (plan.stage_src)
       sh->src_stage = make_aligned_bytes(uint64_t{sh->mb} * sh->in_rows * g.w * g.cin * element_size(pr.compute));
-    if (plan.stage_dst)
-      sh->dst_stage = make_aligned_bytes(uint64_t{sh->mb} * sh->out_rows * g.ow * g.cout * element_size(pr.dst_dtype));
+    if (plan.stage_dst || plan.split_channels) sh->dst_stage = make_aligned_bytes(out_bytes);
   }
+}
+
+// Whether a conv on a device with `threads` workers splits its output
+// channels over them. Each shard then reads the whole input and its slice of
+// the weights; a row split reads all the weights and its rows. So channels
+// when the weights outweigh an image's input (cout * kh * kw > h * w, the
+// late layers with small maps and many channels) and the batch is too small
+// to split by image. Plain convolutions only.
+bool splits_channels(uint32_t batch, uint32_t h, uint32_t w, uint32_t cout, uint32_t kh, uint32_t kw,
+                     uint32_t groups, bool transposed, uint32_t threads) {
+  return threads > 1 && batch < threads && !transposed && groups == 1 && cout >= 32 * threads &&
+         uint64_t{cout} * kh * kw > uint64_t{h} * w;
+}
+bool splits_channels(const Geometry& g, uint32_t threads) {
+  return splits_channels(g.n, g.h, g.w, g.cout, g.kh, g.kw, g.groups, g.transposed, threads);
 }
 
 // Output maps under this many pixels per image run as one shard: splitting
@@ -413,28 +519,55 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   plan->cin = g.cin;
   plan->stage_src = plan->tile_src || dense_row_stride(src) == 0;
   plan->stage_dst = plan->tile_dst || dense_row_stride(dst) == 0;
-  // One shard per worker thread: each thread keeps its rows in its own cache.
+  // One shard per worker thread, each keeping its part in its own cache: a
+  // batch splits by image; otherwise see splits_channels; otherwise rows.
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
-  Status built = guard("compiling the convolution", [&] {
-    if (g.n >= threads && threads > 1) split_images(*plan, g, threads);
-    else if (uint64_t{g.oh} * g.ow < kMinPixelsToSplit || split_rows(*plan, g, threads).empty()) split_rows(*plan, g, 1);
-    build_primitives(*plan, pr);
-  });
-  if (!built.ok() && plan->shards.size() > 1) {  // a shard shape oneDNN refused: run whole
+  enum class Split { kImages, kChannels, kRows, kWhole };
+  std::vector<Split> order;
+  if (threads > 1 && g.n >= threads) order.push_back(Split::kImages);
+  if (!plan->tile_dst && splits_channels(g, threads)) order.push_back(Split::kChannels);
+  if (threads > 1 && uint64_t{g.oh} * g.ow >= kMinPixelsToSplit) order.push_back(Split::kRows);
+  order.push_back(Split::kWhole);
+  // Primitives are built for the single thread that runs each shard.
+  const int omp_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  Status built;
+  for (Split split : order) {
     plan->shards.clear();
     plan->pds.clear();
     plan->prims.clear();
+    plan->packing.clear();
+    plan->packed_bytes = 0;
+    plan->split_channels = false;
     built = guard("compiling the convolution", [&] {
-      split_rows(*plan, g, 1);
+      bool made = true;
+      if (split == Split::kChannels) {
+        made = !split_channels(*plan, g, threads).empty();
+      } else {
+        const memory::desc w = whole_problem_weights(*plan, pr);
+        plan->packing.push_back({0, g.cout, w, 0});
+        plan->packed_bytes = w.get_size();
+        if (split == Split::kImages) split_images(*plan, g, threads);
+        else if (split == Split::kRows) made = !split_rows(*plan, g, threads).empty();
+        else split_rows(*plan, g, 1);
+      }
+      if (!made) throw dnnl::error(dnnl_unimplemented, "the split leaves a shard without work");
       build_primitives(*plan, pr);
+      // A shard shape only oneDNN's reference kernel runs costs more than the split gains.
+      if (split != Split::kWhole)
+        for (const auto& pd : plan->pds)
+          if (std::string_view(pd.impl_info_str()).starts_with("ref"))
+            throw dnnl::error(dnnl_unimplemented, "a shard runs on the reference kernel");
     });
+    if (built.ok()) break;
   }
+  omp_set_num_threads(omp_threads);
   TS_RETURN_IF_ERROR(built);
   Program prog;
   prog.kernel = conv_kernel;
-  prog.kernel_name = fmt::format("{}_{}__onednn_{}_x{}", short_dtype_name(pr.compute),
+  prog.kernel_name = fmt::format("{}_{}__onednn_{}_x{}{}", short_dtype_name(pr.compute),
                                  g.transposed ? "conv_transpose2d" : "conv2d", plan->pds[0].impl_info_str(),
-                                 plan->shards.size());
+                                 plan->shards.size(), plan->split_channels ? "oc" : "");
   prog.num_tasks = static_cast<uint32_t>(plan->shards.size());
   prog.grain = 1;
   prog.plan = plan;
@@ -724,7 +857,7 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
   auto* plan = static_cast<ConvPlan*>(prog->plan.get());
   // Pack on the host, then copy to the device.
   TS_ASSIGN_OR_RETURN(std::vector<float> wv, rounded.to_vector());
-  const size_t packed_bytes = plan->pds[0].weights_desc().get_size();
+  const size_t packed_bytes = plan->packed_bytes;
   Tensor packed_host =
       allocate_tensor_on_host({Shape{static_cast<uint32_t>(packed_bytes)}, DataType::UINT8, Layout::ROW_MAJOR});
   std::vector<uint16_t> wb;
@@ -735,10 +868,18 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
     user = wb.data();
   }
   TS_RETURN_IF_ERROR(guard("packing the weights", [&] {
-    memory from(weights_user_desc(g, pr.compute), plan->engine, user);
-    memory to(plan->pds[0].weights_desc(), plan->engine, packed_host.host_data());
+    const memory::desc user_md = weights_user_desc(g, pr.compute);
     dnnl::stream stream(plan->engine);
-    dnnl::reorder(from, to).execute(stream, from, to);
+    for (const ConvPlan::PackedSlice& ps : plan->packing) {
+      const memory::desc slice =
+          ps.ocs == g.cout ? user_md
+                           : user_md.submemory_desc({static_cast<memory::dim>(ps.ocs), user_md.dims()[1],
+                                                     user_md.dims()[2], user_md.dims()[3]},
+                                                    {static_cast<memory::dim>(ps.oc0), 0, 0, 0});
+      memory from(slice, plan->engine, user);
+      memory to(ps.desc, plan->engine, static_cast<std::byte*>(packed_host.host_data()) + ps.offset);
+      dnnl::reorder(from, to).execute(stream, from, to);
+    }
     stream.wait();
   }));
   TS_ASSIGN_OR_RETURN(Tensor bias_host, Tensor::from_vector(bv, Shape{1, 1, 1, g.cout}, DataType::FLOAT32));
@@ -774,7 +915,7 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
   TS_ASSIGN_OR_RETURN(const Program* prog, device.program_cache().get_or_compile(
                                                pr.key, device.may_compile_programs(cq_id),
                                                [&] { return compile(device, pr, src, dst, res ? &*res : nullptr); }));
-  const uint64_t packed = static_cast<ConvPlan*>(prog->plan.get())->pds[0].weights_desc().get_size();
+  const uint64_t packed = static_cast<ConvPlan*>(prog->plan.get())->packed_bytes;
   if (packed != w.weight.shape().volume())
     return failed_precondition_error("{}: the prepared weights hold {} B, the kernel for '{}' packs {} B; prepare "
                                      "them again",
@@ -907,10 +1048,15 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
                                               : DataType::BFLOAT16;
   kernel.output_layout = Layout::ROW_MAJOR;
   // The oneDNN kernel tilizes its own rows into the final tiles (depthwise
-  // shapes may take another kernel: they tilize after). Otherwise the kernel
+  // shapes may take another kernel, and channel shards cannot: they tilize
+  // after). Otherwise the kernel
   // writes the final memory config when no conversion follows, else dense
   // rows for the conversion to read.
-  const bool fused_tiles = dense && config.output_layout == Layout::TILE && !depthwise_shape;
+  // Channel shards each own a slice of every row, so none can tilize rows.
+  const bool channel_shards =
+      dense && splits_channels(g.batch, g.input_height, g.input_width, g.out_channels, g.kernel_h, g.kernel_w,
+                               g.groups, false, static_cast<uint32_t>(input.device()->workers().num_threads()));
+  const bool fused_tiles = dense && config.output_layout == Layout::TILE && !depthwise_shape && !channel_shards;
   const bool convert = !fused_tiles && (config.output_layout == Layout::TILE || mc.is_sharded());
   if (fused_tiles) {
     kernel.output_layout = Layout::TILE;

@@ -10,6 +10,7 @@
 
 #include "tessera/base/cpu_features.h"
 #include "tessera/device/device.h"
+#include "tessera/device/profiler.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/ops/data_movement.h"
 #include "tessera/ops/reference.h"
@@ -147,12 +148,16 @@ TEST(Conv2d, TracedReplayEqualsEager) {
 
 // TILE, block-float and sharded activations in; TILE, block-float and
 // sharded outputs out: the same values as the ROW_MAJOR path, bit for bit.
-TEST(Conv2d, TileShardedAndBlockFloatActivations) {
-  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  Conv2dParams p = to_params({1, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU});
-  Tensor x = testing::random_tensor(Shape{1, 1, 256, 32}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
-  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(32 * 32 * 9, 2, 0.1f), Shape{32, 32, 3, 3},
-                                                     DataType::FLOAT32));
+// Both ways two workers split a single image: by rows (16x16 -> 32) and by
+// output channels (8x8 -> 96, whose shards cannot tilize their own rows).
+void check_tile_sharded_block_float(uint32_t side, uint32_t cout) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  SCOPED_TRACE(fmt::format("{}x{} -> {}", side, side, cout));
+  const uint32_t rows = side * side, half = rows / 2;
+  Conv2dParams p = to_params({1, side, side, 32, cout, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU});
+  Tensor x = testing::random_tensor(Shape{1, 1, rows, 32}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cout} * 32 * 9, 2, 0.1f),
+                                                     Shape{cout, 32, 3, 3}, DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
   ASSERT_OK_AND_ASSIGN(Conv2dResult base, conv2d(dx, w, std::nullopt, p));
   const auto want = testing::host_bytes(base.output.cpu().value());
@@ -162,7 +167,7 @@ TEST(Conv2d, TileShardedAndBlockFloatActivations) {
   EXPECT_EQ(testing::host_bytes(from_tiles.output.cpu().value()), want);
   EXPECT_EQ(from_tiles.output.memory_config(), DRAM_MEMORY_CONFIG);
   const MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
-                                           CoreRange({0, 0}, {1, 0}), 128, 32);
+                                           CoreRange({0, 0}, {1, 0}), half, 32);
   ASSERT_OK_AND_ASSIGN(Tensor sharded, to_device(x, *dev, hs));
   ASSERT_OK_AND_ASSIGN(Conv2dResult from_shards, conv2d(sharded, base.weights, p));
   EXPECT_EQ(testing::host_bytes(from_shards.output.cpu().value()), want);
@@ -174,7 +179,7 @@ TEST(Conv2d, TileShardedAndBlockFloatActivations) {
   EXPECT_EQ(testing::host_bytes(from_bfp8.output.cpu().value()), testing::host_bytes(from_decoded.output.cpu().value()));
   // bfloat8_b tiles out, height sharded: the bfloat16 result packed.
   const MemoryConfig out_hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
-                                               CoreRange({0, 0}, {1, 0}), 128, 32);
+                                               CoreRange({0, 0}, {1, 0}), half, cout);
   ASSERT_OK_AND_ASSIGN(Conv2dResult packed,
                        conv2d(dx, base.weights, p,
                               {.dtype = DataType::BFLOAT8_B, .output_layout = Layout::TILE, .output_memory_config = out_hs}));
@@ -183,6 +188,18 @@ TEST(Conv2d, TileShardedAndBlockFloatActivations) {
   EXPECT_EQ(packed.output.memory_config(), out_hs);
   ASSERT_OK_AND_ASSIGN(Tensor want_packed, tilize(base.output, {.dtype = DataType::BFLOAT8_B}));
   EXPECT_EQ(testing::host_bytes(packed.output.cpu().value()), testing::host_bytes(want_packed.cpu().value()));
+}
+
+TEST(Conv2d, TileShardedAndBlockFloatActivations) {
+  check_tile_sharded_block_float(8, 96);
+  check_tile_sharded_block_float(16, 32);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  Conv2dParams p = to_params({1, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU});
+  Tensor x = testing::random_tensor(Shape{1, 1, 256, 32}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(32 * 32 * 9, 2, 0.1f), Shape{32, 32, 3, 3},
+                                                     DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult base, conv2d(dx, w, std::nullopt, p));
   // deallocate_activation frees the input.
   ASSERT_OK_AND_ASSIGN(Tensor victim, to_device(x, *dev));
   ASSERT_OK(conv2d(victim, base.weights, p, {.deallocate_activation = true}).status());
@@ -296,6 +313,59 @@ TEST(Conv2d, BlockFloatWeightRoundingFollowsOutputChannelBlocks) {
   EXPECT_EQ(b[3], round_to_bfloat16(0.3f));
   ASSERT_OK_AND_ASSIGN(Tensor r32, round_conv2d_weights(wt, p, DataType::FLOAT32, DataType::FLOAT32));
   EXPECT_EQ(r32.to_vector().value(), w);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// On two workers, a single image whose weights outweigh its input splits by
+// output channels: each shard computes a block-aligned slice of the channels
+// from the whole input, through its slice of the packed weights and bias.
+// Channel counts that are not multiples of the block, strides, 1x1 and 3x3,
+// activations oneDNN lacks (applied per shard), residuals, both dtypes.
+TEST(Conv2d, OutputChannelSplitMatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Case cases[] = {
+      {1, 7, 7, 64, 200, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
+      {1, 5, 5, 96, 160, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
+      {1, 9, 9, 32, 96, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+      {1, 4, 6, 48, 130, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID},
+  };
+  ASSERT_OK(enable_profiler(*dev));
+  for (const Case& c : cases) {
+    check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+    check_case(*dev, c, DataType::BFLOAT16, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
+  }
+  ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+  int split = 0;
+  for (const OpTiming& t : prof.ops) split += t.kernel_name.starts_with("f32_conv2d") && t.kernel_name.ends_with("_x2oc");
+  EXPECT_GE(split, 4) << "float32 channel-split launches";
+  // With a residual added by the kernel, gathered per shard.
+  const Case rc{1, 7, 7, 64, 200, 1, 1, 1, 1, 1, {0, 0, 0, 0}};
+  const Conv2dParams p = to_params(rc);
+  Tensor x = testing::random_tensor(Shape{1, 7, 7, 64}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
+  Tensor res = testing::random_tensor(Shape{1, 7, 7, 200}, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(200 * 64, 5, 0.2f), Shape{200, 64, 1, 1},
+                                                     DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, std::nullopt, p,
+                                                            Conv2dResidual{dres, {UnaryOpType::RELU}},
+                                                            {.weights_dtype = DataType::FLOAT32}));
+  ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+  ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, w, std::nullopt, p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(Shape{1, 7, 7, 200}));
+  ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {UnaryOpType::RELU},
+                                                       DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+  testing::expect_conv_close(got, ref, DataType::FLOAT32);
+  ASSERT_OK_AND_ASSIGN(DeviceProfile rprof, read_profile(*dev));
+  ASSERT_EQ(rprof.ops.size(), 1u);
+  EXPECT_TRUE(rprof.ops[0].kernel_name.ends_with("_x2oc")) << rprof.ops[0].kernel_name;
 }
 
 }  // namespace
