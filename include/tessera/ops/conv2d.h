@@ -115,9 +115,10 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& 
 //   y = residual.activation(params.activation(conv(x) + bias) + residual.tensor)
 // The residual has the output's shape ((N, OH, OW, Cout) or flattened) in
 // the output's dtype, ROW_MAJOR, interleaved (any other residual is accepted
-// and added by a separate add). The oneDNN kernel adds it as a binary
-// post-op while its rows are in cache, one pass over the output fewer than
-// conv then add (ResNet's and YOLO's residual blocks). Depthwise shapes, tile
+// and added by a separate add). Each shard copies its residual rows into
+// its output rows and the oneDNN kernel adds the conv to them (a sum
+// post-op), one pass over the output fewer than conv then add (ResNet's and
+// YOLO's residual blocks). Depthwise shapes, tile
 // or sharded outputs and hardsigmoid activations take the separate add.
 struct Conv2dResidual {
   Tensor tensor;
