@@ -197,6 +197,73 @@ StatusOr<Tensor> gather_one(std::string_view op, const Tensor& in, GatherSource 
 
 std::string join(std::span<const uint32_t> v) { return fmt::format("{}", fmt::join(v, ",")); }
 
+// A permute that swaps two adjacent groups of dims behind a common prefix,
+// out[b][p][c] = in[b][c][p] (NCHW -> NHWC: b = N, c = C, p = H * W, and
+// back), between packed tensors: batches of 2-D transposes in tiles. The
+// gather walks output rows, which for NHWC with 3 channels are 3 elements
+// each: 0.75 ms for a 224x224 image, against tens of us here.
+struct TransposeArgs {
+  const std::byte* in;
+  std::byte* out;
+  uint32_t batches, c, p, unit;
+  uint32_t p_tile;  // p per task: a tile of at least ~1024 elements
+};
+constexpr uint32_t kTransposeTile = 32;
+
+template <class T>
+void transpose_tile(const T* in, T* out, uint32_t c, uint32_t p, uint32_t c0, uint32_t c1, uint32_t p0, uint32_t p1) {
+  if (c == 3) {  // image inputs: reads from three streams, contiguous writes
+    const T *r = in + p0, *g = in + p + p0, *b = in + 2 * uint64_t{p} + p0;
+    T* o = out + uint64_t{p0} * 3;
+    for (uint32_t j = 0; j < p1 - p0; ++j) {
+      o[3 * j] = r[j];
+      o[3 * j + 1] = g[j];
+      o[3 * j + 2] = b[j];
+    }
+    return;
+  }
+  for (uint32_t j = p0; j < p1; ++j)
+    for (uint32_t i = c0; i < c1; ++i) out[uint64_t{j} * c + i] = in[uint64_t{i} * p + j];
+}
+
+// Tasks: (batch, tile of p) pairs; each does every c for its p tile.
+Status transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& a = *static_cast<const TransposeArgs*>(raw);
+  const uint32_t tiles = (a.p + a.p_tile - 1) / a.p_tile;
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t b = t / tiles, p0 = (t % tiles) * a.p_tile, p1 = std::min(a.p, p0 + a.p_tile);
+    const uint64_t off = uint64_t{b} * a.c * a.p * a.unit;
+    for (uint32_t c0 = 0; c0 < a.c; c0 += kTransposeTile) {
+      const uint32_t c1 = std::min(a.c, c0 + kTransposeTile);
+      switch (a.unit) {
+        case 1: transpose_tile(reinterpret_cast<const uint8_t*>(a.in + off), reinterpret_cast<uint8_t*>(a.out + off), a.c, a.p, c0, c1, p0, p1); break;
+        case 2: transpose_tile(reinterpret_cast<const uint16_t*>(a.in + off), reinterpret_cast<uint16_t*>(a.out + off), a.c, a.p, c0, c1, p0, p1); break;
+        case 4: transpose_tile(reinterpret_cast<const uint32_t*>(a.in + off), reinterpret_cast<uint32_t*>(a.out + off), a.c, a.p, c0, c1, p0, p1); break;
+        default: transpose_tile(reinterpret_cast<const uint64_t*>(a.in + off), reinterpret_cast<uint64_t*>(a.out + off), a.c, a.p, c0, c1, p0, p1); break;
+      }
+    }
+  }
+  return ok_status();
+}
+
+// The (batches, c, p) view of a group-swapping permutation, if `perm` is one:
+// perm = (0 .. k-1, j .. r-1, k .. j-1).
+std::optional<std::array<uint32_t, 3>> group_swap(const Shape& in, std::span<const int> perm) {
+  const int r = in.rank();
+  int k = 0;
+  while (k < r && perm[static_cast<size_t>(k)] == k) ++k;
+  if (k >= r - 1) return std::nullopt;
+  const int j = perm[static_cast<size_t>(k)];
+  if (j <= k) return std::nullopt;
+  for (int i = 0; i < r; ++i) {
+    const int want = i < k ? i : i < k + (r - j) ? j + (i - k) : k + (i - k - (r - j));
+    if (perm[static_cast<size_t>(i)] != want) return std::nullopt;
+  }
+  std::array<uint32_t, 3> v{1, 1, 1};
+  for (int d = 0; d < r; ++d) v[d < k ? 0 : d < j ? 1 : 2] *= in[d];
+  return v;
+}
+
 }  // namespace
 
 StatusOr<Tensor> reshape(const Tensor& input, const Shape& shape, const ManipulationParams& p) {
@@ -240,7 +307,36 @@ StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, const M
     s.stride[i] = st[static_cast<size_t>(d)];
   }
   const Shape out(std::span<const uint32_t>(dims.data(), static_cast<size_t>(rank)));
-  return gather_one("permute", input, s, out, p, std::nullopt, fmt::format("{}", fmt::join(perm, ",")));
+  std::vector<int> norm(perm.begin(), perm.end());
+  for (int& d : norm) d = normalize_dim(d, rank);
+  if (const auto bcp = group_swap(input.shape(), norm); bcp && out.volume() > 0) {
+    Device& device = *input.device();
+    const TensorSpec spec{out, input.dtype(), Layout::ROW_MAJOR,
+                          p.memory_config.value_or(MemoryConfig{TensorMemoryLayout::INTERLEAVED,
+                                                                input.memory_config().buffer_type, std::nullopt})};
+    TS_RETURN_IF_ERROR(spec.validate_for_device(device.descriptor()).annotate("permute"));
+    TS_ASSIGN_OR_RETURN(Tensor y, allocate_tensor_on_device(spec, device));
+    TS_ASSIGN_OR_RETURN(TensorAccess ia, make_access(input));
+    TS_ASSIGN_OR_RETURN(TensorAccess oa, make_access(y));
+    const uint32_t unit = element_size(input.dtype());
+    if (ia.is_packed() && oa.is_packed() && (unit == 1 || unit == 2 || unit == 4 || unit == 8)) {
+      const uint32_t c = (*bcp)[1], p_tile = std::max(kTransposeTile, 1024 / std::max(c, 1u) / kTransposeTile * kTransposeTile);
+      const TransposeArgs args{ia.base, oa.base, (*bcp)[0], c, (*bcp)[2], unit, p_tile};
+      const uint32_t tasks = args.batches * ((args.p + p_tile - 1) / p_tile);
+      const std::string key = fmt::format("permute:{}:{}->{}", fmt::join(norm, ","), input.spec().to_string(),
+                                          spec.to_string());
+      TS_RETURN_IF_ERROR(ops::launch(device, p.cq_id, key, [&]() -> StatusOr<Program> {
+        Program prog;
+        prog.kernel = transpose_kernel;
+        prog.kernel_name = "any_permute__transpose";
+        prog.num_tasks = tasks;
+        prog.grain = ops::default_grain(device, tasks, spec.storage_bytes() * 2, ops::kMinChunkBytesStreaming);
+        return prog;
+      }, args));
+      return y;
+    }
+  }
+  return gather_one("permute", input, s, out, p, std::nullopt, fmt::format("{}", fmt::join(norm, ",")));
 }
 
 StatusOr<Tensor> pad(const Tensor& input, std::span<const std::array<uint32_t, 2>> padding, float value,

@@ -3,6 +3,8 @@
 // over shapes, dtypes and input/output memory configs.
 #include "tessera/ops/manipulation.h"
 
+#include "tessera/device/profiler.h"
+
 #include "tessera/ops/eltwise.h"
 #include "test_util.h"
 
@@ -73,7 +75,10 @@ TEST(Reshape, IsAViewWhenTheBytesStay) {
 TEST(Permute, MatchesReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const std::vector<int> perms[] = {{0, 2, 3, 1}, {0, 3, 1, 2}, {3, 2, 1, 0}, {0, 1, 2, 3}, {1, 0, 2, 3}, {0, 1, -1, -2}};
-  for (const Shape& s : {Shape{2, 3, 4, 6}, Shape{1, 5, 7, 3}, Shape{3, 1, 2, 34}})
+  // The last three shapes exercise the tiled transpose of group-swapping
+  // permutes (NCHW <-> NHWC) over several tiles, with 3 and > 32 channels.
+  for (const Shape& s : {Shape{2, 3, 4, 6}, Shape{1, 5, 7, 3}, Shape{3, 1, 2, 34}, Shape{2, 3, 20, 30},
+                         Shape{1, 70, 9, 5}, Shape{1, 33, 8, 33}})
     for (const auto& perm : perms)
       for (DataType dt : kTypes) {
         SCOPED_TRACE(fmt::format("{} ({}) {}", s.to_string(), fmt::join(perm, ","), data_type_name(dt)));
@@ -81,6 +86,25 @@ TEST(Permute, MatchesReference) {
         ASSERT_OK_AND_ASSIGN(Tensor want, reference::permute(h, perm));
         check(*dev, h, want, [&](const Tensor& d) { return permute(d, perm); });
       }
+}
+
+// NCHW -> NHWC into packed storage (one DRAM shard, as the compiled model
+// asks for a conv's input) takes the tiled transpose, not the row gather.
+TEST(Permute, GroupSwapRunsTheTransposeKernel) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  Tensor h = testing::random_tensor(Shape{2, 3, 20, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 2);
+  const int perm[] = {0, 2, 3, 1};
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));  // rows of 128 B: packed
+  const MemoryConfig one_shard{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::DRAM,
+                               ShardSpec{CoreRangeSet(CoreRange({0, 0}, {0, 0})), {2 * 20 * 32, 3},
+                                         ShardOrientation::ROW_MAJOR}};
+  ASSERT_OK(enable_profiler(*dev));
+  ASSERT_OK_AND_ASSIGN(Tensor y, permute(d, perm, {.memory_config = one_shard}));
+  ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+  ASSERT_EQ(prof.ops.size(), 1u);
+  EXPECT_EQ(prof.ops[0].kernel_name, "any_permute__transpose");
+  ASSERT_OK_AND_ASSIGN(Tensor want, reference::permute(h, perm));
+  EXPECT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want));
 }
 
 TEST(Pad, MatchesReference) {
