@@ -206,14 +206,63 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = HostTensor::floats({1, 2, 4, 4}, xv);
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 4u);
-  EXPECT_EQ(reports[0].rewrites, 1);  // batch norm folded
-  EXPECT_EQ(reports[1].rewrites, 1);  // x * sigmoid(x) -> SiLU
-  EXPECT_EQ(reports[2].rewrites, 1);  // SiLU into the conv
+  ASSERT_EQ(reports.size(), 5u);
+  EXPECT_EQ(reports[0].rewrites, 0);  // no bias add
+  EXPECT_EQ(reports[1].rewrites, 1);  // batch norm folded
+  EXPECT_EQ(reports[2].rewrites, 1);  // x * sigmoid(x) -> SiLU
+  EXPECT_EQ(reports[3].rewrites, 1);  // SiLU into the conv
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "silu");
   const auto after = run_host(g, xin);
   ASSERT_EQ(after.size(), 1u);
+  for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-5) << k;
+}
+
+// Paddle's exports: Conv (no bias) -> Add((1, C, 1, 1) constant) ->
+// BatchNormalization -> Relu, and ConvTranspose -> Add(scalar): each becomes
+// one conv with its bias, the batch norm and the activation folded in.
+TEST(Passes, FoldBiasAddThenBatchNorm) {
+  Graph g;
+  const int x = value(g, "x", {1, 2, 4, 4});
+  g.inputs = {x};
+  auto constant = [&](const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
+    Value c{.name = name, .dims = dims, .has_shape = true, .constant = HostTensor::floats(dims, std::move(v))};
+    return g.add_value(std::move(c));
+  };
+  const int w = constant("w", {3, 2, 3, 3}, std::vector<float>(54, 0.f));
+  for (size_t k = 0; k < 54; ++k) g.value(w).constant->f[k] = std::cos(static_cast<float>(k));
+  const int bias = constant("b", {1, 3, 1, 1}, {0.1f, -0.2f, 0.3f});
+  const int sc = constant("s", {3}, {1.5f, 0.5f, -1}), sh = constant("sh", {3}, {0.1f, 0.2f, 0.3f});
+  const int mean = constant("m", {3}, {0.2f, -0.1f, 0}), var = constant("v", {3}, {0.5f, 2, 1});
+  const int wt = constant("wt", {3, 1, 2, 2}, {0.5f, -1, 2, 0.25f, -0.5f, 1, 0.3f, 0.7f, -0.2f, 0.9f, 1.1f, -0.4f});
+  const int scalar = constant("k", {1}, {-0.75f});
+  const int c = value(g, "c"), a = value(g, "a"), bn = value(g, "bn"), r = value(g, "r"), t = value(g, "t"),
+            y = value(g, "y");
+  Node conv = node("Conv", {x, w}, {c}, "conv");
+  conv.attrs["pads"] = Attribute{.kind = Attribute::Kind::INTS, .ints = {1, 1, 1, 1}};
+  g.nodes.push_back(conv);
+  g.nodes.push_back(node("Add", {c, bias}, {a}, "add"));
+  g.nodes.push_back(node("BatchNormalization", {a, sc, sh, mean, var}, {bn}, "bn"));
+  g.nodes.push_back(node("Relu", {bn}, {r}, "relu"));
+  Node convt = node("ConvTranspose", {r, wt}, {t}, "convt");
+  convt.attrs["strides"] = Attribute{.kind = Attribute::Kind::INTS, .ints = {2, 2}};
+  g.nodes.push_back(convt);
+  g.nodes.push_back(node("Add", {scalar, t}, {y}, "add2"));
+  g.outputs = {y};
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  std::vector<float> xv(32);
+  for (size_t k = 0; k < xv.size(); ++k) xv[k] = std::sin(static_cast<float>(k));
+  const HostTensor xin = HostTensor::floats({1, 2, 4, 4}, xv);
+  const auto before = run_host(g, xin);
+  const auto reports = optimize(g);
+  EXPECT_EQ(reports[0].rewrites, 2);  // both adds into biases
+  EXPECT_EQ(reports[1].rewrites, 1);  // batch norm folded
+  ASSERT_EQ(g.nodes.size(), 2u);
+  EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "relu");
+  const auto after = run_host(g, xin);
+  ASSERT_EQ(after.size(), 1u);
+  ASSERT_EQ(after[0].f.size(), before[0].f.size());
   for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-5) << k;
 }
 

@@ -41,6 +41,59 @@ Attribute float_attr(float f) {
 
 }  // namespace
 
+PassReport fold_bias_add(Graph& g) {
+  PassReport r{"fold_bias_add"};
+  auto consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
+    Node& conv = g.nodes[ci];
+    const bool transpose = conv.op_type == "ConvTranspose";
+    if ((conv.op_type != "Conv" && !transpose) || conv.has_attr("tessera_activation") || conv.outputs.size() != 1)
+      continue;
+    if (conv.inputs.size() < 2 || !g.is_constant(conv.inputs[1])) continue;
+    const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
+    if (has_bias && !g.is_constant(conv.inputs[2])) continue;
+    const int add_idx = sole_reader(g, consumers, conv.outputs[0]);
+    if (add_idx < 0) continue;
+    const Node& add = g.nodes[static_cast<size_t>(add_idx)];
+    if (add.op_type != "Add" || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
+    const int other = add.inputs[0] == conv.outputs[0] ? add.inputs[1] : add.inputs[0];
+    if (other < 0 || other == conv.outputs[0] || !g.is_constant(other)) continue;
+    const Value& out = g.value(conv.outputs[0]);
+    const HostTensor& w = *g.value(conv.inputs[1]).constant;
+    const int64_t out_ch = transpose ? w.dims[1] * conv.attr_int("group", 1) : w.dims[0];
+    const HostTensor& c = *g.value(other).constant;
+    // Per channel: every dim 1 but one of out_ch channels, at the channel
+    // axis counted from the end (rank 4 output: dims (1, C, 1, 1) / (C, 1, 1)).
+    const size_t rank = out.dims.size();
+    bool per_channel = c.volume() == 1;
+    if (!per_channel && c.volume() == out_ch && rank >= 2 && c.dims.size() <= rank && c.dims.size() >= rank - 1) {
+      per_channel = true;
+      for (size_t d = 0; d < c.dims.size(); ++d) {
+        const size_t axis = rank - c.dims.size() + d;  // aligned output axis
+        if (axis != 1 && c.dims[d] != 1) per_channel = false;
+      }
+    }
+    if (!per_channel || !out.has_shape || g.value(add.outputs[0]).dims != out.dims) continue;
+    std::vector<float> nb(static_cast<size_t>(out_ch));
+    for (size_t k = 0; k < nb.size(); ++k)
+      nb[k] = static_cast<float>((has_bias ? g.value(conv.inputs[2]).constant->at(k) : 0.0) +
+                                 c.at(c.volume() == 1 ? 0 : k));
+    Value bv{.name = g.value(conv.inputs[1]).name + ":add_folded_bias", .type = ElemType::FLOAT32,
+             .dims = {out_ch}, .has_shape = true, .constant = HostTensor::floats({out_ch}, std::move(nb))};
+    const int bid = g.add_value(std::move(bv));
+    Node& c2 = g.nodes[ci];
+    c2.inputs.resize(3);
+    c2.inputs[2] = bid;
+    c2.outputs[0] = g.nodes[static_cast<size_t>(add_idx)].outputs[0];
+    dead[static_cast<size_t>(add_idx)] = true;
+    ++r.rewrites;
+    consumers = g.consumers();
+  }
+  drop_nodes(g, dead);
+  return r;
+}
+
 PassReport fold_batch_norm(Graph& g) {
   PassReport r{"fold_batch_norm"};
   auto consumers = g.consumers();
@@ -300,6 +353,7 @@ PassReport fuse_residual_adds(Graph& g) {
 
 std::vector<PassReport> optimize(Graph& g) {
   std::vector<PassReport> reports;
+  reports.push_back(fold_bias_add(g));
   reports.push_back(fold_batch_norm(g));
   reports.push_back(fuse_sigmoid_mul(g));
   reports.push_back(fuse_activations(g));

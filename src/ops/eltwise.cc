@@ -25,8 +25,9 @@ std::string activation_suffix(const UnaryWithParam& act) {
 }
 
 // Same-shape element-wise op over pages.
+// `b_scalar`: b is a single element applied to every element of a.
 StatusOr<Tensor> run_eltwise(EltwiseOp op, std::string_view name, const Tensor& a, const Tensor* b, DataType out_type,
-                             BinaryOpType bop, const UnaryWithParam& act, uint8_t cq_id) {
+                             BinaryOpType bop, const UnaryWithParam& act, uint8_t cq_id, bool b_scalar = false) {
   Device& device = *a.device();
   TensorSpec out_spec = a.spec();
   out_spec.dtype = out_type;
@@ -48,7 +49,8 @@ StatusOr<Tensor> run_eltwise(EltwiseOp op, std::string_view name, const Tensor& 
   args.math = cpu::select_float_math();
   args.num_pages = args.a.num_pages();
   args.page_elements = static_cast<uint32_t>(args.a.page_units() * a.spec().unit_elements());
-  args.flat = args.a.is_packed() && args.out.is_packed() && (!b || args.b.is_packed());
+  args.b_scalar = b_scalar;
+  args.flat = args.a.is_packed() && args.out.is_packed() && (!b || b_scalar || args.b.is_packed());
   if (args.flat) {
     constexpr uint32_t kFlatPage = 64 * kTileElements;  // 256 KiB of float32
     args.total_elements = args.a.page_units() * args.a.num_pages() * a.spec().unit_elements();
@@ -56,9 +58,9 @@ StatusOr<Tensor> run_eltwise(EltwiseOp op, std::string_view name, const Tensor& 
     args.num_pages = static_cast<uint32_t>((args.total_elements + kFlatPage - 1) / kFlatPage);
   }
 
-  std::string key = fmt::format("{}{}:{}{}->{}:{}{}", name, activation_suffix(act), a.spec().to_string(),
+  std::string key = fmt::format("{}{}:{}{}->{}:{}{}{}", name, activation_suffix(act), a.spec().to_string(),
                                 b ? "," + b->spec().to_string() : std::string(), short_dtype_name(out_type),
-                                args.math.isa, args.flat ? ":flat" : "");
+                                args.math.isa, args.flat ? ":flat" : "", b_scalar ? ":scalar" : "");
   auto compile = [&]() -> StatusOr<Program> {
     Program p;
     p.kernel = cpu::select_eltwise_kernel(args, name, &p.kernel_name);
@@ -185,6 +187,17 @@ StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const
                                   name, a.spec().to_string(), b.spec().to_string());
   StatusOr<Shape> shape = broadcast_shapes(a.shape(), b.shape());
   if (!shape.ok()) return shape.status().annotate(name);
+  // One operand a single row-major element (a scalar scale or shift): the
+  // same-shape kernel over the other's pages, not a broadcast row by row.
+  auto scalar = [](const Tensor& t) {
+    return t.shape().volume() == 1 && t.layout() == Layout::ROW_MAJOR &&
+           (t.dtype() == DataType::FLOAT32 || t.dtype() == DataType::BFLOAT16);
+  };
+  const bool commutes = op == BinaryOpType::ADD || op == BinaryOpType::MUL;
+  const Tensor* full = scalar(b) && a.shape() == *shape ? &a : commutes && scalar(a) && b.shape() == *shape ? &b : nullptr;
+  if (full && full->layout() == Layout::ROW_MAJOR && (!p.memory_config || *p.memory_config == full->memory_config()))
+    return run_eltwise(EltwiseOp::kBinary, name, *full, full == &a ? &b : &a, out, op,
+                       p.activation.value_or(UnaryWithParam{}), p.cq_id, /*b_scalar=*/true);
   return run_broadcast(name, a, b, *shape, out, op, p);
 }
 

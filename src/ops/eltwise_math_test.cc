@@ -160,6 +160,9 @@ TEST(Binary, BroadcastingMatchesReference) {
       {Shape{2, 3, 5, 7}, Shape{7}},          {Shape{2, 3, 5, 7}, Shape{1, 3, 1, 7}}, {Shape{1, 1, 6, 16}, Shape{1, 1, 1, 16}},
       {Shape{4, 1, 9}, Shape{1, 5, 1}},       {Shape{2, 3, 5, 7}, Shape{2, 3, 5, 1}}, {Shape{1}, Shape{3, 4}},
       {Shape{1, 1, 37, 1100}, Shape{1100}},   {Shape{3, 1}, Shape{1, 1, 2, 3, 4}},
+      // A scalar operand (the same-shape kernel over the other's pages).
+      {Shape{2, 3, 5, 7}, Shape{1}},          {Shape{1, 1, 300, 1}, Shape{1, 1, 1, 1}},
+      {Shape{1, 1, 300, 300}, Shape{1, 1}},
   };
   for (KernelIsa isa : kIsas) {
     set_kernel_isa_limit(isa);

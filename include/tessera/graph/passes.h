@@ -22,6 +22,10 @@ struct PassReport {
   int rewrites = 0;
 };
 
+// Conv / ConvTranspose (constant weights and bias) whose output only an Add
+// of a constant per-channel vector ((C), (C,1,1), (1,C,1,1)) or scalar reads:
+// the constant joins the bias, the Add goes (Paddle exports conv biases so).
+PassReport fold_bias_add(Graph& g);
 // Conv / ConvTranspose (constant weights) followed by BatchNormalization
 // (constant statistics) read by nothing else: scale the weights, fold the
 // shift into the bias, drop the BatchNormalization.
@@ -45,7 +49,7 @@ std::string fusable_activation(const Graph& g, const Node& n, float* param);
 // with the Add's fused activation after. Runs after fuse_activations.
 PassReport fuse_residual_adds(Graph& g);
 
-// Runs the passes above in order.
+// Runs the passes above in order (fold_bias_add first).
 std::vector<PassReport> optimize(Graph& g);
 
 }  // namespace tessera::graph

@@ -18,7 +18,7 @@ Status for_each_chunk(const EltwiseArgs& g, uint32_t begin, uint32_t end, Body b
   const uint32_t ca = tile_size_bytes(g.a_type), cb = tile_size_bytes(g.b_type), co = tile_size_bytes(g.out_type);
   const uint64_t tiles_per_page = g.page_elements / kTileElements;
   for (uint32_t p = begin; p < end; ++p) {
-    const bool binary = g.op == EltwiseOp::kBinary;
+    const bool binary = g.op == EltwiseOp::kBinary && !g.b_scalar;
     const std::byte* pa = g.flat ? g.a.base + p * tiles_per_page * ca : g.a.page(p);
     const std::byte* pb = !binary ? nullptr : g.flat ? g.b.base + p * tiles_per_page * cb : g.b.page(p);
     std::byte* po = g.flat ? g.out.base + p * tiles_per_page * co : g.out.page(p);
@@ -33,6 +33,13 @@ Status for_each_chunk(const EltwiseArgs& g, uint32_t begin, uint32_t end, Body b
   return Status();
 }
 
+// The scalar operand b as float.
+float scalar_of(const EltwiseArgs& g) {
+  float v;
+  convert_to_float(g.b.base, g.b_type, &v, 1);
+  return v;
+}
+
 Status eltwise_generic(const void* args, uint32_t begin, uint32_t end) {
   const auto& g = *static_cast<const EltwiseArgs*>(args);
   return for_each_chunk(g, begin, end, [&](const std::byte* a, const std::byte* b, std::byte* o, uint32_t n) {
@@ -40,7 +47,11 @@ Status eltwise_generic(const void* args, uint32_t begin, uint32_t end) {
     alignas(64) float fa[kTileElements], fb[kTileElements];
     convert_to_float(a, g.a_type, fa, n);
     if (g.op == EltwiseOp::kBinary) {
-      convert_to_float(b, g.b_type, fb, n);
+      if (g.b_scalar) {
+        std::fill_n(fb, n, scalar_of(g));
+      } else {
+        convert_to_float(b, g.b_type, fb, n);
+      }
       g.math.binary(g.binary_op, fa, fb, fa, n);
     }
     g.math.unary(g.activation, fa, n);
@@ -52,13 +63,24 @@ Status eltwise_generic(const void* args, uint32_t begin, uint32_t end) {
 Status eltwise_fused(const void* args, uint32_t begin, uint32_t end) {
   const auto& g = *static_cast<const EltwiseArgs*>(args);
   const uint32_t ea = element_size(g.a_type), eb = element_size(g.b_type), eo = element_size(g.out_type);
-  const bool binary = g.op == EltwiseOp::kBinary;
+  const bool binary = g.op == EltwiseOp::kBinary && !g.b_scalar;
   for (uint32_t p = begin; p < end; ++p) {
     const uint64_t first = uint64_t{p} * g.page_elements;
     std::byte* pa = g.flat ? g.a.base + first * ea : g.a.page(p);
     std::byte* pb = !binary ? nullptr : g.flat ? g.b.base + first * eb : g.b.page(p);
     std::byte* po = g.flat ? g.out.base + first * eo : g.out.page(p);
     const size_t n = g.flat ? std::min<uint64_t>(g.page_elements, g.total_elements - first) : g.page_elements;
+    if (g.b_scalar) {  // a tile of the scalar as operand b
+      alignas(64) float fb[kTileElements];
+      std::fill_n(fb, kTileElements, scalar_of(g));
+      const uint32_t sa = g.a_type == DataType::BFLOAT16 ? 2 : 4, so = g.out_type == DataType::BFLOAT16 ? 2 : 4;
+      for (size_t i = 0; i < n; i += kTileElements) {
+        const FusedOperand a{pa + i * sa, g.a_type == DataType::BFLOAT16},
+            b{reinterpret_cast<std::byte*>(fb), false}, out{po + i * so, g.out_type == DataType::BFLOAT16};
+        g.math.fused(a, &b, out, g.binary_op, g.activation, std::min<size_t>(kTileElements, n - i));
+      }
+      continue;
+    }
     const FusedOperand a{pa, g.a_type == DataType::BFLOAT16}, b{pb, g.b_type == DataType::BFLOAT16},
         out{po, g.out_type == DataType::BFLOAT16};
     g.math.fused(a, binary ? &b : nullptr, out, g.binary_op, g.activation, n);

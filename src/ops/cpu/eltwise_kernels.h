@@ -31,6 +31,9 @@ struct EltwiseArgs {
   // do not cost a call each.
   bool flat;
   uint64_t total_elements;
+  // b is one float32 / bfloat16 ROW_MAJOR element for every element of a
+  // (a scalar operand, such as a learnable scale), read at launch.
+  bool b_scalar;
 };
 
 // Chooses the kernel for this op and dtypes on this CPU; `name` receives its
