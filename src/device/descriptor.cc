@@ -119,6 +119,7 @@ StatusOr<DeviceDescriptor> native_cpu_descriptor() {
     d.dram_bank_size = dram / d.num_dram_banks / 4096 * 4096;
     d.l1_alignment = 64;
     d.dram_alignment = 64;
+    d.dram_page_alignment = 1;
     d.isa = cpu_features().to_string();
     d.host_cores = static_cast<uint32_t>(cores);
     return d;

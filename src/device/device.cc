@@ -283,7 +283,8 @@ MemoryRegionStats Device::memory_stats(BufferType type) const {
 }
 
 uint32_t Device::alignment(BufferType type) const {
-  return (type == BufferType::L1 || type == BufferType::L1_SMALL) ? desc_.l1_alignment : desc_.dram_alignment;
+  if (type == BufferType::L1 || type == BufferType::L1_SMALL) return desc_.l1_alignment;
+  return desc_.dram_page_alignment ? desc_.dram_page_alignment : desc_.dram_alignment;
 }
 
 uint64_t Device::allocation_count() const {

@@ -31,7 +31,7 @@ inline dnnl::memory::data_type dnnl_type(DataType t) {
 
 // Row stride in bytes when the rows of `a` are packed densely one after the
 // other; 0 when they must be staged: spread over banks, or padded to the page
-// alignment (C = 3 in float32 is 12 B of every 64 B page), which sends
+// alignment (C = 3 in float32 is 12 B of every 32 B page on Wormhole), which sends
 // oneDNN to its reference implementation (1 GFLOP/s, measured).
 uint64_t dense_row_stride(const TensorAccess& a);
 

@@ -26,6 +26,11 @@ struct DeviceDescriptor {
   uint64_t dram_bank_size = 0;          // bytes per bank
   uint32_t l1_alignment = 16;           // bytes; buffer addresses and pages
   uint32_t dram_alignment = 32;
+  // Row pages in DRAM start this many bytes apart (0: dram_alignment). The
+  // CPU device packs them (1): its DRAM is host memory, and padding a row of
+  // 1-15 float32 channels to a 64-byte page made every op on it move 4-64x
+  // the data, one page at a time.
+  uint32_t dram_page_alignment = 0;
   std::string isa;                      // vector ISA features used by kernels
   std::vector<CoreCoord> disabled_cores;  // inside `grid`, not usable
   uint32_t host_cores = 1;              // physical cores backing the device

@@ -105,6 +105,8 @@ class Device : public std::enable_shared_from_this<Device> {
   StatusOr<std::shared_ptr<Buffer>> allocate_buffer(BufferType type, uint64_t size_per_bank,
                                                     std::string_view what = "");
   MemoryRegionStats memory_stats(BufferType type) const;
+  // Page alignment of tensors in `type` (row and tile pages start this many
+  // bytes apart at least; the descriptor's dram_page_alignment for DRAM).
   uint32_t alignment(BufferType type) const;
   // Counts allocate_buffer calls since open (tests use it to prove that a
   // replay allocates nothing).
