@@ -46,7 +46,8 @@ StatusOr<Tensor> first_n(const Tensor& all, uint32_t n) {
   return Tensor::from_vector(v, Shape(std::span<const uint32_t>(dims)), DataType::FLOAT32);
 }
 
-void check(const Case& c, int batch, const std::string& precision, double min_pcc) {
+void check(const Case& c, int batch, const std::string& precision, double min_pcc,
+           const std::string& math_fidelity = "HiFi4") {
   const std::string dir = model_dir();
   const std::string onnx = dir + "/" + c.name + ".onnx";
   if (!fs::exists(onnx)) GTEST_SKIP() << onnx << " is missing: run scripts/prepare_models.sh (scripts/test.sh does)";
@@ -56,8 +57,9 @@ void check(const Case& c, int batch, const std::string& precision, double min_pc
   ASSERT_OK_AND_ASSIGN(Tensor want, cnn::load_npy(ref));
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 8 << 20, .num_command_queues = 2}));
   std::vector<int64_t> shape(x.shape().dims().begin(), x.shape().dims().end());
-  ASSERT_OK_AND_ASSIGN(LoadedModel m,
-                       load_model(onnx, *dev, {.precision = precision, .batch = batch, .input_shape = shape}));
+  ModelOptions mo{.precision = precision, .batch = batch, .input_shape = shape};
+  mo.math_fidelity = math_fidelity;
+  ASSERT_OK_AND_ASSIGN(LoadedModel m, load_model(onnx, *dev, mo));
   if (precision == "float32") {
     EXPECT_TRUE(m.model->report().fallbacks.empty()) << m.model->report().to_string();
   }
@@ -86,6 +88,13 @@ class Bfloat16Test : public ::testing::TestWithParam<Case> {};
 TEST_P(Bfloat16Test, BatchOneMatchesTheReference) { check(GetParam(), 1, "bfloat16", 0.99); }
 
 INSTANTIATE_TEST_SUITE_P(Models, Bfloat16Test, kCases, [](const auto& info) { return info.param.name; });
+
+// float32 with HiFi2: the 3x3 stride-1 convs run Winograd, still PCC >= 0.999.
+class WinogradTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(WinogradTest, BatchOneMatchesTheReference) { check(GetParam(), 1, "float32", 0.999, "HiFi2"); }
+
+INSTANTIATE_TEST_SUITE_P(Models, WinogradTest, kCases, [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace tessera::tools

@@ -17,9 +17,10 @@ struct ModelOptions {
   int64_t batch = 1;                  // fills symbolic (and the leading) input dims
   std::vector<int64_t> input_shape;   // the first input's full shape, when given (dynamic H, W)
   bool optimize = true;
+  std::string math_fidelity = "HiFi4";  // LoFi | HiFi2 | HiFi3 | HiFi4 (below HiFi4: Winograd 3x3 convs)
 };
 
-// INVALID_ARGUMENT for an unknown precision name.
+// INVALID_ARGUMENT for an unknown precision or math fidelity name.
 StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& options);
 
 struct LoadedModel {

@@ -33,7 +33,7 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 struct Common {
-  std::string model, dtype = "float32", config = "trace,2cq", device = "cpu";
+  std::string model, dtype = "float32", config = "trace,2cq", device = "cpu", math_fidelity = "HiFi4";
   int64_t batch = 1;
   std::string shape;  // "1x3x480x640"
   int workers = 0;
@@ -42,6 +42,7 @@ struct Common {
 
 StatusOr<ModelOptions> model_options(const Common& c) {
   ModelOptions o{.precision = c.dtype, .batch = c.batch};
+  o.math_fidelity = c.math_fidelity;
   if (!c.shape.empty()) {
     std::stringstream ss(c.shape);
     std::string item;
@@ -326,6 +327,9 @@ int main(int argc, char** argv) {
     s->add_option("--dtype", c.dtype, "float32 | bfloat16 | bfloat8_b (weights; bfloat16 activations)")
         ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
     s->add_option("--batch", c.batch, "batch size (fills the leading input dim)")->check(CLI::PositiveNumber);
+    s->add_option("--math-fidelity", c.math_fidelity,
+                  "HiFi4 (exact) | HiFi3 | HiFi2 | LoFi: below HiFi4 float32 3x3 convs may run Winograd")
+        ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
     s->add_option("--shape", c.shape, "the input's shape, NxCxHxW (models with dynamic H, W)");
     s->add_option("--config", c.config, "pipeline: trace|notrace, 1cq|2cq, io (pipelined I/O)");
     s->add_option("--device", c.device, "cpu | wormhole_b0")->check(CLI::IsMember({"cpu", "wormhole_b0"}));

@@ -370,3 +370,63 @@ TEST(Conv2d, OutputChannelSplitMatchesReference) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Below HiFi4, float32 3x3 stride-1 convs may run oneDNN's Winograd kernel:
+// row, channel and image splits over two workers, each shard with its own
+// weight layout, an activation, a tiled output. Tolerance: |d| <= 1e-3 *
+// max(1, max|ref|) (the transforms round; direct float32 gets 1e-4) and PCC
+// >= 0.99999. HiFi4 keeps the direct kernel.
+TEST(Conv2d, WinogradBelowHiFi4) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Case cases[] = {
+      {1, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // rows
+      {1, 7, 7, 64, 128, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                      // output channels
+      {2, 10, 12, 32, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // images
+  };
+  for (const Case& cs : cases) {
+    const Conv2dParams p = to_params(cs);
+    SCOPED_TRACE(p.descriptor());
+    Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * 9, 2, 0.2f),
+                                                       Shape{cs.k, cs.c, 3, 3}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+    Conv2dConfig lofi{.weights_dtype = DataType::FLOAT32};
+    lofi.compute_config.math_fidelity = MathFidelity::HiFi2;
+    ASSERT_OK(enable_profiler(*dev));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, b, p, lofi));
+    ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+    ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+    ASSERT_EQ(prof.ops.size(), 1u);
+    EXPECT_NE(prof.ops[0].kernel_name.find("wino"), std::string::npos) << prof.ops[0].kernel_name;
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(x, w, b, p, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+    float mx = 1;
+    for (float v : ref) mx = std::max(mx, std::fabs(v));
+    size_t bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) bad += !(std::fabs(got[i] - ref[i]) <= 1e-3f * mx);
+    EXPECT_EQ(bad, 0u);
+    EXPECT_GE(testing::pcc(got, ref), 0.99999);
+    // The prepared weights again, and into tiles: the same values.
+    ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d(dx, r.weights, p, lofi));
+    EXPECT_EQ(testing::host_bytes(again.output.cpu().value()), testing::host_bytes(got_t));
+    Conv2dConfig tiles = lofi;
+    tiles.output_layout = Layout::TILE;
+    ASSERT_OK_AND_ASSIGN(Conv2dResult tiled, conv2d(dx, r.weights, p, tiles));
+    ASSERT_OK_AND_ASSIGN(Tensor untiled, untilize(tiled.output));
+    EXPECT_EQ(testing::host_bytes(untiled.cpu().value()), testing::host_bytes(got_t));
+    // HiFi4 (the default): the direct kernel.
+    ASSERT_OK(read_profile(*dev).status());
+    ASSERT_OK(conv2d(dx, w, b, p, {.weights_dtype = DataType::FLOAT32}).status());
+    ASSERT_OK_AND_ASSIGN(DeviceProfile exact, read_profile(*dev));
+    for (const OpTiming& t : exact.ops) EXPECT_EQ(t.kernel_name.find("wino"), std::string::npos) << t.kernel_name;
+    ASSERT_OK(disable_profiler(*dev));
+  }
+}
+
+}  // namespace
+}  // namespace tessera

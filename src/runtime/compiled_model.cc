@@ -364,6 +364,7 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
     { TS_ASSIGN_OR_RETURN(b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32)); }
   report.conv_flops += p.flops();
   Conv2dConfig config{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)};
+  config.compute_config.math_fidelity = opt.math_fidelity;
   sharded_to_dram = false;
   TS_RETURN_IF_ERROR(plan_conv_sharding(n, conv2d_geometry(p, n.inputs.size() > 2 && n.inputs[2] >= 0), config));
   const int res = n.inputs.size() > 3 ? n.inputs[3] : -1;
