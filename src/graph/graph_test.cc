@@ -23,6 +23,18 @@ int value(Graph& g, const std::string& name, std::vector<int64_t> dims = {}) {
   return g.add_value(std::move(v));
 }
 
+int constant(Graph& g, const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
+  Value c{.name = name, .dims = dims, .has_shape = true, .constant = HostTensor::floats(dims, std::move(v))};
+  return g.add_value(std::move(c));
+}
+
+// 32 values of sin(k): the (1, 2, 4, 4) input of the pass tests.
+HostTensor sine_input() {
+  std::vector<float> xv(32);
+  for (size_t k = 0; k < xv.size(); ++k) xv[k] = std::sin(static_cast<float>(k));
+  return HostTensor::floats({1, 2, 4, 4}, xv);
+}
+
 Node node(const std::string& op, std::vector<int> in, std::vector<int> out, const std::string& name) {
   Node n;
   n.op_type = op;
@@ -185,14 +197,10 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   Graph g;
   const int x = value(g, "x", {1, 2, 4, 4});
   g.inputs = {x};
-  auto constant = [&](const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
-    Value c{.name = name, .dims = dims, .has_shape = true, .constant = HostTensor::floats(dims, std::move(v))};
-    return g.add_value(std::move(c));
-  };
-  const int w = constant("w", {3, 2, 1, 1}, {0.5f, -1, 2, 0.25f, -0.5f, 1});
-  const int b = constant("b", {3}, {0.1f, -0.2f, 0.3f});
-  const int sc = constant("s", {3}, {1.5f, 0.5f, -1}), sh = constant("sh", {3}, {0.1f, 0.2f, 0.3f});
-  const int mean = constant("m", {3}, {0.2f, -0.1f, 0}), var = constant("v", {3}, {0.5f, 2, 1});
+  const int w = constant(g, "w", {3, 2, 1, 1}, {0.5f, -1, 2, 0.25f, -0.5f, 1});
+  const int b = constant(g, "b", {3}, {0.1f, -0.2f, 0.3f});
+  const int sc = constant(g, "s", {3}, {1.5f, 0.5f, -1}), sh = constant(g, "sh", {3}, {0.1f, 0.2f, 0.3f});
+  const int mean = constant(g, "m", {3}, {0.2f, -0.1f, 0}), var = constant(g, "v", {3}, {0.5f, 2, 1});
   const int c = value(g, "c"), bn = value(g, "bn"), sg = value(g, "sg"), y = value(g, "y");
   g.nodes.push_back(node("Conv", {x, w, b}, {c}, "conv"));
   g.nodes.push_back(node("BatchNormalization", {c, sc, sh, mean, var}, {bn}, "bn"));
@@ -201,9 +209,7 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   g.outputs = {y};
   ASSERT_OK(g.topological_sort());
   ASSERT_OK(infer_shapes(g));
-  std::vector<float> xv(32);
-  for (size_t k = 0; k < xv.size(); ++k) xv[k] = std::sin(static_cast<float>(k));
-  const HostTensor xin = HostTensor::floats({1, 2, 4, 4}, xv);
+  const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
   ASSERT_EQ(reports.size(), 5u);
@@ -225,17 +231,13 @@ TEST(Passes, FoldBiasAddThenBatchNorm) {
   Graph g;
   const int x = value(g, "x", {1, 2, 4, 4});
   g.inputs = {x};
-  auto constant = [&](const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
-    Value c{.name = name, .dims = dims, .has_shape = true, .constant = HostTensor::floats(dims, std::move(v))};
-    return g.add_value(std::move(c));
-  };
-  const int w = constant("w", {3, 2, 3, 3}, std::vector<float>(54, 0.f));
+  const int w = constant(g, "w", {3, 2, 3, 3}, std::vector<float>(54, 0.f));
   for (size_t k = 0; k < 54; ++k) g.value(w).constant->f[k] = std::cos(static_cast<float>(k));
-  const int bias = constant("b", {1, 3, 1, 1}, {0.1f, -0.2f, 0.3f});
-  const int sc = constant("s", {3}, {1.5f, 0.5f, -1}), sh = constant("sh", {3}, {0.1f, 0.2f, 0.3f});
-  const int mean = constant("m", {3}, {0.2f, -0.1f, 0}), var = constant("v", {3}, {0.5f, 2, 1});
-  const int wt = constant("wt", {3, 1, 2, 2}, {0.5f, -1, 2, 0.25f, -0.5f, 1, 0.3f, 0.7f, -0.2f, 0.9f, 1.1f, -0.4f});
-  const int scalar = constant("k", {1}, {-0.75f});
+  const int bias = constant(g, "b", {1, 3, 1, 1}, {0.1f, -0.2f, 0.3f});
+  const int sc = constant(g, "s", {3}, {1.5f, 0.5f, -1}), sh = constant(g, "sh", {3}, {0.1f, 0.2f, 0.3f});
+  const int mean = constant(g, "m", {3}, {0.2f, -0.1f, 0}), var = constant(g, "v", {3}, {0.5f, 2, 1});
+  const int wt = constant(g, "wt", {3, 1, 2, 2}, {0.5f, -1, 2, 0.25f, -0.5f, 1, 0.3f, 0.7f, -0.2f, 0.9f, 1.1f, -0.4f});
+  const int scalar = constant(g, "k", {1}, {-0.75f});
   const int c = value(g, "c"), a = value(g, "a"), bn = value(g, "bn"), r = value(g, "r"), t = value(g, "t"),
             y = value(g, "y");
   Node conv = node("Conv", {x, w}, {c}, "conv");
@@ -251,9 +253,7 @@ TEST(Passes, FoldBiasAddThenBatchNorm) {
   g.outputs = {y};
   ASSERT_OK(g.topological_sort());
   ASSERT_OK(infer_shapes(g));
-  std::vector<float> xv(32);
-  for (size_t k = 0; k < xv.size(); ++k) xv[k] = std::sin(static_cast<float>(k));
-  const HostTensor xin = HostTensor::floats({1, 2, 4, 4}, xv);
+  const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
   EXPECT_EQ(reports[0].rewrites, 2);  // both adds into biases
