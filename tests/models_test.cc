@@ -89,6 +89,20 @@ TEST_P(Bfloat16Test, BatchOneMatchesTheReference) { check(GetParam(), 1, "bfloat
 
 INSTANTIATE_TEST_SUITE_P(Models, Bfloat16Test, kCases, [](const auto& info) { return info.param.name; });
 
+TEST(ModelOptions, UnknownPrecisionOrFidelityIsAnError) {
+  ModelOptions bad_precision{.precision = "float16"};
+  EXPECT_ERROR(compile_options_for(bad_precision), StatusCode::kInvalidArgument,
+               "--dtype 'float16': expected float32, bfloat16 or bfloat8_b");
+  ModelOptions bad_fidelity;
+  bad_fidelity.math_fidelity = "HiFi9";
+  EXPECT_ERROR(compile_options_for(bad_fidelity), StatusCode::kInvalidArgument,
+               "--math-fidelity 'HiFi9': expected LoFi, HiFi2, HiFi3 or HiFi4");
+  ModelOptions lofi;
+  lofi.math_fidelity = "LoFi";
+  ASSERT_OK_AND_ASSIGN(runtime::CompileOptions c, compile_options_for(lofi));
+  EXPECT_EQ(c.math_fidelity, MathFidelity::LoFi);
+}
+
 // float32 with HiFi2: the 3x3 stride-1 convs run Winograd, still PCC >= 0.999.
 class WinogradTest : public ::testing::TestWithParam<Case> {};
 
