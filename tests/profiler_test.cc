@@ -50,6 +50,7 @@ TEST(Profiler, RecordsEagerAndReplayedLaunchesOnBothQueues) {
   text << in.rdbuf();
   EXPECT_EQ(text.str().rfind("{\"traceEvents\":[", 0), 0u);
   EXPECT_NE(text.str().find("\"ph\":\"X\""), std::string::npos);
+  EXPECT_NE(text.str().find("\"op\":\"" + p.ops[0].key + "\""), std::string::npos);  // which op each bar is
   EXPECT_ERROR(write_chrome_trace(p, "/nonexistent-dir/x.json"), StatusCode::kInvalidArgument, "cannot open");
   ASSERT_OK(release_trace(*dev, tid));
 }

@@ -49,6 +49,21 @@ StatusOr<DeviceProfile> read_profile(Device& device) {
   return out;
 }
 
+namespace {
+
+// Kernel names and op keys are printable ASCII; quotes and backslashes are the only characters to escape.
+std::string json_escaped(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 Status write_chrome_trace(const DeviceProfile& profile, const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return invalid_argument_error("write_chrome_trace: cannot open {} for writing", path);
@@ -56,14 +71,12 @@ Status write_chrome_trace(const DeviceProfile& profile, const std::string& path)
   std::fprintf(f, "{\"traceEvents\":[\n");
   for (size_t i = 0; i < profile.ops.size(); ++i) {
     const OpTiming& o = profile.ops[i];
-    std::string name;  // JSON-escaped kernel name
-    for (char c : o.kernel_name) {
-      if (c == '"' || c == '\\') name += '\\';
-      name += c;
-    }
-    std::fprintf(f, "%s{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"traced\":%s}}",
-                 i ? ",\n" : "", name.c_str(), o.cq_id, static_cast<double>(o.start_ns - t0) / 1e3, o.duration_us(),
-                 o.traced ? "true" : "false");
+    std::fprintf(f,
+                 "%s{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                 "\"args\":{\"traced\":%s,\"op\":\"%s\"}}",
+                 i ? ",\n" : "", json_escaped(o.kernel_name).c_str(), o.cq_id,
+                 static_cast<double>(o.start_ns - t0) / 1e3, o.duration_us(), o.traced ? "true" : "false",
+                 json_escaped(o.key).c_str());
   }
   std::fprintf(f, "\n]}\n");
   if (std::fclose(f) != 0) return internal_error("write_chrome_trace: writing {} failed", path);

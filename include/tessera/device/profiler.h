@@ -39,7 +39,8 @@ Status enable_profiler(Device& device, size_t capacity = 1 << 16);
 Status disable_profiler(Device& device);
 // Synchronizes the device, returns what was recorded since the last read and clears it.
 StatusOr<DeviceProfile> read_profile(Device& device);
-// Chrome trace event format: one complete event per launch, one row per queue.
+// Chrome trace event format: one complete event per launch, one row per queue; the event is named
+// after the kernel and its args carry the op descriptor ("op").
 Status write_chrome_trace(const DeviceProfile& profile, const std::string& path);
 
 }  // namespace tessera
