@@ -33,10 +33,11 @@ using bench::read_ort;
 struct Layer {
   std::string set, name;
   uint32_t h, w, c, k, r, stride;
-  int count;  // occurrences in the network
+  int count;            // occurrences in the network
+  uint32_t groups = 1;  // optional tenth column (c for a depthwise conv)
 };
 
-// bench/layers/conv_layers.txt: "set name h w c k r stride count" per line.
+// bench/layers/conv_layers.txt: "set name h w c k r stride count [groups]" per line.
 std::vector<Layer> read_layers(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
@@ -50,6 +51,11 @@ std::vector<Layer> read_layers(const std::string& path) {
     Layer l;
     if (!(f >> l.set >> l.name >> l.h >> l.w >> l.c >> l.k >> l.r >> l.stride >> l.count)) {
       std::fprintf(stderr, "bench_conv: bad layer line: %s\n", line.c_str());
+      std::exit(1);
+    }
+    if (!(f >> l.groups)) l.groups = 1;
+    if (l.groups == 0 || l.c % l.groups != 0 || l.k % l.groups != 0) {
+      std::fprintf(stderr, "bench_conv: groups %u do not divide the channels: %s\n", l.groups, line.c_str());
       std::exit(1);
     }
     layers.push_back(l);
@@ -77,11 +83,13 @@ LayerTime time_layer(Device& dev, const Layer& l, const Variant& v, int reps) {
   p.in_channels = l.c;
   p.out_channels = l.k;
   p.kernel_size = {l.r, l.r};
+  p.groups = l.groups;
   p.stride = {l.stride, l.stride};
   p.with_padding(l.r / 2, l.r / 2);
   p.activation = {UnaryOpType::RELU};
   Tensor x = allocate_tensor_on_host({Shape{1, l.h, l.w, l.c}, v.act, Layout::ROW_MAJOR});
-  Tensor w = Tensor::from_vector(std::vector<float>(uint64_t{l.k} * l.c * l.r * l.r, 0.01f), Shape{l.k, l.c, l.r, l.r},
+  const uint32_t cg = l.c / l.groups;
+  Tensor w = Tensor::from_vector(std::vector<float>(uint64_t{l.k} * cg * l.r * l.r, 0.01f), Shape{l.k, cg, l.r, l.r},
                                  DataType::FLOAT32)
                  .value();
   Tensor dx = to_device(x, dev).value();
@@ -109,7 +117,7 @@ void run_set(Device& dev, const char* title, const std::vector<Layer>& layers, c
   for (const Layer& l : layers) {
     const uint32_t pad = l.r / 2;
     const double oh = (l.h + 2 * pad - l.r) / l.stride + 1, ow = (l.w + 2 * pad - l.r) / l.stride + 1;
-    const double flops = 2.0 * oh * ow * l.k * l.c * l.r * l.r;
+    const double flops = 2.0 * oh * ow * l.k * (l.c / l.groups) * l.r * l.r;
     double s[3];
     for (int v = 0; v < 3; ++v) {
       LayerTime t = time_layer(dev, l, kVariants[v], reps);
@@ -176,13 +184,17 @@ int main(int argc, char** argv) {
               ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, one Conv+Relu "
                                  "model per layer, NCHW float32, median of session.run.");
   auto dev = open_device({}).value();
-  for (const char* set : {"resnet50", "unet"}) {
+  struct Set {
+    const char *name, *title;
+    int reps, quick_reps;
+  };
+  for (const Set& set : {Set{"resnet50", "ResNet-50, 224x224, batch 1", 15, 3},
+                         Set{"mobilenet_v2", "MobileNetV2, 224x224, batch 1", 30, 5},
+                         Set{"unet", "Vanilla UNet, 480x640, batch 1", 5, 2}}) {
     std::vector<Layer> subset;
     for (const Layer& l : layers)
-      if (l.set == set) subset.push_back(l);
-    const bool unet = std::string(set) == "unet";
-    run_set(*dev, unet ? "Vanilla UNet, 480x640, batch 1" : "ResNet-50, 224x224, batch 1", subset, ort, f32_peak,
-            bf16_peak, quick ? (unet ? 2 : 3) : (unet ? 5 : 15));
+      if (l.set == set.name) subset.push_back(l);
+    if (!subset.empty()) run_set(*dev, set.title, subset, ort, f32_peak, bf16_peak, quick ? set.quick_reps : set.reps);
   }
   return 0;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes one ONNX model per layer of bench/layers/conv_layers.txt: Conv (NCHW,
-padding r/2, bias) followed by Relu, random float32 weights, opset 13. ONNX
+padding r/2, bias, the optional groups column) followed by Relu, random float32 weights, opset 13. ONNX
 Runtime fuses the pair, as Tessera fuses the activation. Run with Debian's
 /usr/bin/python3 (python3-onnx, python3-numpy).
 
@@ -14,13 +14,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def model(h, w, c, k, r, stride):
+def model(h, w, c, k, r, stride, groups):
     rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array((rng.standard_normal((k, c, r, r)) * 0.05).astype(np.float32), "W")
+    weight = numpy_helper.from_array((rng.standard_normal((k, c // groups, r, r)) * 0.05).astype(np.float32), "W")
     bias = numpy_helper.from_array(rng.standard_normal(k).astype(np.float32), "B")
     pad = r // 2
     conv = helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[r, r], strides=[stride, stride],
-                            pads=[pad, pad, pad, pad])
+                            pads=[pad, pad, pad, pad], group=groups)
     relu = helper.make_node("Relu", ["c"], ["y"])
     oh, ow = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - r) // stride + 1
     graph = helper.make_graph([conv, relu], "layer",
@@ -39,8 +39,11 @@ def main():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        s, name, h, w, c, k, r, stride, _count = line.split()
-        onnx.save(model(int(h), int(w), int(c), int(k), int(r), int(stride)), os.path.join(out, f"{s}.{name}.onnx"))
+        f = line.split()
+        s, name = f[0], f[1]
+        h, w, c, k, r, stride = map(int, f[2:8])
+        groups = int(f[9]) if len(f) > 9 else 1
+        onnx.save(model(h, w, c, k, r, stride, groups), os.path.join(out, f"{s}.{name}.onnx"))
 
 
 if __name__ == "__main__":

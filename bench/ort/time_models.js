@@ -15,7 +15,7 @@ async function main() {
   const reps = Number(repsArg || 15);
   for (const line of fs.readFileSync(layersTxt, 'utf8').split('\n')) {
     const f = line.trim().split(/\s+/);
-    if (f.length !== 9 || f[0].startsWith('#')) continue;
+    if ((f.length !== 9 && f.length !== 10) || f[0].startsWith('#')) continue;
     const [set, name] = [f[0], f[1]];
     const [h, w, c, k, r, stride] = f.slice(2, 8).map(Number);
     const pad = Math.floor(r / 2);
