@@ -1,117 +1,14 @@
-// AVX-512 float32 activations and arithmetic. exp follows Cephes' expf
-// (range reduction by ln 2, degree-6 polynomial, scaling with vscalefps so
-// overflow and underflow saturate to inf and 0); tanh uses Cephes' tanhf
-// polynomial below 0.625 and 1 - 2/(e^2|x| + 1) above; gelu uses the erfc
-// approximation of Numerical Recipes (relative error < 1.2e-7), so that
-// 0.5 x erfc(|x|/sqrt 2) keeps its relative accuracy for negative x.
+// AVX-512 float32 activations and arithmetic (the vector activations are in
+// avx512_activation.h).
 #include <immintrin.h>
 
+#include "avx512_activation.h"
 #include "avx512_util.h"
 #include "float_math.h"
 
 namespace tessera::cpu::avx512 {
 
 namespace {
-
-inline __m512 set(float v) { return _mm512_set1_ps(v); }
-
-// max/min return their second operand when either is NaN: put x second to
-// keep NaN.
-inline __m512 exp_ps(__m512 x) {
-  x = _mm512_min_ps(set(89.0f), _mm512_max_ps(set(-104.0f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, set(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, set(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, set(-2.12194440e-4f), r);
-  __m512 p = set(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, set(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, set(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, set(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, set(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, set(5.0000001201E-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, set(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
-
-inline __m512 sigmoid_ps(__m512 x) { return _mm512_div_ps(set(1.0f), _mm512_add_ps(set(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x)))); }
-
-inline __m512 tanh_ps(__m512 x) {
-  const __m512 sign = _mm512_and_ps(x, set(-0.0f));
-  const __m512 a = _mm512_abs_ps(x);
-  const __m512 big = _mm512_sub_ps(set(1.0f), _mm512_div_ps(set(2.0f), _mm512_add_ps(exp_ps(_mm512_add_ps(a, a)), set(1.0f))));
-  const __m512 s = _mm512_mul_ps(x, x);
-  __m512 p = set(-5.70498872745E-3f);
-  p = _mm512_fmadd_ps(p, s, set(2.06390887954E-2f));
-  p = _mm512_fmadd_ps(p, s, set(-5.37397155531E-2f));
-  p = _mm512_fmadd_ps(p, s, set(1.33314422036E-1f));
-  p = _mm512_fmadd_ps(p, s, set(-3.33332819422E-1f));
-  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, s), x, x);
-  const __mmask16 is_small = _mm512_cmp_ps_mask(a, set(0.625f), _CMP_LT_OQ);
-  return _mm512_mask_mov_ps(_mm512_or_ps(big, sign), is_small, small);
-}
-
-// erfc(z) for z >= 0.
-inline __m512 erfc_ps(__m512 z) {
-  const __m512 t = _mm512_div_ps(set(1.0f), _mm512_fmadd_ps(set(0.5f), z, set(1.0f)));
-  const float c[] = {0.17087277f, -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
-                     -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f, -1.26551223f};
-  __m512 p = set(c[0]);
-  for (int i = 1; i < 10; ++i) p = _mm512_fmadd_ps(p, t, set(c[i]));
-  return _mm512_mul_ps(t, exp_ps(_mm512_fnmadd_ps(z, z, p)));
-}
-
-inline __m512 gelu_ps(__m512 x) {
-  const __m512 e = erfc_ps(_mm512_mul_ps(_mm512_abs_ps(x), set(0.70710678118654752f)));
-  const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-  const __m512 f = _mm512_mask_mov_ps(_mm512_sub_ps(set(2.0f), e), neg, e);  // 1 + erf(x / sqrt 2)
-  return _mm512_mul_ps(_mm512_mul_ps(set(0.5f), x), f);
-}
-
-inline __m512 mish_ps(__m512 x) {
-  const __m512 e = exp_ps(_mm512_min_ps(set(20.0f), x));
-  const __m512 n = _mm512_mul_ps(e, _mm512_add_ps(e, set(2.0f)));  // (1 + e)^2 - 1
-  return _mm512_mul_ps(x, _mm512_div_ps(n, _mm512_add_ps(n, set(2.0f))));
-}
-
-// v < lo ? lo : v > hi ? hi : v with NaN kept (ordered compares are false).
-inline __m512 clamp_keep_nan(__m512 v, float lo, float hi) {
-  v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, set(lo), _CMP_LT_OQ), set(lo));
-  return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, set(hi), _CMP_GT_OQ), set(hi));
-}
-
-// Calls f with the vector functor of `act` (one dispatch per call, not per vector).
-template <class F>
-void with_activation(const UnaryWithParam& act, F&& f) {
-  const __m512 zero = _mm512_setzero_ps();
-  switch (act.op) {
-    case UnaryOpType::IDENTITY: return f([](__m512 v) { return v; });
-    case UnaryOpType::RELU:
-      return f([=](__m512 v) { return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero); });
-    case UnaryOpType::RELU6: return f([](__m512 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
-    case UnaryOpType::LEAKY_RELU: {
-      const __m512 slope = set(act.param);
-      return f([=](__m512 v) { return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, slope); });
-    }
-    case UnaryOpType::SILU:
-      return f([=](__m512 v) { return _mm512_div_ps(v, _mm512_add_ps(set(1.0f), exp_ps(_mm512_sub_ps(zero, v)))); });
-    case UnaryOpType::SIGMOID: return f(sigmoid_ps);
-    case UnaryOpType::GELU: return f(gelu_ps);
-    case UnaryOpType::TANH: return f(tanh_ps);
-    case UnaryOpType::MISH: return f(mish_ps);
-    case UnaryOpType::EXP: return f(exp_ps);
-    case UnaryOpType::SQRT: return f([](__m512 v) { return _mm512_sqrt_ps(v); });
-    case UnaryOpType::HARDSWISH:
-      return f([=](__m512 v) {
-        const __m512 t = _mm512_min_ps(set(6.0f), _mm512_max_ps(_mm512_add_ps(v, set(3.0f)), zero));
-        return _mm512_div_ps(_mm512_mul_ps(v, t), set(6.0f));
-      });
-    case UnaryOpType::HARDSIGMOID:
-      return f([=](__m512 v) {
-        const __m512 t = _mm512_fmadd_ps(v, set(1.0f / 6.0f), set(0.5f));
-        return _mm512_min_ps(set(1.0f), _mm512_max_ps(t, zero));
-      });
-  }
-}
 
 template <class F>
 void with_binary_op(BinaryOpType op, F&& f) {
@@ -121,17 +18,6 @@ void with_binary_op(BinaryOpType op, F&& f) {
     case BinaryOpType::MUL: return f([](__m512 u, __m512 v) { return _mm512_mul_ps(u, v); });
     case BinaryOpType::DIV: return f([](__m512 u, __m512 v) { return _mm512_div_ps(u, v); });
   }
-}
-
-inline __m512 load(const void* p, bool bf16, size_t i, __mmask16 m) {
-  return bf16 ? load_bf16(static_cast<const uint16_t*>(p) + i, m)
-              : _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
-}
-inline void store(void* p, bool bf16, size_t i, __mmask16 m, __m512 v) {
-  if (bf16)
-    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m, to_bf16(v));
-  else
-    _mm512_mask_storeu_ps(static_cast<float*>(p) + i, m, v);
 }
 
 }  // namespace
