@@ -323,8 +323,15 @@ memory::desc rows_desc(uint32_t mb, uint32_t h, uint32_t w, uint32_t c, DataType
 
 // Whole images split into `parts` groups: a batch spreads over the threads by
 // image, so each primitive call sees whole maps (late layers' 7x7 maps split
-// by rows leave GEMMs of 21-28 pixels).
-void split_images(ConvPlan& plan, const Geometry& g, uint32_t parts) {
+// by rows leave GEMMs of 21-28 pixels). A shard calls its primitive on
+// `mb` images at a time, as many as keep one call's activations within
+// kCallBytes (`image_bytes`: one image's input and output rows): a
+// residual's sum post-op rereads the output, and ResNet-50's stage-1 1x1
+// conv with its residual ran at 111 GFLOP/s on 4 images per call (12.8 MB of
+// output) against 204 on one.
+constexpr uint64_t kCallBytes = 8ull << 20;
+
+void split_images(ConvPlan& plan, const Geometry& g, uint32_t parts, uint64_t image_bytes) {
   parts = std::max<uint32_t>(1, std::min(parts, g.n));
   const uint32_t base = g.n / parts, extra = g.n % parts;
   for (uint32_t c = 0, n0 = 0; c < parts; ++c) {
@@ -336,7 +343,9 @@ void split_images(ConvPlan& plan, const Geometry& g, uint32_t parts) {
     sh->out_row0 = 0;
     sh->out_rows = g.oh;
     sh->n0 = n0;
-    sh->count = sh->mb = base + (c < extra ? 1 : 0);
+    sh->count = base + (c < extra ? 1 : 0);
+    sh->mb = sh->count;  // the largest divisor of the count within the budget (one image at least)
+    while (sh->mb > 1 && (sh->count % sh->mb != 0 || sh->mb * image_bytes > kCallBytes)) --sh->mb;
     n0 += sh->count;
     plan.shards.push_back(std::move(sh));
   }
@@ -605,7 +614,9 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
           plan->packing.push_back({0, g.cout, w, 0});
           plan->packed_bytes = w.get_size();
         }
-        if (split == Split::kImages) split_images(*plan, g, threads);
+        const uint64_t image_bytes = uint64_t{g.h} * g.w * g.cin * element_size(pr.compute) +
+                                     uint64_t{g.oh} * g.ow * g.cout * element_size(pr.dst_dtype);
+        if (split == Split::kImages) split_images(*plan, g, threads, image_bytes);
         else if (split == Split::kRows) made = !split_rows(*plan, g, threads).empty();
         else split_rows(*plan, g, 1);
       }
@@ -629,6 +640,17 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   prog.grain = 1;
   prog.plan = plan;
   return prog;
+}
+
+// The output's buffer: the residual's when the caller gave it up (see
+// Conv2dResidual::in_place), else a new one. Every shard reads the residual
+// rows (or columns) it writes, and no others, before writing them.
+StatusOr<Tensor> output_tensor(const Tensor& input, const Problem& pr) {
+  if (pr.residual && pr.residual->in_place && pr.residual->tensor.buffer() != input.buffer()) {
+    StatusOr<Tensor> r = reshape(pr.residual->tensor, pr.output.shape);
+    if (r.ok() && r->spec() == pr.output) return r;
+  }
+  return allocate_tensor_on_device(pr.output, *input.device());
 }
 
 // Enqueues the launch into the already allocated `output`.
@@ -817,11 +839,13 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
 
 // Depthwise convolutions (multiplier 1) on small output maps run Tessera's
 // own kernel (cpu/depthwise_kernels.h); its prepared weights are (kh * kw, C)
-// float32. Measured against oneDNN's (bench/RESULTS.md, MobileNetV2 layers):
-// 7x7x960 35 us against 62-107 us, 14x14 layers even, while on 28x28 and
-// larger maps oneDNN's is up to 2.5x faster; so only maps of at most 14x14,
-// and float32 inputs (with bfloat16 the per-tap conversion made 14x14x576
-// slower than oneDNN's, 149 us against 70-90 us).
+// float32. oneDNN's costs a fixed 60-120 us per call on MobileNet's 7x7 and
+// 14x14 maps (bench/RESULTS.md); Tessera's AVX-512 kernel ran the 14x14x384
+// layer in 0.8 ms for a batch of 8 inside MobileNetV2 (54 GFLOP/s), the
+// portable loop it replaced in 2.1 ms. On 28x28 and larger maps oneDNN's
+// kernel is faster (56x56x144 in 98 us per image, Tessera's in 158 us), so
+// only maps of at most 14x14, and float32 inputs (bfloat16 ones are not
+// measured faster).
 bool is_depthwise(const Problem& pr) {
   const Geometry& g = pr.g;
   return !g.transposed && g.groups == g.cin && g.cout == g.cin && g.groups > 1 && g.oh * g.ow <= 14 * 14 &&
@@ -901,7 +925,7 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_weights(weight, p, config.weights_dtype, pr.compute));
   TS_ASSIGN_OR_RETURN(const std::vector<float> bv, bias_values(bias, g));
   // Compile first: the packed weight layout is the chosen kernel's.
-  TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
+  TS_ASSIGN_OR_RETURN(Tensor output, output_tensor(input, pr));
   TS_ASSIGN_OR_RETURN(TensorAccess src, make_access(input));
   TS_ASSIGN_OR_RETURN(TensorAccess dst, make_access(output));
   std::optional<TensorAccess> res;
@@ -966,7 +990,7 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
   Device& device = *input.device();
   // Same problem in other memory configs: its own program (compiled now
   // unless a trace is being captured), the same packed weights.
-  TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
+  TS_ASSIGN_OR_RETURN(Tensor output, output_tensor(input, pr));
   TS_ASSIGN_OR_RETURN(TensorAccess src, make_access(input));
   TS_ASSIGN_OR_RETURN(TensorAccess dst, make_access(output));
   std::optional<TensorAccess> res;

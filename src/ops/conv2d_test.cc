@@ -89,7 +89,9 @@ TEST(Conv2d, MatchesReferenceFloat32AndBfloat16) {
 // Depthwise convolutions on float32 maps up to 14x14 run Tessera's own
 // kernel (portable and AVX-512), the others oneDNN's:
 // strides, dilation, asymmetric padding, odd and > 1024 channel counts,
-// batches, every activation class, both dtypes and block-float weights.
+// batches, every activation class, both dtypes and block-float weights,
+// rows whose last block of eight pixels is partial, a 7x7 kernel (the
+// largest the AVX-512 kernel blocks) and a 9x9 one (its portable fallback).
 TEST(Conv2d, DepthwiseOwnKernel) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const Case cases[] = {
@@ -99,6 +101,9 @@ TEST(Conv2d, DepthwiseOwnKernel) {
       {1, 13, 12, 24, 24, 5, 5, 2, 2, 24, {4, 3, 4, 3}, UnaryOpType::HARDSWISH},
       {1, 10, 10, 32, 32, 3, 3, 1, 1, 32, {0, 1, 0, 1}, UnaryOpType::HARDSIGMOID},
       {1, 30, 30, 16, 16, 3, 3, 1, 1, 16, {1, 1, 1, 1}, UnaryOpType::RELU6},  // larger map: oneDNN's kernel
+      {1, 14, 13, 20, 20, 7, 7, 1, 1, 20, {3, 3, 3, 3}, UnaryOpType::RELU},
+      {2, 23, 21, 8, 8, 9, 9, 2, 1, 8, {4, 4, 4, 4}, UnaryOpType::SILU},
+      {1, 27, 25, 48, 48, 3, 3, 2, 2, 48, {2, 1, 2, 1}, UnaryOpType::GELU},
   };
   for (bool avx512 : {true, false}) {
     set_avx512_kernels_enabled(avx512);
@@ -245,6 +250,7 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       {{1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID}, UnaryOpType::RELU, DataType::FLOAT32,
        DataType::FLOAT32},
       {{1, 6, 6, 8, 8, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::BFLOAT16},
+      {{1, 7, 7, 64, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
   };
   for (const R& rc : cases) {
     const Conv2dParams p = to_params(rc.c);
@@ -273,6 +279,31 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
     ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d_with_residual(dx, r.weights, p, Conv2dResidual{dres, {rc.post}}, {.weights_dtype = wt}));
     ASSERT_OK_AND_ASSIGN(Tensor again_t, again.output.cpu());
     EXPECT_EQ(testing::host_bytes(again_t), testing::host_bytes(got_t));
+    // Given up (in_place), the residual's buffer takes the output where the
+    // kernel adds it (not for depthwise, hardsigmoid or another dtype), with
+    // the same bytes.
+    ASSERT_OK_AND_ASSIGN(Tensor spare, to_device(res, *dev));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult in_place,
+                         conv2d_with_residual(dx, r.weights, p, Conv2dResidual{spare, {rc.post}, true}, {.weights_dtype = wt}));
+    const bool fused = cs.groups == 1 && cs.act != UnaryOpType::HARDSIGMOID && rc.res == rc.in;
+    EXPECT_EQ(in_place.output.buffer() == spare.buffer(), fused);
+    ASSERT_OK_AND_ASSIGN(Tensor in_place_t, in_place.output.cpu());
+    EXPECT_EQ(testing::host_bytes(in_place_t), testing::host_bytes(got_t));
+  }
+  // The input as its own residual is never overwritten while the conv reads it.
+  {
+    const Conv2dParams p = to_params(kCases[1]);  // 1x1, 64 -> 32 channels
+    Tensor x = testing::random_tensor(Shape{1, 14, 14, 64}, DataType::FLOAT32, Layout::ROW_MAJOR, 8);
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(64 * 64, 9, 0.2f), Shape{64, 64, 1, 1},
+                                                       DataType::FLOAT32));
+    Conv2dParams sq = p;
+    sq.out_channels = 64;
+    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, std::nullopt, sq, Conv2dResidual{dx, {}, true},
+                                                              {.weights_dtype = DataType::FLOAT32}));
+    EXPECT_NE(r.output.buffer(), dx.buffer());
+    ASSERT_OK_AND_ASSIGN(Tensor x_after, dx.cpu());
+    EXPECT_EQ(testing::host_bytes(x_after), testing::host_bytes(x));
   }
   // A residual of the wrong shape.
   const Conv2dParams p = to_params(cases[0].c);

@@ -380,12 +380,18 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
   const bool to_dram = sharded_to_dram;
-  steps.push_back([this, layer, x, y, res, res_act, to_dram](Slots& s, uint8_t cq) -> Status {
+  const size_t step = steps.size();
+  steps.push_back([this, layer, x, y, res, res_act, to_dram, step](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq, /*dense=*/true));
     Tensor out;
     if (res >= 0) {
       TS_ASSIGN_OR_RETURN(Tensor r, as_nhwc(s, res, cq));
-      TS_ASSIGN_OR_RETURN(out, (*layer)(in, Conv2dResidual{r, res_act}, cq));
+      // The conv may write over the residual when this is its last reader
+      // and no other value (a view, the input) shares its buffer.
+      const auto& dying = release[step];
+      if (std::find(dying.begin(), dying.end(), res) != dying.end()) s[static_cast<size_t>(res)].reset();
+      const bool in_place = r.buffer().use_count() == 1;
+      TS_ASSIGN_OR_RETURN(out, (*layer)(in, Conv2dResidual{r, res_act, in_place}, cq));
     } else {
       TS_ASSIGN_OR_RETURN(out, (*layer)(in, cq));
     }
