@@ -528,26 +528,42 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   }
 }
 
-// Whether a conv on a device with `threads` workers splits its output
-// channels over them. Each shard then reads the whole input and its slice of
-// the weights; a row split reads all the weights and its rows. So channels
-// when the weights outweigh an image's input (cout * kh * kw > h * w, the
-// late layers with small maps and many channels) and the batch is too small
-// to split by image. Plain convolutions only.
-bool splits_channels(uint32_t batch, uint32_t h, uint32_t w, uint32_t cout, uint32_t kh, uint32_t kw,
-                     uint32_t groups, bool transposed, uint32_t threads) {
-  return threads > 1 && batch < threads && !transposed && groups == 1 && cout >= 32 * threads &&
-         uint64_t{cout} * kh * kw > uint64_t{h} * w;
-}
-bool splits_channels(const Geometry& g, uint32_t threads) {
-  return splits_channels(g.n, g.h, g.w, g.cout, g.kh, g.kw, g.groups, g.transposed, threads);
-}
-
 // Output maps under this many pixels per image run as one shard: splitting
 // 7x7 maps into 3- and 4-row shards made oneDNN's brgconv_1x1 take ~180 ms
 // per call on MobileNetV2's 320->1280 conv (measured here), against well
 // under 1 ms whole.
 constexpr uint64_t kMinPixelsToSplit = 64;
+
+// Below this many weights (256 KB in float32) every worker keeps all of them
+// in its own L2 (1 MB here), so a row split costs no extra weight traffic.
+constexpr uint64_t kMinWeightsToSplitChannels = 64 * 1024;
+
+// Whether a conv on a device with `threads` workers splits its output
+// channels over them. Each shard then reads the whole input and its slice of
+// the weights; a row split reads all the weights and its rows. So channels
+// when the weights outweigh an image's input (cout * kh * kw > h * w, the
+// late layers with small maps and many channels), the batch is too small to
+// split by image, and either the weights are too many to sit in every
+// worker's cache or the map too small to split by rows: a channel shard
+// writes a column slice of each output row, which oneDNN cannot write in
+// place, so it stages its output and copies it out (9.5% of MobileNetV2's
+// conv time at batch 1 when its 14x14 pointwise convs split channels; p50
+// 4.0-5.5 -> 3.6-4.7 ms with them split by rows, six alternating runs).
+// Plain convolutions only.
+bool splits_channels(const Conv2dGeometry& g, bool transposed, uint32_t threads) {
+  const bool many_weights = uint64_t{g.in_channels} * g.out_channels * g.kernel_h * g.kernel_w >
+                            kMinWeightsToSplitChannels;
+  const bool few_rows = uint64_t{g.output_height} * g.output_width < kMinPixelsToSplit;
+  return threads > 1 && g.batch < threads && !transposed && g.groups == 1 && g.out_channels >= 32 * threads &&
+         uint64_t{g.out_channels} * g.kernel_h * g.kernel_w > uint64_t{g.input_height} * g.input_width &&
+         (many_weights || few_rows);
+}
+bool splits_channels(const Geometry& g, uint32_t threads) {
+  Conv2dGeometry c;
+  c.batch = g.n, c.input_height = g.h, c.input_width = g.w, c.in_channels = g.cin, c.out_channels = g.cout;
+  c.kernel_h = g.kh, c.kernel_w = g.kw, c.groups = g.groups, c.output_height = g.oh, c.output_width = g.ow;
+  return splits_channels(c, g.transposed, threads);
+}
 
 StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst,
                           const TensorAccess* res = nullptr) {
@@ -1139,8 +1155,7 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
   // rows for the conversion to read.
   // Channel shards each own a slice of every row, so none can tilize rows.
   const bool channel_shards =
-      dense && splits_channels(g.batch, g.input_height, g.input_width, g.out_channels, g.kernel_h, g.kernel_w,
-                               g.groups, false, static_cast<uint32_t>(input.device()->workers().num_threads()));
+      dense && splits_channels(g, false, static_cast<uint32_t>(input.device()->workers().num_threads()));
   const bool fused_tiles = dense && config.output_layout == Layout::TILE && !depthwise_shape && !channel_shards;
   const bool convert = !fused_tiles && (config.output_layout == Layout::TILE || mc.is_sharded());
   if (fused_tiles) {

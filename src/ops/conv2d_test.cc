@@ -399,6 +399,25 @@ TEST(Conv2d, OutputChannelSplitMatchesReference) {
   EXPECT_TRUE(rprof.ops[0].kernel_name.ends_with("_x2oc")) << rprof.ops[0].kernel_name;
 }
 
+// On a map large enough to split by rows, channels split only when the
+// weights are too many for every worker to keep (64 Ki of them): a 14x14
+// 96->576 1x1 conv (55 Ki weights) splits rows, a 256->1024 one (256 Ki)
+// channels; both match the reference.
+TEST(Conv2d, ChannelSplitOnlyForManyWeights) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Case few{1, 14, 14, 96, 576, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU6};
+  const Case many{1, 14, 14, 256, 1024, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU};
+  for (const Case* c : {&few, &many}) {
+    ASSERT_OK(enable_profiler(*dev));
+    check_case(*dev, *c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+    ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+    ASSERT_FALSE(prof.ops.empty());
+    const std::string& kernel = prof.ops.back().kernel_name;
+    EXPECT_EQ(kernel.ends_with("_x2oc"), c == &many) << kernel;
+    EXPECT_TRUE(kernel.ends_with("_x2") || kernel.ends_with("_x2oc")) << kernel;
+  }
+}
+
 }  // namespace
 }  // namespace tessera
 
