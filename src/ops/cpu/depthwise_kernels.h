@@ -1,12 +1,14 @@
 // Depthwise convolution (groups = in = out channels) over NHWC rows
 // (internal), for small output maps: oneDNN's depthwise kernel costs 60-120
 // us per call on MobileNet's 7x7 and 14x14 maps whatever their size
-// (bench/RESULTS.md); this one is a direct loop: per output pixel, bias plus
-// kh*kw taps of channel vectors, accumulated in float32 in (ky, kx) order,
-// then the fused activation. Its per-pixel overhead makes it slower than
-// oneDNN's on large maps, so conv2d uses it up to 14x14 outputs, float32.
-// Compiled once portable and once with the AVX-512 flags (the channel loops
-// vectorise); the program picks one at compile time.
+// (bench/RESULTS.md). Both kernels compute per output pixel bias plus kh*kw
+// taps of channel vectors, accumulated in float32 in (ky, kx) order, then
+// the fused activation. The portable one (depthwise_impl.h) is a direct
+// loop per pixel; the AVX-512 one (depthwise_avx512.cc) stages zero-padded
+// channel-blocked input rows and keeps eight pixels' accumulators in
+// registers. On 28x28 and larger maps oneDNN's is still faster, so conv2d
+// uses these up to 14x14 outputs, float32; the program picks one at compile
+// time.
 #pragma once
 
 #include "float_math.h"
