@@ -110,6 +110,23 @@ TEST(Conv2d, DepthwiseOwnKernel) {
     for (const Case& c : cases)
       for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16})
         check_case(*dev, c, in, in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG);
+    // Input and output rows spread over the L1 banks (no uniform row
+    // stride: the AVX-512 kernel finds each pixel's address per unit).
+    check_case(*dev, cases[0], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);
+    // Float32 input, bfloat16 output: the kernel rounds as it stores.
+    const Conv2dParams p = to_params(cases[0]);
+    Tensor x = testing::random_tensor(Shape{1, 14, 14, 37}, DataType::FLOAT32, Layout::ROW_MAJOR, 11);
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(37 * 9, 12, 0.2f), Shape{37, 1, 3, 3},
+                                                       DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r,
+                         conv2d(dx, w, std::nullopt, p, {.weights_dtype = DataType::FLOAT32, .dtype = DataType::BFLOAT16}));
+    EXPECT_EQ(r.output.dtype(), DataType::BFLOAT16);
+    ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(x, w, std::nullopt, p, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+    testing::expect_conv_close(got, ref, DataType::BFLOAT16);
   }
   set_avx512_kernels_enabled(true);
 }

@@ -9,7 +9,6 @@
 // order, in float32 FMAs. Kernels past 7x7 and dtypes other than float32 and
 // bfloat16 take the portable loop.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "avx512_activation.h"
