@@ -85,12 +85,18 @@ struct ConvPlan {
   uint64_t packed_bytes = 0;
   bool split_channels = false;  // shards own output channels: dst (and residual) staged per shard
   bool winograd = false;        // convolution_winograd between blocked staging (ConvShard::wino_*)
-  bool stage_src = false, stage_dst = false;  // rows not dense in the tensor: copy through
+  // Rows not dense in the tensor, or of another dtype than the kernel's
+  // (bfloat16 rows on a CPU without oneDNN bfloat16 kernels): copied or
+  // converted through per-shard buffers.
+  bool stage_src = false, stage_dst = false;
   bool tile_src = false;                      // the input is tiles: the shard untilizes the rows it reads
-  DataType src_tile_type = DataType::FLOAT32, in_type = DataType::FLOAT32;
+  DataType src_tile_type = DataType::FLOAT32, in_type = DataType::FLOAT32;  // the input's dtype, the kernel's
   uint32_t cin = 0;
   bool tile_dst = false;                      // the output is tiles: the shard tilizes its rows
   DataType tile_type = DataType::FLOAT32;     // the output tiles' dtype
+  // The tiles are packed from bfloat16 rows, but the kernel wrote float32
+  // (no oneDNN bfloat16 kernels): round the rows first, as the bfloat16 kernel would.
+  bool round_to_bf16 = false;
   uint32_t cout = 0;
   std::optional<UnaryWithParam> post_activation;  // when oneDNN lacks it
   // A residual added by the kernel, then `res_activation`: the shard copies
@@ -100,7 +106,9 @@ struct ConvPlan {
   // took 4.3 ms in jit:avx512_core, against 0.5 ms in brgconv_1x1.)
   bool residual = false, stage_res = false;
   UnaryWithParam res_activation;
-  DataType out_type = DataType::FLOAT32;
+  DataType res_type = DataType::FLOAT32;
+  DataType out_type = DataType::FLOAT32;  // the kernel's output rows (tile_type or dst_type: the tensor's)
+  DataType dst_type = DataType::FLOAT32;
   uint32_t batch = 1, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
 };
 
@@ -110,21 +118,6 @@ struct ConvArgs {
   const std::byte* bias;
   ConvPlan* plan;
 };
-
-// Units [c0, c0 + n) of rows [r0, r1) of `a` to / from a dense buffer of
-// rows of n units: a channel shard's slice of NHWC rows (any row layout).
-template <bool kToAccess>
-void copy_columns(const TensorAccess& a, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n, std::byte* buf) {
-  for (uint64_t r = r0; r < r1; ++r) {
-    for (uint32_t c = c0, run = 0; c < c0 + n; c += run) {
-      std::byte* at = a.unit(static_cast<uint32_t>(r), c, &run);
-      run = std::min(run, c0 + n - c);
-      std::byte* b = buf + ((r - r0) * n + (c - c0)) * a.unit_bytes;
-      if constexpr (kToAccess) std::memcpy(at, b, uint64_t{run} * a.unit_bytes);
-      else std::memcpy(b, at, uint64_t{run} * a.unit_bytes);
-    }
-  }
-}
 
 Status run_shard(const ConvArgs& a, ConvShard& sh) {
   const ConvPlan& plan = *a.plan;
@@ -141,13 +134,11 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     if (plan.tile_src) {
       onednn::tiles_to_rows(a.src, plan.src_tile_type, s0, s1, plan.cin, src, plan.in_type);
     } else if (plan.stage_src) {
-      gather_rows(a.src, s0, s1, src);
+      gather_rows(a.src, plan.src_tile_type, s0, s1, 0, plan.cin, src, plan.in_type);
     }
     if (plan.residual) {
-      if (plan.split_channels) {
-        copy_columns<false>(a.res, d0, d1, sh.oc0, sh.ocs, dst);
-      } else if (plan.stage_res) {
-        gather_rows(a.res, d0, d1, dst);
+      if (plan.split_channels || plan.stage_res) {
+        gather_rows(a.res, plan.res_type, d0, d1, sh.oc0, sh.ocs, dst, plan.out_type);
       } else if (const std::byte* res = a.res.base + d0 * dst_row; res != dst) {
         std::memcpy(dst, res, (d1 - d0) * dst_row);
       }
@@ -174,13 +165,15 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     }));
     if (plan.post_activation)
       onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, (d1 - d0) * sh.ocs);
-    if (plan.split_channels) {
-      copy_columns<true>(a.dst, d0, d1, sh.oc0, sh.ocs, dst);
-    } else if (plan.tile_dst) {
+    if (plan.tile_dst) {
+      if (plan.round_to_bf16) {
+        auto* f = reinterpret_cast<float*>(dst);
+        for (uint64_t i = 0, n = (d1 - d0) * plan.cout; i < n; ++i) f[i] = round_to_bfloat16(f[i]);
+      }
       onednn::rows_to_tiles(a.dst, plan.tile_type, dst, plan.out_type, d0, d1, plan.cout,
                             uint64_t{plan.batch} * plan.out_h * plan.out_w);
-    } else if (plan.stage_dst) {
-      scatter_rows(a.dst, d0, d1, dst);
+    } else if (plan.split_channels || plan.stage_dst) {
+      scatter_rows(a.dst, plan.dst_type, d0, d1, sh.oc0, sh.ocs, dst, plan.out_type);
     }
   }
   return ok_status();
@@ -237,8 +230,10 @@ Geometry geometry(const ConvTranspose2dParams& p) {
 struct Problem {
   Geometry g;
   TensorSpec input, output;
-  DataType compute;
-  DataType dst_dtype;       // the rows the kernel writes (float32 or bfloat16)
+  DataType compute;         // the operands' precision: weights are rounded to it
+  DataType kernel;          // what oneDNN computes on (onednn::kernel_type(compute))
+  DataType dst_precision;   // the output rows' precision (float32 or bfloat16)
+  DataType dst_dtype;       // the rows the kernel writes (onednn::kernel_type(dst_precision))
   std::string key;          // the program: geometry, dtypes and memory configs
   std::string weights_key;  // the prepared weights: geometry and dtypes only
   const Conv2dResidual* residual = nullptr;
@@ -284,13 +279,16 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
                          config.output_memory_config.value_or(input.memory_config())};
   pr.compute = input.dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
   // Block-float tiles are packed from rows of the input's precision.
-  pr.dst_dtype = out == DataType::FLOAT32 || (is_block_float(out) && input.dtype() == DataType::FLOAT32)
-                     ? DataType::FLOAT32
-                     : DataType::BFLOAT16;
+  pr.kernel = onednn::kernel_type(pr.compute);
+  pr.dst_precision = out == DataType::FLOAT32 || (is_block_float(out) && input.dtype() == DataType::FLOAT32)
+                         ? DataType::FLOAT32
+                         : DataType::BFLOAT16;
+  pr.dst_dtype = onednn::kernel_type(pr.dst_precision);
   pr.key = fmt::format("{}:{}->{}:w{}", g.descriptor, pr.input.to_string(), pr.output.to_string(),
                        short_dtype_name(config.weights_dtype));
   pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.compute),
                                short_dtype_name(pr.dst_dtype), short_dtype_name(config.weights_dtype));
+  if (pr.kernel != pr.compute) pr.weights_key += fmt::format(":{}kernel", short_dtype_name(pr.kernel));
   pr.winograd = allows_winograd(g, pr.compute, config, residual != nullptr);
   if (pr.winograd) {
     pr.key += ":wino";
@@ -461,9 +459,9 @@ dnnl::primitive_desc make_pd(ConvPlan& plan, const Geometry& g, const memory::de
 // The whole problem's primitive with oneDNN's choice of weight layout.
 dnnl::primitive_desc whole_problem(ConvPlan& plan, const Problem& pr) {
   const Geometry& g = pr.g;
-  memory::desc w_md = weights_user_desc(g, pr.compute);
-  w_md = memory::desc(w_md.dims(), dnnl_type(pr.compute), memory::format_tag::any);
-  return make_pd(plan, g, rows_desc(g.n, g.h, g.w, g.cin, pr.compute), w_md,
+  memory::desc w_md = weights_user_desc(g, pr.kernel);
+  w_md = memory::desc(w_md.dims(), dnnl_type(pr.kernel), memory::format_tag::any);
+  return make_pd(plan, g, rows_desc(g.n, g.h, g.w, g.cin, pr.kernel), w_md,
                  memory::desc({static_cast<memory::dim>(g.cout)}, memory::data_type::f32, memory::format_tag::x),
                  rows_desc(g.n, g.oh, g.ow, g.cout, pr.dst_dtype), g.pad_t, g.pad_b);
 }
@@ -485,13 +483,13 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   for (auto& sh : plan.shards) {
     if (sh->ocs == 0) sh->ocs = g.cout;
     const std::array<int64_t, 7> shape{sh->mb, sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom, sh->oc0, sh->ocs};
-    auto src_md = rows_desc(sh->mb, sh->in_rows, g.w, g.cin, pr.compute);
+    auto src_md = rows_desc(sh->mb, sh->in_rows, g.w, g.cin, pr.kernel);
     auto dst_md = rows_desc(sh->mb, sh->out_rows, g.ow, sh->ocs, pr.dst_dtype);
     memory::desc b_md({static_cast<memory::dim>(sh->ocs)}, memory::data_type::f32, memory::format_tag::x);
     memory::desc w_md = own_weights
                             ? memory::desc({static_cast<memory::dim>(sh->ocs), static_cast<memory::dim>(g.cin),
                                             static_cast<memory::dim>(g.kh), static_cast<memory::dim>(g.kw)},
-                                           dnnl_type(pr.compute), memory::format_tag::any)
+                                           dnnl_type(pr.kernel), memory::format_tag::any)
                             : plan.packing.at(0).desc;
     auto [it, fresh] = by_shape.try_emplace(shape, plan.prims.size());
     if (fresh) {
@@ -523,7 +521,7 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
     }
     const uint64_t out_bytes = uint64_t{sh->mb} * sh->out_rows * g.ow * sh->ocs * element_size(pr.dst_dtype);
     if (plan.stage_src)
-      sh->src_stage = make_aligned_bytes(uint64_t{sh->mb} * sh->in_rows * g.w * g.cin * element_size(pr.compute));
+      sh->src_stage = make_aligned_bytes(uint64_t{sh->mb} * sh->in_rows * g.w * g.cin * element_size(pr.kernel));
     if (plan.stage_dst || plan.split_channels) sh->dst_stage = make_aligned_bytes(out_bytes);
   }
 }
@@ -577,12 +575,14 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   if (pr.residual) {
     plan->residual = true;
     plan->res_activation = pr.residual->activation;
-    plan->stage_res = res == nullptr || dense_row_stride(*res) == 0;
+    plan->res_type = pr.residual->tensor.dtype();
+    plan->stage_res = res == nullptr || dense_row_stride(*res) == 0 || plan->res_type != pr.dst_dtype;
   }
   const Geometry& g = pr.g;
   plan->out_type = pr.dst_dtype;
   plan->tile_type = pr.output.dtype;
   plan->tile_dst = pr.output.layout == Layout::TILE;
+  plan->round_to_bf16 = plan->tile_dst && pr.dst_precision != pr.dst_dtype;
   plan->cout = g.cout;
   plan->batch = g.n;
   plan->in_h = g.h;
@@ -591,10 +591,11 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   plan->out_w = g.ow;
   plan->tile_src = pr.input.layout == Layout::TILE;
   plan->src_tile_type = pr.input.dtype;
-  plan->in_type = pr.compute;
+  plan->in_type = pr.kernel;
   plan->cin = g.cin;
-  plan->stage_src = plan->tile_src || dense_row_stride(src) == 0;
-  plan->stage_dst = plan->tile_dst || dense_row_stride(dst) == 0;
+  plan->dst_type = pr.output.dtype;
+  plan->stage_src = plan->tile_src || dense_row_stride(src) == 0 || pr.input.dtype != pr.kernel;
+  plan->stage_dst = plan->tile_dst || dense_row_stride(dst) == 0 || pr.output.dtype != pr.dst_dtype;
   // One shard per worker thread, each keeping its part in its own cache: a
   // batch splits by image; otherwise see splits_channels; otherwise rows.
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
@@ -630,7 +631,7 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
           plan->packing.push_back({0, g.cout, w, 0});
           plan->packed_bytes = w.get_size();
         }
-        const uint64_t image_bytes = uint64_t{g.h} * g.w * g.cin * element_size(pr.compute) +
+        const uint64_t image_bytes = uint64_t{g.h} * g.w * g.cin * element_size(pr.kernel) +
                                      uint64_t{g.oh} * g.ow * g.cout * element_size(pr.dst_dtype);
         if (split == Split::kImages) split_images(*plan, g, threads, image_bytes);
         else if (split == Split::kRows) made = !split_rows(*plan, g, threads).empty();
@@ -649,7 +650,7 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   TS_RETURN_IF_ERROR(built);
   Program prog;
   prog.kernel = conv_kernel;
-  prog.kernel_name = fmt::format("{}_{}__onednn_{}_x{}{}", short_dtype_name(pr.compute),
+  prog.kernel_name = fmt::format("{}_{}__onednn_{}_x{}{}", short_dtype_name(pr.kernel),
                                  g.transposed ? "conv_transpose2d" : "conv2d", plan->pds[0].impl_info_str(),
                                  plan->shards.size(), plan->split_channels ? "oc" : "");
   prog.num_tasks = static_cast<uint32_t>(plan->shards.size());
@@ -959,13 +960,13 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
       allocate_tensor_on_host({Shape{static_cast<uint32_t>(packed_bytes)}, DataType::UINT8, Layout::ROW_MAJOR});
   std::vector<uint16_t> wb;
   void* user = wv.data();
-  if (pr.compute == DataType::BFLOAT16) {
+  if (pr.kernel == DataType::BFLOAT16) {
     wb.resize(wv.size());
     float_to_bfloat16(wv.data(), wb.data(), wv.size());
     user = wb.data();
   }
   TS_RETURN_IF_ERROR(guard("packing the weights", [&] {
-    const memory::desc user_md = weights_user_desc(g, pr.compute);
+    const memory::desc user_md = weights_user_desc(g, pr.kernel);
     dnnl::stream stream(plan->engine);
     for (const ConvPlan::PackedSlice& ps : plan->packing) {
       // A slice of output channels is a contiguous run of (out, in, kh, kw)

@@ -51,7 +51,11 @@ struct MatmulPlan : MatmulGeometry {
   // place: padded row pages are read with their padding skipped, not copied.
   uint64_t lda = 0, ldb = 0, ldd = 0;
   bool transpose_b = false;
-  uint32_t bias_bytes = 4;  // bytes per bias value
+  // The operands' dtype and the one the kernel computes on
+  // (onednn::kernel_type): staging converts when they differ.
+  DataType in_type = DataType::FLOAT32, kernel_in = DataType::FLOAT32;
+  DataType bias_type = DataType::FLOAT32, kernel_bias = DataType::FLOAT32;
+  uint32_t bias_bytes = 4;  // bytes per bias value in the kernel
   // oneDNN 2.6 has no float32 -> bfloat16 matmul: it writes float32 into the
   // staging buffer, and scattering converts (also when an activation runs
   // after the primitive).
@@ -74,7 +78,7 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
   std::byte* bias = nullptr;
   if (g.has_bias) {
     bias = p.stage_bias ? blk.bias_stage.get() : g.bias.base;
-    if (p.stage_bias) onednn::gather_rows(g.bias, 0, g.bias.rows, bias);
+    if (p.stage_bias) onednn::gather_rows(g.bias, p.bias_type, 0, g.bias.rows, 0, g.bias.cols, bias, p.kernel_bias);
   }
   for (uint32_t i = 0; i < p.batches; ++i) {
     uint32_t ia = 0, ib = 0;
@@ -84,10 +88,10 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
     std::byte* a = p.stage_a ? blk.a_stage.get() : row_ptr(g.a, a0);
     std::byte* b = p.stage_b ? blk.b_stage.get() : row_ptr(g.b, b0);
     std::byte* d = p.stage_dst ? blk.dst_stage.get() : row_ptr(g.dst, d0) + uint64_t{blk.col0} * g.dst.unit_bytes;
-    if (p.stage_a) onednn::gather_rows(g.a, a0, a0 + blk.rows, a);
-    if (p.stage_b) onednn::gather_rows(g.b, b0, b0 + p.b_rows, b);
+    if (p.stage_a) onednn::gather_rows(g.a, p.in_type, a0, a0 + blk.rows, 0, g.a.cols, a, p.kernel_in);
+    if (p.stage_b) onednn::gather_rows(g.b, p.in_type, b0, b0 + p.b_rows, 0, g.b.cols, b, p.kernel_in);
     // The block's first column of b: a column offset, or that many stored rows down when transposed.
-    b += uint64_t{blk.col0} * (p.transpose_b ? p.ldb : 1) * g.b.unit_bytes;
+    b += uint64_t{blk.col0} * (p.transpose_b ? p.ldb : 1) * element_size(p.kernel_in);
     TS_RETURN_IF_ERROR(onednn::guard("matmul", "running", [&] {
       blk.a_mem.set_data_handle(a);
       blk.b_mem.set_data_handle(b);
@@ -153,22 +157,26 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
   TS_ASSIGN_OR_RETURN(TensorAccess aa, make_access(a));
   TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(b));
   TS_ASSIGN_OR_RETURN(TensorAccess da, make_access(out));
-  plan->stage_a = aa.uniform_row_stride() == 0;
-  plan->stage_b = ba.uniform_row_stride() == 0;
+  plan->in_type = a.dtype();
+  plan->kernel_in = onednn::kernel_type(a.dtype());
+  plan->stage_a = aa.uniform_row_stride() == 0 || plan->kernel_in != plan->in_type;
+  plan->stage_b = ba.uniform_row_stride() == 0 || plan->kernel_in != plan->in_type;
   plan->lda = plan->stage_a ? plan->k : aa.uniform_row_stride() / aa.unit_bytes;
   plan->ldb = plan->stage_b ? ba.cols : ba.uniform_row_stride() / ba.unit_bytes;
   plan->ldd = da.uniform_row_stride() / da.unit_bytes;
   // An activation oneDNN lacks runs on float32 too, before the one rounding.
   dnnl::post_ops probe;
   const bool post = !onednn::append_activation(probe, params.activation.value_or(UnaryWithParam{}));
-  plan->kernel_out = a.dtype() == DataType::FLOAT32 || post ? DataType::FLOAT32 : plan->out_type;
+  plan->kernel_out = plan->kernel_in == DataType::FLOAT32 || post ? DataType::FLOAT32 : plan->out_type;
   plan->stage_dst = da.uniform_row_stride() == 0 || plan->kernel_out != plan->out_type;
   if (bias) {
     TS_ASSIGN_OR_RETURN(TensorAccess bia, make_access(*bias));
-    plan->stage_bias = onednn::dense_row_stride(bia) == 0 || bia.rows != 1;
+    plan->bias_type = bias->dtype();
+    plan->kernel_bias = onednn::kernel_type(bias->dtype());
+    plan->stage_bias = onednn::dense_row_stride(bia) == 0 || bia.rows != 1 || plan->kernel_bias != plan->bias_type;
   }
   plan->transpose_b = params.transpose_b;
-  if (bias) plan->bias_bytes = element_size(bias->dtype());
+  if (bias) plan->bias_bytes = element_size(plan->kernel_bias);
   // Blocks of rows, one per worker; with fewer rows than workers (a
   // classifier's 1 x K input), blocks of columns of at least 64 instead, so
   // both cores read half the weights.
@@ -177,7 +185,7 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
   const uint32_t row_parts = split_cols ? 1 : std::max<uint32_t>(1, std::min(threads, plan->m));
   const uint32_t col_step = split_cols ? std::max<uint32_t>(64, (plan->n / threads + 15) / 16 * 16) : plan->n;
   auto d = [](uint64_t v) { return static_cast<memory::dim>(v); };
-  const DataType ct = a.dtype();
+  const DataType ct = plan->kernel_in;
   TS_RETURN_IF_ERROR(onednn::guard("matmul", "compiling", [&] {
     dnnl::post_ops po;
     if (!onednn::append_activation(po, params.activation.value_or(UnaryWithParam{})))
@@ -203,7 +211,7 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
         const memory::desc dst_md({d(rows), cols}, onednn::dnnl_type(plan->kernel_out),
                                   {plan->stage_dst ? cols : d(plan->ldd), 1});
         memory::desc bias_md;
-        if (bias) bias_md = memory::desc({1, cols}, onednn::dnnl_type(bias->dtype()), memory::format_tag::ab);
+        if (bias) bias_md = memory::desc({1, cols}, onednn::dnnl_type(plan->kernel_bias), memory::format_tag::ab);
         auto [it, fresh] = by_shape.try_emplace({rows, blk->cols}, plan->prims.size());
         if (fresh) {
           dnnl::matmul::desc md = bias ? dnnl::matmul::desc(a_md, b_md, bias_md, dst_md)
@@ -225,7 +233,7 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
         if (plan->stage_b) blk->b_stage = make_aligned_bytes(uint64_t{plan->k} * plan->n * es);
         if (plan->stage_dst)
           blk->dst_stage = make_aligned_bytes(uint64_t{rows} * blk->cols * element_size(plan->kernel_out));
-        if (plan->stage_bias) blk->bias_stage = make_aligned_bytes(uint64_t{plan->n} * element_size(bias->dtype()));
+        if (plan->stage_bias) blk->bias_stage = make_aligned_bytes(uint64_t{plan->n} * plan->bias_bytes);
         plan->blocks.push_back(std::move(blk));
       }
       r0 += rows;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cpu/rows.h"
 #include "tessera/numerics/block_float.h"
 #include "tessera/numerics/convert.h"
 #include "tessera/numerics/tilize.h"
@@ -32,24 +33,57 @@ bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {
   return false;
 }
 
-void gather_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, std::byte* out) {
-  for (uint64_t r = r0; r < r1; ++r)
-    for (uint32_t c = 0; c < a.cols;) {
-      uint32_t run = 0;
-      const std::byte* p = a.unit(static_cast<uint32_t>(r), c, &run);
-      std::memcpy(out + ((r - r0) * a.cols + c) * a.unit_bytes, p, uint64_t{run} * a.unit_bytes);
-      c += run;
+bool has_bf16_kernels() {
+  static const bool has = [] {
+    try {
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const dnnl::memory::desc md({16, 16}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(md, md, md), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
     }
+  }();
+  return has;
 }
 
-void scatter_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, const std::byte* in) {
-  for (uint64_t r = r0; r < r1; ++r)
-    for (uint32_t c = 0; c < a.cols;) {
-      uint32_t run = 0;
-      std::byte* p = a.unit(static_cast<uint32_t>(r), c, &run);
-      std::memcpy(p, in + ((r - r0) * a.cols + c) * a.unit_bytes, uint64_t{run} * a.unit_bytes);
-      c += run;
+DataType kernel_type(DataType t) { return t == DataType::BFLOAT16 && !has_bf16_kernels() ? DataType::FLOAT32 : t; }
+
+namespace {
+
+template <bool kToBuffer, class Buf>
+void move_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n, Buf* buf,
+               DataType buf_type) {
+  const bool convert = t != buf_type;
+  const uint64_t buf_row = uint64_t{n} * (convert ? sizeof(float) : a.unit_bytes);
+  for (uint64_t r = r0; r < r1; ++r) {
+    Buf* row = buf + (r - r0) * buf_row;
+    const auto rr = static_cast<uint32_t>(r);
+    if (convert) {
+      if constexpr (kToBuffer) cpu::read_row(a, t, rr, c0, n, reinterpret_cast<float*>(row));
+      else cpu::write_row(a, t, rr, c0, n, reinterpret_cast<const float*>(row));
+      continue;
     }
+    for (uint32_t c = c0, run = 0; c < c0 + n; c += run) {
+      std::byte* at = a.unit(rr, c, &run);
+      run = std::min(run, c0 + n - c);
+      Buf* b = row + uint64_t{c - c0} * a.unit_bytes;
+      if constexpr (kToBuffer) std::memcpy(b, at, uint64_t{run} * a.unit_bytes);
+      else std::memcpy(at, b, uint64_t{run} * a.unit_bytes);
+    }
+  }
+}
+
+}  // namespace
+
+void gather_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n,
+                 std::byte* buf, DataType buf_type) {
+  move_rows<true>(a, t, r0, r1, c0, n, buf, buf_type);
+}
+
+void scatter_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n,
+                  const std::byte* buf, DataType buf_type) {
+  move_rows<false>(a, t, r0, r1, c0, n, buf, buf_type);
 }
 
 namespace {

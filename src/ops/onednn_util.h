@@ -39,9 +39,27 @@ uint64_t dense_row_stride(const TensorAccess& a);
 // (hardsigmoid), and the caller applies it afterwards.
 bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a);
 
-// Rows [r0, r1) of `a` to / from a dense buffer.
-void gather_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, std::byte* out);
-void scatter_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, const std::byte* in);
+// Whether oneDNN runs bfloat16 kernels on this CPU. oneDNN 2.6 has them only
+// with AVX-512; on an AVX2-only CPU every bfloat16 primitive is unimplemented.
+bool has_bf16_kernels();
+
+// The dtype a oneDNN kernel computes on for operands of dtype `t`: `t`, or
+// float32 where there are no bfloat16 kernels. The operands are the same
+// bfloat16-rounded values either way and both kernels accumulate in float32,
+// so only the order of the sums differs.
+DataType kernel_type(DataType t);
+
+// Columns [c0, c0 + n) of rows [r0, r1) of `a` (values of dtype `t`) to /
+// from a dense buffer of n-value rows of dtype `buf_type`: copied when the
+// dtypes match, else converted, in which case `buf_type` is float32.
+void gather_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n,
+                 std::byte* buf, DataType buf_type);
+void scatter_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n,
+                  const std::byte* buf, DataType buf_type);
+// Whole rows of the same dtype.
+inline void gather_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, std::byte* out) {
+  gather_rows(a, DataType::FLOAT32, r0, r1, 0, a.cols, out, DataType::FLOAT32);
+}
 
 // Rows [r0, r1) of a dense row-major matrix (`cols` values of `src_type`,
 // float32 or bfloat16, per row; `src` holds row r0 first) written into the
