@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <thread>
 
 #include "tessera/base/cpu_features.h"
@@ -89,6 +91,15 @@ std::string DeviceDescriptor::to_string() const {
                      emulated ? " (emulated)" : "");
 }
 
+StatusOr<uint64_t> parse_l1_size(std::string_view text) {
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < 4096 || v > (uint64_t{1} << 32))
+    return invalid_argument_error("cpu descriptor: TESSERA_CPU_L1_SIZE must be a byte count in 4096..{}, found '{}'",
+                                  uint64_t{1} << 32, text);
+  return v;
+}
+
 StatusOr<DeviceDescriptor> native_cpu_descriptor() {
   static const StatusOr<DeviceDescriptor> cached = []() -> StatusOr<DeviceDescriptor> {
     hwloc_topology_t topo;
@@ -112,6 +123,9 @@ StatusOr<DeviceDescriptor> native_cpu_descriptor() {
     hwloc_topology_destroy(topo);
     d.grid = {static_cast<uint32_t>(cores), 1};
     d.l1_size_per_core = l1 ? l1 : (1u << 20);
+    if (const char* env = std::getenv("TESSERA_CPU_L1_SIZE")) {
+      TS_ASSIGN_OR_RETURN(d.l1_size_per_core, parse_l1_size(env));
+    }
     d.num_dram_banks = static_cast<uint32_t>(numa);
     // DRAM: half of physical memory, at most 8 GiB, reserved lazily.
     uint64_t phys = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));

@@ -1,5 +1,7 @@
 #include "tessera/device/descriptor.h"
 
+#include <cstdlib>
+
 #include "test_macros.h"
 
 namespace tessera {
@@ -15,6 +17,18 @@ TEST(Descriptor, NativeCpuIsReadFromTheMachine) {
   EXPECT_GT(d.dram_bank_size, 0u);
   EXPECT_FALSE(d.emulated);
   EXPECT_NE(d.to_string().find("cpu:"), std::string::npos);
+}
+
+TEST(Descriptor, L1SizeOverride) {
+  ASSERT_OK_AND_ASSIGN(uint64_t v, parse_l1_size("1048576"));
+  EXPECT_EQ(v, 1048576u);
+  for (const char* bad : {"", "1MiB", "-4096", "100", "99999999999", " 4096"})
+    EXPECT_ERROR(parse_l1_size(bad).status(), StatusCode::kInvalidArgument, "TESSERA_CPU_L1_SIZE must be a byte count");
+  // CTest runs every suite with the override (CMakeLists.txt).
+  if (const char* env = std::getenv("TESSERA_CPU_L1_SIZE")) {
+    ASSERT_OK_AND_ASSIGN(DeviceDescriptor d, native_cpu_descriptor());
+    EXPECT_EQ(d.l1_size_per_core, parse_l1_size(env).value());
+  }
 }
 
 TEST(Descriptor, WormholeMatchesTheOriginal) {

@@ -3,7 +3,9 @@
 // The native CPU descriptor is read from the machine: a 1 x N grid of the
 // machine's physical cores, L1 = each core's private L2 cache (the budget a
 // core's working set should fit), one DRAM bank per NUMA node sized from
-// physical memory. The built-in `wormhole_b0` descriptor reproduces the
+// physical memory. The environment variable TESSERA_CPU_L1_SIZE (bytes)
+// overrides that L1 size, so that a test suite sees the same device on every
+// machine (CTest sets 1 MiB; this machine's L2 may be 512 KiB). The built-in `wormhole_b0` descriptor reproduces the
 // original's n150 user grid (8x8 cores, 1,499,136 B of L1 each, 12 DRAM banks
 // of 1 GiB) so that seed-style configurations, including their L1 failures,
 // run unchanged; its memory is host memory reserved lazily.
@@ -11,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/base/status.h"
@@ -43,6 +46,8 @@ struct DeviceDescriptor {
 };
 
 StatusOr<DeviceDescriptor> native_cpu_descriptor();
+// TESSERA_CPU_L1_SIZE's value: a decimal byte count in 4096..2^32.
+StatusOr<uint64_t> parse_l1_size(std::string_view text);
 DeviceDescriptor wormhole_b0_descriptor();
 // "cpu" or "wormhole_b0".
 StatusOr<DeviceDescriptor> find_device_descriptor(std::string_view name);
