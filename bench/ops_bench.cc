@@ -157,8 +157,9 @@ int main(int argc, char** argv) {
   const double fma = bench::fma_f32_peak_gflops(threads), dot = bench::dot_bf16_peak_gflops(threads);
   std::printf("# Tessera op benchmarks (%s)\n\n", tessera::cpu_features().to_string().c_str());
   std::printf("Measured in this run on %d threads: copy bandwidth (read+write) %.1f GB/s, FP32 FMA peak %.0f GFLOP/s, "
-              "BF16 dot peak %.0f GFLOP/s.%s\n\n",
+              "BF16 dot peak %.0f GFLOP/s%s.%s\n\n",
               threads, bw.copy, fma, dot,
+              bench::has_bf16_dot() ? "" : " (no BF16 dot instruction: bfloat16 computes in float32, FP32 peak)",
               ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, NCHW float32.");
   std::printf("| set | layer | f32 ms | f32 %% of floor | bf16 ms | bf16 %% of floor |%s\n", ort.empty() ? "" : " ORT f32 ms | f32 vs ORT |");
   std::printf("|---|---|---|---|---|---|%s\n", ort.empty() ? "" : "---|---|");

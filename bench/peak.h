@@ -1,14 +1,24 @@
-// Measured compute peaks of this machine (bench/peak_avx512.cc): FP32 FMA and
-// BF16 dot-product GFLOP/s with `threads` threads, each thread running 12
-// independent AVX-512 accumulator chains. Needs the AVX-512 kernel set
-// (cpu_features().has_avx512_kernels()).
+// Measured compute peaks of this machine: FP32 FMA and BF16 dot-product
+// GFLOP/s with `threads` threads, each thread running 12 independent
+// accumulator chains of the widest vectors the CPU has (bench/peak_avx512.cc,
+// bench/peak_avx2.cc). Where the CPU has no BF16 dot-product instruction,
+// bfloat16 computes in float32 and its peak is the FP32 FMA peak
+// (has_bf16_dot() says which).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace tessera::bench {
 
 double fma_f32_peak_gflops(int threads, uint64_t iterations = 20'000'000, int reps = 7);
 double dot_bf16_peak_gflops(int threads, uint64_t iterations = 20'000'000, int reps = 7);
+bool has_bf16_dot();
+std::string_view peak_isa();  // "avx512", "avx2" or "scalar" (no vector loops: peaks read 0)
+
+// The loops, one file per ISA: 12 chains x lanes x 2 FLOPs per iteration.
+float fma_f32_loop_avx512(uint64_t iterations);  // 16 lanes
+float dot_bf16_loop_avx512(uint64_t iterations);  // 32 bf16 pairs
+float fma_f32_loop_avx2(uint64_t iterations);    // 8 lanes
 
 }  // namespace tessera::bench

@@ -5,6 +5,7 @@
 //   bench_peak
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -47,11 +48,10 @@ double bandwidth(ThreadPool& pool, size_t bytes, int kind) {  // 0 read, 1 write
 }  // namespace
 
 int main() {
-  if (!cpu_features().has_avx512_kernels()) {
-    std::printf("bench_peak: this CPU lacks the AVX-512 (F, BW, VL, DQ, BF16) set the peak loops use\n");
-    return 0;
-  }
-  std::printf("# Measured peaks (%s)\n\n", cpu_features().to_string().c_str());
+  std::printf("# Measured peaks (%s; peak loops: %s)\n\n", cpu_features().to_string().c_str(),
+              std::string(bench::peak_isa()).c_str());
+  if (!bench::has_bf16_dot())
+    std::printf("No BF16 dot-product instruction: bfloat16 computes in float32, and its peak is the FP32 one.\n\n");
   std::printf("| threads | FP32 FMA GFLOP/s | BF16 dot GFLOP/s | read GB/s | write GB/s | copy GB/s (read+write) |\n");
   std::printf("|---|---|---|---|---|---|\n");
   const int all = static_cast<int>(std::thread::hardware_concurrency());
