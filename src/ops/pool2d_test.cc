@@ -53,12 +53,13 @@ TEST(MaxPool2d, HandComputed) {
 
 TEST(MaxPool2d, NanPropagatesAndTiesKeepTheFirst) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  for (bool avx512 : {true, false}) {
-    set_avx512_kernels_enabled(avx512);
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+    set_kernel_isa_limit(isa);
+    const std::string_view isa_name = kernel_isa_name(kernel_isa());
     auto p = pool(1, 2, 2, 2, 2, 2);
     auto out = run_device(*dev, {1, -0.0f, NAN, 0.0f, 3, -0.0f, 2, 0.0f}, p, DataType::FLOAT32);
-    EXPECT_TRUE(std::isnan(out[0])) << avx512;
-    EXPECT_TRUE(std::signbit(out[1])) << avx512;  // -0 came first
+    EXPECT_TRUE(std::isnan(out[0])) << isa_name;
+    EXPECT_TRUE(std::signbit(out[1])) << isa_name;  // -0 came first
   }
   set_avx512_kernels_enabled(true);
 }
@@ -75,11 +76,12 @@ TEST(MaxPool2d, MatchesReferenceEverywhere) {
       pool(1, 12, 12, 16, 3, 1, 1, 2),  pool(1, 17, 15, 3, 3, 2, 1, 1, true), pool(1, 6, 6, 1100, 2, 2),
       pool(1, 1, 1, 8, 1, 1),
   };
-  for (bool avx512 : {true, false}) {
-    set_avx512_kernels_enabled(avx512);
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+    set_kernel_isa_limit(isa);
+    const std::string_view isa_name = kernel_isa_name(kernel_isa());
     for (const Pool2dParams& p : cases)
       for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
-        SCOPED_TRACE(fmt::format("{} {} avx512={}", p.descriptor(), data_type_name(dt), avx512));
+        SCOPED_TRACE(fmt::format("{} {} isa={}", p.descriptor(), data_type_name(dt), isa_name));
         Tensor h = testing::random_tensor(Shape{p.batch_size, p.input_height, p.input_width, p.channels}, dt,
                                           Layout::ROW_MAJOR, 3);
         ASSERT_OK_AND_ASSIGN(Tensor ref, reference::max_pool2d(h, p, dt));
@@ -137,11 +139,12 @@ TEST(AvgPool2d, MatchesReference) {
   Pool2dParams exclude = pool(1, 9, 9, 16, 3, 2, 1);
   exclude.count_include_pad = false;
   cases.push_back(exclude);
-  for (bool avx512 : {true, false}) {
-    set_avx512_kernels_enabled(avx512);
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+    set_kernel_isa_limit(isa);
+    const std::string_view isa_name = kernel_isa_name(kernel_isa());
     for (const Pool2dParams& p : cases)
       for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
-        SCOPED_TRACE(fmt::format("{} {} avx512={}", p.descriptor("avg_pool2d"), data_type_name(dt), avx512));
+        SCOPED_TRACE(fmt::format("{} {} isa={}", p.descriptor("avg_pool2d"), data_type_name(dt), isa_name));
         Tensor h = testing::random_tensor(Shape{p.batch_size, p.input_height, p.input_width, p.channels}, dt,
                                           Layout::ROW_MAJOR, 3);
         ASSERT_OK_AND_ASSIGN(Tensor ref, reference::avg_pool2d(h, p, dt));
@@ -172,11 +175,12 @@ TEST(AvgPool2d, HandComputedDivisors) {
 
 TEST(GlobalAvgPool2d, MatchesReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  for (bool avx512 : {true, false}) {
-    set_avx512_kernels_enabled(avx512);
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+    set_kernel_isa_limit(isa);
+    const std::string_view isa_name = kernel_isa_name(kernel_isa());
     for (const Shape& s : {Shape{1, 7, 7, 2048}, Shape{2, 3, 5, 37}, Shape{8, 1, 1, 16}, Shape{1, 14, 14, 1300}})
       for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
-        SCOPED_TRACE(fmt::format("{} {} avx512={}", s.to_string(), data_type_name(dt), avx512));
+        SCOPED_TRACE(fmt::format("{} {} isa={}", s.to_string(), data_type_name(dt), isa_name));
         Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 4);
         ASSERT_OK_AND_ASSIGN(Tensor ref, reference::global_avg_pool2d(h, dt));
         ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));

@@ -31,18 +31,26 @@ void sum_accumulate_bf16(float* acc, const void* x, size_t n) {
 }  // namespace
 
 SumAccumulateFn select_sum_accumulate(bool bf16, const char** name) {
-  if (avx512_kernels_enabled()) {
+  if (kernel_isa() == KernelIsa::kAvx512) {
     *name = bf16 ? "bf16_avg_pool2d__avx512" : "f32_avg_pool2d__avx512";
     return bf16 ? avx512::sum_accumulate_bf16 : avx512::sum_accumulate_f32;
+  }
+  if (kernel_isa() == KernelIsa::kAvx2) {
+    *name = bf16 ? "bf16_avg_pool2d__avx2" : "f32_avg_pool2d__avx2";
+    return bf16 ? avx2::sum_accumulate_bf16 : avx2::sum_accumulate_f32;
   }
   *name = bf16 ? "bf16_avg_pool2d__scalar" : "f32_avg_pool2d__scalar";
   return bf16 ? sum_accumulate_bf16 : sum_accumulate_f32;
 }
 
 MaxAccumulateFn select_max_accumulate(bool bf16, const char** name) {
-  if (avx512_kernels_enabled()) {
+  if (kernel_isa() == KernelIsa::kAvx512) {
     *name = bf16 ? "bf16_max_pool2d__avx512" : "f32_max_pool2d__avx512";
     return bf16 ? avx512::max_accumulate_bf16 : avx512::max_accumulate_f32;
+  }
+  if (kernel_isa() == KernelIsa::kAvx2) {
+    *name = bf16 ? "bf16_max_pool2d__avx2" : "f32_max_pool2d__avx2";
+    return bf16 ? avx2::max_accumulate_bf16 : avx2::max_accumulate_f32;
   }
   *name = bf16 ? "bf16_max_pool2d__scalar" : "f32_max_pool2d__scalar";
   return bf16 ? max_accumulate_bf16 : max_accumulate_f32;

@@ -15,6 +15,13 @@ using SumAccumulateFn = MaxAccumulateFn;
 MaxAccumulateFn select_max_accumulate(bool bf16, const char** name);
 SumAccumulateFn select_sum_accumulate(bool bf16, const char** name);
 
+namespace avx2 {
+void max_accumulate_f32(float* acc, const void* x, size_t n);
+void max_accumulate_bf16(float* acc, const void* x, size_t n);
+void sum_accumulate_f32(float* acc, const void* x, size_t n);
+void sum_accumulate_bf16(float* acc, const void* x, size_t n);
+}  // namespace avx2
+
 namespace avx512 {
 void max_accumulate_f32(float* acc, const void* x, size_t n);
 void max_accumulate_bf16(float* acc, const void* x, size_t n);
