@@ -890,20 +890,17 @@ StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2
   args.n = g.n, args.h = g.h, args.w = g.w, args.c = g.cin, args.oh = g.oh, args.ow = g.ow;
   args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
-  const KernelIsa isa = kernel_isa();
-  const std::string_view isa_name = isa == KernelIsa::kScalar ? "generic" : kernel_isa_name(isa);
+  const bool avx512 = avx512_kernels_enabled();
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
-    prog.kernel = isa == KernelIsa::kAvx512 ? cpu::avx512::depthwise_kernel
-                  : isa == KernelIsa::kAvx2 ? cpu::avx2::depthwise_kernel
-                                            : cpu::generic::depthwise_kernel;
-    prog.kernel_name = fmt::format("{}_depthwise2d__{}", short_dtype_name(input.dtype()), isa_name);
+    prog.kernel = avx512 ? cpu::avx512::depthwise_kernel : cpu::generic::depthwise_kernel;
+    prog.kernel_name = fmt::format("{}_depthwise2d__{}", short_dtype_name(input.dtype()), avx512 ? "avx512" : "generic");
     prog.num_tasks = g.n * g.oh;
     prog.grain = ops::default_grain(device, prog.num_tasks, pr.input.storage_bytes() + pr.output.storage_bytes(),
                                     ops::kMinChunkBytesReordering);
     return prog;
   };
-  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, fmt::format("{}:{}", pr.key, isa_name), compile,
+  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, fmt::format("{}:{}", pr.key, avx512 ? "avx512" : "generic"), compile,
                                  args));
   Conv2dResult r;
   r.output = std::move(output);

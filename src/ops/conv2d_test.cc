@@ -87,7 +87,7 @@ TEST(Conv2d, MatchesReferenceFloat32AndBfloat16) {
 }
 
 // Depthwise convolutions on float32 maps up to 14x14 run Tessera's own
-// kernel (portable, the portable loop built for AVX2, and AVX-512), the others oneDNN's:
+// kernel (portable and AVX-512), the others oneDNN's:
 // strides, dilation, asymmetric padding, odd and > 1024 channel counts,
 // batches, every activation class, both dtypes and block-float weights,
 // rows whose last block of eight pixels is partial, a 7x7 kernel (the
@@ -105,9 +105,8 @@ TEST(Conv2d, DepthwiseOwnKernel) {
       {2, 23, 21, 8, 8, 9, 9, 2, 1, 8, {4, 4, 4, 4}, UnaryOpType::SILU},
       {1, 27, 25, 48, 48, 3, 3, 2, 2, 48, {2, 1, 2, 1}, UnaryOpType::GELU},
   };
-  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
-    set_kernel_isa_limit(isa);
-    SCOPED_TRACE(kernel_isa_name(kernel_isa()));
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
     for (const Case& c : cases)
       for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16})
         check_case(*dev, c, in, in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG);

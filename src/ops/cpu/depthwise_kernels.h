@@ -4,7 +4,7 @@
 // (bench/RESULTS.md). Both kernels compute per output pixel bias plus kh*kw
 // taps of channel vectors, accumulated in float32 in (ky, kx) order, then
 // the fused activation. The portable one (depthwise_impl.h) is a direct
-// loop per pixel, also compiled for AVX2 (depthwise_avx2.cc); the AVX-512 one (depthwise_avx512.cc) stages zero-padded
+// loop per pixel; the AVX-512 one (depthwise_avx512.cc) stages zero-padded
 // channel-blocked input rows and keeps eight pixels' accumulators in
 // registers. On 28x28 and larger maps oneDNN's is still faster, so conv2d
 // uses these up to 14x14 outputs, float32; the program picks one at compile
@@ -30,9 +30,6 @@ struct DepthwiseArgs {
 
 // One task = one output row (image, oy).
 namespace generic {
-Status depthwise_kernel(const void* args, uint32_t begin, uint32_t end);
-}
-namespace avx2 {
 Status depthwise_kernel(const void* args, uint32_t begin, uint32_t end);
 }
 namespace avx512 {
