@@ -87,7 +87,8 @@ TEST(Conv2d, MatchesReferenceFloat32AndBfloat16) {
 }
 
 // Depthwise convolutions on float32 maps up to 14x14 run Tessera's own
-// kernel (portable and AVX-512), the others oneDNN's:
+// AVX-512 kernel (its portable loop past 7x7), the others, and every one
+// without the AVX-512 set, oneDNN's:
 // strides, dilation, asymmetric padding, odd and > 1024 channel counts,
 // batches, every activation class, both dtypes and block-float weights,
 // rows whose last block of eight pixels is partial, a 7x7 kernel (the

@@ -1,6 +1,6 @@
-// The depthwise kernel's body (internal), included by depthwise.cc and
-// depthwise_avx512.cc inside their ISA namespaces, after <algorithm>,
-// depthwise_kernels.h and tessera/numerics/convert.h.
+// The portable depthwise loop (internal), included by depthwise_avx512.cc
+// inside a namespace of its own, after <algorithm>, depthwise_kernels.h and
+// tessera/numerics/convert.h.
 
 Status depthwise_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DepthwiseArgs*>(raw);

@@ -1,14 +1,14 @@
 // Depthwise convolution (groups = in = out channels) over NHWC rows
 // (internal), for small output maps: oneDNN's depthwise kernel costs 60-120
 // us per call on MobileNet's 7x7 and 14x14 maps whatever their size
-// (bench/RESULTS.md). Both kernels compute per output pixel bias plus kh*kw
-// taps of channel vectors, accumulated in float32 in (ky, kx) order, then
-// the fused activation. The portable one (depthwise_impl.h) is a direct
-// loop per pixel; the AVX-512 one (depthwise_avx512.cc) stages zero-padded
-// channel-blocked input rows and keeps eight pixels' accumulators in
-// registers. On 28x28 and larger maps oneDNN's is still faster, so conv2d
-// uses these up to 14x14 outputs, float32; the program picks one at compile
-// time.
+// (bench/RESULTS.md). The AVX-512 kernel (depthwise_avx512.cc) computes per
+// output pixel bias plus kh*kw taps of channel vectors, accumulated in
+// float32 in (ky, kx) order, then the fused activation: it stages
+// zero-padded channel-blocked input rows and keeps eight pixels'
+// accumulators in registers; kernels past 7x7 take its portable loop
+// (depthwise_impl.h), a direct loop per pixel. On 28x28 and larger maps,
+// and on CPUs without AVX-512, oneDNN's is faster, so conv2d uses it up to
+// 14x14 outputs, float32, with the AVX-512 set.
 #pragma once
 
 #include "float_math.h"
@@ -29,9 +29,6 @@ struct DepthwiseArgs {
 };
 
 // One task = one output row (image, oy).
-namespace generic {
-Status depthwise_kernel(const void* args, uint32_t begin, uint32_t end);
-}
 namespace avx512 {
 Status depthwise_kernel(const void* args, uint32_t begin, uint32_t end);
 }
