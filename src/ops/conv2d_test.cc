@@ -76,6 +76,10 @@ const Case kCases[] = {
     {1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID},    // activation applied after
     {1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SIGMOID},
     {1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::MISH},
+    // Kernels shorter than their stride, split by rows: each shard also reads its unused rows.
+    {1, 16, 16, 32, 48, 1, 1, 2, 1, 1, {0, 0, 0, 0}},
+    {1, 17, 15, 24, 32, 1, 1, 2, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},
+    {2, 26, 25, 8, 16, 2, 2, 3, 1, 1, {0, 0, 0, 0}},
 };
 
 TEST(Conv2d, MatchesReferenceFloat32AndBfloat16) {
@@ -269,6 +273,8 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
        DataType::FLOAT32},
       {{1, 6, 6, 8, 8, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::BFLOAT16},
       {{1, 7, 7, 64, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
+      // A strided 1x1 downsample with the block's residual, split by rows (ResNet's stage entries).
+      {{1, 18, 17, 32, 64, 1, 1, 2, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
   };
   for (const R& rc : cases) {
     const Conv2dParams p = to_params(rc.c);
