@@ -90,7 +90,7 @@ struct ConvPlan {
   // converted through per-shard buffers.
   bool stage_src = false, stage_dst = false;
   bool tile_src = false;                      // the input is tiles: the shard untilizes the rows it reads
-  DataType src_tile_type = DataType::FLOAT32, in_type = DataType::FLOAT32;  // the input's dtype, the kernel's
+  DataType src_type = DataType::FLOAT32, in_type = DataType::FLOAT32;  // the input's dtype, the kernel's
   uint32_t cin = 0;
   bool tile_dst = false;                      // the output is tiles: the shard tilizes its rows
   DataType tile_type = DataType::FLOAT32;     // the output tiles' dtype
@@ -132,9 +132,9 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     std::byte* src = plan.stage_src ? sh.src_stage.get() : a.src.base + s0 * src_row;
     std::byte* dst = plan.stage_dst || plan.split_channels ? sh.dst_stage.get() : a.dst.base + d0 * dst_row;
     if (plan.tile_src) {
-      onednn::tiles_to_rows(a.src, plan.src_tile_type, s0, s1, plan.cin, src, plan.in_type);
+      onednn::tiles_to_rows(a.src, plan.src_type, s0, s1, plan.cin, src, plan.in_type);
     } else if (plan.stage_src) {
-      gather_rows(a.src, plan.src_tile_type, s0, s1, 0, plan.cin, src, plan.in_type);
+      gather_rows(a.src, plan.src_type, s0, s1, 0, plan.cin, src, plan.in_type);
     }
     if (plan.residual) {
       if (plan.split_channels || plan.stage_res) {
@@ -598,7 +598,7 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   plan->out_h = g.oh;
   plan->out_w = g.ow;
   plan->tile_src = pr.input.layout == Layout::TILE;
-  plan->src_tile_type = pr.input.dtype;
+  plan->src_type = pr.input.dtype;
   plan->in_type = pr.kernel;
   plan->cin = g.cin;
   plan->dst_type = pr.output.dtype;

@@ -56,10 +56,6 @@ void gather_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, ui
                  std::byte* buf, DataType buf_type);
 void scatter_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n,
                   const std::byte* buf, DataType buf_type);
-// Whole rows of the same dtype.
-inline void gather_rows(const TensorAccess& a, uint64_t r0, uint64_t r1, std::byte* out) {
-  gather_rows(a, DataType::FLOAT32, r0, r1, 0, a.cols, out, DataType::FLOAT32);
-}
 
 // Rows [r0, r1) of a dense row-major matrix (`cols` values of `src_type`,
 // float32 or bfloat16, per row; `src` holds row r0 first) written into the
