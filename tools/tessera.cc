@@ -22,6 +22,7 @@
 
 #include "conformance.h"
 #include "model_runner.h"
+#include "tessera/base/cpu_features.h"
 #include "tessera/cnn/testing.h"
 #include "tessera/cnn/weights.h"
 #include "tessera/device/profiler.h"
@@ -67,7 +68,13 @@ StatusOr<std::shared_ptr<Device>> open(const Common& c) {
                       .worker_threads = c.workers});
 }
 
-void print_report(const LoadedModel& m, bool verbose) {
+void print_report(const LoadedModel& m, const Common& c) {
+  const bool verbose = c.verbose;
+  if (c.dtype != "float32" && !cpu_features().avx512_bf16)
+    std::fprintf(stderr,
+                 "note: this CPU has no bfloat16 dot-product instructions (AVX512_BF16): --dtype %s computes on "
+                 "bfloat16-rounded values without faster arithmetic, usually slower than float32\n",
+                 c.dtype.c_str());
   const auto& r = m.model->report();
   std::printf("compiled in %.0f ms (import %.0f ms): %d device ops, %zu host fallback(s), %d layout conversion(s), "
               "%.2f GFLOP per run\n",
@@ -109,7 +116,7 @@ Status cmd_run(const Common& c, const std::string& input, bool random, const std
     }
   }
   TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
-  print_report(m, c.verbose);
+  print_report(m, c);
   if (!input.empty()) {
     if (x.shape().volume() != m.input_shape.volume())
       return invalid_argument_error("--input {}: shape {}, the model takes {}", input, x.shape().to_string(),
@@ -211,7 +218,7 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
     first = x;
   }
   TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
-  print_report(m, c.verbose);
+  print_report(m, c);
   TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
   std::optional<MemoryConfig> dram_out;
   if (pc.all_transfers_on_separate_command_queue) dram_out = DRAM_MEMORY_CONFIG;
