@@ -37,7 +37,7 @@ struct GatherArgs {
   uint32_t dims[kMaxRank] = {};  // output dims
   uint32_t in_width[N] = {};     // each input's row width (for flat -> row, col)
   bool has_fill = false;
-  std::byte fill[8] = {};        // the fill value in the output dtype
+  alignas(8) std::byte fill[8] = {};  // the fill value in the output dtype (aligned: converted as one)
 };
 
 void fill_units(const TensorAccess& out, uint32_t r, uint32_t c0, uint32_t c1, const std::byte* value) {
