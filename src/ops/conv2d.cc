@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "cpu/depthwise_kernels.h"
+#include "cpu/direct_conv_kernels.h"
 #include "onednn_util.h"
 #include "op_common.h"
 #include "tessera/base/aligned.h"
@@ -238,6 +239,7 @@ struct Problem {
   std::string weights_key;  // the prepared weights: geometry and dtypes only
   const Conv2dResidual* residual = nullptr;
   bool winograd = false;    // may use oneDNN's Winograd kernel (see allows_winograd)
+  bool direct = false;      // runs Tessera's AVX2 direct kernel (see is_direct_avx2)
 };
 
 // Winograd (F(4x4, 3x3) / F(2x2, 3x3)) does a 3x3 stride-1 float32 conv in
@@ -250,6 +252,36 @@ bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& co
   return config.compute_config.math_fidelity != MathFidelity::HiFi4 && compute == DataType::FLOAT32 &&
          !g.transposed && g.groups == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
          g.dw == 1 && !residual;
+}
+
+// Convolutions Tessera's AVX2 direct kernel runs (cpu/direct_conv_kernels.h)
+// on CPUs with AVX2 but not AVX-512: float32 in and out, kernels from 2x2 to
+// 7x7 over at least 16 input channels, no groups (and no fused residual, see
+// is_direct_avx2). 1x1 convs stay on oneDNN's jit_1x1 (130-170 GFLOP/s
+// there), and everything on AVX-512 CPUs on oneDNN. The choice depends on
+// nothing a memory config changes, as the prepared weights serve every
+// config: conv2d hands the kernel rows (with_io), and the kernel reads and
+// writes dense copies where the rows are spread over banks.
+//
+// Where it beats oneDNN's jit:avx2 (bench_conv, alternating builds twice):
+// on maps of at least 60x80 (the Vanilla UNet's 3x3 layers: 121-130 against
+// 74-81 GFLOP/s over the set), and on maps of at least 28x28 with at most
+// 128 input channels (ResNet-50's 28x28 3x3: 123-173 against 92-114). With
+// more channels on smaller maps each 16-channel block's weights (147 KB at
+// 256 channels) no longer stay in the worker's L2 beside the input rows,
+// and oneDNN wins (14x14x256: 64-70 against 103-106; 7x7x512: 30-43
+// against 74-92).
+bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t kw, uint32_t cin, uint32_t oh,
+                       uint32_t ow, DataType in, DataType out) {
+  const uint64_t pixels = uint64_t{oh} * ow;
+  return kernel_isa() == KernelIsa::kAvx2 && !transposed && groups == 1 && kh * kw > 1 && kh <= 7 && kw <= 7 &&
+         cin >= 16 && in == DataType::FLOAT32 && out == DataType::FLOAT32 &&
+         (pixels >= 60 * 80 || (cin <= 128 && pixels >= 28 * 28));
+}
+bool is_direct_avx2(const Problem& pr) {
+  const Geometry& g = pr.g;
+  return pr.residual == nullptr && pr.output.layout == Layout::ROW_MAJOR &&
+         direct_avx2_shape(g.transposed, g.groups, g.kh, g.kw, g.cin, g.oh, g.ow, pr.compute, pr.output.dtype);
 }
 
 template <class Params>
@@ -298,6 +330,11 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
     pr.residual = residual;
     pr.key += fmt::format(":+{}:{}", residual->tensor.spec().to_string(), unary_op_name(residual->activation.op));
     pr.weights_key += ":+residual";  // oneDNN may pick another kernel, and packing, with the sum post-op
+  }
+  pr.direct = is_direct_avx2(pr);
+  if (pr.direct) {
+    pr.key += ":direct";
+    pr.weights_key += ":direct";
   }
   return pr;
 }
@@ -936,6 +973,105 @@ StatusOr<Conv2dResult> depthwise_with_weights(const Tensor& input, const Tensor&
   return launch_depthwise(input, w, pr, cq_id);
 }
 
+// Output rows per band of the direct kernel: as many as keep the padded
+// input rows a band reads within kDirectBandBytes (the worker's L2 holds
+// them beside one 16-channel block of weights).
+constexpr uint64_t kDirectBandBytes = 512 * 1024;
+
+MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense);
+
+StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
+                                     uint8_t cq_id) {
+  const Geometry& g = pr.g;
+  Device& device = *input.device();
+  // Rows spread over banks (L1, or DRAM on wormhole_b0) go through one dense
+  // DRAM shard each way.
+  const MemoryConfig dense_in = staging(g.n * g.h * g.w, g.cin, DataType::FLOAT32, true),
+                     dense_out = staging(g.n * g.oh * g.ow, g.cout, DataType::FLOAT32, true);
+  Tensor x = input;
+  cpu::DirectConvArgs args{};
+  TS_ASSIGN_OR_RETURN(args.src, make_access(x));
+  if (x.layout() != Layout::ROW_MAJOR || args.src.uniform_row_stride() == 0) {
+    if (x.layout() == Layout::TILE) {
+      TS_ASSIGN_OR_RETURN(x, untilize(x, {.memory_config = dense_in, .dtype = DataType::FLOAT32, .cq_id = cq_id}));
+    } else {
+      TS_ASSIGN_OR_RETURN(x, to_memory_config(x, dense_in, cq_id));
+    }
+    TS_ASSIGN_OR_RETURN(args.src, make_access(x));
+  }
+  TensorSpec out_spec = pr.output;
+  TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(out_spec, device));
+  TS_ASSIGN_OR_RETURN(args.dst, make_access(output));
+  const bool copy_out = args.dst.uniform_row_stride() == 0;
+  if (copy_out) {
+    out_spec.memory_config = dense_out;
+    TS_ASSIGN_OR_RETURN(output, allocate_tensor_on_device(out_spec, device));
+    TS_ASSIGN_OR_RETURN(args.dst, make_access(output));
+  }
+  if (args.src.uniform_row_stride() == 0 || args.dst.uniform_row_stride() == 0)
+    return internal_error("conv2d: the direct kernel's staging rows have no uniform stride ({} -> {})",
+                          x.spec().to_string(), output.spec().to_string());
+  TS_ASSIGN_OR_RETURN(TensorAccess wa, make_access(w.weight));
+  TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(w.bias));
+  args.weights = reinterpret_cast<const float*>(wa.page(0));
+  args.bias = reinterpret_cast<const float*>(ba.page(0));
+  args.math = cpu::select_float_math();
+  args.activation = g.activation;
+  args.n = g.n, args.h = g.h, args.w = g.w, args.cin = g.cin, args.cout = g.cout, args.oh = g.oh, args.ow = g.ow;
+  args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
+  args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
+  // Bands of rows sized for the cache, then enough groups of output-channel
+  // blocks that every worker has a task.
+  const uint64_t row_bytes = (uint64_t{g.ow - 1} * g.sw + uint64_t{g.kw - 1} * g.dw + 1) * g.cin * sizeof(float);
+  const uint64_t span = uint64_t{g.kh - 1} * g.dh + 1, fit = kDirectBandBytes / row_bytes;
+  args.band_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > span ? (fit - span) / g.sh + 1 : 1, 1, g.oh));
+  args.bands = (g.oh + args.band_rows - 1) / args.band_rows;
+  const uint32_t blocks = (g.cout + 15) / 16, threads = static_cast<uint32_t>(device.workers().num_threads());
+  const uint32_t per_image = g.n * args.bands >= threads ? 1 : (threads + g.n * args.bands - 1) / (g.n * args.bands);
+  args.group_blocks = (blocks + std::min(blocks, per_image) - 1) / std::min(blocks, per_image);
+  args.groups = (blocks + args.group_blocks - 1) / args.group_blocks;
+  auto compile = [&]() -> StatusOr<Program> {
+    Program prog;
+    prog.kernel = cpu::avx2::direct_conv_kernel;
+    prog.kernel_name = "f32_conv2d__direct_avx2";
+    prog.num_tasks = g.n * args.bands * args.groups;
+    prog.grain = 1;
+    return prog;
+  };
+  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, pr.key, compile, args));
+  if (copy_out) {
+    TS_ASSIGN_OR_RETURN(output, to_memory_config(output, pr.output.memory_config, cq_id));
+  }
+  Conv2dResult r;
+  r.output = std::move(output);
+  r.output_height = g.oh;
+  r.output_width = g.ow;
+  r.weights = w;
+  return r;
+}
+
+// The direct kernel's weights: [div_up(cout, 16)][kh][kw][cin][16], and the
+// bias padded to whole blocks, float32 (zeros past cout).
+StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                                           const Conv2dParams& p, const Problem& pr, DataType weights_dtype,
+                                           uint8_t cq_id) {
+  const Geometry& g = pr.g;
+  TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(weight, p, weights_dtype, input.dtype()));
+  TS_ASSIGN_OR_RETURN(std::vector<float> b, bias_values(bias, g));
+  TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());  // (cout, cin, kh, kw)
+  const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw;
+  std::vector<float> m(uint64_t{blocks} * taps * g.cin * 16, 0.0f);
+  for (uint32_t o = 0; o < g.cout; ++o)
+    for (uint32_t c = 0; c < g.cin; ++c)
+      for (uint32_t t = 0; t < taps; ++t)
+        m[((uint64_t{o / 16} * taps + t) * g.cin + c) * 16 + o % 16] = v[(uint64_t{o} * g.cin + c) * taps + t];
+  b.resize(uint64_t{blocks} * 16, 0.0f);
+  TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{static_cast<uint32_t>(m.size())}, DataType::FLOAT32));
+  TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{static_cast<uint32_t>(b.size())}, DataType::FLOAT32));
+  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));
+  return launch_direct(input, w, pr, cq_id);
+}
+
 template <class Params>
 StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                          const Params& p, const Conv2dConfig& config, uint8_t cq_id,
@@ -945,6 +1081,7 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
     if (is_patch_transpose(p)) return patches_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
   } else {
     if (is_depthwise(pr)) return depthwise_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
+    if (pr.direct) return direct_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
   }
   const Geometry& g = pr.g;
   Device& device = *input.device();
@@ -1012,6 +1149,7 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
     if (is_patch_transpose(p)) return launch_patches(input, w, p, pr, cq_id);
   } else {
     if (is_depthwise(pr)) return launch_depthwise(input, w, pr, cq_id);
+    if (pr.direct) return launch_direct(input, w, pr, cq_id);
   }
   Device& device = *input.device();
   // Same problem in other memory configs: its own program (compiled now
@@ -1150,13 +1288,18 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
   TS_ASSIGN_OR_RETURN(const std::optional<MemoryConfig> planned, plan_output(input, g, config, out_dt, op));
   const bool dense = op == "conv2d";
   const bool depthwise_shape = g.groups > 1 && g.groups == g.in_channels && g.out_channels == g.in_channels;
-  TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, dense, dense && !depthwise_shape, cq_id));
+  const DataType kernel_out = !is_block_float(out_dt) ? out_dt : in_dt == DataType::FLOAT32 ? DataType::FLOAT32
+                                                                                             : DataType::BFLOAT16;
+  // Kernels of Tessera's own read and write rows (the oneDNN one reads
+  // tiles and shards itself and tilizes its own output).
+  const bool own_kernel =
+      depthwise_shape || direct_avx2_shape(op != "conv2d", g.groups, g.kernel_h, g.kernel_w, g.in_channels,
+                                           g.output_height, g.output_width, in_dt, kernel_out);
+  TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, dense, dense && !own_kernel, cq_id));
   const MemoryConfig mc = config.output_memory_config.value_or(planned.value_or(
       input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config()));
   Conv2dConfig kernel = config;
-  kernel.dtype = !is_block_float(out_dt)           ? out_dt
-                 : in_dt == DataType::FLOAT32 ? DataType::FLOAT32
-                                              : DataType::BFLOAT16;
+  kernel.dtype = kernel_out;
   kernel.output_layout = Layout::ROW_MAJOR;
   // The oneDNN kernel tilizes its own rows into the final tiles (depthwise
   // shapes may take another kernel, and channel shards cannot: they tilize
@@ -1166,7 +1309,7 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
   // Channel shards each own a slice of every row, so none can tilize rows.
   const bool channel_shards =
       dense && splits_channels(g, false, static_cast<uint32_t>(input.device()->workers().num_threads()));
-  const bool fused_tiles = dense && config.output_layout == Layout::TILE && !depthwise_shape && !channel_shards;
+  const bool fused_tiles = dense && config.output_layout == Layout::TILE && !own_kernel && !channel_shards;
   const bool convert = !fused_tiles && (config.output_layout == Layout::TILE || mc.is_sharded());
   if (fused_tiles) {
     kernel.output_layout = Layout::TILE;

@@ -427,6 +427,60 @@ TEST(Conv2d, OutputChannelSplitMatchesReference) {
 // weights are too many for every worker to keep (64 Ki of them): a 14x14
 // 96->576 1x1 conv (55 Ki weights) splits rows, a 256->1024 one (256 Ki)
 // channels; both match the reference.
+// On CPUs with AVX2 but not AVX-512 (here: the kernel set capped at AVX2),
+// float32 kxk convs (2x2..7x7, >= 16 input channels) on large enough maps
+// run Tessera's direct kernel: 1 to 6-pixel blocks, output channels not a
+// multiple of 16, odd input channels, strides, dilation, asymmetric padding,
+// batches, several row bands (the 200-row map) and channel groups, every
+// activation class, bf16-rounded weights; inputs and outputs in L1 (spread
+// over banks: copied through dense rows) and a bfloat8_b tile output. Same
+// tolerance as every float32 conv (expect_conv_close). Small maps with many
+// channels stay on oneDNN.
+TEST(Conv2d, DirectAvx2Kernel) {
+  if (!cpu_features().avx2 || !cpu_features().fma) GTEST_SKIP() << "no AVX2";
+  set_kernel_isa_limit(KernelIsa::kAvx2);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Case cases[] = {
+      {1, 30, 29, 32, 40, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
+      {2, 61, 57, 16, 16, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+      {1, 33, 31, 17, 24, 5, 5, 1, 2, 1, {4, 3, 4, 3}, UnaryOpType::HARDSIGMOID},
+      {1, 29, 28, 16, 48, 7, 7, 1, 1, 1, {3, 3, 3, 3}},
+      {1, 60, 61, 24, 8, 2, 2, 2, 1, 1, {0, 0, 0, 0}, UnaryOpType::GELU},
+      {1, 200, 40, 64, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU6},
+      {1, 60, 80, 144, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  // many channels on a large map
+  };
+  for (const Case& c : cases) {
+    ASSERT_OK(enable_profiler(*dev));
+    check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+    ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+    ASSERT_FALSE(prof.ops.empty());
+    EXPECT_EQ(prof.ops.back().kernel_name, "f32_conv2d__direct_avx2");
+  }
+  check_case(*dev, cases[0], DataType::FLOAT32, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
+  check_case(*dev, cases[1], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);
+  // Small maps with many channels: oneDNN's kernel.
+  ASSERT_OK(enable_profiler(*dev));
+  check_case(*dev, {1, 14, 14, 256, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, DataType::FLOAT32, DataType::FLOAT32,
+             DRAM_MEMORY_CONFIG);
+  ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+  ASSERT_FALSE(prof.ops.empty());
+  EXPECT_NE(prof.ops.back().kernel_name, "f32_conv2d__direct_avx2");
+  // A bfloat8_b tile output: the kernel's rows, then tilize.
+  const Conv2dParams p = to_params(cases[0]);
+  Tensor x = testing::random_tensor(Shape{1, 30, 29, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 5);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(40 * 32 * 9, 6, 0.2f), Shape{40, 32, 3, 3},
+                                                     DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult rows, conv2d(dx, w, std::nullopt, p, {.weights_dtype = DataType::FLOAT32}));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult tiles,
+                       conv2d(dx, w, std::nullopt, p,
+                              {.weights_dtype = DataType::FLOAT32, .dtype = DataType::BFLOAT8_B,
+                               .output_layout = Layout::TILE}));
+  ASSERT_OK_AND_ASSIGN(Tensor want, tilize(rows.output, {.dtype = DataType::BFLOAT8_B}));
+  EXPECT_EQ(testing::host_bytes(tiles.output.cpu().value()), testing::host_bytes(want.cpu().value()));
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
 TEST(Conv2d, ChannelSplitOnlyForManyWeights) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const Case few{1, 14, 14, 96, 576, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU6};
