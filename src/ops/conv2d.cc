@@ -948,12 +948,7 @@ StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2
     return prog;
   };
   TS_RETURN_IF_ERROR(ops::launch(device, cq_id, pr.key + ":avx512", compile, args));
-  Conv2dResult r;
-  r.output = std::move(output);
-  r.output_height = g.oh;
-  r.output_width = g.ow;
-  r.weights = w;
-  return r;
+  return Conv2dResult{std::move(output), g.oh, g.ow, w};
 }
 
 StatusOr<Conv2dResult> depthwise_with_weights(const Tensor& input, const Tensor& weight,
@@ -1042,12 +1037,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   if (copy_out) {
     TS_ASSIGN_OR_RETURN(output, to_memory_config(output, pr.output.memory_config, cq_id));
   }
-  Conv2dResult r;
-  r.output = std::move(output);
-  r.output_height = g.oh;
-  r.output_width = g.ow;
-  r.weights = w;
-  return r;
+  return Conv2dResult{std::move(output), g.oh, g.ow, w};
 }
 
 // The direct kernel's weights: [div_up(cout, 16)][kh][kw][cin][16], and the
