@@ -20,6 +20,9 @@ TEST(Profiler, RecordsEagerAndReplayedLaunchesOnBothQueues) {
   EXPECT_ERROR(read_profile(*dev), StatusCode::kFailedPrecondition, "profiler of device 0 is not enabled");
   ASSERT_OK(enable_profiler(*dev));
   for (int i = 0; i < 5; ++i) ASSERT_OK(relu(x).status());
+  // Queue 1's output may reuse a buffer queue 0's discarded outputs are still
+  // being written to: wait for queue 0 first, as users must (TSan caught it).
+  ASSERT_OK(synchronize_device(*dev));
   ASSERT_OK(relu(x, {.cq_id = 1}).status());
   ASSERT_OK_AND_ASSIGN(TraceId tid, begin_trace_capture(*dev, 0));
   for (int i = 0; i < 3; ++i) ASSERT_OK(relu(x).status());
