@@ -24,6 +24,7 @@ TEST(Profiler, RecordsEagerAndReplayedLaunchesOnBothQueues) {
   // being written to: wait for queue 0 first, as users must (TSan caught it).
   ASSERT_OK(synchronize_device(*dev));
   ASSERT_OK(relu(x, {.cq_id = 1}).status());
+  ASSERT_OK(synchronize_device(*dev));  // and the replay below reuses queue 1's
   ASSERT_OK_AND_ASSIGN(TraceId tid, begin_trace_capture(*dev, 0));
   for (int i = 0; i < 3; ++i) ASSERT_OK(relu(x).status());
   ASSERT_OK(end_trace_capture(*dev, tid, 0));
