@@ -263,25 +263,21 @@ bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& co
 // config: conv2d hands the kernel rows (with_io), and the kernel reads and
 // writes dense copies where the rows are spread over banks.
 //
-// Where it beats oneDNN's jit:avx2 (bench_conv, alternating builds twice):
-// on maps of at least 60x80 (the Vanilla UNet's 3x3 layers: 121-130 against
-// 74-81 GFLOP/s over the set), and on maps of at least 28x28 with at most
-// 128 input channels (ResNet-50's 28x28 3x3: 123-173 against 92-114). With
-// more channels on smaller maps each 16-channel block's weights (147 KB at
-// 256 channels) no longer stay in the worker's L2 beside the input rows,
-// and oneDNN wins (14x14x256: 64-70 against 103-106; 7x7x512: 30-43
-// against 74-92).
-bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t kw, uint32_t cin, uint32_t oh,
-                       uint32_t ow, DataType in, DataType out) {
-  const uint64_t pixels = uint64_t{oh} * ow;
+// Against oneDNN's jit:avx2, same process, alternating calls (30 medians
+// of 5; the VM's speed drifts, so read each ratio within its run): the
+// Vanilla UNet's 3x3 set 128 against 92 GFLOP/s (1.38x; 1.7-1.9x on the
+// 128-channel layers); ResNet-50's 3x3 set 0.95-1.2x per layer, 1.03x
+// overall. Input-channel chunks keep each block's weights in L1, so the
+// small maps with many channels no longer lose (7x7x512: 1.15x).
+bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t kw, uint32_t cin, DataType in,
+                       DataType out) {
   return kernel_isa() == KernelIsa::kAvx2 && !transposed && groups == 1 && kh * kw > 1 && kh <= 7 && kw <= 7 &&
-         cin >= 16 && in == DataType::FLOAT32 && out == DataType::FLOAT32 &&
-         (pixels >= 60 * 80 || (cin <= 128 && pixels >= 28 * 28));
+         cin >= 16 && in == DataType::FLOAT32 && out == DataType::FLOAT32;
 }
 bool is_direct_avx2(const Problem& pr) {
   const Geometry& g = pr.g;
   return pr.residual == nullptr && pr.output.layout == Layout::ROW_MAJOR &&
-         direct_avx2_shape(g.transposed, g.groups, g.kh, g.kw, g.cin, g.oh, g.ow, pr.compute, pr.output.dtype);
+         direct_avx2_shape(g.transposed, g.groups, g.kh, g.kw, g.cin, pr.compute, pr.output.dtype);
 }
 
 template <class Params>
@@ -1012,16 +1008,28 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.bias = reinterpret_cast<const float*>(ba.page(0));
   args.math = cpu::select_float_math();
   args.activation = g.activation;
+  args.cin_block = cpu::direct_cin_block(g.kh, g.kw, g.cin);
   args.n = g.n, args.h = g.h, args.w = g.w, args.cin = g.cin, args.cout = g.cout, args.oh = g.oh, args.ow = g.ow;
   args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
-  // Bands of rows sized for the cache, then enough groups of output-channel
-  // blocks that every worker has a task.
+  // Bands of rows sized for the cache, as equal as rows allow, and a multiple
+  // of the workers when there are few (two bands of 33 and 23 rows left one
+  // worker idle for 30% of a 56x56 conv); then enough groups of
+  // output-channel blocks that every worker has a task. Small maps keep one
+  // band: each worker then streams only its own blocks' weights.
   const uint64_t row_bytes = (uint64_t{g.ow - 1} * g.sw + uint64_t{g.kw - 1} * g.dw + 1) * g.cin * sizeof(float);
   const uint64_t span = uint64_t{g.kh - 1} * g.dh + 1, fit = kDirectBandBytes / row_bytes;
-  args.band_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > span ? (fit - span) / g.sh + 1 : 1, 1, g.oh));
+  const uint32_t fit_rows =
+      static_cast<uint32_t>(std::clamp<uint64_t>(fit > span ? (fit - span) / g.sh + 1 : 1, 1, g.oh));
+  const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
+  uint32_t bands = (g.oh + fit_rows - 1) / fit_rows;
+  if (bands > 1 && g.n * bands < 8 * threads) {
+    const uint32_t tasks = (g.n * bands + threads - 1) / threads * threads;
+    bands = std::min(g.oh, (tasks + g.n - 1) / g.n);
+  }
+  args.band_rows = (g.oh + bands - 1) / bands;
   args.bands = (g.oh + args.band_rows - 1) / args.band_rows;
-  const uint32_t blocks = (g.cout + 15) / 16, threads = static_cast<uint32_t>(device.workers().num_threads());
+  const uint32_t blocks = (g.cout + 15) / 16;
   const uint32_t per_image = g.n * args.bands >= threads ? 1 : (threads + g.n * args.bands - 1) / (g.n * args.bands);
   args.group_blocks = (blocks + std::min(blocks, per_image) - 1) / std::min(blocks, per_image);
   args.groups = (blocks + args.group_blocks - 1) / args.group_blocks;
@@ -1040,7 +1048,8 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   return Conv2dResult{std::move(output), g.oh, g.ow, w};
 }
 
-// The direct kernel's weights: [div_up(cout, 16)][kh][kw][cin][16], and the
+// The direct kernel's weights: per 16-channel block and chunk of input
+// channels, [kh][kw][chunk channels][16] (cpu::DirectConvArgs), and the
 // bias padded to whole blocks, float32 (zeros past cout).
 StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                            const Conv2dParams& p, const Problem& pr, DataType weights_dtype,
@@ -1049,12 +1058,15 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(weight, p, weights_dtype, input.dtype()));
   TS_ASSIGN_OR_RETURN(std::vector<float> b, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());  // (cout, cin, kh, kw)
-  const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw;
+  const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = cpu::direct_cin_block(g.kh, g.kw, g.cin);
   std::vector<float> m(uint64_t{blocks} * taps * g.cin * 16, 0.0f);
   for (uint32_t o = 0; o < g.cout; ++o)
-    for (uint32_t c = 0; c < g.cin; ++c)
+    for (uint32_t c = 0; c < g.cin; ++c) {
+      const uint32_t c0 = c / cb * cb, cbk = std::min(cb, g.cin - c0);
+      float* chunk = m.data() + (uint64_t{o / 16} * g.cin + c0) * taps * 16;
       for (uint32_t t = 0; t < taps; ++t)
-        m[((uint64_t{o / 16} * taps + t) * g.cin + c) * 16 + o % 16] = v[(uint64_t{o} * g.cin + c) * taps + t];
+        chunk[(uint64_t{t} * cbk + c - c0) * 16 + o % 16] = v[(uint64_t{o} * g.cin + c) * taps + t];
+    }
   b.resize(uint64_t{blocks} * 16, 0.0f);
   TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{static_cast<uint32_t>(m.size())}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{static_cast<uint32_t>(b.size())}, DataType::FLOAT32));
@@ -1283,8 +1295,8 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
   // Kernels of Tessera's own read and write rows (the oneDNN one reads
   // tiles and shards itself and tilizes its own output).
   const bool own_kernel =
-      depthwise_shape || direct_avx2_shape(op != "conv2d", g.groups, g.kernel_h, g.kernel_w, g.in_channels,
-                                           g.output_height, g.output_width, in_dt, kernel_out);
+      depthwise_shape || direct_avx2_shape(op != "conv2d", g.groups, g.kernel_h, g.kernel_w, g.in_channels, in_dt,
+                                           kernel_out);
   TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, dense, dense && !own_kernel, cq_id));
   const MemoryConfig mc = config.output_memory_config.value_or(planned.value_or(
       input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config()));

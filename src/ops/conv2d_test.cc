@@ -448,6 +448,10 @@ TEST(Conv2d, DirectAvx2Kernel) {
       {1, 60, 61, 24, 8, 2, 2, 2, 1, 1, {0, 0, 0, 0}, UnaryOpType::GELU},
       {1, 200, 40, 64, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU6},
       {1, 60, 80, 144, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  // many channels on a large map
+      {1, 14, 14, 256, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  // input-channel chunks on a small map
+      {1, 9, 7, 100, 20, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // uneven chunks, strided
+      {2, 23, 19, 40, 33, 5, 5, 1, 1, 1, {2, 2, 2, 2}},    // 5x5: three chunks of at most 16
+      {1, 150, 37, 96, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  // bands balanced over the workers
   };
   for (const Case& c : cases) {
     ASSERT_OK(enable_profiler(*dev));
@@ -458,9 +462,9 @@ TEST(Conv2d, DirectAvx2Kernel) {
   }
   check_case(*dev, cases[0], DataType::FLOAT32, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
   check_case(*dev, cases[1], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);
-  // Small maps with many channels: oneDNN's kernel.
+  // Fewer than 16 input channels: oneDNN's kernel.
   ASSERT_OK(enable_profiler(*dev));
-  check_case(*dev, {1, 14, 14, 256, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, DataType::FLOAT32, DataType::FLOAT32,
+  check_case(*dev, {1, 30, 31, 8, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, DataType::FLOAT32, DataType::FLOAT32,
              DRAM_MEMORY_CONFIG);
   ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
   ASSERT_FALSE(prof.ops.empty());

@@ -17,18 +17,24 @@ struct Taps {
   size_t dy, dx;  // floats between taps down and across the padded rows
 };
 
-// RW output pixels (inputs `px` floats apart) x 16 channels into `out` (RW x
-// 16 floats). Named accumulators: an array of them ends up on the stack
-// inside the loop with GCC 12 (measured 30 against 65-73 GFLOP/s on one core).
+// RW output pixels (pixel j's first tap at in + off[j]) x 16 channels into
+// `out` (RW x 16 floats), starting from `init` (pixel j's sums at init + j *
+// step).
+// Named accumulators: an array of them ends up on the stack inside the loop
+// with GCC 12 (measured 30 against 65-73 GFLOP/s on one core).
 template <uint32_t RW>
-void block(const float* in, size_t px, const Taps& t, const float* w, const float* bias, float* out) {
-  const __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);
-  __m256 c00 = b0, c01 = b1, c10 = b0, c11 = b1, c20 = b0, c21 = b1;
-  __m256 c30 = b0, c31 = b1, c40 = b0, c41 = b1, c50 = b0, c51 = b1;
+void block(const float* in, const size_t* off, const Taps& t, const float* w, const float* init, size_t step, float* out) {
+  __m256 c00 = _mm256_loadu_ps(init), c01 = _mm256_loadu_ps(init + 8), c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  if constexpr (RW > 1) c10 = _mm256_loadu_ps(init + step), c11 = _mm256_loadu_ps(init + step + 8);
+  if constexpr (RW > 2) c20 = _mm256_loadu_ps(init + 2 * step), c21 = _mm256_loadu_ps(init + 2 * step + 8);
+  if constexpr (RW > 3) c30 = _mm256_loadu_ps(init + 3 * step), c31 = _mm256_loadu_ps(init + 3 * step + 8);
+  if constexpr (RW > 4) c40 = _mm256_loadu_ps(init + 4 * step), c41 = _mm256_loadu_ps(init + 4 * step + 8);
+  if constexpr (RW > 5) c50 = _mm256_loadu_ps(init + 5 * step), c51 = _mm256_loadu_ps(init + 5 * step + 8);
   for (uint32_t ky = 0; ky < t.kh; ++ky)
     for (uint32_t kx = 0; kx < t.kw; ++kx) {
-      const float* i0 = in + ky * t.dy + kx * t.dx;
-      const float *i1 = i0 + px, *i2 = i1 + px, *i3 = i2 + px, *i4 = i3 + px, *i5 = i4 + px;
+      const float* tap = in + ky * t.dy + kx * t.dx;
+      const float *i0 = tap + off[0], *i1 = tap + off[RW > 1], *i2 = tap + off[RW > 2 ? 2 : 0];
+      const float *i3 = tap + off[RW > 3 ? 3 : 0], *i4 = tap + off[RW > 4 ? 4 : 0], *i5 = tap + off[RW > 5 ? 5 : 0];
       for (uint32_t c = 0; c < t.cin; ++c, w += 16) {
         const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
         __m256 a = _mm256_broadcast_ss(i0 + c);
@@ -55,33 +61,45 @@ void block(const float* in, size_t px, const Taps& t, const float* w, const floa
         }
       }
     }
-  const __m256 acc[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
-  for (uint32_t j = 0; j < 2 * RW; ++j) _mm256_storeu_ps(out + j * 8, acc[j]);
+  _mm256_storeu_ps(out, c00), _mm256_storeu_ps(out + 8, c01);
+  if constexpr (RW > 1) _mm256_storeu_ps(out + 16, c10), _mm256_storeu_ps(out + 24, c11);
+  if constexpr (RW > 2) _mm256_storeu_ps(out + 32, c20), _mm256_storeu_ps(out + 40, c21);
+  if constexpr (RW > 3) _mm256_storeu_ps(out + 48, c30), _mm256_storeu_ps(out + 56, c31);
+  if constexpr (RW > 4) _mm256_storeu_ps(out + 64, c40), _mm256_storeu_ps(out + 72, c41);
+  if constexpr (RW > 5) _mm256_storeu_ps(out + 80, c50), _mm256_storeu_ps(out + 88, c51);
 }
 
-using BlockFn = void (*)(const float*, size_t, const Taps&, const float*, const float*, float*);
+using BlockFn = void (*)(const float*, const size_t*, const Taps&, const float*, const float*, size_t, float*);
 constexpr BlockFn kBlocks[kBlockPixels + 1] = {nullptr,   block<1>, block<2>, block<3>,
                                                block<4>, block<5>, block<6>};
 
-// Input rows [iy0, iy0 + rows) of image `img`, zero-padded: `pw` pixels per
-// row, pixel x holding input column x - pad_l.
+// Input rows [iy0, iy0 + rows) of image `img`, zero-padded, `pw` pixels per
+// row, pixel x holding input column x - pad_l; in chunks of cin_block
+// channels: chunk k (channels [c0, c0 + cb)) at dst + rows * pw * c0, as
+// rows * pw pixels of cb floats.
 void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows, uint32_t pw, float* dst) {
-  const uint64_t stride = a.src.uniform_row_stride(), row_bytes = uint64_t{a.cin} * sizeof(float);
+  const uint64_t stride = a.src.uniform_row_stride(), plane = uint64_t{rows} * pw;
   const uint32_t x1 = std::min<uint32_t>(pw, a.pad_l + a.w);  // padded columns [pad_l, x1) hold input
-  for (uint32_t r = 0; r < rows; ++r) {
-    float* d = dst + uint64_t{r} * pw * a.cin;
-    const int64_t iy = iy0 + r;
-    if (iy < 0 || iy >= a.h || x1 <= a.pad_l) {
-      std::fill(d, d + uint64_t{pw} * a.cin, 0.0f);
-      continue;
-    }
-    std::fill(d, d + uint64_t{a.pad_l} * a.cin, 0.0f);
-    std::fill(d + uint64_t{x1} * a.cin, d + uint64_t{pw} * a.cin, 0.0f);
-    const std::byte* s = a.src.base + ((uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w) * stride;
-    if (stride == row_bytes) {
-      std::memcpy(d + uint64_t{a.pad_l} * a.cin, s, (x1 - a.pad_l) * row_bytes);
-    } else {
-      for (uint32_t x = a.pad_l; x < x1; ++x) std::memcpy(d + uint64_t{x} * a.cin, s + (x - a.pad_l) * stride, row_bytes);
+  for (uint32_t c0 = 0; c0 < a.cin; c0 += a.cin_block) {
+    const uint32_t cb = std::min(a.cin_block, a.cin - c0);
+    float* chunk = dst + plane * c0;
+    for (uint32_t r = 0; r < rows; ++r) {
+      float* d = chunk + uint64_t{r} * pw * cb;
+      const int64_t iy = iy0 + r;
+      if (iy < 0 || iy >= a.h || x1 <= a.pad_l) {
+        std::fill(d, d + uint64_t{pw} * cb, 0.0f);
+        continue;
+      }
+      std::fill(d, d + uint64_t{a.pad_l} * cb, 0.0f);
+      std::fill(d + uint64_t{x1} * cb, d + uint64_t{pw} * cb, 0.0f);
+      const std::byte* s =
+          a.src.base + ((uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w) * stride + uint64_t{c0} * sizeof(float);
+      if (stride == cb * sizeof(float)) {
+        std::memcpy(d + uint64_t{a.pad_l} * cb, s, (x1 - a.pad_l) * stride);
+      } else {
+        for (uint32_t x = a.pad_l; x < x1; ++x)
+          std::memcpy(d + uint64_t{x} * cb, s + (x - a.pad_l) * stride, cb * sizeof(float));
+      }
     }
   }
 }
@@ -90,13 +108,11 @@ void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows,
 
 Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DirectConvArgs*>(raw);
-  const uint32_t blocks = (a.cout + 15) / 16;
+  const uint32_t blocks = (a.cout + 15) / 16, taps = a.kh * a.kw;
   const uint32_t pw = (a.ow - 1) * a.sw + (a.kw - 1) * a.dw + 1;
-  const Taps taps{a.kh, a.kw, a.cin, uint64_t{a.dh} * pw * a.cin, uint64_t{a.dw} * a.cin};
-  const size_t px = uint64_t{a.sw} * a.cin;
   const uint64_t out_stride = a.dst.uniform_row_stride();
-  const bool identity = a.activation.op == UnaryOpType::IDENTITY;
-  thread_local std::vector<float> padded;
+  const bool identity = a.activation.op == UnaryOpType::IDENTITY, chunked = a.cin_block < a.cin;
+  thread_local std::vector<float> padded, partial;
   alignas(32) float tile[kBlockPixels * 16];
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t group = t % a.groups, band = t / a.groups % a.bands, img = t / a.groups / a.bands;
@@ -104,26 +120,41 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
     const uint32_t b0 = group * a.group_blocks, b1 = std::min(blocks, b0 + a.group_blocks);
     if (oy0 >= oy1 || b0 >= b1) continue;
     const uint32_t rows = (oy1 - oy0 - 1) * a.sh + (a.kh - 1) * a.dh + 1;
-    const uint64_t need = uint64_t{rows} * pw * a.cin;
+    const uint64_t plane = uint64_t{rows} * pw, need = plane * a.cin, sums = uint64_t{oy1 - oy0} * a.ow * 16;
     if (padded.size() < need) padded.resize(need);
+    if (chunked && partial.size() < sums) partial.resize(sums);
     pad_rows(a, img, int64_t{oy0} * a.sh - a.pad_t, rows, pw, padded.data());
-    // Output pixels per row in nearly equal blocks of at most six.
-    const uint32_t nblk = (a.ow + kBlockPixels - 1) / kBlockPixels;
+    // The band's output pixels, row after row, in nearly equal blocks of at
+    // most six (a block may span rows).
+    const uint32_t pixels = (oy1 - oy0) * a.ow, nblk = (pixels + kBlockPixels - 1) / kBlockPixels;
+    std::byte* out = a.dst.base + (uint64_t{img} * a.oh + oy0) * a.ow * out_stride;
     for (uint32_t b = b0; b < b1; ++b) {
       const uint32_t oc0 = b * 16, ocs = std::min(16u, a.cout - oc0);
-      const float* w = a.weights + uint64_t{b} * a.kh * a.kw * a.cin * 16;
-      for (uint32_t oy = oy0; oy < oy1; ++oy) {
-        const float* row = padded.data() + uint64_t{oy - oy0} * a.sh * pw * a.cin;
-        std::byte* out_row = a.dst.base + (uint64_t{img} * a.oh + oy) * a.ow * out_stride;
-        for (uint32_t k = 0, ox = 0; k < nblk; ++k) {
-          const uint32_t rw = (a.ow - ox + (nblk - k) - 1) / (nblk - k);
-          kBlocks[rw](row + uint64_t{ox} * px, px, taps, w, a.bias + oc0, tile);
-          if (!identity) a.math.unary(a.activation, tile, uint64_t{rw} * 16);
-          for (uint32_t j = 0; j < rw; ++j)
-            std::memcpy(out_row + (ox + j) * out_stride + uint64_t{oc0} * sizeof(float), tile + j * 16,
-                        ocs * sizeof(float));
-          ox += rw;
+      const float* w = a.weights + uint64_t{b} * taps * a.cin * 16;
+      for (uint32_t c0 = 0; c0 < a.cin; c0 += a.cin_block) {
+        const uint32_t cb = std::min(a.cin_block, a.cin - c0);
+        const bool first = c0 == 0, last = c0 + cb == a.cin;
+        const Taps tp{a.kh, a.kw, cb, uint64_t{a.dh} * pw * cb, uint64_t{a.dw} * cb};
+        const float* chunk = padded.data() + plane * c0;
+        for (uint32_t k = 0, q = 0; k < nblk; ++k) {
+          const uint32_t rw = (pixels - q + (nblk - k) - 1) / (nblk - k);
+          size_t off[kBlockPixels];
+          for (uint32_t j = 0; j < rw; ++j) {
+            const uint32_t y = (q + j) / a.ow, x = (q + j) % a.ow;
+            off[j] = (uint64_t{y} * a.sh * pw + uint64_t{x} * a.sw) * cb;
+          }
+          float* sum = chunked ? partial.data() + uint64_t{q} * 16 : nullptr;
+          float* dst = last ? tile : sum;
+          kBlocks[rw](chunk, off, tp, w, first ? a.bias + oc0 : sum, first ? 0 : 16, dst);
+          if (last) {
+            if (!identity) a.math.unary(a.activation, tile, uint64_t{rw} * 16);
+            for (uint32_t j = 0; j < rw; ++j)
+              std::memcpy(out + (q + j) * out_stride + uint64_t{oc0} * sizeof(float), tile + j * 16,
+                          ocs * sizeof(float));
+          }
+          q += rw;
         }
+        w += uint64_t{taps} * cb * 16;
       }
     }
   }
