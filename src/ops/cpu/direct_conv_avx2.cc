@@ -148,9 +148,15 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
           kBlocks[rw](chunk, off, tp, w, first ? a.bias + oc0 : sum, first ? 0 : 16, dst);
           if (last) {
             if (!identity) a.math.unary(a.activation, tile, uint64_t{rw} * 16);
-            for (uint32_t j = 0; j < rw; ++j)
-              std::memcpy(out + (q + j) * out_stride + uint64_t{oc0} * sizeof(float), tile + j * 16,
-                          ocs * sizeof(float));
+            std::byte* o = out + q * out_stride + uint64_t{oc0} * sizeof(float);
+            if (ocs == 16) {  // two vector moves, not a memcpy call per pixel (10% of a 32-channel conv)
+              for (uint32_t j = 0; j < rw; ++j, o += out_stride) {
+                _mm256_storeu_ps(reinterpret_cast<float*>(o), _mm256_load_ps(tile + j * 16));
+                _mm256_storeu_ps(reinterpret_cast<float*>(o) + 8, _mm256_load_ps(tile + j * 16 + 8));
+              }
+            } else {
+              for (uint32_t j = 0; j < rw; ++j, o += out_stride) std::memcpy(o, tile + j * 16, ocs * sizeof(float));
+            }
           }
           q += rw;
         }
