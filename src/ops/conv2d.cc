@@ -266,9 +266,10 @@ bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& co
 // Against oneDNN's jit:avx2, same process, alternating calls (30 medians
 // of 5; the VM's speed drifts, so read each ratio within its run): the
 // Vanilla UNet's 3x3 set 128 against 92 GFLOP/s (1.38x; 1.7-1.9x on the
-// 128-channel layers); ResNet-50's 3x3 set 0.95-1.2x per layer, 1.03x
-// overall. Input-channel chunks keep each block's weights in L1, so the
-// small maps with many channels no longer lose (7x7x512: 1.15x).
+// 128-channel layers). On ResNet-50's small maps input-channel chunks
+// (direct_cin_block) keep each block's weights in L1; against the kernel
+// without them, which ran there at half oneDNN's speed, the 3x3 set went
+// from 51-125 to 101-138 GFLOP/s per layer (7x7x512: 77-85 -> 102-122).
 bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t kw, uint32_t cin, DataType in,
                        DataType out) {
   return kernel_isa() == KernelIsa::kAvx2 && !transposed && groups == 1 && kh * kw > 1 && kh <= 7 && kw <= 7 &&
@@ -969,6 +970,23 @@ StatusOr<Conv2dResult> depthwise_with_weights(const Tensor& input, const Tensor&
 // them beside one 16-channel block of weights).
 constexpr uint64_t kDirectBandBytes = 512 * 1024;
 
+// Padded input bytes one output row band of the direct kernel reads per row.
+uint64_t direct_row_bytes(const Geometry& g) {
+  return (uint64_t{g.ow - 1} * g.sw + uint64_t{g.kw - 1} * g.dw + 1) * g.cin * sizeof(float);
+}
+
+// Input channels per chunk of the direct kernel. Only maps whose whole
+// padded input fits one band (one band per image) take chunks: there each
+// block's weights serve few pixels, and without chunks they came from L2
+// (ResNet-50's 7x7x512 ran at half oneDNN's speed). On larger maps the
+// weights are reused over a band's many pixels from L2, and the partial
+// sums cost more than they save (the UNet's 120x160x256 -> 128: 134-140
+// GFLOP/s chunked against 149-152 without, alternating runs).
+uint32_t direct_cin_block(const Geometry& g) {
+  const uint64_t rows = uint64_t{g.oh - 1} * g.sh + uint64_t{g.kh - 1} * g.dh + 1;
+  return rows * direct_row_bytes(g) <= kDirectBandBytes ? cpu::direct_cin_block(g.kh, g.kw, g.cin) : g.cin;
+}
+
 MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense);
 
 StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
@@ -1008,7 +1026,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.bias = reinterpret_cast<const float*>(ba.page(0));
   args.math = cpu::select_float_math();
   args.activation = g.activation;
-  args.cin_block = cpu::direct_cin_block(g.kh, g.kw, g.cin);
+  args.cin_block = direct_cin_block(g);
   args.n = g.n, args.h = g.h, args.w = g.w, args.cin = g.cin, args.cout = g.cout, args.oh = g.oh, args.ow = g.ow;
   args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
@@ -1017,8 +1035,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   // worker idle for 30% of a 56x56 conv); then enough groups of
   // output-channel blocks that every worker has a task. Small maps keep one
   // band: each worker then streams only its own blocks' weights.
-  const uint64_t row_bytes = (uint64_t{g.ow - 1} * g.sw + uint64_t{g.kw - 1} * g.dw + 1) * g.cin * sizeof(float);
-  const uint64_t span = uint64_t{g.kh - 1} * g.dh + 1, fit = kDirectBandBytes / row_bytes;
+  const uint64_t span = uint64_t{g.kh - 1} * g.dh + 1, fit = kDirectBandBytes / direct_row_bytes(g);
   const uint32_t fit_rows =
       static_cast<uint32_t>(std::clamp<uint64_t>(fit > span ? (fit - span) / g.sh + 1 : 1, 1, g.oh));
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
@@ -1058,7 +1075,7 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(weight, p, weights_dtype, input.dtype()));
   TS_ASSIGN_OR_RETURN(std::vector<float> b, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());  // (cout, cin, kh, kw)
-  const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = cpu::direct_cin_block(g.kh, g.kw, g.cin);
+  const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = direct_cin_block(g);
   std::vector<float> m(uint64_t{blocks} * taps * g.cin * 16, 0.0f);
   for (uint32_t o = 0; o < g.cout; ++o)
     for (uint32_t c = 0; c < g.cin; ++c) {

@@ -43,7 +43,7 @@ struct DirectConvArgs {
   const float* bias;
   FloatMath math;
   UnaryWithParam activation;
-  uint32_t cin_block;  // direct_cin_block(kh, kw, cin)
+  uint32_t cin_block;  // direct_cin_block(kh, kw, cin), or cin: no chunks
   uint32_t n, h, w, cin, cout, oh, ow, kh, kw, sh, sw, dh, dw, pad_t, pad_l;
   uint32_t bands, band_rows;      // output rows of each image in `bands` bands of band_rows (the last shorter)
   uint32_t groups, group_blocks;  // 16-channel output blocks in `groups` groups of group_blocks
