@@ -1,18 +1,18 @@
 // Direct convolution over float32 NHWC rows for CPUs with AVX2 but not
 // AVX-512 (internal). oneDNN 2.6's jit:avx2 kernel runs ResNet-50's 3x3
 // convs at 47-68% of the FP32 peak inside the model (bench/RESULTS.md,
-// fourth run); this one keeps 6 output pixels (consecutive in the band,
-// across rows) x 16 output channels in 12 accumulators and broadcasts each
-// input value from zero-padded rows, with the weights packed per 16-channel
-// block.
+// fourth run); this one keeps 6 output pixels of a row x 16 output channels
+// in 12 accumulators and broadcasts each input value from zero-padded rows,
+// with the weights packed per 16-channel block.
 //
 // One task = one band of output rows of one image, for one group of
 // 16-channel output blocks: the task pads the input rows its band reads
-// into a per-worker buffer, split into chunks of input channels, then for
-// each of its blocks and each chunk (whose weights, at most kDirectChunkBytes,
-// stay in L1) computes every row of the band, keeping partial sums in a
-// per-worker buffer between chunks. Accumulation: bias, then per chunk taps in
-// (ky, kx, cin) order, in float32 FMAs; then the activation.
+// into a per-worker buffer, then for each of its blocks computes every row
+// of the band. Where cin_block < cin (small maps, see conv2d.cc) the buffer
+// holds chunks of input channels, and each block runs chunk by chunk (whose
+// weights, at most kDirectChunkBytes, stay in L1), keeping partial sums in a
+// per-worker buffer between chunks. Accumulation: bias, then per chunk taps
+// in (ky, kx, cin) order, in float32 FMAs; then the activation.
 #pragma once
 
 #include <algorithm>
