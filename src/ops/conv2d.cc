@@ -266,7 +266,8 @@ bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& co
 // Against oneDNN's jit:avx2, same process, alternating calls (30 medians
 // of 5; the VM's speed drifts, so read each ratio within its run): the
 // Vanilla UNet's 3x3 set 128 against 92 GFLOP/s (1.38x; 1.7-1.9x on the
-// 128-channel layers). On ResNet-50's small maps input-channel chunks
+// 128-channel layers), measured with chunks on every map, which large maps
+// now skip (direct_cin_block). On ResNet-50's small maps input-channel chunks
 // (direct_cin_block) keep each block's weights in L1; against the kernel
 // without them, which ran there at half oneDNN's speed, the 3x3 set went
 // from 51-125 to 101-138 GFLOP/s per layer (7x7x512: 77-85 -> 102-122).
