@@ -2,12 +2,18 @@
 // a drifting VM: 30 rounds of 5 back-to-back calls per layer, median and min
 // per call, and the count-weighted sum. Run the two builds one after the
 // other, twice, in alternating order, and compare within each pair.
+// With --hifi2 each round also times the layer at MathFidelity::HiFi2 (3x3
+// stride-1 layers may run Winograd), right after the HiFi4 calls, so the two
+// columns share the VM's drift.
 //
-//   bench_conv_f32 bench/layers/conv_layers.txt [SET]
+//   bench_conv_f32 bench/layers/conv_layers.txt [SET] [--hifi2]
 //
 // Layer lines as in bench_conv (set name h w c k r stride count; padding
 // r/2, fused ReLU, random input, float32 weights).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -19,20 +25,45 @@
 
 using namespace tessera;
 
+namespace {
+
+struct Rounds {
+  std::vector<double> s;
+  double median() {
+    std::sort(s.begin(), s.end());
+    return s[s.size() / 2];
+  }
+  double min() { return *std::min_element(s.begin(), s.end()); }
+};
+
+double seconds(const std::function<void()>& body) {
+  const auto a = std::chrono::steady_clock::now();
+  body();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc < 2 || argc > 3) {
-    std::fprintf(stderr, "usage: bench_conv_f32 LAYERS [SET]\n");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const bool hifi2 = std::erase(args, "--hifi2") > 0;
+  if (args.empty() || args.size() > 2) {
+    std::fprintf(stderr, "usage: bench_conv_f32 LAYERS [SET] [--hifi2]\n");
     return 2;
   }
-  std::ifstream file(argv[1]);
+  std::ifstream file(args[0]);
   if (!file) {
-    std::fprintf(stderr, "bench_conv_f32: cannot read %s\n", argv[1]);
+    std::fprintf(stderr, "bench_conv_f32: cannot read %s\n", args[0].c_str());
     return 2;
   }
-  const std::string only = argc == 3 ? argv[2] : "";
+  const std::string only = args.size() == 2 ? args[1] : "";
   auto dev = bench::value_or_die(open_device({}));
-  std::printf("| layer | median ms | GFLOP/s | min ms |\n|---|---|---|---|\n");
-  double total_s = 0, total_gflop = 0;
+  if (hifi2)
+    std::printf("| layer | HiFi4 median ms | GFLOP/s | min ms | HiFi2 median ms | GFLOP/s | min ms | HiFi4 / HiFi2 |\n"
+                "|---|---|---|---|---|---|---|---|\n");
+  else
+    std::printf("| layer | median ms | GFLOP/s | min ms |\n|---|---|---|---|\n");
+  double total_s = 0, total_gflop = 0, total2_s = 0;
   for (std::string line; std::getline(file, line);) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream is(line);
@@ -56,17 +87,36 @@ int main(int argc, char** argv) {
     Tensor x = bench::value_or_die(to_device(bench::value_or_die(Tensor::from_vector(xv, Shape{1, h, w, c}, DataType::FLOAT32)), *dev));
     Tensor wt = bench::value_or_die(Tensor::from_vector(wv, Shape{k, c, r, r}, DataType::FLOAT32));
     const Conv2dConfig cfg{.weights_dtype = DataType::FLOAT32};
+    Conv2dConfig cfg2 = cfg;
+    cfg2.compute_config.math_fidelity = MathFidelity::HiFi2;
     Conv2dResult first = bench::value_or_die(conv2d(x, wt, std::nullopt, p, cfg));
-    const bench::Timing t = bench::time_it(30, [&] {
-      for (int i = 0; i < 5; ++i) bench::value_or_die(conv2d(x, first.weights, p, cfg));
-      CHECK_OK(synchronize_device(*dev));
-    });
+    Conv2dResult second = bench::value_or_die(conv2d(x, wt, std::nullopt, p, cfg2));
+    auto calls = [&](const Conv2dResult& r, const Conv2dConfig& c) {
+      return [&] {
+        for (int i = 0; i < 5; ++i) bench::value_or_die(conv2d(x, r.weights, p, c));
+        CHECK_OK(synchronize_device(*dev));
+      };
+    };
+    Rounds a, b;
+    for (int round = -2; round < 30; ++round) {  // two warm-up rounds
+      const double ta = seconds(calls(first, cfg)), tb = hifi2 ? seconds(calls(second, cfg2)) : 0;
+      if (round >= 0) a.s.push_back(ta / 5), b.s.push_back(tb / 5);
+    }
     const double gflop = 2.0 * k * c * r * r * first.output_height * first.output_width / 1e9;
-    std::printf("| %s | %.3f | %.0f | %.3f |\n", name.c_str(), t.median_s / 5 * 1e3, gflop / (t.median_s / 5),
-                t.min_s / 5 * 1e3);
-    total_s += t.median_s / 5 * count;
+    const double ma = a.median();
+    if (hifi2) {
+      const double mb = b.median();
+      std::printf("| %s | %.3f | %.0f | %.3f | %.3f | %.0f | %.3f | %.2fx |\n", name.c_str(), ma * 1e3, gflop / ma,
+                  a.min() * 1e3, mb * 1e3, gflop / mb, b.min() * 1e3, ma / mb);
+      total2_s += mb * count;
+    } else {
+      std::printf("| %s | %.3f | %.0f | %.3f |\n", name.c_str(), ma * 1e3, gflop / ma, a.min() * 1e3);
+    }
+    total_s += ma * count;
     total_gflop += gflop * count;
   }
   std::printf("\nweighted by count: %.1f ms, %.0f GFLOP/s\n", total_s * 1e3, total_gflop / total_s);
+  if (hifi2)
+    std::printf("HiFi2: %.1f ms, %.0f GFLOP/s (direct-conv FLOPs over time)\n", total2_s * 1e3, total_gflop / total2_s);
   return 0;
 }

@@ -970,6 +970,16 @@ StatusOr<Conv2dResult> depthwise_with_weights(const Tensor& input, const Tensor&
 // input rows a band reads within kDirectBandBytes (the worker's L2 holds
 // them beside one 16-channel block of weights).
 constexpr uint64_t kDirectBandBytes = 512 * 1024;
+// Winograd: the transformed patches and products of one segment of tiles.
+// Each segment reads every weight once, so weights beyond what the L3 keeps
+// (the UNet's 512 -> 512 bottleneck: 16.8 MB) come from DRAM per segment,
+// and there larger segments pay. Measured with bench_conv_f32 --hifi2
+// (HiFi4 / HiFi2 time, 2 threads) at 384 KiB, 768 KiB and 1.5 MiB:
+// bottleneck 512->512 1.12x, 1.40x, 1.71x; dec4 512->256 (8.4 MB of
+// weights) 1.92x, 1.80x, 1.71x; enc2 64->64 1.67x, 1.72x, 1.74x.
+constexpr uint64_t kWinogradSegmentBytes = 384 * 1024;
+constexpr uint64_t kWinogradStreamedSegmentBytes = 1536 * 1024;
+constexpr uint64_t kWinogradCachedWeightBytes = 8 * 1024 * 1024;
 
 // Padded input bytes one output row band of the direct kernel reads per row.
 uint64_t direct_row_bytes(const Geometry& g) {
@@ -1027,7 +1037,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.bias = reinterpret_cast<const float*>(ba.page(0));
   args.math = cpu::select_float_math();
   args.activation = g.activation;
-  args.cin_block = direct_cin_block(g);
+  args.cin_block = pr.winograd ? g.cin : direct_cin_block(g);
   args.n = g.n, args.h = g.h, args.w = g.w, args.cin = g.cin, args.cout = g.cout, args.oh = g.oh, args.ow = g.ow;
   args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
@@ -1035,26 +1045,48 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   // of the workers when there are few (two bands of 33 and 23 rows left one
   // worker idle for 30% of a 56x56 conv); then enough groups of
   // output-channel blocks that every worker has a task. Small maps keep one
-  // band: each worker then streams only its own blocks' weights.
-  const uint64_t span = uint64_t{g.kh - 1} * g.dh + 1, fit = kDirectBandBytes / direct_row_bytes(g);
-  const uint32_t fit_rows =
-      static_cast<uint32_t>(std::clamp<uint64_t>(fit > span ? (fit - span) / g.sh + 1 : 1, 1, g.oh));
+  // band: each worker then streams only its own blocks' weights. Winograd
+  // bands count rows of 2x2 output tiles, each reading two more input rows.
+  const bool wino = pr.winograd;
+  const uint32_t units = wino ? (g.oh + 1) / 2 : g.oh;
+  uint32_t fit_rows;
+  if (wino) {
+    const uint64_t tile_row_bytes = 2 * (uint64_t{(g.ow + 1) / 2} * 2 + 2) * g.cin * sizeof(float);
+    const uint64_t fit = kDirectBandBytes / tile_row_bytes;
+    fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > 1 ? fit - 1 : 1, 1, units));
+  } else {
+    const uint64_t span = uint64_t{g.kh - 1} * g.dh + 1, fit = kDirectBandBytes / direct_row_bytes(g);
+    fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > span ? (fit - span) / g.sh + 1 : 1, 1, g.oh));
+  }
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
-  uint32_t bands = (g.oh + fit_rows - 1) / fit_rows;
+  uint32_t bands = (units + fit_rows - 1) / fit_rows;
   if (bands > 1 && g.n * bands < 8 * threads) {
     const uint32_t tasks = (g.n * bands + threads - 1) / threads * threads;
-    bands = std::min(g.oh, (tasks + g.n - 1) / g.n);
+    bands = std::min(units, (tasks + g.n - 1) / g.n);
   }
-  args.band_rows = (g.oh + bands - 1) / bands;
-  args.bands = (g.oh + args.band_rows - 1) / args.band_rows;
+  args.band_rows = (units + bands - 1) / bands;
+  args.bands = (units + args.band_rows - 1) / args.band_rows;
   const uint32_t blocks = (g.cout + 15) / 16;
   const uint32_t per_image = g.n * args.bands >= threads ? 1 : (threads + g.n * args.bands - 1) / (g.n * args.bands);
   args.group_blocks = (blocks + std::min(blocks, per_image) - 1) / std::min(blocks, per_image);
   args.groups = (blocks + args.group_blocks - 1) / args.group_blocks;
+  if (wino) {
+    // Tiles per segment: its transformed patches (16 x cin floats each) and
+    // one block's products (16 x 16) stay in the L2, unless the weights
+    // (read once per segment) are too large to stay in the L3 (see
+    // kWinogradSegmentBytes).
+    const uint64_t tiles = uint64_t{args.band_rows} * ((g.ow + 1) / 2);
+    const uint64_t weight_bytes = uint64_t{16} * g.cin * g.cout * sizeof(float);
+    const uint64_t budget = weight_bytes > kWinogradCachedWeightBytes ? kWinogradStreamedSegmentBytes
+                                                                       : kWinogradSegmentBytes;
+    uint64_t seg = budget / (16 * sizeof(float) * (g.cin + 16));
+    if (seg >= 6) seg = seg / 6 * 6;
+    args.segment_tiles = static_cast<uint32_t>(std::clamp<uint64_t>(seg, 1, tiles));
+  }
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
-    prog.kernel = cpu::avx2::direct_conv_kernel;
-    prog.kernel_name = "f32_conv2d__direct_avx2";
+    prog.kernel = wino ? cpu::avx2::winograd_f2_kernel : cpu::avx2::direct_conv_kernel;
+    prog.kernel_name = wino ? "f32_conv2d__winograd_f2_avx2" : "f32_conv2d__direct_avx2";
     prog.num_tasks = g.n * args.bands * args.groups;
     prog.grain = 1;
     return prog;
@@ -1092,6 +1124,42 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
   return launch_direct(input, w, pr, cq_id);
 }
 
+// The AVX2 Winograd kernel's weights: U = G g G^T per output and input
+// channel (F(2x2, 3x3)), packed per 16-channel block as [16 positions][cin][16],
+// and the bias padded to whole blocks, float32 (zeros past cout). The
+// transform runs in double on the rounded weights.
+StatusOr<Conv2dResult> winograd_with_weights(const Tensor& input, const Tensor& weight,
+                                             const std::optional<Tensor>& bias, const Conv2dParams& p,
+                                             const Problem& pr, DataType weights_dtype, uint8_t cq_id) {
+  const Geometry& g = pr.g;
+  TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(weight, p, weights_dtype, input.dtype()));
+  TS_ASSIGN_OR_RETURN(std::vector<float> b, bias_values(bias, g));
+  TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());  // (cout, cin, 3, 3)
+  const uint32_t blocks = (g.cout + 15) / 16;
+  std::vector<float> m(uint64_t{blocks} * 16 * g.cin * 16, 0.0f);
+  for (uint32_t o = 0; o < g.cout; ++o)
+    for (uint32_t c = 0; c < g.cin; ++c) {
+      const float* k = v.data() + (uint64_t{o} * g.cin + c) * 9;
+      double gg[4][3];  // G g
+      for (int j = 0; j < 3; ++j) {
+        gg[0][j] = k[j], gg[3][j] = k[6 + j];
+        gg[1][j] = 0.5 * (double{k[j]} + k[3 + j] + k[6 + j]);
+        gg[2][j] = 0.5 * (double{k[j]} - k[3 + j] + k[6 + j]);
+      }
+      for (int i = 0; i < 4; ++i) {
+        const double u[4] = {gg[i][0], 0.5 * (gg[i][0] + gg[i][1] + gg[i][2]), 0.5 * (gg[i][0] - gg[i][1] + gg[i][2]),
+                             gg[i][2]};
+        for (int j = 0; j < 4; ++j)
+          m[((uint64_t{o / 16} * 16 + i * 4 + j) * g.cin + c) * 16 + o % 16] = static_cast<float>(u[j]);
+      }
+    }
+  b.resize(uint64_t{blocks} * 16, 0.0f);
+  TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{static_cast<uint32_t>(m.size())}, DataType::FLOAT32));
+  TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{static_cast<uint32_t>(b.size())}, DataType::FLOAT32));
+  TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));
+  return launch_direct(input, w, pr, cq_id);
+}
+
 template <class Params>
 StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                          const Params& p, const Conv2dConfig& config, uint8_t cq_id,
@@ -1101,6 +1169,8 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
     if (is_patch_transpose(p)) return patches_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
   } else {
     if (is_depthwise(pr)) return depthwise_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
+    if (pr.direct && pr.winograd)
+      return winograd_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
     if (pr.direct) return direct_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
   }
   const Geometry& g = pr.g;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "direct_conv_kernels.h"
@@ -102,6 +103,52 @@ void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows,
   }
 }
 
+// Winograd F(2x2, 3x3) transforms over 8 channels (__m256) or one (float):
+// GCC's vector extensions give __m256 the same +, - as float.
+template <class T>
+T load(const float* p) {
+  if constexpr (std::is_same_v<T, float>)
+    return *p;
+  else
+    return _mm256_loadu_ps(p);
+}
+inline void store(float* p, float v) { *p = v; }
+inline void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+
+// V = B^T d B of the 4x4 patch with pixel (i, j) at d + i * dy + j * dx;
+// position i * 4 + j goes to v + (i * 4 + j) * vs.
+template <class T>
+void transform_patch(const float* d, size_t dy, size_t dx, float* v, size_t vs) {
+  T r[4][4];
+  for (int j = 0; j < 4; ++j) {
+    const T d0 = load<T>(d + j * dx), d1 = load<T>(d + dy + j * dx), d2 = load<T>(d + 2 * dy + j * dx),
+            d3 = load<T>(d + 3 * dy + j * dx);
+    r[0][j] = d0 - d2, r[1][j] = d1 + d2, r[2][j] = d2 - d1, r[3][j] = d1 - d3;
+  }
+  for (int i = 0; i < 4; ++i) {
+    store(v + (i * 4 + 0) * vs, r[i][0] - r[i][2]);
+    store(v + (i * 4 + 1) * vs, r[i][1] + r[i][2]);
+    store(v + (i * 4 + 2) * vs, r[i][2] - r[i][1]);
+    store(v + (i * 4 + 3) * vs, r[i][1] - r[i][3]);
+  }
+}
+
+// Y = A^T M A + bias for 16 channels: M's position k at m + k * ms (16
+// floats each); output pixel (i, j) to y + (i * 2 + j) * 16.
+void transform_products(const float* m, size_t ms, const float* bias, float* y) {
+  for (int h = 0; h < 16; h += 8) {
+    __m256 v[16];
+    for (int k = 0; k < 16; ++k) v[k] = _mm256_loadu_ps(m + k * ms + h);
+    __m256 t0[4], t1[4];
+    for (int j = 0; j < 4; ++j) t0[j] = v[j] + v[4 + j] + v[8 + j], t1[j] = v[4 + j] - v[8 + j] - v[12 + j];
+    const __m256 b = _mm256_loadu_ps(bias + h);
+    _mm256_store_ps(y + h, t0[0] + t0[1] + t0[2] + b);
+    _mm256_store_ps(y + 16 + h, t0[1] - t0[2] - t0[3] + b);
+    _mm256_store_ps(y + 32 + h, t1[0] + t1[1] + t1[2] + b);
+    _mm256_store_ps(y + 48 + h, t1[1] - t1[2] - t1[3] + b);
+  }
+}
+
 }  // namespace
 
 Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
@@ -158,6 +205,77 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
           }
         }
         w += uint64_t{taps} * cb * 16;
+      }
+    }
+  }
+  return Status();
+}
+
+Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& a = *static_cast<const DirectConvArgs*>(raw);
+  const uint32_t blocks = (a.cout + 15) / 16, tx = (a.ow + 1) / 2, ty = (a.oh + 1) / 2, pw = 2 * tx + 2;
+  const uint32_t seg = a.segment_tiles, cin = a.cin;
+  const uint64_t out_stride = a.dst.uniform_row_stride(), vs = uint64_t{seg} * cin;
+  const bool identity = a.activation.op == UnaryOpType::IDENTITY;
+  const Taps one{1, 1, cin, 0, 0};
+  alignas(32) static const float kZeros[16] = {};
+  alignas(32) float y[4 * 16];
+  thread_local std::vector<float> padded, v, m;
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t group = t % a.groups, band = t / a.groups % a.bands, img = t / a.groups / a.bands;
+    const uint32_t tr0 = band * a.band_rows, tr1 = std::min(ty, tr0 + a.band_rows);
+    const uint32_t b0 = group * a.group_blocks, b1 = std::min(blocks, b0 + a.group_blocks);
+    if (tr0 >= tr1 || b0 >= b1) continue;
+    const uint32_t rows = 2 * (tr1 - tr0) + 2, tiles = (tr1 - tr0) * tx;
+    if (padded.size() < uint64_t{rows} * pw * cin) padded.resize(uint64_t{rows} * pw * cin);
+    if (v.size() < 16 * vs) v.resize(16 * vs);
+    if (m.size() < uint64_t{16} * seg * 16) m.resize(uint64_t{16} * seg * 16);
+    pad_rows(a, img, int64_t{2} * tr0 - a.pad_t, rows, pw, padded.data());
+    for (uint32_t s0 = 0; s0 < tiles; s0 += seg) {
+      const uint32_t st = std::min(seg, tiles - s0);
+      for (uint32_t k = 0; k < st; ++k) {  // V[16][st][cin]
+        const uint32_t r = (s0 + k) / tx, c = (s0 + k) % tx;
+        const float* d = padded.data() + (uint64_t{2 * r} * pw + 2 * c) * cin;
+        float* vk = v.data() + uint64_t{k} * cin;
+        uint32_t ch = 0;
+        for (; ch + 8 <= cin; ch += 8) transform_patch<__m256>(d + ch, uint64_t{pw} * cin, cin, vk + ch, vs);
+        for (; ch < cin; ++ch) transform_patch<float>(d + ch, uint64_t{pw} * cin, cin, vk + ch, vs);
+      }
+      // Per block: M[16][st][16], position k's tiles times its weights in
+      // nearly equal runs of at most six tiles, then back to output pixels.
+      const uint32_t nblk = (st + kBlockPixels - 1) / kBlockPixels;
+      for (uint32_t b = b0; b < b1; ++b) {
+        for (uint32_t k = 0; k < 16; ++k) {
+          const float* w = a.weights + (uint64_t{b} * 16 + k) * cin * 16;
+          float* mk = m.data() + uint64_t{k} * seg * 16;
+          for (uint32_t q = 0, x = 0; q < nblk; ++q) {
+            const uint32_t rw = (st - x + (nblk - q) - 1) / (nblk - q);
+            kBlocks[rw](v.data() + uint64_t{k} * vs + uint64_t{x} * cin, cin, one, w, kZeros, 0, mk + uint64_t{x} * 16);
+            x += rw;
+          }
+        }
+        const uint32_t oc0 = b * 16, ocs = std::min(16u, a.cout - oc0);
+        for (uint32_t k = 0; k < st; ++k) {
+          transform_products(m.data() + uint64_t{k} * 16, uint64_t{seg} * 16, a.bias + oc0, y);
+          if (!identity) a.math.unary(a.activation, y, 4 * 16);
+          const uint32_t r = (s0 + k) / tx, c = (s0 + k) % tx;
+          for (uint32_t i = 0; i < 2; ++i) {
+            const uint32_t oy = 2 * (tr0 + r) + i;
+            if (oy >= a.oh) break;
+            for (uint32_t j = 0; j < 2; ++j) {
+              const uint32_t ox = 2 * c + j;
+              if (ox >= a.ow) break;
+              std::byte* o = a.dst.base + ((uint64_t{img} * a.oh + oy) * a.ow + ox) * out_stride + uint64_t{oc0} * 4;
+              const float* src = y + (i * 2 + j) * 16;
+              if (ocs == 16) {
+                _mm256_storeu_ps(reinterpret_cast<float*>(o), _mm256_load_ps(src));
+                _mm256_storeu_ps(reinterpret_cast<float*>(o) + 8, _mm256_load_ps(src + 8));
+              } else {
+                std::memcpy(o, src, ocs * sizeof(float));
+              }
+            }
+          }
+        }
       }
     }
   }

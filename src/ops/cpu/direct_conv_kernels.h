@@ -47,11 +47,25 @@ struct DirectConvArgs {
   uint32_t n, h, w, cin, cout, oh, ow, kh, kw, sh, sw, dh, dw, pad_t, pad_l;
   uint32_t bands, band_rows;      // output rows of each image in `bands` bands of band_rows (the last shorter)
   uint32_t groups, group_blocks;  // 16-channel output blocks in `groups` groups of group_blocks
+  uint32_t segment_tiles;         // Winograd only: tiles transformed and multiplied at a time
 };
 
 // Tasks are (image, band, group), group fastest: n * bands * groups.
 namespace avx2 {
 Status direct_conv_kernel(const void* args, uint32_t begin, uint32_t end);
-}
+
+// Winograd F(2x2, 3x3) over the same args, for 3x3 stride-1 undilated convs
+// (cin_block == cin): each output 2x2 tile is A^T [(G g G^T) . (B^T d B)] A
+// over its 4x4 input patch d. Bands count tile rows (band_rows of them), and
+// a task walks its band's tiles in segments of segment_tiles: it transforms a
+// segment's patches into V[16][tiles][cin], multiplies each of the 16
+// positions by the weights (block<> with a 1x1 "kernel"), then transforms
+// the products back and adds bias and activation. Weights, per 16-channel
+// output block: [16 positions][cin][16] float32, G g G^T.
+// 16 multiplies per 4 outputs instead of 36; the transforms add and
+// subtract, so results differ from direct float32 by a few ulps of the
+// largest partial sums (relative ~1e-6..1e-5).
+Status winograd_f2_kernel(const void* args, uint32_t begin, uint32_t end);
+}  // namespace avx2
 
 }  // namespace tessera::cpu
