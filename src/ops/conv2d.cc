@@ -276,10 +276,20 @@ bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t k
   return kernel_isa() == KernelIsa::kAvx2 && !transposed && groups == 1 && kh * kw > 1 && kh <= 7 && kw <= 7 &&
          cin >= 16 && in == DataType::FLOAT32 && out == DataType::FLOAT32;
 }
+// Transposed convs whose kernel equals their stride (the UNet's upconvs, see
+// is_patch_transpose) run cpu::avx2::patch_transpose_kernel there: on
+// 30x40 to 240x320 maps oneDNN's gemm ran their batched matmul rows (M = W)
+// at 50-85 GFLOP/s.
+bool patch_transpose_avx2_shape(const Geometry& g, DataType in, DataType out) {
+  return kernel_isa() == KernelIsa::kAvx2 && g.transposed && g.kh == g.sh && g.kw == g.sw && g.dh == 1 &&
+         g.dw == 1 && g.groups == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 &&
+         g.oh == g.h * g.sh && g.ow == g.w * g.sw && in == DataType::FLOAT32 && out == DataType::FLOAT32;
+}
 bool is_direct_avx2(const Problem& pr) {
   const Geometry& g = pr.g;
   return pr.residual == nullptr && pr.output.layout == Layout::ROW_MAJOR &&
-         direct_avx2_shape(g.transposed, g.groups, g.kh, g.kw, g.cin, pr.compute, pr.output.dtype);
+         (direct_avx2_shape(g.transposed, g.groups, g.kh, g.kw, g.cin, pr.compute, pr.output.dtype) ||
+          patch_transpose_avx2_shape(g, pr.compute, pr.output.dtype));
 }
 
 template <class Params>
@@ -834,8 +844,12 @@ bool is_patch_transpose(const ConvTranspose2dParams& p) {
          p.groups == 1;
 }
 
+StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
+                                     uint8_t cq_id);
+
 StatusOr<Conv2dResult> launch_patches(const Tensor& input, const PreparedConv2dWeights& w,
                                       const ConvTranspose2dParams& p, const Problem& pr, uint8_t cq_id) {
+  if (pr.direct) return launch_direct(input, w, pr, cq_id);
   const Geometry& g = pr.g;
   TS_ASSIGN_OR_RETURN(Tensor a, input.view(Shape{g.n * g.h, 1, g.w, g.cin}));
   TS_ASSIGN_OR_RETURN(Tensor y, linear(a, w.weight, w.bias,
@@ -881,6 +895,20 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv_transpose2d_weights(weight, p, weights_dtype, input.dtype()));
   TS_ASSIGN_OR_RETURN(const std::vector<float> bv, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(std::vector<float> v, rounded.to_vector());
+  if (pr.direct) {  // AVX2 kernel: (Cin, Cout, kh, kw) -> per 16-channel block [kh][kw][Cin][16]
+    const uint32_t blocks = (g.cout + 15) / 16;
+    std::vector<float> m(uint64_t{blocks} * g.kh * g.kw * g.cin * 16, 0.0f);
+    for (uint32_t ci = 0; ci < g.cin; ++ci)
+      for (uint32_t co = 0; co < g.cout; ++co)
+        for (uint32_t k = 0; k < g.kh * g.kw; ++k)
+          m[((uint64_t{co / 16} * g.kh * g.kw + k) * g.cin + ci) * 16 + co % 16] = v[(uint64_t{ci} * g.cout + co) * g.kh * g.kw + k];
+    std::vector<float> b = bv;
+    b.resize(uint64_t{blocks} * 16, 0.0f);
+    TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{static_cast<uint32_t>(m.size())}, DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{static_cast<uint32_t>(b.size())}, DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));
+    return launch_direct(input, w, pr, cq_id);
+  }
   // (Cin, Cout, kh, kw) -> (1, kh, Cin, kw * Cout).
   const uint32_t row = g.kw * g.cout;
   std::vector<float> m(v.size());
@@ -1037,7 +1065,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.bias = reinterpret_cast<const float*>(ba.page(0));
   args.math = cpu::select_float_math();
   args.activation = g.activation;
-  args.cin_block = pr.winograd ? g.cin : direct_cin_block(g);
+  args.cin_block = pr.winograd || g.transposed ? g.cin : direct_cin_block(g);
   args.n = g.n, args.h = g.h, args.w = g.w, args.cin = g.cin, args.cout = g.cout, args.oh = g.oh, args.ow = g.ow;
   args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
@@ -1047,10 +1075,13 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   // output-channel blocks that every worker has a task. Small maps keep one
   // band: each worker then streams only its own blocks' weights. Winograd
   // bands count rows of 2x2 output tiles, each reading two more input rows.
-  const bool wino = pr.winograd;
-  const uint32_t units = wino ? (g.oh + 1) / 2 : g.oh;
+  const bool wino = pr.winograd, patches = g.transposed;
+  const uint32_t units = wino ? (g.oh + 1) / 2 : patches ? g.h : g.oh;
   uint32_t fit_rows;
-  if (wino) {
+  if (patches) {  // input rows read in place, half the budget
+    const uint64_t fit = kDirectBandBytes / 2 / (uint64_t{g.w} * g.cin * sizeof(float));
+    fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit, 1, units));
+  } else if (wino) {
     const uint64_t tile_row_bytes = 2 * (uint64_t{(g.ow + 1) / 2} * 2 + 2) * g.cin * sizeof(float);
     const uint64_t fit = kDirectBandBytes / tile_row_bytes;
     fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > 1 ? fit - 1 : 1, 1, units));
@@ -1085,8 +1116,12 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   }
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
-    prog.kernel = wino ? cpu::avx2::winograd_f2_kernel : cpu::avx2::direct_conv_kernel;
-    prog.kernel_name = wino ? "f32_conv2d__winograd_f2_avx2" : "f32_conv2d__direct_avx2";
+    prog.kernel = patches ? cpu::avx2::patch_transpose_kernel
+                  : wino  ? cpu::avx2::winograd_f2_kernel
+                          : cpu::avx2::direct_conv_kernel;
+    prog.kernel_name = patches ? "f32_conv_transpose2d__patches_avx2"
+                       : wino  ? "f32_conv2d__winograd_f2_avx2"
+                               : "f32_conv2d__direct_avx2";
     prog.num_tasks = g.n * args.bands * args.groups;
     prog.grain = 1;
     return prog;

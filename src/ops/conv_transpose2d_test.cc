@@ -4,6 +4,9 @@
 // output rows must agree with one shard; prepared weights are reused.
 #include "tessera/ops/conv_transpose2d.h"
 
+#include "tessera/base/cpu_features.h"
+#include "tessera/device/profiler.h"
+
 #include "test_util.h"
 
 namespace tessera {
@@ -71,12 +74,38 @@ TEST(ConvTranspose2d, MatchesReference) {
 }
 
 TEST(ConvTranspose2d, KernelEqualsStrideAsOneMatmul) {
-  // The UNet's upconvs take the matmul path; on wormhole_b0 (12 DRAM banks)
+  // The UNet's upconvs take the matmul path (the patch kernel on AVX2-only
+  // CPUs, where the same rows are staged); on wormhole_b0 (12 DRAM banks)
   // its result cannot be a view and is copied into place.
   ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
   for (const auto& p : {params(1, 8, 10, 64, 32, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU), params(2, 3, 5, 16, 8, 3, 3, 0),
                         params(1, 4, 6, 24, 40, 2, 2, 0)})
     for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16}) check(*wh, p, in, in);
+}
+
+// On CPUs with AVX2 but not AVX-512 (here: the kernel set capped at AVX2),
+// float32 transposed convs whose kernel equals their stride run Tessera's
+// patch kernel: row bands over two workers, 1 to 6-pixel blocks, output
+// channels not a multiple of 16, odd input channels, a 3x3 stride-3
+// kernel, batches, an activation. bfloat16 keeps the matmul path.
+TEST(ConvTranspose2d, PatchKernelOnAvx2) {
+  if (!cpu_features().avx2 || !cpu_features().fma) GTEST_SKIP() << "no AVX2";
+  const KernelIsa native = kernel_isa();
+  set_kernel_isa_limit(KernelIsa::kAvx2);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  for (const auto& p : {params(1, 30, 40, 64, 32, 2, 2, 0), params(2, 9, 17, 13, 40, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU),
+                        params(1, 5, 7, 24, 16, 3, 3, 0, 0, 1, 1, UnaryOpType::SILU)}) {
+    for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      ASSERT_OK(enable_profiler(*dev));
+      check(*dev, p, in, DataType::FLOAT32);
+      ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+      bool patches = false;
+      for (const OpTiming& t : prof.ops) patches |= t.kernel_name.find("patches_avx2") != std::string::npos;
+      EXPECT_EQ(patches, in == DataType::FLOAT32) << p.descriptor();
+      ASSERT_OK(disable_profiler(*dev));
+    }
+  }
+  set_kernel_isa_limit(native);
 }
 
 TEST(ConvTranspose2d, BlockFloatWeights) {

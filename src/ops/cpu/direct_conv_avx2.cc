@@ -282,4 +282,48 @@ Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
   return Status();
 }
 
+Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& a = *static_cast<const DirectConvArgs*>(raw);
+  const uint32_t blocks = (a.cout + 15) / 16;
+  const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
+  const size_t px = in_stride / sizeof(float);
+  const bool identity = a.activation.op == UnaryOpType::IDENTITY;
+  const Taps one{1, 1, a.cin, 0, 0};
+  const uint32_t nblk = (a.w + kBlockPixels - 1) / kBlockPixels;
+  alignas(32) float tile[kBlockPixels * 16];
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t group = t % a.groups, band = t / a.groups % a.bands, img = t / a.groups / a.bands;
+    const uint32_t y0 = band * a.band_rows, y1 = std::min(a.h, y0 + a.band_rows);
+    const uint32_t b0 = group * a.group_blocks, b1 = std::min(blocks, b0 + a.group_blocks);
+    for (uint32_t b = b0; b < b1; ++b) {
+      const uint32_t oc0 = b * 16, ocs = std::min(16u, a.cout - oc0);
+      for (uint32_t ky = 0; ky < a.kh; ++ky)
+        for (uint32_t kx = 0; kx < a.kw; ++kx) {
+          const float* w = a.weights + ((uint64_t{b} * a.kh + ky) * a.kw + kx) * a.cin * 16;
+          for (uint32_t y = y0; y < y1; ++y) {
+            const auto* in = reinterpret_cast<const float*>(a.src.base + (uint64_t{img} * a.h + y) * a.w * in_stride);
+            std::byte* out = a.dst.base + ((uint64_t{img} * a.oh + uint64_t{y} * a.kh + ky) * a.ow + kx) * out_stride +
+                             uint64_t{oc0} * sizeof(float);
+            for (uint32_t k = 0, x = 0; k < nblk; ++k) {
+              const uint32_t rw = (a.w - x + (nblk - k) - 1) / (nblk - k);
+              kBlocks[rw](in + x * px, px, one, w, a.bias + oc0, 0, tile);
+              if (!identity) a.math.unary(a.activation, tile, uint64_t{rw} * 16);
+              std::byte* o = out + uint64_t{x} * a.kw * out_stride;
+              for (uint32_t j = 0; j < rw; ++j, o += a.kw * out_stride) {
+                if (ocs == 16) {
+                  _mm256_storeu_ps(reinterpret_cast<float*>(o), _mm256_load_ps(tile + j * 16));
+                  _mm256_storeu_ps(reinterpret_cast<float*>(o) + 8, _mm256_load_ps(tile + j * 16 + 8));
+                } else {
+                  std::memcpy(o, tile + j * 16, ocs * sizeof(float));
+                }
+              }
+              x += rw;
+            }
+          }
+        }
+    }
+  }
+  return Status();
+}
+
 }  // namespace tessera::cpu::avx2

@@ -66,6 +66,13 @@ Status direct_conv_kernel(const void* args, uint32_t begin, uint32_t end);
 // subtract, so results differ from direct float32 by a few ulps of the
 // largest partial sums (relative ~1e-6..1e-5).
 Status winograd_f2_kernel(const void* args, uint32_t begin, uint32_t end);
+
+// A transposed conv whose kernel equals its stride (no padding, dilation or
+// groups): input pixel (y, x) times the weights of tap (ky, kx) is output
+// pixel (y * kh + ky, x * kw + kx), so each tap is a 1x1 conv read straight
+// from the input rows, run on block<> and scattered. Bands count input rows;
+// weights per 16-channel output block: [kh][kw][cin][16].
+Status patch_transpose_kernel(const void* args, uint32_t begin, uint32_t end);
 }  // namespace avx2
 
 }  // namespace tessera::cpu
