@@ -247,7 +247,8 @@ struct Problem {
 // on ResNet-50's 56x56 to 14x14 layers, at the cost of a transform's
 // rounding (relative error ~1e-5 instead of ~1e-7). So only when the user
 // lowers the math fidelity below HiFi4, the original's knob for trading
-// exactness for speed; never with a residual (no sum post-op there).
+// exactness for speed; with a residual only on AVX2-only CPUs (Tessera's
+// kernel adds it; oneDNN's Winograd has no sum post-op).
 bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& config, bool residual) {
   return config.compute_config.math_fidelity != MathFidelity::HiFi4 && compute == DataType::FLOAT32 &&
          !g.transposed && g.groups == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
@@ -256,8 +257,8 @@ bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& co
 
 // Convolutions Tessera's AVX2 direct kernel runs (cpu/direct_conv_kernels.h)
 // on CPUs with AVX2 but not AVX-512: float32 in and out, kernels from 2x2 to
-// 7x7 over at least 16 input channels, no groups (and no fused residual, see
-// is_direct_avx2). 1x1 convs stay on oneDNN's jit_1x1 (130-170 GFLOP/s
+// 7x7 over at least 16 input channels, no groups, with or without a fused
+// residual (the kernel adds it as it stores). 1x1 convs stay on oneDNN's jit_1x1 (130-170 GFLOP/s
 // there), and everything on AVX-512 CPUs on oneDNN. The choice depends on
 // nothing a memory config changes, as the prepared weights serve every
 // config: conv2d hands the kernel rows (with_io), and the kernel reads and
@@ -287,9 +288,9 @@ bool patch_transpose_avx2_shape(const Geometry& g, DataType in, DataType out) {
 }
 bool is_direct_avx2(const Problem& pr) {
   const Geometry& g = pr.g;
-  return pr.residual == nullptr && pr.output.layout == Layout::ROW_MAJOR &&
+  return pr.output.layout == Layout::ROW_MAJOR &&
          (direct_avx2_shape(g.transposed, g.groups, g.kh, g.kw, g.cin, pr.compute, pr.output.dtype) ||
-          patch_transpose_avx2_shape(g, pr.compute, pr.output.dtype));
+          (pr.residual == nullptr && patch_transpose_avx2_shape(g, pr.compute, pr.output.dtype)));
 }
 
 template <class Params>
@@ -329,7 +330,7 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.compute),
                                short_dtype_name(pr.dst_dtype), short_dtype_name(config.weights_dtype));
   if (pr.kernel != pr.compute) pr.weights_key += fmt::format(":{}kernel", short_dtype_name(pr.kernel));
-  pr.winograd = allows_winograd(g, pr.compute, config, residual != nullptr);
+  pr.winograd = allows_winograd(g, pr.compute, config, residual != nullptr && kernel_isa() != KernelIsa::kAvx2);
   if (pr.winograd) {
     pr.key += ":wino";
     pr.weights_key += ":wino";
@@ -1048,15 +1049,31 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
     TS_ASSIGN_OR_RETURN(args.src, make_access(x));
   }
   TensorSpec out_spec = pr.output;
-  TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(out_spec, device));
+  // With a residual: its buffer when the caller gives it up (output_tensor),
+  // and its rows read densely (staged like the input where spread over banks).
+  TS_ASSIGN_OR_RETURN(Tensor output, output_tensor(input, pr));
   TS_ASSIGN_OR_RETURN(args.dst, make_access(output));
+  std::optional<Tensor> res;
+  if (pr.residual) {
+    res = pr.residual->tensor;
+    TS_ASSIGN_OR_RETURN(args.res, make_access(*res));
+    if (res->layout() == Layout::TILE) {
+      TS_ASSIGN_OR_RETURN(res, untilize(*res, {.memory_config = dense_out, .dtype = DataType::FLOAT32, .cq_id = cq_id}));
+      TS_ASSIGN_OR_RETURN(args.res, make_access(*res));
+    } else if (args.res.uniform_row_stride() == 0) {
+      TS_ASSIGN_OR_RETURN(res, to_memory_config(*res, dense_out, cq_id));
+      TS_ASSIGN_OR_RETURN(args.res, make_access(*res));
+    }
+    args.res_activation = pr.residual->activation;
+  }
   const bool copy_out = args.dst.uniform_row_stride() == 0;
   if (copy_out) {
     out_spec.memory_config = dense_out;
     TS_ASSIGN_OR_RETURN(output, allocate_tensor_on_device(out_spec, device));
     TS_ASSIGN_OR_RETURN(args.dst, make_access(output));
   }
-  if (args.src.uniform_row_stride() == 0 || args.dst.uniform_row_stride() == 0)
+  if (args.src.uniform_row_stride() == 0 || args.dst.uniform_row_stride() == 0 ||
+      (res && args.res.uniform_row_stride() == 0))
     return internal_error("conv2d: the direct kernel's staging rows have no uniform stride ({} -> {})",
                           x.spec().to_string(), output.spec().to_string());
   TS_ASSIGN_OR_RETURN(TensorAccess wa, make_access(w.weight));
@@ -1494,13 +1511,19 @@ StatusOr<Conv2dResult> with_residual(const Tensor& input, const Conv2dParams& p,
   const DataType in = input.dtype();
   const DataType out = config.dtype.value_or(is_block_float(in) ? DataType::BFLOAT16 : in);
   const bool depthwise = p.groups > 1 && p.groups == p.in_channels && p.out_channels == p.in_channels;
+  // oneDNN 2.6's AVX2 convs have no activation-then-sum chain of post-ops
+  // (they fall back to its reference kernel: minutes per frame for YOLO's
+  // bottlenecks), so on AVX2-only CPUs an activation before the add fuses
+  // only into Tessera's direct kernel.
+  const bool avx2_fusable = kernel_isa() != KernelIsa::kAvx2 || p.activation.op == UnaryOpType::IDENTITY ||
+                            direct_avx2_shape(false, p.groups, p.kernel_size[0], p.kernel_size[1], p.in_channels, in, out);
   const bool fusable = !depthwise && config.output_layout == Layout::ROW_MAJOR && !is_block_float(out) &&
                        !config.output_memory_config.value_or(input.memory_config()).is_sharded() &&
                        !input.memory_config().is_sharded() && !config.shard_layout && !config.slice_config &&
                        p.activation.op != UnaryOpType::HARDSIGMOID &&
                        residual.activation.op != UnaryOpType::HARDSIGMOID &&
                        residual.tensor.layout() == Layout::ROW_MAJOR && residual.tensor.dtype() == out &&
-                       !residual.tensor.memory_config().is_sharded();
+                       !residual.tensor.memory_config().is_sharded() && avx2_fusable;
   if (fusable) return run(&residual);
   TS_ASSIGN_OR_RETURN(Conv2dResult r, run(nullptr));
   TS_ASSIGN_OR_RETURN(Tensor res, reshape(residual.tensor, r.output.shape()));

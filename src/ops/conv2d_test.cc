@@ -254,14 +254,17 @@ TEST(Conv2d, Errors) {
 }
 
 // The residual form against reference conv + add + activation on the host,
-// for fused shapes (plain, strided, bfloat16) and the separate-add ones
-// (depthwise, hardsigmoid, a bfloat16 residual for a float32 output).
+// for fused shapes (plain, strided, bfloat16, 3x3 Winograd at HiFi2) and the
+// separate-add ones (depthwise, hardsigmoid, a bfloat16 residual for a
+// float32 output); with the CPU's own kernels, then capped at AVX2 (where
+// Tessera's direct and Winograd kernels add the residual).
 TEST(Conv2d, ResidualMatchesConvThenAdd) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   struct R {
     Case c;
     UnaryOpType post;
     DataType in, res;
+    bool hifi2 = false;
   };
   const R cases[] = {
       {{1, 14, 14, 32, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
@@ -275,45 +278,79 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       {{1, 7, 7, 64, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
       // A strided 1x1 downsample with the block's residual, split by rows (ResNet's stage entries).
       {{1, 18, 17, 32, 64, 1, 1, 2, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
+      // YOLO's bottlenecks: 3x3 stride 1 with an activation before the add, at HiFi2 (Winograd).
+      {{1, 15, 13, 24, 40, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
+       DataType::FLOAT32, true},
+      {{2, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32, true},
+      // An activation before the add on a 1x1: a separate add on AVX2-only CPUs.
+      {{1, 10, 10, 32, 48, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
+       DataType::FLOAT32},
   };
-  for (const R& rc : cases) {
-    const Conv2dParams p = to_params(rc.c);
-    SCOPED_TRACE(fmt::format("{} post={} in={} res={}", p.descriptor(), unary_op_name(rc.post), data_type_name(rc.in),
-                             data_type_name(rc.res)));
-    const Case& cs = rc.c;
-    Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, rc.in, Layout::ROW_MAJOR, 4);
-    auto wv = testing::random_values(uint64_t{cs.k} * (cs.c / cs.groups) * cs.kh * cs.kw, 5, 0.2f);
-    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(wv, Shape{cs.k, cs.c / cs.groups, cs.kh, cs.kw}, DataType::FLOAT32));
-    ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
-    const Shape out{cs.n, p.output_height(), p.output_width(), cs.k};
-    Tensor res = testing::random_tensor(out, rc.res, Layout::ROW_MAJOR, 7);
-    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
-    ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
-    const DataType wt = rc.in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
-    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, b, p, Conv2dResidual{dres, {rc.post}}, {.weights_dtype = wt}));
-    ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
-    ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
-    ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, wt, rc.in));
-    ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, rw, b, p, DataType::FLOAT32));
-    ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(out));
-    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {rc.post}, DataType::FLOAT32));
-    ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
-    testing::expect_conv_close(got, ref, rc.in);
-    // The prepared weights take the same residual.
-    ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d_with_residual(dx, r.weights, p, Conv2dResidual{dres, {rc.post}}, {.weights_dtype = wt}));
-    ASSERT_OK_AND_ASSIGN(Tensor again_t, again.output.cpu());
-    EXPECT_EQ(testing::host_bytes(again_t), testing::host_bytes(got_t));
-    // Given up (in_place), the residual's buffer takes the output where the
-    // kernel adds it (not for depthwise, hardsigmoid or another dtype), with
-    // the same bytes.
-    ASSERT_OK_AND_ASSIGN(Tensor spare, to_device(res, *dev));
-    ASSERT_OK_AND_ASSIGN(Conv2dResult in_place,
-                         conv2d_with_residual(dx, r.weights, p, Conv2dResidual{spare, {rc.post}, true}, {.weights_dtype = wt}));
-    const bool fused = cs.groups == 1 && cs.act != UnaryOpType::HARDSIGMOID && rc.res == rc.in;
-    EXPECT_EQ(in_place.output.buffer() == spare.buffer(), fused);
-    ASSERT_OK_AND_ASSIGN(Tensor in_place_t, in_place.output.cpu());
-    EXPECT_EQ(testing::host_bytes(in_place_t), testing::host_bytes(got_t));
+  const KernelIsa native = kernel_isa();
+  std::vector<KernelIsa> isas{native};
+  if (native == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx2);
+  ASSERT_OK(enable_profiler(*dev));
+  for (KernelIsa isa : isas) {
+    set_kernel_isa_limit(isa);
+    for (const R& rc : cases) {
+      const Conv2dParams p = to_params(rc.c);
+      SCOPED_TRACE(fmt::format("{} post={} in={} res={} hifi2={} isa={}", p.descriptor(), unary_op_name(rc.post),
+                               data_type_name(rc.in), data_type_name(rc.res), rc.hifi2, static_cast<int>(isa)));
+      const Case& cs = rc.c;
+      Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, rc.in, Layout::ROW_MAJOR, 4);
+      auto wv = testing::random_values(uint64_t{cs.k} * (cs.c / cs.groups) * cs.kh * cs.kw, 5, 0.2f);
+      ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(wv, Shape{cs.k, cs.c / cs.groups, cs.kh, cs.kw}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
+      const Shape out{cs.n, p.output_height(), p.output_width(), cs.k};
+      Tensor res = testing::random_tensor(out, rc.res, Layout::ROW_MAJOR, 7);
+      ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
+      const DataType wt = rc.in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+      Conv2dConfig cfg{.weights_dtype = wt};
+      if (rc.hifi2) cfg.compute_config.math_fidelity = MathFidelity::HiFi2;
+      ASSERT_OK(read_profile(*dev).status());
+      ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, b, p, Conv2dResidual{dres, {rc.post}}, cfg));
+      ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+      ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, wt, rc.in));
+      ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, rw, b, p, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(out));
+      ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {rc.post}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+      if (rc.hifi2) {  // Winograd's tolerance (WinogradBelowHiFi4)
+        float mx = 1;
+        for (float v : ref) mx = std::max(mx, std::fabs(v));
+        for (size_t i = 0; i < ref.size(); ++i) ASSERT_LE(std::fabs(got[i] - ref[i]), 1e-3f * mx) << i;
+      } else {
+        testing::expect_conv_close(got, ref, rc.in);
+      }
+      if (isa == KernelIsa::kAvx2 && rc.in == DataType::FLOAT32 && cs.groups == 1 && cs.kh > 1 && cs.c >= 16) {
+        ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+        bool ran = false;
+        for (const OpTiming& t : prof.ops)
+          ran |= t.kernel_name.find(rc.hifi2 ? "winograd_f2_avx2" : "direct_avx2") != std::string::npos;
+        EXPECT_TRUE(ran);
+      }
+      // The prepared weights take the same residual.
+      ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d_with_residual(dx, r.weights, p, Conv2dResidual{dres, {rc.post}}, cfg));
+      ASSERT_OK_AND_ASSIGN(Tensor again_t, again.output.cpu());
+      EXPECT_EQ(testing::host_bytes(again_t), testing::host_bytes(got_t));
+      // Given up (in_place), the residual's buffer takes the output where the
+      // kernel adds it (not for depthwise, hardsigmoid or another dtype), with
+      // the same bytes.
+      ASSERT_OK_AND_ASSIGN(Tensor spare, to_device(res, *dev));
+      ASSERT_OK_AND_ASSIGN(Conv2dResult in_place,
+                           conv2d_with_residual(dx, r.weights, p, Conv2dResidual{spare, {rc.post}, true}, cfg));
+      const bool own = rc.in == DataType::FLOAT32 && cs.groups == 1 && cs.kh * cs.kw > 1 && cs.c >= 16;
+      const bool fused = cs.groups == 1 && cs.act != UnaryOpType::HARDSIGMOID && rc.res == rc.in &&
+                         (isa != KernelIsa::kAvx2 || cs.act == UnaryOpType::IDENTITY || own);
+      EXPECT_EQ(in_place.output.buffer() == spare.buffer(), fused);
+      ASSERT_OK_AND_ASSIGN(Tensor in_place_t, in_place.output.cpu());
+      EXPECT_EQ(testing::host_bytes(in_place_t), testing::host_bytes(got_t));
+    }
   }
+  set_kernel_isa_limit(native);
+  ASSERT_OK(disable_profiler(*dev));
   // The input as its own residual is never overwritten while the conv reads it.
   {
     const Conv2dParams p = to_params(kCases[1]);  // 1x1, 64 -> 32 channels

@@ -103,6 +103,39 @@ void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows,
   }
 }
 
+// One output pixel's 16 channels: adds the residual's `ocs` channels at
+// `res`, or stores `ocs` channels to `out` (two vector moves when whole).
+inline void add_residual(float* px, const std::byte* res, uint32_t ocs) {
+  const auto* r = reinterpret_cast<const float*>(res);
+  if (ocs == 16) {
+    _mm256_store_ps(px, _mm256_add_ps(_mm256_load_ps(px), _mm256_loadu_ps(r)));
+    _mm256_store_ps(px + 8, _mm256_add_ps(_mm256_load_ps(px + 8), _mm256_loadu_ps(r + 8)));
+  } else {
+    for (uint32_t c = 0; c < ocs; ++c) px[c] += r[c];
+  }
+}
+inline void store_pixel(std::byte* out, const float* px, uint32_t ocs) {
+  if (ocs == 16) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(out), _mm256_load_ps(px));
+    _mm256_storeu_ps(reinterpret_cast<float*>(out) + 8, _mm256_load_ps(px + 8));
+  } else {
+    std::memcpy(out, px, ocs * sizeof(float));
+  }
+}
+
+// Finishes n pixels of 16 channels in `px` (aligned) whose outputs start at
+// `out`, `step` bytes apart (the residual's at `res` with the same step, or
+// none): activation, residual, its activation, store.
+void finish(const DirectConvArgs& a, float* px, uint32_t n, uint32_t ocs, std::byte* out, const std::byte* res,
+            uint64_t step, uint64_t res_step) {
+  if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, px, uint64_t{n} * 16);
+  if (res) {
+    for (uint32_t j = 0; j < n; ++j) add_residual(px + j * 16, res + j * res_step, ocs);
+    if (a.res_activation.op != UnaryOpType::IDENTITY) a.math.unary(a.res_activation, px, uint64_t{n} * 16);
+  }
+  for (uint32_t j = 0; j < n; ++j) store_pixel(out + j * step, px + j * 16, ocs);
+}
+
 // Winograd F(2x2, 3x3) transforms over 8 channels (__m256) or one (float):
 // GCC's vector extensions give __m256 the same +, - as float.
 template <class T>
@@ -155,8 +188,8 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DirectConvArgs*>(raw);
   const uint32_t blocks = (a.cout + 15) / 16, taps = a.kh * a.kw;
   const uint32_t pw = (a.ow - 1) * a.sw + (a.kw - 1) * a.dw + 1;
-  const uint64_t out_stride = a.dst.uniform_row_stride();
-  const bool identity = a.activation.op == UnaryOpType::IDENTITY, chunked = a.cin_block < a.cin;
+  const uint64_t out_stride = a.dst.uniform_row_stride(), res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
+  const bool chunked = a.cin_block < a.cin;
   thread_local std::vector<float> padded, partial;
   alignas(32) float tile[kBlockPixels * 16];
   for (uint32_t t = begin; t < end; ++t) {
@@ -190,16 +223,10 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
             kBlocks[rw](row + uint64_t{ox} * px, px, tp, w, first ? a.bias + oc0 : sum, first ? 0 : 16,
                         last ? tile : sum);
             if (last) {
-              if (!identity) a.math.unary(a.activation, tile, uint64_t{rw} * 16);
-              std::byte* o = out + ox * out_stride + uint64_t{oc0} * sizeof(float);
-              if (ocs == 16) {  // two vector moves, not a memcpy call per pixel
-                for (uint32_t j = 0; j < rw; ++j, o += out_stride) {
-                  _mm256_storeu_ps(reinterpret_cast<float*>(o), _mm256_load_ps(tile + j * 16));
-                  _mm256_storeu_ps(reinterpret_cast<float*>(o) + 8, _mm256_load_ps(tile + j * 16 + 8));
-                }
-              } else {
-                for (uint32_t j = 0; j < rw; ++j, o += out_stride) std::memcpy(o, tile + j * 16, ocs * sizeof(float));
-              }
+              const uint64_t pixel = (uint64_t{img} * a.oh + oy) * a.ow + ox;
+              finish(a, tile, rw, ocs, out + ox * out_stride + uint64_t{oc0} * sizeof(float),
+                     a.res.base ? a.res.base + pixel * res_stride + uint64_t{oc0} * sizeof(float) : nullptr,
+                     out_stride, res_stride);
             }
             ox += rw;
           }
@@ -216,7 +243,7 @@ Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const uint32_t blocks = (a.cout + 15) / 16, tx = (a.ow + 1) / 2, ty = (a.oh + 1) / 2, pw = 2 * tx + 2;
   const uint32_t seg = a.segment_tiles, cin = a.cin;
   const uint64_t out_stride = a.dst.uniform_row_stride(), vs = uint64_t{seg} * cin;
-  const bool identity = a.activation.op == UnaryOpType::IDENTITY;
+  const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
   const Taps one{1, 1, cin, 0, 0};
   alignas(32) static const float kZeros[16] = {};
   alignas(32) float y[4 * 16];
@@ -257,23 +284,15 @@ Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
         const uint32_t oc0 = b * 16, ocs = std::min(16u, a.cout - oc0);
         for (uint32_t k = 0; k < st; ++k) {
           transform_products(m.data() + uint64_t{k} * 16, uint64_t{seg} * 16, a.bias + oc0, y);
-          if (!identity) a.math.unary(a.activation, y, 4 * 16);
           const uint32_t r = (s0 + k) / tx, c = (s0 + k) % tx;
-          for (uint32_t i = 0; i < 2; ++i) {
+          for (uint32_t i = 0; i < 2; ++i) {  // the tile's pixels inside the output, one row at a time
             const uint32_t oy = 2 * (tr0 + r) + i;
             if (oy >= a.oh) break;
-            for (uint32_t j = 0; j < 2; ++j) {
-              const uint32_t ox = 2 * c + j;
-              if (ox >= a.ow) break;
-              std::byte* o = a.dst.base + ((uint64_t{img} * a.oh + oy) * a.ow + ox) * out_stride + uint64_t{oc0} * 4;
-              const float* src = y + (i * 2 + j) * 16;
-              if (ocs == 16) {
-                _mm256_storeu_ps(reinterpret_cast<float*>(o), _mm256_load_ps(src));
-                _mm256_storeu_ps(reinterpret_cast<float*>(o) + 8, _mm256_load_ps(src + 8));
-              } else {
-                std::memcpy(o, src, ocs * sizeof(float));
-              }
-            }
+            const uint64_t pixel = (uint64_t{img} * a.oh + oy) * a.ow + 2 * c;
+            finish(a, y + i * 32, std::min(2u, a.ow - 2 * c), ocs,
+                   a.dst.base + pixel * out_stride + uint64_t{oc0} * sizeof(float),
+                   a.res.base ? a.res.base + pixel * res_stride + uint64_t{oc0} * sizeof(float) : nullptr, out_stride,
+                   res_stride);
           }
         }
       }
@@ -287,7 +306,6 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const uint32_t blocks = (a.cout + 15) / 16;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
   const size_t px = in_stride / sizeof(float);
-  const bool identity = a.activation.op == UnaryOpType::IDENTITY;
   const Taps one{1, 1, a.cin, 0, 0};
   const uint32_t nblk = (a.w + kBlockPixels - 1) / kBlockPixels;
   alignas(32) float tile[kBlockPixels * 16];
@@ -307,16 +325,7 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
             for (uint32_t k = 0, x = 0; k < nblk; ++k) {
               const uint32_t rw = (a.w - x + (nblk - k) - 1) / (nblk - k);
               kBlocks[rw](in + x * px, px, one, w, a.bias + oc0, 0, tile);
-              if (!identity) a.math.unary(a.activation, tile, uint64_t{rw} * 16);
-              std::byte* o = out + uint64_t{x} * a.kw * out_stride;
-              for (uint32_t j = 0; j < rw; ++j, o += a.kw * out_stride) {
-                if (ocs == 16) {
-                  _mm256_storeu_ps(reinterpret_cast<float*>(o), _mm256_load_ps(tile + j * 16));
-                  _mm256_storeu_ps(reinterpret_cast<float*>(o) + 8, _mm256_load_ps(tile + j * 16 + 8));
-                } else {
-                  std::memcpy(o, tile + j * 16, ocs * sizeof(float));
-                }
-              }
+              finish(a, tile, rw, ocs, out + uint64_t{x} * a.kw * out_stride, nullptr, a.kw * out_stride, 0);
               x += rw;
             }
           }

@@ -12,7 +12,8 @@
 // holds chunks of input channels, and each block runs chunk by chunk (whose
 // weights, at most kDirectChunkBytes, stay in L1), keeping partial sums in a
 // per-worker buffer between chunks. Accumulation: bias, then per chunk taps
-// in (ky, kx, cin) order, in float32 FMAs; then the activation.
+// in (ky, kx, cin) order, in float32 FMAs; then the activation, and with a
+// residual its add and activation.
 #pragma once
 
 #include <algorithm>
@@ -43,6 +44,12 @@ struct DirectConvArgs {
   const float* bias;
   FloatMath math;
   UnaryWithParam activation;
+  // A fused skip connection (conv2d_with_residual): with res.base set,
+  // y = res_activation(activation(conv + bias) + residual), the residual
+  // rows shaped like the output (and possibly the output's own buffer: each
+  // pixel is read before it is written).
+  TensorAccess res;
+  UnaryWithParam res_activation;
   uint32_t cin_block;  // direct_cin_block(kh, kw, cin), or cin: no chunks
   uint32_t n, h, w, cin, cout, oh, ow, kh, kw, sh, sw, dh, dw, pad_t, pad_l;
   uint32_t bands, band_rows;      // output rows of each image in `bands` bands of band_rows (the last shorter)
