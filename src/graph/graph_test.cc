@@ -212,11 +212,12 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 5u);
+  ASSERT_EQ(reports.size(), 7u);
   EXPECT_EQ(reports[0].rewrites, 0);  // no bias add
   EXPECT_EQ(reports[1].rewrites, 1);  // batch norm folded
-  EXPECT_EQ(reports[2].rewrites, 1);  // x * sigmoid(x) -> SiLU
-  EXPECT_EQ(reports[3].rewrites, 1);  // SiLU into the conv
+  EXPECT_EQ(reports[2].rewrites, 0);  // no scale
+  EXPECT_EQ(reports[4].rewrites, 1);  // x * sigmoid(x) -> SiLU
+  EXPECT_EQ(reports[5].rewrites, 1);  // SiLU into the conv
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "silu");
   const auto after = run_host(g, xin);
@@ -264,6 +265,54 @@ TEST(Passes, FoldBiasAddThenBatchNorm) {
   ASSERT_EQ(after.size(), 1u);
   ASSERT_EQ(after[0].f.size(), before[0].f.size());
   for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-5) << k;
+}
+
+// PP-LCNet's learnable affine blocks: Conv -> Mul(scalar) -> Add(scalar) ->
+// Relu, and ConvTranspose -> Mul((1, C, 1, 1)) -> Add((C, 1, 1)): each
+// becomes one conv with scaled weights and bias. A Mul by a non-constant, or
+// of a conv output read twice, stays.
+TEST(Passes, FoldScaleMulThenBiasAdd) {
+  Graph g;
+  const int x = value(g, "x", {1, 2, 4, 4});
+  g.inputs = {x};
+  const int w = constant(g, "w", {3, 2, 3, 3}, std::vector<float>(54, 0.f));
+  for (size_t k = 0; k < 54; ++k) g.value(w).constant->f[k] = std::cos(static_cast<float>(k));
+  const int bias = constant(g, "b", {3}, {0.1f, -0.2f, 0.3f});
+  const int s1 = constant(g, "s1", {1}, {1.25f}), b1 = constant(g, "b1", {1}, {-0.5f});
+  const int wt = constant(g, "wt", {3, 2, 2, 2}, std::vector<float>(24, 0.f));
+  for (size_t k = 0; k < 24; ++k) g.value(wt).constant->f[k] = std::sin(static_cast<float>(k) * 0.7f);
+  const int s2 = constant(g, "s2", {1, 2, 1, 1}, {0.5f, -2}), b2 = constant(g, "b2", {2, 1, 1}, {0.25f, 0.75f});
+  const int c = value(g, "c"), m = value(g, "m"), a = value(g, "a"), r = value(g, "r"), t = value(g, "t"),
+            tm = value(g, "tm"), ta = value(g, "ta"), c2 = value(g, "c2"), y = value(g, "y");
+  Node conv = node("Conv", {x, w, bias}, {c}, "conv");
+  conv.attrs["pads"] = Attribute{.kind = Attribute::Kind::INTS, .ints = {1, 1, 1, 1}};
+  g.nodes.push_back(conv);
+  g.nodes.push_back(node("Mul", {c, s1}, {m}, "mul"));
+  g.nodes.push_back(node("Add", {m, b1}, {a}, "add"));
+  g.nodes.push_back(node("Relu", {a}, {r}, "relu"));
+  Node convt = node("ConvTranspose", {r, wt}, {t}, "convt");
+  convt.attrs["strides"] = Attribute{.kind = Attribute::Kind::INTS, .ints = {2, 2}};
+  g.nodes.push_back(convt);
+  g.nodes.push_back(node("Mul", {s2, t}, {tm}, "mul2"));
+  g.nodes.push_back(node("Add", {tm, b2}, {ta}, "add2"));
+  g.nodes.push_back(node("Mul", {ta, ta}, {c2}, "square"));  // not a constant scale: stays
+  g.nodes.push_back(node("Add", {c2, ta}, {y}, "add3"));
+  g.outputs = {y};
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  const HostTensor xin = sine_input();
+  const auto before = run_host(g, xin);
+  const auto reports = optimize(g);
+  EXPECT_EQ(reports[0].rewrites, 0);  // the adds follow Muls
+  EXPECT_EQ(reports[2].rewrites, 2);  // both scales folded
+  EXPECT_EQ(reports[3].rewrites, 2);  // then both adds
+  ASSERT_EQ(g.nodes.size(), 4u);
+  EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "relu");
+  EXPECT_EQ(g.nodes[2].op_type, "Mul");
+  const auto after = run_host(g, xin);
+  ASSERT_EQ(after.size(), 1u);
+  ASSERT_EQ(after[0].f.size(), before[0].f.size());
+  for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-4) << k;
 }
 
 }  // namespace

@@ -39,6 +39,39 @@ Attribute float_attr(float f) {
   return a;
 }
 
+// Whether constant `c` broadcasts one value per output channel of the 4D-ish
+// conv output `out` (out_ch channels): a scalar, or every dim 1 but the
+// channel axis counted from the end ((C), (C,1,1), (1,C,1,1)).
+bool per_channel(const Value& out, const HostTensor& c, int64_t out_ch) {
+  if (c.volume() == 1) return true;
+  const size_t rank = out.dims.size();
+  if (c.volume() != out_ch || rank < 2 || c.dims.size() > rank || c.dims.size() < rank - 1) return false;
+  for (size_t d = 0; d < c.dims.size(); ++d) {
+    const size_t axis = rank - c.dims.size() + d;  // aligned output axis
+    if (axis != 1 && c.dims[d] != 1) return false;
+  }
+  return true;
+}
+
+// The conv's weights with every output channel oc scaled by mult[oc]. Conv
+// weights are (out, in/g, k...); ConvTranspose's (in, out/g, k...), whose
+// output channel is group(i) * (out/g) + j / kernel volume.
+HostTensor scale_output_channels(const HostTensor& w, bool transpose, int64_t group, const std::vector<double>& mult) {
+  HostTensor nw = w;
+  const int64_t per = w.volume() / w.dims[0];  // elements per leading index
+  for (int64_t i = 0; i < w.dims[0]; ++i)
+    for (int64_t j = 0; j < per; ++j) {
+      int64_t oc = i;
+      if (transpose) {
+        const int64_t kvol = per / w.dims[1];
+        oc = (i / (w.dims[0] / group)) * w.dims[1] + j / kvol;
+      }
+      const auto k = static_cast<size_t>(i * per + j);
+      nw.f[k] = static_cast<float>(w.f[k] * mult[static_cast<size_t>(oc)]);
+    }
+  return nw;
+}
+
 }  // namespace
 
 PassReport fold_bias_add(Graph& g) {
@@ -63,18 +96,7 @@ PassReport fold_bias_add(Graph& g) {
     const HostTensor& w = *g.value(conv.inputs[1]).constant;
     const int64_t out_ch = transpose ? w.dims[1] * conv.attr_int("group", 1) : w.dims[0];
     const HostTensor& c = *g.value(other).constant;
-    // Per channel: every dim 1 but one of out_ch channels, at the channel
-    // axis counted from the end (rank 4 output: dims (1, C, 1, 1) / (C, 1, 1)).
-    const size_t rank = out.dims.size();
-    bool per_channel = c.volume() == 1;
-    if (!per_channel && c.volume() == out_ch && rank >= 2 && c.dims.size() <= rank && c.dims.size() >= rank - 1) {
-      per_channel = true;
-      for (size_t d = 0; d < c.dims.size(); ++d) {
-        const size_t axis = rank - c.dims.size() + d;  // aligned output axis
-        if (axis != 1 && c.dims[d] != 1) per_channel = false;
-      }
-    }
-    if (!per_channel || !out.has_shape || g.value(add.outputs[0]).dims != out.dims) continue;
+    if (!per_channel(out, c, out_ch) || !out.has_shape || g.value(add.outputs[0]).dims != out.dims) continue;
     std::vector<float> nb(static_cast<size_t>(out_ch));
     for (size_t k = 0; k < nb.size(); ++k)
       nb[k] = static_cast<float>((has_bias ? g.value(conv.inputs[2]).constant->at(k) : 0.0) +
@@ -123,20 +145,7 @@ PassReport fold_batch_norm(Graph& g) {
     const double eps = bn.attr_float("epsilon", 1e-5f);
     std::vector<double> mult(static_cast<size_t>(out_ch));
     for (size_t c = 0; c < mult.size(); ++c) mult[c] = scale.at(c) / std::sqrt(var.at(c) + eps);
-    HostTensor nw = w;
-    const int64_t per = w.volume() / w.dims[0];  // elements per leading index
-    for (int64_t i = 0; i < w.dims[0]; ++i)
-      for (int64_t j = 0; j < per; ++j) {
-        // Conv: out channel = leading index. ConvTranspose (in, out/g, k...):
-        // out channel = group of i * (out/g) + j / kernel volume.
-        int64_t oc = i;
-        if (transpose) {
-          const int64_t kvol = per / w.dims[1];
-          oc = (i / (w.dims[0] / group)) * w.dims[1] + j / kvol;
-        }
-        const auto k = static_cast<size_t>(i * per + j);
-        nw.f[k] = static_cast<float>(w.f[k] * mult[static_cast<size_t>(oc)]);
-      }
+    HostTensor nw = scale_output_channels(w, transpose, group, mult);
     std::vector<float> nb(static_cast<size_t>(out_ch));
     const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
     for (size_t c = 0; c < nb.size(); ++c) {
@@ -153,6 +162,53 @@ PassReport fold_batch_norm(Graph& g) {
     c2.inputs[1] = wid, c2.inputs[2] = bid;
     c2.outputs[0] = g.nodes[static_cast<size_t>(bn_idx)].outputs[0];
     dead[static_cast<size_t>(bn_idx)] = true;
+    ++r.rewrites;
+    consumers = g.consumers();
+  }
+  drop_nodes(g, dead);
+  return r;
+}
+
+PassReport fold_scale_mul(Graph& g) {
+  PassReport r{"fold_scale_mul"};
+  auto consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
+    Node& conv = g.nodes[ci];
+    const bool transpose = conv.op_type == "ConvTranspose";
+    if ((conv.op_type != "Conv" && !transpose) || conv.has_attr("tessera_activation") || conv.outputs.size() != 1)
+      continue;
+    if (conv.inputs.size() < 2 || !g.is_constant(conv.inputs[1]) || g.value(conv.inputs[1]).type != ElemType::FLOAT32)
+      continue;
+    const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
+    if (has_bias && !g.is_constant(conv.inputs[2])) continue;
+    const int mul_idx = sole_reader(g, consumers, conv.outputs[0]);
+    if (mul_idx < 0) continue;
+    const Node& mul = g.nodes[static_cast<size_t>(mul_idx)];
+    if (mul.op_type != "Mul" || mul.inputs.size() != 2 || mul.outputs.size() != 1) continue;
+    const int other = mul.inputs[0] == conv.outputs[0] ? mul.inputs[1] : mul.inputs[0];
+    if (other < 0 || other == conv.outputs[0] || !g.is_constant(other)) continue;
+    const Value& out = g.value(conv.outputs[0]);
+    const HostTensor& w = *g.value(conv.inputs[1]).constant;
+    const int64_t group = conv.attr_int("group", 1);
+    const int64_t out_ch = transpose ? w.dims[1] * group : w.dims[0];
+    const HostTensor& c = *g.value(other).constant;
+    if (!per_channel(out, c, out_ch) || !out.has_shape || g.value(mul.outputs[0]).dims != out.dims) continue;
+    std::vector<double> mult(static_cast<size_t>(out_ch));
+    for (size_t k = 0; k < mult.size(); ++k) mult[k] = c.at(c.volume() == 1 ? 0 : k);
+    std::vector<float> nb(static_cast<size_t>(out_ch));
+    for (size_t k = 0; k < nb.size(); ++k)
+      nb[k] = static_cast<float>((has_bias ? g.value(conv.inputs[2]).constant->at(k) : 0.0) * mult[k]);
+    Value wv{.name = g.value(conv.inputs[1]).name + ":mul_folded", .type = ElemType::FLOAT32, .dims = w.dims,
+             .has_shape = true, .constant = scale_output_channels(w, transpose, group, mult)};
+    Value bv{.name = g.value(conv.inputs[1]).name + ":mul_folded_bias", .type = ElemType::FLOAT32,
+             .dims = {out_ch}, .has_shape = true, .constant = HostTensor::floats({out_ch}, std::move(nb))};
+    const int wid = g.add_value(std::move(wv)), bid = g.add_value(std::move(bv));
+    Node& c2 = g.nodes[ci];
+    c2.inputs.resize(3);
+    c2.inputs[1] = wid, c2.inputs[2] = bid;
+    c2.outputs[0] = g.nodes[static_cast<size_t>(mul_idx)].outputs[0];
+    dead[static_cast<size_t>(mul_idx)] = true;
     ++r.rewrites;
     consumers = g.consumers();
   }
@@ -355,6 +411,10 @@ std::vector<PassReport> optimize(Graph& g) {
   std::vector<PassReport> reports;
   reports.push_back(fold_bias_add(g));
   reports.push_back(fold_batch_norm(g));
+  reports.push_back(fold_scale_mul(g));
+  PassReport again = fold_bias_add(g);  // the Add after a folded Mul (Paddle's learnable affine blocks)
+  again.pass = "fold_bias_add (after fold_scale_mul)";
+  reports.push_back(again);
   reports.push_back(fuse_sigmoid_mul(g));
   reports.push_back(fuse_activations(g));
   reports.push_back(fuse_residual_adds(g));

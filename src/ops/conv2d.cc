@@ -280,7 +280,7 @@ bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t k
 // Transposed convs whose kernel equals their stride (the UNet's upconvs, see
 // is_patch_transpose) run cpu::avx2::patch_transpose_kernel there: on
 // 30x40 to 240x320 maps oneDNN's gemm ran their batched matmul rows (M = W)
-// at 50-85 GFLOP/s.
+// at 50-85 GFLOP/s (and PP-OCR's 24 -> 1 upconv, N = 2, at 13 ms).
 bool patch_transpose_avx2_shape(const Geometry& g, DataType in, DataType out) {
   return kernel_isa() == KernelIsa::kAvx2 && g.transposed && g.kh == g.sh && g.kw == g.sw && g.dh == 1 &&
          g.dw == 1 && g.groups == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 &&
@@ -896,15 +896,15 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv_transpose2d_weights(weight, p, weights_dtype, input.dtype()));
   TS_ASSIGN_OR_RETURN(const std::vector<float> bv, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(std::vector<float> v, rounded.to_vector());
-  if (pr.direct) {  // AVX2 kernel: (Cin, Cout, kh, kw) -> per 16-channel block [kh][kw][Cin][16]
-    const uint32_t blocks = (g.cout + 15) / 16;
-    std::vector<float> m(uint64_t{blocks} * g.kh * g.kw * g.cin * 16, 0.0f);
-    for (uint32_t ci = 0; ci < g.cin; ++ci)
-      for (uint32_t co = 0; co < g.cout; ++co)
-        for (uint32_t k = 0; k < g.kh * g.kw; ++k)
-          m[((uint64_t{co / 16} * g.kh * g.kw + k) * g.cin + ci) * 16 + co % 16] = v[(uint64_t{ci} * g.cout + co) * g.kh * g.kw + k];
-    std::vector<float> b = bv;
-    b.resize(uint64_t{blocks} * 16, 0.0f);
+  if (pr.direct) {  // AVX2 kernel: (Cin, Cout, kh, kw) -> columns n = (ky * kw + kx) * Cout + co, [n / 16][Cin][16]
+    const uint32_t cols = g.kh * g.kw * g.cout, blocks = (cols + 15) / 16;
+    std::vector<float> m(uint64_t{blocks} * g.cin * 16, 0.0f), b(uint64_t{blocks} * 16, 0.0f);
+    for (uint32_t n = 0; n < cols; ++n) {
+      const uint32_t k = n / g.cout, co = n % g.cout;
+      b[n] = bv[co];
+      for (uint32_t ci = 0; ci < g.cin; ++ci)
+        m[(uint64_t{n / 16} * g.cin + ci) * 16 + n % 16] = v[(uint64_t{ci} * g.cout + co) * g.kh * g.kw + k];
+    }
     TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{static_cast<uint32_t>(m.size())}, DataType::FLOAT32));
     TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{static_cast<uint32_t>(b.size())}, DataType::FLOAT32));
     TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));
@@ -1114,7 +1114,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   }
   args.band_rows = (units + bands - 1) / bands;
   args.bands = (units + args.band_rows - 1) / args.band_rows;
-  const uint32_t blocks = (g.cout + 15) / 16;
+  const uint32_t blocks = ((patches ? g.kh * g.kw : 1) * g.cout + 15) / 16;  // patches: blocks of columns
   const uint32_t per_image = g.n * args.bands >= threads ? 1 : (threads + g.n * args.bands - 1) / (g.n * args.bands);
   args.group_blocks = (blocks + std::min(blocks, per_image) - 1) / std::min(blocks, per_image);
   args.groups = (blocks + args.group_blocks - 1) / args.group_blocks;

@@ -86,15 +86,18 @@ TEST(ConvTranspose2d, KernelEqualsStrideAsOneMatmul) {
 // On CPUs with AVX2 but not AVX-512 (here: the kernel set capped at AVX2),
 // float32 transposed convs whose kernel equals their stride run Tessera's
 // patch kernel: row bands over two workers, 1 to 6-pixel blocks, output
-// channels not a multiple of 16, odd input channels, a 3x3 stride-3
-// kernel, batches, an activation. bfloat16 keeps the matmul path.
+// channels not a multiple of 16 (blocks of 16 columns straddling taps; one
+// output channel: PP-OCR's last upconv), odd input channels, a 3x3 stride-3
+// kernel, batches, activations. bfloat16 keeps the matmul path.
 TEST(ConvTranspose2d, PatchKernelOnAvx2) {
   if (!cpu_features().avx2 || !cpu_features().fma) GTEST_SKIP() << "no AVX2";
   const KernelIsa native = kernel_isa();
   set_kernel_isa_limit(KernelIsa::kAvx2);
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   for (const auto& p : {params(1, 30, 40, 64, 32, 2, 2, 0), params(2, 9, 17, 13, 40, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU),
-                        params(1, 5, 7, 24, 16, 3, 3, 0, 0, 1, 1, UnaryOpType::SILU)}) {
+                        params(1, 5, 7, 24, 16, 3, 3, 0, 0, 1, 1, UnaryOpType::SILU),
+                        params(1, 6, 9, 24, 1, 2, 2, 0, 0, 1, 1, UnaryOpType::SIGMOID),
+                        params(2, 7, 8, 24, 24, 2, 2, 0)}) {
     for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16}) {
       ASSERT_OK(enable_profiler(*dev));
       check(*dev, p, in, DataType::FLOAT32);

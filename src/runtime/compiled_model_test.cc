@@ -73,11 +73,18 @@ TEST_P(CompiledModelTest, SmallCnnMatchesTheHostReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 20, .num_command_queues = 2}));
   ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
   const CompileReport& rep = model->report();
-  EXPECT_EQ(rep.passes[0].rewrites, 0);  // no constant bias add
-  EXPECT_EQ(rep.passes[1].rewrites, 1);  // the batch norm
-  EXPECT_EQ(rep.passes[2].rewrites, 1);  // x * sigmoid(x)
-  EXPECT_GE(rep.passes[3].rewrites, 2);  // relu and silu into their convs
-  EXPECT_EQ(rep.passes[4].rewrites, 1);  // the residual add into the second conv
+  auto rewrites = [&](std::string_view pass) {
+    for (const auto& p : rep.passes)
+      if (p.pass == pass) return p.rewrites;
+    ADD_FAILURE() << "no pass " << pass;
+    return -1;
+  };
+  EXPECT_EQ(rewrites("fold_bias_add"), 0);         // no constant bias add
+  EXPECT_EQ(rewrites("fold_batch_norm"), 1);       // the batch norm
+  EXPECT_EQ(rewrites("fold_scale_mul"), 0);        // no constant scale
+  EXPECT_EQ(rewrites("fuse_sigmoid_mul"), 1);      // x * sigmoid(x)
+  EXPECT_GE(rewrites("fuse_activations"), 2);      // relu and silu into their convs
+  EXPECT_EQ(rewrites("fuse_residual_adds"), 1);    // the residual add into the second conv
   EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
   const Tensor xs[] = {device_input(x, *dev)};
   ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));

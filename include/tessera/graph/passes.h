@@ -30,6 +30,11 @@ PassReport fold_bias_add(Graph& g);
 // (constant statistics) read by nothing else: scale the weights, fold the
 // shift into the bias, drop the BatchNormalization.
 PassReport fold_batch_norm(Graph& g);
+// Conv / ConvTranspose (constant float weights and bias) whose output only a
+// Mul by a constant per-channel vector or scalar reads: the weights and bias
+// are scaled, the Mul goes (PP-LCNet's learnable affine blocks: conv * s + b,
+// whose Add fold_bias_add then folds).
+PassReport fold_scale_mul(Graph& g);
 // Mul(x, Sigmoid(x)) -> SiLU(x); Mul(x, HardSigmoid(x; 1/6, 1/2)) -> HardSwish(x);
 // Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) -> HardSwish(x).
 PassReport fuse_sigmoid_mul(Graph& g);
@@ -49,7 +54,8 @@ std::string fusable_activation(const Graph& g, const Node& n, float* param);
 // with the Add's fused activation after. Runs after fuse_activations.
 PassReport fuse_residual_adds(Graph& g);
 
-// Runs the passes above in order (fold_bias_add first).
+// Runs the passes above in order (fold_bias_add first, and again after
+// fold_scale_mul).
 std::vector<PassReport> optimize(Graph& g);
 
 }  // namespace tessera::graph

@@ -303,33 +303,51 @@ Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
 
 Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DirectConvArgs*>(raw);
-  const uint32_t blocks = (a.cout + 15) / 16;
+  const uint32_t cols = a.kh * a.kw * a.cout, blocks = (cols + 15) / 16;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
   const size_t px = in_stride / sizeof(float);
   const Taps one{1, 1, a.cin, 0, 0};
   const uint32_t nblk = (a.w + kBlockPixels - 1) / kBlockPixels;
   alignas(32) float tile[kBlockPixels * 16];
+  struct Run {  // lanes [lane, lane + count) of a block: tap (ky, kx), channels from co
+    uint32_t lane, count, ky, kx, co;
+  };
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t group = t % a.groups, band = t / a.groups % a.bands, img = t / a.groups / a.bands;
     const uint32_t y0 = band * a.band_rows, y1 = std::min(a.h, y0 + a.band_rows);
     const uint32_t b0 = group * a.group_blocks, b1 = std::min(blocks, b0 + a.group_blocks);
     for (uint32_t b = b0; b < b1; ++b) {
-      const uint32_t oc0 = b * 16, ocs = std::min(16u, a.cout - oc0);
-      for (uint32_t ky = 0; ky < a.kh; ++ky)
-        for (uint32_t kx = 0; kx < a.kw; ++kx) {
-          const float* w = a.weights + ((uint64_t{b} * a.kh + ky) * a.kw + kx) * a.cin * 16;
-          for (uint32_t y = y0; y < y1; ++y) {
-            const auto* in = reinterpret_cast<const float*>(a.src.base + (uint64_t{img} * a.h + y) * a.w * in_stride);
-            std::byte* out = a.dst.base + ((uint64_t{img} * a.oh + uint64_t{y} * a.kh + ky) * a.ow + kx) * out_stride +
-                             uint64_t{oc0} * sizeof(float);
-            for (uint32_t k = 0, x = 0; k < nblk; ++k) {
-              const uint32_t rw = (a.w - x + (nblk - k) - 1) / (nblk - k);
-              kBlocks[rw](in + x * px, px, one, w, a.bias + oc0, 0, tile);
-              finish(a, tile, rw, ocs, out + uint64_t{x} * a.kw * out_stride, nullptr, a.kw * out_stride, 0);
-              x += rw;
+      const uint32_t n0 = b * 16, ns = std::min(16u, cols - n0);
+      Run runs[16];
+      uint32_t nruns = 0;
+      for (uint32_t l = 0; l < ns;) {
+        const uint32_t n = n0 + l, tap = n / a.cout, co = n % a.cout, count = std::min(ns - l, a.cout - co);
+        runs[nruns++] = {l, count, tap / a.kw, tap % a.kw, co};
+        l += count;
+      }
+      const float* w = a.weights + uint64_t{b} * a.cin * 16;
+      for (uint32_t y = y0; y < y1; ++y) {
+        const auto* in = reinterpret_cast<const float*>(a.src.base + (uint64_t{img} * a.h + y) * a.w * in_stride);
+        auto at = [&](const Run& r, uint32_t x) {  // output pixel (y * kh + ky, x * kw + kx), channel co
+          return a.dst.base + ((uint64_t{img} * a.oh + uint64_t{y} * a.kh + r.ky) * a.ow + uint64_t{x} * a.kw + r.kx) *
+                                  out_stride + uint64_t{r.co} * sizeof(float);
+        };
+        for (uint32_t k = 0, x = 0; k < nblk; ++k) {
+          const uint32_t rw = (a.w - x + (nblk - k) - 1) / (nblk - k);
+          kBlocks[rw](in + x * px, px, one, w, a.bias + n0, 0, tile);
+          if (nruns == 1) {
+            finish(a, tile, rw, runs[0].count, at(runs[0], x), nullptr, a.kw * out_stride, 0);
+          } else {  // the block straddles taps: each run to its own pixels
+            if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, tile, uint64_t{rw} * 16);
+            for (uint32_t r = 0; r < nruns; ++r) {
+              std::byte* o = at(runs[r], x);
+              for (uint32_t j = 0; j < rw; ++j, o += a.kw * out_stride)
+                std::memcpy(o, tile + j * 16 + runs[r].lane, runs[r].count * sizeof(float));
             }
           }
+          x += rw;
         }
+      }
     }
   }
   return Status();

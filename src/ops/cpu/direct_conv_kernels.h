@@ -76,9 +76,11 @@ Status winograd_f2_kernel(const void* args, uint32_t begin, uint32_t end);
 
 // A transposed conv whose kernel equals its stride (no padding, dilation or
 // groups): input pixel (y, x) times the weights of tap (ky, kx) is output
-// pixel (y * kh + ky, x * kw + kx), so each tap is a 1x1 conv read straight
-// from the input rows, run on block<> and scattered. Bands count input rows;
-// weights per 16-channel output block: [kh][kw][cin][16].
+// pixel (y * kh + ky, x * kw + kx), so the conv is one 1x1 conv read straight
+// from the input rows into kh * kw * cout columns (column n: tap n / cout,
+// channel n % cout), run on block<> and scattered. Bands count input rows;
+// weights per block of 16 columns: [cin][16] (zeros past the last column);
+// bias per column.
 Status patch_transpose_kernel(const void* args, uint32_t begin, uint32_t end);
 }  // namespace avx2
 
