@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
+#include <string_view>
 
 namespace tessera::graph {
 namespace {
@@ -72,6 +74,37 @@ HostTensor scale_output_channels(const HostTensor& w, bool transpose, int64_t gr
   return nw;
 }
 
+// A Conv / ConvTranspose (constant float weights, constant or no bias, no
+// fused activation) whose output only a two-input `op` reads, the other
+// input a constant with one value per output channel (per_channel) and the
+// result the conv's shape: that reader, its constant and the channel count.
+struct ConstantReader {
+  int node, constant;
+  int64_t out_ch;
+};
+std::optional<ConstantReader> constant_reader(const Graph& g,
+                                              const std::vector<std::vector<std::pair<int, int>>>& consumers,
+                                              const Node& conv, std::string_view op) {
+  const bool transpose = conv.op_type == "ConvTranspose";
+  if ((conv.op_type != "Conv" && !transpose) || conv.has_attr("tessera_activation") || conv.outputs.size() != 1)
+    return std::nullopt;
+  if (conv.inputs.size() < 2 || !g.is_constant(conv.inputs[1]) || g.value(conv.inputs[1]).type != ElemType::FLOAT32)
+    return std::nullopt;
+  if (conv.inputs.size() > 2 && conv.inputs[2] >= 0 && !g.is_constant(conv.inputs[2])) return std::nullopt;
+  const int idx = sole_reader(g, consumers, conv.outputs[0]);
+  if (idx < 0) return std::nullopt;
+  const Node& n = g.nodes[static_cast<size_t>(idx)];
+  if (n.op_type != op || n.inputs.size() != 2 || n.outputs.size() != 1) return std::nullopt;
+  const int other = n.inputs[0] == conv.outputs[0] ? n.inputs[1] : n.inputs[0];
+  if (other < 0 || other == conv.outputs[0] || !g.is_constant(other)) return std::nullopt;
+  const Value& out = g.value(conv.outputs[0]);
+  const HostTensor& w = *g.value(conv.inputs[1]).constant;
+  const int64_t out_ch = transpose ? w.dims[1] * conv.attr_int("group", 1) : w.dims[0];
+  if (!per_channel(out, *g.value(other).constant, out_ch) || !out.has_shape || g.value(n.outputs[0]).dims != out.dims)
+    return std::nullopt;
+  return ConstantReader{idx, other, out_ch};
+}
+
 }  // namespace
 
 PassReport fold_bias_add(Graph& g) {
@@ -79,24 +112,13 @@ PassReport fold_bias_add(Graph& g) {
   auto consumers = g.consumers();
   std::vector<bool> dead(g.nodes.size(), false);
   for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
-    Node& conv = g.nodes[ci];
-    const bool transpose = conv.op_type == "ConvTranspose";
-    if ((conv.op_type != "Conv" && !transpose) || conv.has_attr("tessera_activation") || conv.outputs.size() != 1)
-      continue;
-    if (conv.inputs.size() < 2 || !g.is_constant(conv.inputs[1])) continue;
+    const Node& conv = g.nodes[ci];
+    const auto found = constant_reader(g, consumers, conv, "Add");
+    if (!found) continue;
+    const int add_idx = found->node;
+    const int64_t out_ch = found->out_ch;
+    const HostTensor& c = *g.value(found->constant).constant;
     const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
-    if (has_bias && !g.is_constant(conv.inputs[2])) continue;
-    const int add_idx = sole_reader(g, consumers, conv.outputs[0]);
-    if (add_idx < 0) continue;
-    const Node& add = g.nodes[static_cast<size_t>(add_idx)];
-    if (add.op_type != "Add" || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
-    const int other = add.inputs[0] == conv.outputs[0] ? add.inputs[1] : add.inputs[0];
-    if (other < 0 || other == conv.outputs[0] || !g.is_constant(other)) continue;
-    const Value& out = g.value(conv.outputs[0]);
-    const HostTensor& w = *g.value(conv.inputs[1]).constant;
-    const int64_t out_ch = transpose ? w.dims[1] * conv.attr_int("group", 1) : w.dims[0];
-    const HostTensor& c = *g.value(other).constant;
-    if (!per_channel(out, c, out_ch) || !out.has_shape || g.value(add.outputs[0]).dims != out.dims) continue;
     std::vector<float> nb(static_cast<size_t>(out_ch));
     for (size_t k = 0; k < nb.size(); ++k)
       nb[k] = static_cast<float>((has_bias ? g.value(conv.inputs[2]).constant->at(k) : 0.0) +
@@ -174,26 +196,15 @@ PassReport fold_scale_mul(Graph& g) {
   auto consumers = g.consumers();
   std::vector<bool> dead(g.nodes.size(), false);
   for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
-    Node& conv = g.nodes[ci];
+    const Node& conv = g.nodes[ci];
+    const auto found = constant_reader(g, consumers, conv, "Mul");
+    if (!found) continue;
+    const int mul_idx = found->node;
+    const int64_t out_ch = found->out_ch, group = conv.attr_int("group", 1);
     const bool transpose = conv.op_type == "ConvTranspose";
-    if ((conv.op_type != "Conv" && !transpose) || conv.has_attr("tessera_activation") || conv.outputs.size() != 1)
-      continue;
-    if (conv.inputs.size() < 2 || !g.is_constant(conv.inputs[1]) || g.value(conv.inputs[1]).type != ElemType::FLOAT32)
-      continue;
     const bool has_bias = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
-    if (has_bias && !g.is_constant(conv.inputs[2])) continue;
-    const int mul_idx = sole_reader(g, consumers, conv.outputs[0]);
-    if (mul_idx < 0) continue;
-    const Node& mul = g.nodes[static_cast<size_t>(mul_idx)];
-    if (mul.op_type != "Mul" || mul.inputs.size() != 2 || mul.outputs.size() != 1) continue;
-    const int other = mul.inputs[0] == conv.outputs[0] ? mul.inputs[1] : mul.inputs[0];
-    if (other < 0 || other == conv.outputs[0] || !g.is_constant(other)) continue;
-    const Value& out = g.value(conv.outputs[0]);
     const HostTensor& w = *g.value(conv.inputs[1]).constant;
-    const int64_t group = conv.attr_int("group", 1);
-    const int64_t out_ch = transpose ? w.dims[1] * group : w.dims[0];
-    const HostTensor& c = *g.value(other).constant;
-    if (!per_channel(out, c, out_ch) || !out.has_shape || g.value(mul.outputs[0]).dims != out.dims) continue;
+    const HostTensor& c = *g.value(found->constant).constant;
     std::vector<double> mult(static_cast<size_t>(out_ch));
     for (size_t k = 0; k < mult.size(); ++k) mult[k] = c.at(c.volume() == 1 ? 0 : k);
     std::vector<float> nb(static_cast<size_t>(out_ch));
