@@ -4,15 +4,17 @@
 // other, twice, in alternating order, and compare within each pair.
 // With --hifi2 each round also times the layer at MathFidelity::HiFi2 (3x3
 // stride-1 layers may run Winograd), right after the HiFi4 calls, so the two
-// columns share the VM's drift.
+// columns share the VM's drift. --workers N opens the device with N worker
+// threads: one worker takes the second vCPU's stalls out of a comparison.
 //
-//   bench_conv_f32 bench/layers/conv_layers.txt [SET] [--hifi2]
+//   bench_conv_f32 bench/layers/conv_layers.txt [SET] [--hifi2] [--workers N]
 //
 // Layer lines as in bench_conv (set name h w c k r stride count; padding
 // r/2, fused ReLU, random input, float32 weights).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <fstream>
 #include <sstream>
@@ -47,8 +49,16 @@ double seconds(const std::function<void()>& body) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const bool hifi2 = std::erase(args, "--hifi2") > 0;
+  int workers = 0;
+  if (auto it = std::find(args.begin(), args.end(), "--workers"); it != args.end()) {
+    if (it + 1 == args.end() || (workers = std::atoi((it + 1)->c_str())) <= 0) {
+      std::fprintf(stderr, "bench_conv_f32: --workers expects a positive count\n");
+      return 2;
+    }
+    args.erase(it, it + 2);
+  }
   if (args.empty() || args.size() > 2) {
-    std::fprintf(stderr, "usage: bench_conv_f32 LAYERS [SET] [--hifi2]\n");
+    std::fprintf(stderr, "usage: bench_conv_f32 LAYERS [SET] [--hifi2] [--workers N]\n");
     return 2;
   }
   std::ifstream file(args[0]);
@@ -57,7 +67,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string only = args.size() == 2 ? args[1] : "";
-  auto dev = bench::value_or_die(open_device({}));
+  auto dev = bench::value_or_die(open_device({.worker_threads = workers}));
   if (hifi2)
     std::printf("| layer | HiFi4 median ms | GFLOP/s | min ms | HiFi2 median ms | GFLOP/s | min ms | HiFi4 / HiFi2 |\n"
                 "|---|---|---|---|---|---|---|---|\n");

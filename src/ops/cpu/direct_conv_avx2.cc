@@ -13,53 +13,58 @@ namespace {
 
 constexpr uint32_t kBlockPixels = 6;
 
-struct Taps {
-  uint32_t kh, kw, cin;
-  size_t dy, dx;  // floats between taps down and across the padded rows
-};
-
-// RW output pixels (inputs `px` floats apart) x 16 channels into `out` (RW x
-// 16 floats), starting from `init` (pixel j's sums at init + j * step).
+// RW output pixels x 16 channels into `out` (RW x 16 floats), starting from
+// `init` (pixel j's sums at init + j * step), over `taps` taps of `cin`
+// channels: pixel j's input for tap t at ind[j * taps + t] + c0 (a pixel's
+// row, or zeros where the tap falls in the padding). Reading through these
+// pointers, the direct kernel takes its inputs straight from the tensor's
+// rows (no padded copy), and a block may span output rows, so small maps
+// keep all 12 accumulators busy (a 7-wide row made blocks of 4 and 3
+// pixels, 8 and 6 accumulators, under FMA latency x throughput).
 // Named accumulators: an array of them ends up on the stack inside the loop
 // with GCC 12 (measured 30 against 65-73 GFLOP/s on one core).
 template <uint32_t RW>
-void block(const float* in, size_t px, const Taps& t, const float* w, const float* init, size_t step, float* out) {
+void block(const float* const* ind, uint32_t taps, size_t c0, uint32_t cin, const float* w, const float* init,
+           size_t step, float* out) {
   __m256 c00 = _mm256_loadu_ps(init), c01 = _mm256_loadu_ps(init + 8), c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
   if constexpr (RW > 1) c10 = _mm256_loadu_ps(init + step), c11 = _mm256_loadu_ps(init + step + 8);
   if constexpr (RW > 2) c20 = _mm256_loadu_ps(init + 2 * step), c21 = _mm256_loadu_ps(init + 2 * step + 8);
   if constexpr (RW > 3) c30 = _mm256_loadu_ps(init + 3 * step), c31 = _mm256_loadu_ps(init + 3 * step + 8);
   if constexpr (RW > 4) c40 = _mm256_loadu_ps(init + 4 * step), c41 = _mm256_loadu_ps(init + 4 * step + 8);
   if constexpr (RW > 5) c50 = _mm256_loadu_ps(init + 5 * step), c51 = _mm256_loadu_ps(init + 5 * step + 8);
-  for (uint32_t ky = 0; ky < t.kh; ++ky)
-    for (uint32_t kx = 0; kx < t.kw; ++kx) {
-      const float* i0 = in + ky * t.dy + kx * t.dx;
-      const float *i1 = i0 + px, *i2 = i1 + px, *i3 = i2 + px, *i4 = i3 + px, *i5 = i4 + px;
-      for (uint32_t c = 0; c < t.cin; ++c, w += 16) {
-        const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
-        __m256 a = _mm256_broadcast_ss(i0 + c);
-        c00 = _mm256_fmadd_ps(a, w0, c00), c01 = _mm256_fmadd_ps(a, w1, c01);
-        if constexpr (RW > 1) {
-          a = _mm256_broadcast_ss(i1 + c);
-          c10 = _mm256_fmadd_ps(a, w0, c10), c11 = _mm256_fmadd_ps(a, w1, c11);
-        }
-        if constexpr (RW > 2) {
-          a = _mm256_broadcast_ss(i2 + c);
-          c20 = _mm256_fmadd_ps(a, w0, c20), c21 = _mm256_fmadd_ps(a, w1, c21);
-        }
-        if constexpr (RW > 3) {
-          a = _mm256_broadcast_ss(i3 + c);
-          c30 = _mm256_fmadd_ps(a, w0, c30), c31 = _mm256_fmadd_ps(a, w1, c31);
-        }
-        if constexpr (RW > 4) {
-          a = _mm256_broadcast_ss(i4 + c);
-          c40 = _mm256_fmadd_ps(a, w0, c40), c41 = _mm256_fmadd_ps(a, w1, c41);
-        }
-        if constexpr (RW > 5) {
-          a = _mm256_broadcast_ss(i5 + c);
-          c50 = _mm256_fmadd_ps(a, w0, c50), c51 = _mm256_fmadd_ps(a, w1, c51);
-        }
+  for (uint32_t t = 0; t < taps; ++t) {
+    const float *i0 = ind[t] + c0, *i1, *i2, *i3, *i4, *i5;
+    if constexpr (RW > 1) i1 = ind[taps + t] + c0;
+    if constexpr (RW > 2) i2 = ind[2 * taps + t] + c0;
+    if constexpr (RW > 3) i3 = ind[3 * taps + t] + c0;
+    if constexpr (RW > 4) i4 = ind[4 * taps + t] + c0;
+    if constexpr (RW > 5) i5 = ind[5 * taps + t] + c0;
+    for (uint32_t c = 0; c < cin; ++c, w += 16) {
+      const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + 8);
+      __m256 a = _mm256_broadcast_ss(i0 + c);
+      c00 = _mm256_fmadd_ps(a, w0, c00), c01 = _mm256_fmadd_ps(a, w1, c01);
+      if constexpr (RW > 1) {
+        a = _mm256_broadcast_ss(i1 + c);
+        c10 = _mm256_fmadd_ps(a, w0, c10), c11 = _mm256_fmadd_ps(a, w1, c11);
+      }
+      if constexpr (RW > 2) {
+        a = _mm256_broadcast_ss(i2 + c);
+        c20 = _mm256_fmadd_ps(a, w0, c20), c21 = _mm256_fmadd_ps(a, w1, c21);
+      }
+      if constexpr (RW > 3) {
+        a = _mm256_broadcast_ss(i3 + c);
+        c30 = _mm256_fmadd_ps(a, w0, c30), c31 = _mm256_fmadd_ps(a, w1, c31);
+      }
+      if constexpr (RW > 4) {
+        a = _mm256_broadcast_ss(i4 + c);
+        c40 = _mm256_fmadd_ps(a, w0, c40), c41 = _mm256_fmadd_ps(a, w1, c41);
+      }
+      if constexpr (RW > 5) {
+        a = _mm256_broadcast_ss(i5 + c);
+        c50 = _mm256_fmadd_ps(a, w0, c50), c51 = _mm256_fmadd_ps(a, w1, c51);
       }
     }
+  }
   _mm256_storeu_ps(out, c00), _mm256_storeu_ps(out + 8, c01);
   if constexpr (RW > 1) _mm256_storeu_ps(out + 16, c10), _mm256_storeu_ps(out + 24, c11);
   if constexpr (RW > 2) _mm256_storeu_ps(out + 32, c20), _mm256_storeu_ps(out + 40, c21);
@@ -68,37 +73,39 @@ void block(const float* in, size_t px, const Taps& t, const float* w, const floa
   if constexpr (RW > 5) _mm256_storeu_ps(out + 80, c50), _mm256_storeu_ps(out + 88, c51);
 }
 
-using BlockFn = void (*)(const float*, size_t, const Taps&, const float*, const float*, size_t, float*);
+using BlockFn = void (*)(const float* const*, uint32_t, size_t, uint32_t, const float*, const float*, size_t, float*);
 constexpr BlockFn kBlocks[kBlockPixels + 1] = {nullptr,   block<1>, block<2>, block<3>,
                                                block<4>, block<5>, block<6>};
 
+// A 1x1 block of rw pixels whose `cin` inputs lie `px` floats apart from `in`.
+inline void strided_block(uint32_t rw, const float* in, size_t px, uint32_t cin, const float* w, const float* init,
+                          size_t step, float* out) {
+  const float* ind[kBlockPixels];
+  for (uint32_t j = 0; j < rw; ++j) ind[j] = in + j * px;
+  kBlocks[rw](ind, 1, 0, cin, w, init, step, out);
+}
+
 // Input rows [iy0, iy0 + rows) of image `img`, zero-padded, `pw` pixels per
-// row, pixel x holding input column x - pad_l; in chunks of cin_block
-// channels: chunk k (channels [c0, c0 + cb)) at dst + rows * pw * c0, as
-// rows * pw pixels of cb floats.
+// row of cin floats, pixel x holding input column x - pad_l (the Winograd
+// kernel's patches).
 void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows, uint32_t pw, float* dst) {
-  const uint64_t stride = a.src.uniform_row_stride(), plane = uint64_t{rows} * pw;
+  const uint64_t stride = a.src.uniform_row_stride(), row = uint64_t{pw} * a.cin;
   const uint32_t x1 = std::min<uint32_t>(pw, a.pad_l + a.w);  // padded columns [pad_l, x1) hold input
-  for (uint32_t c0 = 0; c0 < a.cin; c0 += a.cin_block) {
-    const uint32_t cb = std::min(a.cin_block, a.cin - c0);
-    float* chunk = dst + plane * c0;
-    for (uint32_t r = 0; r < rows; ++r) {
-      float* d = chunk + uint64_t{r} * pw * cb;
-      const int64_t iy = iy0 + r;
-      if (iy < 0 || iy >= a.h || x1 <= a.pad_l) {
-        std::fill(d, d + uint64_t{pw} * cb, 0.0f);
-        continue;
-      }
-      std::fill(d, d + uint64_t{a.pad_l} * cb, 0.0f);
-      std::fill(d + uint64_t{x1} * cb, d + uint64_t{pw} * cb, 0.0f);
-      const std::byte* s =
-          a.src.base + ((uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w) * stride + uint64_t{c0} * sizeof(float);
-      if (stride == cb * sizeof(float)) {
-        std::memcpy(d + uint64_t{a.pad_l} * cb, s, (x1 - a.pad_l) * stride);
-      } else {
-        for (uint32_t x = a.pad_l; x < x1; ++x)
-          std::memcpy(d + uint64_t{x} * cb, s + (x - a.pad_l) * stride, cb * sizeof(float));
-      }
+  for (uint32_t r = 0; r < rows; ++r) {
+    float* d = dst + r * row;
+    const int64_t iy = iy0 + r;
+    if (iy < 0 || iy >= a.h || x1 <= a.pad_l) {
+      std::fill(d, d + row, 0.0f);
+      continue;
+    }
+    std::fill(d, d + uint64_t{a.pad_l} * a.cin, 0.0f);
+    std::fill(d + uint64_t{x1} * a.cin, d + row, 0.0f);
+    const std::byte* s = a.src.base + ((uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w) * stride;
+    if (stride == a.cin * sizeof(float)) {
+      std::memcpy(d + uint64_t{a.pad_l} * a.cin, s, (x1 - a.pad_l) * stride);
+    } else {
+      for (uint32_t x = a.pad_l; x < x1; ++x)
+        std::memcpy(d + uint64_t{x} * a.cin, s + (x - a.pad_l) * stride, a.cin * sizeof(float));
     }
   }
 }
@@ -187,49 +194,58 @@ void transform_products(const float* m, size_t ms, const float* bias, float* y) 
 Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DirectConvArgs*>(raw);
   const uint32_t blocks = (a.cout + 15) / 16, taps = a.kh * a.kw;
-  const uint32_t pw = (a.ow - 1) * a.sw + (a.kw - 1) * a.dw + 1;
-  const uint64_t out_stride = a.dst.uniform_row_stride(), res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
+  const uint64_t in_stride = a.src.uniform_row_stride() / sizeof(float), out_stride = a.dst.uniform_row_stride();
+  const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
   const bool chunked = a.cin_block < a.cin;
-  thread_local std::vector<float> padded, partial;
+  const auto* src = reinterpret_cast<const float*>(a.src.base);
+  thread_local std::vector<float> zeros, partial;
+  thread_local std::vector<const float*> ind;
+  if (zeros.size() < a.cin) zeros.resize(a.cin, 0.0f);
   alignas(32) float tile[kBlockPixels * 16];
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t group = t % a.groups, band = t / a.groups % a.bands, img = t / a.groups / a.bands;
     const uint32_t oy0 = band * a.band_rows, oy1 = std::min(a.oh, oy0 + a.band_rows);
     const uint32_t b0 = group * a.group_blocks, b1 = std::min(blocks, b0 + a.group_blocks);
     if (oy0 >= oy1 || b0 >= b1) continue;
-    const uint32_t rows = (oy1 - oy0 - 1) * a.sh + (a.kh - 1) * a.dh + 1;
-    const uint64_t plane = uint64_t{rows} * pw, need = plane * a.cin, sums = uint64_t{oy1 - oy0} * a.ow * 16;
-    if (padded.size() < need) padded.resize(need);
-    if (chunked && partial.size() < sums) partial.resize(sums);
-    pad_rows(a, img, int64_t{oy0} * a.sh - a.pad_t, rows, pw, padded.data());
-    // Output pixels per row in nearly equal blocks of at most six.
-    const uint32_t nblk = (a.ow + kBlockPixels - 1) / kBlockPixels;
+    // The band's output pixels, row after row: each one's input row per tap,
+    // or zeros in the padding.
+    const uint32_t pixels = (oy1 - oy0) * a.ow;
+    if (ind.size() < uint64_t{pixels} * taps) ind.resize(uint64_t{pixels} * taps);
+    const float** at = ind.data();
+    for (uint32_t oy = oy0; oy < oy1; ++oy)
+      for (uint32_t ox = 0; ox < a.ow; ++ox)
+        for (uint32_t ky = 0; ky < a.kh; ++ky) {
+          const int64_t iy = int64_t{oy} * a.sh - a.pad_t + int64_t{ky} * a.dh;
+          const bool row = iy >= 0 && iy < a.h;
+          const float* line = src + (uint64_t{img} * a.h + (row ? iy : 0)) * a.w * in_stride;
+          for (uint32_t kx = 0; kx < a.kw; ++kx) {
+            const int64_t ix = int64_t{ox} * a.sw - a.pad_l + int64_t{kx} * a.dw;
+            *at++ = row && ix >= 0 && ix < a.w ? line + ix * in_stride : zeros.data();
+          }
+        }
+    // In nearly equal blocks of at most six pixels, which may span rows
+    // (outputs and partial sums are dense over the band's pixels).
+    const uint32_t nblk = (pixels + kBlockPixels - 1) / kBlockPixels;
+    const uint64_t first_pixel = (uint64_t{img} * a.oh + oy0) * a.ow;
+    std::byte* out0 = a.dst.base + first_pixel * out_stride;
+    const std::byte* res0 = a.res.base ? a.res.base + first_pixel * res_stride : nullptr;
+    if (chunked && partial.size() < uint64_t{pixels} * 16) partial.resize(uint64_t{pixels} * 16);
     for (uint32_t b = b0; b < b1; ++b) {
       const uint32_t oc0 = b * 16, ocs = std::min(16u, a.cout - oc0);
       const float* w = a.weights + uint64_t{b} * taps * a.cin * 16;
       for (uint32_t c0 = 0; c0 < a.cin; c0 += a.cin_block) {
         const uint32_t cb = std::min(a.cin_block, a.cin - c0);
         const bool first = c0 == 0, last = c0 + cb == a.cin;
-        const Taps tp{a.kh, a.kw, cb, uint64_t{a.dh} * pw * cb, uint64_t{a.dw} * cb};
-        const size_t px = uint64_t{a.sw} * cb;
-        const float* chunk = padded.data() + plane * c0;
-        for (uint32_t oy = oy0; oy < oy1; ++oy) {
-          const float* row = chunk + uint64_t{oy - oy0} * a.sh * pw * cb;
-          float* sums = chunked ? partial.data() + uint64_t{oy - oy0} * a.ow * 16 : nullptr;
-          std::byte* out = a.dst.base + (uint64_t{img} * a.oh + oy) * a.ow * out_stride;
-          for (uint32_t k = 0, ox = 0; k < nblk; ++k) {
-            const uint32_t rw = (a.ow - ox + (nblk - k) - 1) / (nblk - k);
-            float* sum = chunked ? sums + uint64_t{ox} * 16 : nullptr;
-            kBlocks[rw](row + uint64_t{ox} * px, px, tp, w, first ? a.bias + oc0 : sum, first ? 0 : 16,
-                        last ? tile : sum);
-            if (last) {
-              const uint64_t pixel = (uint64_t{img} * a.oh + oy) * a.ow + ox;
-              finish(a, tile, rw, ocs, out + ox * out_stride + uint64_t{oc0} * sizeof(float),
-                     a.res.base ? a.res.base + pixel * res_stride + uint64_t{oc0} * sizeof(float) : nullptr,
-                     out_stride, res_stride);
-            }
-            ox += rw;
-          }
+        for (uint32_t k = 0, p = 0; k < nblk; ++k) {
+          const uint32_t rw = (pixels - p + (nblk - k) - 1) / (nblk - k);
+          float* sum = chunked ? partial.data() + uint64_t{p} * 16 : nullptr;
+          kBlocks[rw](ind.data() + uint64_t{p} * taps, taps, c0, cb, w, first ? a.bias + oc0 : sum, first ? 0 : 16,
+                      last ? tile : sum);
+          if (last)
+            finish(a, tile, rw, ocs, out0 + uint64_t{p} * out_stride + uint64_t{oc0} * sizeof(float),
+                   res0 ? res0 + uint64_t{p} * res_stride + uint64_t{oc0} * sizeof(float) : nullptr, out_stride,
+                   res_stride);
+          p += rw;
         }
         w += uint64_t{taps} * cb * 16;
       }
@@ -244,7 +260,6 @@ Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const uint32_t seg = a.segment_tiles, cin = a.cin;
   const uint64_t out_stride = a.dst.uniform_row_stride(), vs = uint64_t{seg} * cin;
   const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
-  const Taps one{1, 1, cin, 0, 0};
   alignas(32) static const float kZeros[16] = {};
   alignas(32) float y[4 * 16];
   thread_local std::vector<float> padded, v, m;
@@ -277,7 +292,7 @@ Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
           float* mk = m.data() + uint64_t{k} * seg * 16;
           for (uint32_t q = 0, x = 0; q < nblk; ++q) {
             const uint32_t rw = (st - x + (nblk - q) - 1) / (nblk - q);
-            kBlocks[rw](v.data() + uint64_t{k} * vs + uint64_t{x} * cin, cin, one, w, kZeros, 0, mk + uint64_t{x} * 16);
+            strided_block(rw, v.data() + uint64_t{k} * vs + uint64_t{x} * cin, cin, cin, w, kZeros, 0, mk + uint64_t{x} * 16);
             x += rw;
           }
         }
@@ -306,7 +321,6 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const uint32_t cols = a.kh * a.kw * a.cout, blocks = (cols + 15) / 16;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
   const size_t px = in_stride / sizeof(float);
-  const Taps one{1, 1, a.cin, 0, 0};
   const uint32_t nblk = (a.w + kBlockPixels - 1) / kBlockPixels;
   alignas(32) float tile[kBlockPixels * 16];
   struct Run {  // lanes [lane, lane + count) of a block: tap (ky, kx), channels from co
@@ -334,7 +348,7 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
         };
         for (uint32_t k = 0, x = 0; k < nblk; ++k) {
           const uint32_t rw = (a.w - x + (nblk - k) - 1) / (nblk - k);
-          kBlocks[rw](in + x * px, px, one, w, a.bias + n0, 0, tile);
+          strided_block(rw, in + x * px, px, a.cin, w, a.bias + n0, 0, tile);
           if (nruns == 1) {
             finish(a, tile, rw, runs[0].count, at(runs[0], x), nullptr, a.kw * out_stride, 0);
           } else {  // the block straddles taps: each run to its own pixels

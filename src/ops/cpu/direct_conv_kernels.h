@@ -1,19 +1,21 @@
 // Direct convolution over float32 NHWC rows for CPUs with AVX2 but not
 // AVX-512 (internal). oneDNN 2.6's jit:avx2 kernel runs ResNet-50's 3x3
 // convs at 47-68% of the FP32 peak inside the model (bench/RESULTS.md,
-// fourth run); this one keeps 6 output pixels of a row x 16 output channels
-// in 12 accumulators and broadcasts each input value from zero-padded rows,
-// with the weights packed per 16-channel block.
+// fourth run); this one keeps 6 output pixels x 16 output channels in 12
+// accumulators and broadcasts each input value straight from the input
+// rows, with the weights packed per 16-channel block.
 //
 // One task = one band of output rows of one image, for one group of
-// 16-channel output blocks: the task pads the input rows its band reads
-// into a per-worker buffer, then for each of its blocks computes every row
-// of the band. Where cin_block < cin (small maps, see conv2d.cc) the buffer
-// holds chunks of input channels, and each block runs chunk by chunk (whose
-// weights, at most kDirectChunkBytes, stay in L1), keeping partial sums in a
-// per-worker buffer between chunks. Accumulation: bias, then per chunk taps
-// in (ky, kx, cin) order, in float32 FMAs; then the activation, and with a
-// residual its add and activation.
+// 16-channel output blocks: the task lists, for each output pixel of its
+// band and each tap, the input row it reads (a shared row of zeros where
+// the tap falls in the padding), then for each of its blocks computes the
+// band's pixels in blocks of six that may span output rows. Where
+// cin_block < cin (small maps, see conv2d.cc) each block runs chunk by
+// chunk of input channels (whose weights, at most kDirectChunkBytes, stay
+// in L1), keeping partial sums in a per-worker buffer between chunks.
+// Accumulation: bias, then per chunk taps in (ky, kx, cin) order, in
+// float32 FMAs; then the activation, and with a residual its add and
+// activation.
 #pragma once
 
 #include <algorithm>
