@@ -6,11 +6,12 @@
 // stride-1 layers may run Winograd), right after the HiFi4 calls, so the two
 // columns share the VM's drift. --workers N opens the device with N worker
 // threads: one worker takes the second vCPU's stalls out of a comparison.
+// --activation NAME fuses NAME instead of relu (YOLO's convs fuse silu).
 //
-//   bench_conv_f32 bench/layers/conv_layers.txt [SET] [--hifi2] [--workers N]
+//   bench_conv_f32 bench/layers/conv_layers.txt [SET] [--hifi2] [--workers N] [--activation NAME]
 //
 // Layer lines as in bench_conv (set name h w c k r stride count; padding
-// r/2, fused ReLU, random input, float32 weights).
+// r/2, fused ReLU unless --activation, random input, float32 weights).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,8 +58,18 @@ int main(int argc, char** argv) {
     }
     args.erase(it, it + 2);
   }
+  UnaryOpType activation = UnaryOpType::RELU;
+  if (auto it = std::find(args.begin(), args.end(), "--activation"); it != args.end()) {
+    const auto op = it + 1 == args.end() ? std::nullopt : parse_unary_op(*(it + 1));
+    if (!op) {
+      std::fprintf(stderr, "bench_conv_f32: --activation expects an activation name (relu, silu, ...)\n");
+      return 2;
+    }
+    activation = *op;
+    args.erase(it, it + 2);
+  }
   if (args.empty() || args.size() > 2) {
-    std::fprintf(stderr, "usage: bench_conv_f32 LAYERS [SET] [--hifi2] [--workers N]\n");
+    std::fprintf(stderr, "usage: bench_conv_f32 LAYERS [SET] [--hifi2] [--workers N] [--activation NAME]\n");
     return 2;
   }
   std::ifstream file(args[0]);
@@ -88,7 +99,7 @@ int main(int argc, char** argv) {
     p.input_height = h, p.input_width = w, p.in_channels = c, p.out_channels = k;
     p.kernel_size = {r, r}, p.stride = {s, s};
     p.with_padding(r / 2, r / 2);
-    p.activation = {UnaryOpType::RELU};
+    p.activation = {activation};
     std::vector<float> xv(uint64_t{h} * w * c), wv(uint64_t{k} * c * r * r);
     uint32_t state = 12345;
     auto next = [&] { return (state = state * 1664525u + 1013904223u) >> 8; };

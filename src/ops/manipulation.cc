@@ -8,6 +8,9 @@
 #include "tessera/ops/manipulation.h"
 
 #include <cstring>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include <numeric>
 
 #include "cpu/rows.h"
@@ -252,6 +255,55 @@ void transpose_tile(const TransposeArgs& a, uint32_t b, uint32_t c0, uint32_t c1
   }
 }
 
+// Dense rows on both sides (in[b][i][j] at ((b * c + i) * p + j) units, out
+// likewise): square tiles, so that both the reads and the writes run along
+// rows, and 4-byte units move as 4x4 register transposes. The tile walk
+// above reads the input down columns, one element per row: YOLO's
+// 80x80x255 head permute took 3.5 ms.
+constexpr uint32_t kDenseTile = 64;
+
+template <class T>
+void transpose_dense(const T* in, T* out, uint32_t c, uint32_t p, uint32_t i0, uint32_t i1, uint32_t j0, uint32_t j1) {
+  uint32_t i = i0;
+#if defined(__SSE2__)
+  if constexpr (sizeof(T) == 4) {
+    for (; i + 4 <= i1; i += 4) {
+      uint32_t j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        const float* s = reinterpret_cast<const float*>(in + uint64_t{i} * p + j);
+        __m128 r0 = _mm_loadu_ps(s), r1 = _mm_loadu_ps(s + p), r2 = _mm_loadu_ps(s + 2 * uint64_t{p}),
+               r3 = _mm_loadu_ps(s + 3 * uint64_t{p});
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        float* d = reinterpret_cast<float*>(out + uint64_t{j} * c + i);
+        _mm_storeu_ps(d, r0), _mm_storeu_ps(d + c, r1), _mm_storeu_ps(d + 2 * uint64_t{c}, r2),
+            _mm_storeu_ps(d + 3 * uint64_t{c}, r3);
+      }
+      for (; j < j1; ++j)
+        for (uint32_t k = 0; k < 4; ++k) out[uint64_t{j} * c + i + k] = in[uint64_t{i + k} * p + j];
+    }
+  }
+#endif
+  for (; i < i1; ++i)
+    for (uint32_t j = j0; j < j1; ++j) out[uint64_t{j} * c + i] = in[uint64_t{i} * p + j];
+}
+
+Status transpose_dense_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& a = *static_cast<const TransposeArgs*>(raw);
+  const uint32_t ct = (a.c + kDenseTile - 1) / kDenseTile, pt = (a.p + kDenseTile - 1) / kDenseTile;
+  for (uint32_t t = begin; t < end; ++t) {  // (batch, tile of c, tile of p), p fastest
+    const uint32_t b = t / (ct * pt), i0 = t / pt % ct * kDenseTile, j0 = t % pt * kDenseTile;
+    const uint32_t i1 = std::min(a.c, i0 + kDenseTile), j1 = std::min(a.p, j0 + kDenseTile);
+    const uint64_t off = uint64_t{b} * a.c * a.p * a.unit;
+    switch (a.unit) {
+      case 1: transpose_dense<uint8_t>(reinterpret_cast<const uint8_t*>(a.in + off), reinterpret_cast<uint8_t*>(a.out + off), a.c, a.p, i0, i1, j0, j1); break;
+      case 2: transpose_dense<uint16_t>(reinterpret_cast<const uint16_t*>(a.in + off), reinterpret_cast<uint16_t*>(a.out + off), a.c, a.p, i0, i1, j0, j1); break;
+      case 4: transpose_dense<uint32_t>(reinterpret_cast<const uint32_t*>(a.in + off), reinterpret_cast<uint32_t*>(a.out + off), a.c, a.p, i0, i1, j0, j1); break;
+      default: transpose_dense<uint64_t>(reinterpret_cast<const uint64_t*>(a.in + off), reinterpret_cast<uint64_t*>(a.out + off), a.c, a.p, i0, i1, j0, j1); break;
+    }
+  }
+  return ok_status();
+}
+
 // Tasks: (batch, tile of p) pairs; each does every c for its p tile.
 Status transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const TransposeArgs*>(raw);
@@ -352,13 +404,16 @@ StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, const M
     if (in_stride != 0 && out_stride != 0 && (unit == 1 || unit == 2 || unit == 4 || unit == 8)) {
       const uint32_t p_tile = std::max(kTransposeTile, 1024 / std::max(c, 1u) / kTransposeTile * kTransposeTile);
       const TransposeArgs args{ia.base, oa.base, (*bcp)[0], c, pp, unit, p_tile, in_w, out_w, in_stride, out_stride};
-      const uint32_t tasks = args.batches * ((args.p + p_tile - 1) / p_tile);
+      // Dense rows both ways (and more than an image's few channels): square tiles.
+      const bool dense = c > 4 && in_stride == uint64_t{in_w} * unit && out_stride == uint64_t{out_w} * unit;
+      const uint32_t tasks = dense ? args.batches * ((c + kDenseTile - 1) / kDenseTile) * ((pp + kDenseTile - 1) / kDenseTile)
+                                   : args.batches * ((args.p + p_tile - 1) / p_tile);
       const std::string key = fmt::format("permute:{}:{}->{}", fmt::join(norm, ","), input.spec().to_string(),
                                           spec.to_string());
       TS_RETURN_IF_ERROR(ops::launch(device, p.cq_id, key, [&]() -> StatusOr<Program> {
         Program prog;
-        prog.kernel = transpose_kernel;
-        prog.kernel_name = "any_permute__transpose";
+        prog.kernel = dense ? transpose_dense_kernel : transpose_kernel;
+        prog.kernel_name = dense ? "any_permute__transpose_tiles" : "any_permute__transpose";
         prog.num_tasks = tasks;
         prog.grain = ops::default_grain(device, tasks, spec.storage_bytes() * 2, ops::kMinChunkBytesStreaming);
         return prog;

@@ -107,6 +107,28 @@ TEST(Permute, GroupSwapRunsTheTransposeKernel) {
   EXPECT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want));
 }
 
+// Dense rows both ways with more than four channels take square tiles
+// (4x4 register transposes for 4-byte types): odd sizes across several
+// 64-element tiles, both directions, every dtype.
+TEST(Permute, DenseGroupSwapRunsTheTileKernel) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const MemoryConfig dram{TensorMemoryLayout::INTERLEAVED, BufferType::DRAM, std::nullopt};
+  for (const Shape& s : {Shape{1, 80, 9, 255}, Shape{2, 67, 3, 131}, Shape{1, 5, 13, 7}})
+    for (const auto& perm : {std::vector<int>{0, 3, 1, 2}, std::vector<int>{0, 2, 3, 1}})
+      for (DataType dt : kTypes) {
+        SCOPED_TRACE(fmt::format("{} ({}) {}", s.to_string(), fmt::join(perm, ","), data_type_name(dt)));
+        Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 5);
+        ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+        ASSERT_OK(enable_profiler(*dev));
+        ASSERT_OK_AND_ASSIGN(Tensor y, permute(d, perm, {.memory_config = dram}));
+        ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+        ASSERT_EQ(prof.ops.size(), 1u);
+        EXPECT_EQ(prof.ops[0].kernel_name, "any_permute__transpose_tiles");
+        ASSERT_OK_AND_ASSIGN(Tensor want, reference::permute(h, perm));
+        EXPECT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want));
+      }
+}
+
 TEST(Pad, MatchesReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   using P = std::vector<std::array<uint32_t, 2>>;
