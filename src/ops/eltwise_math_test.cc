@@ -7,6 +7,7 @@
 // and AVX2 transcendental activations are within 1e-6 + 1e-6 |ref| in
 // float32 and within one bfloat16 ulp (2^-7 |ref| + 1e-6) in bfloat16.
 #include <cmath>
+#include <limits>
 
 #include "tessera/base/cpu_features.h"
 #include "tessera/ops/eltwise.h"
@@ -74,6 +75,41 @@ TEST(Unary, EveryActivationMatchesReference) {
             expect_close(got, want, !vector || exact_op(act.op), out);
           }
         }
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
+// Sigmoid and silu at the edges of their exp's range (the AVX2 path clamps
+// -x to [-87.3, 88.3]): infinities, NaN and values past float32's exp range
+// give the reference's results (NaN where it is NaN) within the float32
+// tolerance.
+TEST(Unary, SigmoidFamilyAtExtremes) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v = {-inf, -1000.0f, -104.0f, -100.0f, -88.5f, -88.2f, -87.5f, -87.2f, -20.0f, -1e-3f, -0.0f,
+                          0.0f, 1e-3f,    20.0f,   87.2f,   87.5f,  88.2f,  88.5f,  100.0f, 1000.0f, inf,
+                          std::numeric_limits<float>::quiet_NaN()};
+  v.resize(32, 0.5f);
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
+    for (UnaryOpType op : {UnaryOpType::SIGMOID, UnaryOpType::SILU}) {
+      SCOPED_TRACE(fmt::format("{} isa={}", unary_op_name(op), kernel_isa_name(kernel_isa())));
+      Tensor h = Tensor::from_vector(v, Shape{1, 32}, DataType::FLOAT32).value();
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::unary(h, {op}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor y, unary(d, {op}));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, y.cpu().value().to_vector());
+      ASSERT_OK_AND_ASSIGN(std::vector<float> ref, want.to_vector());
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (std::isnan(ref[i])) {
+          EXPECT_TRUE(std::isnan(got[i])) << "x = " << v[i] << ": " << got[i];
+        } else if (std::isinf(ref[i])) {
+          EXPECT_EQ(got[i], ref[i]) << "x = " << v[i];
+        } else {
+          EXPECT_NEAR(got[i], ref[i], 1e-6 + 1e-6 * std::fabs(ref[i])) << "x = " << v[i];
+        }
+      }
+    }
   }
   set_kernel_isa_limit(KernelIsa::kAvx512);
 }
