@@ -30,38 +30,8 @@ namespace {
 using namespace tessera;
 using bench::read_ort;
 
-struct Layer {
-  std::string set, name;
-  uint32_t h, w, c, k, r, stride;
-  int count;            // occurrences in the network
-  uint32_t groups = 1;  // optional tenth column (c for a depthwise conv)
-};
-
-// bench/layers/conv_layers.txt: "set name h w c k r stride count [groups]" per line.
-std::vector<Layer> read_layers(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    std::fprintf(stderr, "bench_conv: cannot read %s\n", path.c_str());
-    std::exit(1);
-  }
-  std::vector<Layer> layers;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream f(line);
-    Layer l;
-    if (!(f >> l.set >> l.name >> l.h >> l.w >> l.c >> l.k >> l.r >> l.stride >> l.count)) {
-      std::fprintf(stderr, "bench_conv: bad layer line: %s\n", line.c_str());
-      std::exit(1);
-    }
-    if (!(f >> l.groups)) l.groups = 1;
-    if (l.groups == 0 || l.c % l.groups != 0 || l.k % l.groups != 0) {
-      std::fprintf(stderr, "bench_conv: groups %u do not divide the channels: %s\n", l.groups, line.c_str());
-      std::exit(1);
-    }
-    layers.push_back(l);
-  }
-  return layers;
-}
+using Layer = bench::ConvLayer;
+std::vector<Layer> read_layers(const std::string& path) { return bench::read_conv_layers(path, "bench_conv"); }
 
 struct Variant {
   const char* name;

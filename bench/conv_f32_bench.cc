@@ -10,15 +10,13 @@
 //
 //   bench_conv_f32 bench/layers/conv_layers.txt [SET] [--hifi2] [--workers N] [--activation NAME]
 //
-// Layer lines as in bench_conv (set name h w c k r stride count; padding
+// Layer lines as in bench_conv (set name h w c k r stride count [groups]; padding
 // r/2, fused ReLU unless --activation, random input, float32 weights).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -72,12 +70,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_conv_f32 LAYERS [SET] [--hifi2] [--workers N] [--activation NAME]\n");
     return 2;
   }
-  std::ifstream file(args[0]);
-  if (!file) {
-    std::fprintf(stderr, "bench_conv_f32: cannot read %s\n", args[0].c_str());
-    return 2;
-  }
-  const std::string only = args.size() == 2 ? args[1] : "";
+  const std::vector<bench::ConvLayer> layers =
+      bench::read_conv_layers(args[0], "bench_conv_f32", args.size() == 2 ? args[1] : "");
   auto dev = bench::value_or_die(open_device({.worker_threads = workers}));
   if (hifi2)
     std::printf("| layer | HiFi4 median ms | GFLOP/s | min ms | HiFi2 median ms | GFLOP/s | min ms | HiFi4 / HiFi2 |\n"
@@ -85,28 +79,22 @@ int main(int argc, char** argv) {
   else
     std::printf("| layer | median ms | GFLOP/s | min ms |\n|---|---|---|---|\n");
   double total_s = 0, total_gflop = 0, total2_s = 0;
-  for (std::string line; std::getline(file, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream is(line);
-    std::string set, name;
-    uint32_t h, w, c, k, r, s, count;
-    if (!(is >> set >> name >> h >> w >> c >> k >> r >> s >> count)) {
-      std::fprintf(stderr, "bench_conv_f32: expected 'set name h w c k r stride count', found '%s'\n", line.c_str());
-      return 2;
-    }
-    if (!only.empty() && set != only) continue;
+  for (const bench::ConvLayer& l : layers) {
+    const uint32_t h = l.h, w = l.w, c = l.c, k = l.k, r = l.r, s = l.stride, cg = l.c / l.groups;
+    const int count = l.count;
+    const std::string& name = l.name;
     Conv2dParams p;
-    p.input_height = h, p.input_width = w, p.in_channels = c, p.out_channels = k;
+    p.input_height = h, p.input_width = w, p.in_channels = c, p.out_channels = k, p.groups = l.groups;
     p.kernel_size = {r, r}, p.stride = {s, s};
     p.with_padding(r / 2, r / 2);
     p.activation = {activation};
-    std::vector<float> xv(uint64_t{h} * w * c), wv(uint64_t{k} * c * r * r);
+    std::vector<float> xv(uint64_t{h} * w * c), wv(uint64_t{k} * cg * r * r);
     uint32_t state = 12345;
     auto next = [&] { return (state = state * 1664525u + 1013904223u) >> 8; };
     for (float& v : xv) v = static_cast<float>(next()) / (1 << 24);
     for (float& v : wv) v = (static_cast<float>(next()) / (1 << 24) - 0.5f) * 0.1f;
     Tensor x = bench::value_or_die(to_device(bench::value_or_die(Tensor::from_vector(xv, Shape{1, h, w, c}, DataType::FLOAT32)), *dev));
-    Tensor wt = bench::value_or_die(Tensor::from_vector(wv, Shape{k, c, r, r}, DataType::FLOAT32));
+    Tensor wt = bench::value_or_die(Tensor::from_vector(wv, Shape{k, cg, r, r}, DataType::FLOAT32));
     const Conv2dConfig cfg{.weights_dtype = DataType::FLOAT32};
     Conv2dConfig cfg2 = cfg;
     cfg2.compute_config.math_fidelity = MathFidelity::HiFi2;
@@ -123,7 +111,7 @@ int main(int argc, char** argv) {
       const double ta = seconds(calls(first, cfg)), tb = hifi2 ? seconds(calls(second, cfg2)) : 0;
       if (round >= 0) a.s.push_back(ta / 5), b.s.push_back(tb / 5);
     }
-    const double gflop = 2.0 * k * c * r * r * first.output_height * first.output_width / 1e9;
+    const double gflop = 2.0 * k * cg * r * r * first.output_height * first.output_width / 1e9;
     const double ma = a.median();
     if (hifi2) {
       const double mb = b.median();

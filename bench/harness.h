@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,44 @@ T value_or_die(StatusOr<T> r) {
     std::exit(1);
   }
   return std::move(r).value();
+}
+
+// One conv layer of bench/layers/conv_layers.txt: "set name h w c k r
+// stride count [groups]" per line ('#' starts a comment line).
+struct ConvLayer {
+  std::string set, name;
+  uint32_t h, w, c, k, r, stride;
+  int count;            // occurrences in the network
+  uint32_t groups = 1;  // optional tenth column (c for a depthwise conv)
+};
+
+// Every layer of the file (of `only_set` when not empty); exits with a
+// message naming the bad line on a malformed one.
+inline std::vector<ConvLayer> read_conv_layers(const std::string& path, const char* tool,
+                                               const std::string& only_set = "") {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "%s: cannot read %s\n", tool, path.c_str());
+    std::exit(2);
+  }
+  std::vector<ConvLayer> layers;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream f(line);
+    ConvLayer l;
+    if (!(f >> l.set >> l.name >> l.h >> l.w >> l.c >> l.k >> l.r >> l.stride >> l.count)) {
+      std::fprintf(stderr, "%s: expected 'set name h w c k r stride count [groups]', found '%s'\n", tool,
+                   line.c_str());
+      std::exit(2);
+    }
+    if (!(f >> l.groups)) l.groups = 1;
+    if (l.groups == 0 || l.c % l.groups != 0 || l.k % l.groups != 0) {
+      std::fprintf(stderr, "%s: groups %u do not divide the channels: '%s'\n", tool, l.groups, line.c_str());
+      std::exit(2);
+    }
+    if (only_set.empty() || l.set == only_set) layers.push_back(l);
+  }
+  return layers;
 }
 
 // "<set>.<name>\t<median ms>" lines written by bench/ort/*.js.
