@@ -537,6 +537,26 @@ TEST(Conv2d, ChannelSplitOnlyForManyWeights) {
   }
 }
 
+// oneDNN's row shards: one per worker on small maps, up to four per worker
+// of at least 1024 output pixels on large ones (uneven rows: two shard
+// shapes), each matching the reference.
+TEST(Conv2d, LargeMapsTakeSeveralRowShardsPerWorker) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const std::pair<Case, const char*> cases[] = {
+      {{1, 40, 40, 32, 24, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, "_x2"},  // 1600 pixels
+      {{1, 64, 67, 24, 40, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU}, "_x4"},  // 4288 pixels
+      {{1, 101, 99, 16, 8, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, "_x8"},                     // 9999 pixels, 101 rows
+  };
+  for (const auto& [c, suffix] : cases) {
+    ASSERT_OK(enable_profiler(*dev));
+    check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+    ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+    ASSERT_FALSE(prof.ops.empty());
+    const std::string& kernel = prof.ops.back().kernel_name;
+    EXPECT_TRUE(kernel.starts_with("f32_conv2d__onednn") && kernel.ends_with(suffix)) << kernel << " " << suffix;
+  }
+}
+
 }  // namespace
 }  // namespace tessera
 
