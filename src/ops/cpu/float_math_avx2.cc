@@ -27,10 +27,9 @@ inline __m256 pow2(__m256 n) {
   return _mm256_mul_ps(bits(half), bits(rest));
 }
 
-// max/min return their second operand when either is NaN: x goes second.
-inline __m256 exp_ps(__m256 x) {
-  x = _mm256_min_ps(set(89.0f), _mm256_max_ps(set(-104.0f), x));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, set(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+// e^(x - n ln 2) for integer-valued n = round(x log2 e): Cephes' expf
+// polynomial on the reduced argument (ln 2 in two parts).
+inline __m256 exp_reduced(__m256 x, __m256 n) {
   __m256 r = _mm256_fnmadd_ps(n, set(0.693359375f), x);
   r = _mm256_fnmadd_ps(n, set(-2.12194440e-4f), r);
   __m256 p = set(1.9875691500E-4f);
@@ -39,16 +38,23 @@ inline __m256 exp_ps(__m256 x) {
   p = _mm256_fmadd_ps(p, r, set(4.1665795894E-2f));
   p = _mm256_fmadd_ps(p, r, set(1.6666665459E-1f));
   p = _mm256_fmadd_ps(p, r, set(5.0000001201E-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set(1.0f)));
-  const __m256 y = _mm256_mul_ps(p, pow2(n));
+  return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set(1.0f)));
+}
+
+// max/min return their second operand when either is NaN: x goes second.
+inline __m256 exp_ps(__m256 x) {
+  x = _mm256_min_ps(set(89.0f), _mm256_max_ps(set(-104.0f), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, set(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 y = _mm256_mul_ps(exp_reduced(x, n), pow2(n));
   return blend(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN in, NaN out
 }
 
 // e^-x for sigmoid and silu, which need no denormal results: -x clamped to
-// [-87.3, 88.3] (e^-x stays normal; beyond 88.3 it is FLT_MAX), n = round(-x log2 e) by the 1.5 * 2^23 trick,
-// whose low mantissa bits are n itself, and 2^n added to the exponent in one
-// integer add. The same Cephes polynomial as exp_ps; 20 operations against
-// exp_ps's 33 (silu is on every conv of YOLO-style models).
+// [-87.3, 88.3] (e^-x stays normal; beyond 88.3 it is FLT_MAX),
+// n = round(-x log2 e) by the 1.5 * 2^23 trick, whose low mantissa bits are
+// n itself, and 2^n added to the exponent in one integer add. The same
+// polynomial as exp_ps; 20 operations against exp_ps's 33 (silu is on every
+// conv of YOLO-style models).
 inline __m256 exp_neg_ps(__m256 x) {
   const __m256 t0 = _mm256_sub_ps(_mm256_setzero_ps(), x);
   const __m256 big = _mm256_cmp_ps(t0, set(88.3f), _CMP_GT_OQ);
@@ -56,15 +62,7 @@ inline __m256 exp_neg_ps(__m256 x) {
   const __m256 magic = set(12582912.0f);
   const __m256 k = _mm256_fmadd_ps(t, set(1.44269504088896341f), magic);
   const __m256 n = _mm256_sub_ps(k, magic);
-  __m256 r = _mm256_fnmadd_ps(n, set(0.693359375f), t);
-  r = _mm256_fnmadd_ps(n, set(-2.12194440e-4f), r);
-  __m256 p = set(1.9875691500E-4f);
-  p = _mm256_fmadd_ps(p, r, set(1.3981999507E-3f));
-  p = _mm256_fmadd_ps(p, r, set(8.3334519073E-3f));
-  p = _mm256_fmadd_ps(p, r, set(4.1665795894E-2f));
-  p = _mm256_fmadd_ps(p, r, set(1.6666665459E-1f));
-  p = _mm256_fmadd_ps(p, r, set(5.0000001201E-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set(1.0f)));
+  const __m256 p = exp_reduced(t, n);
   const __m256i scale = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_castps_si256(k), _mm256_castps_si256(magic)), 23);
   const __m256 e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), scale));
   return blend(e, set(std::numeric_limits<float>::max()), big);
