@@ -263,7 +263,10 @@ void transpose_tile(const TransposeArgs& a, uint32_t b, uint32_t c0, uint32_t c1
 constexpr uint32_t kDenseTile = 64;
 
 template <class T>
-void transpose_dense(const T* in, T* out, uint32_t c, uint32_t p, uint32_t i0, uint32_t i1, uint32_t j0, uint32_t j1) {
+void transpose_dense(const std::byte* in_bytes, std::byte* out_bytes, uint32_t c, uint32_t p, uint32_t i0, uint32_t i1,
+                     uint32_t j0, uint32_t j1) {
+  const auto* in = reinterpret_cast<const T*>(in_bytes);
+  auto* out = reinterpret_cast<T*>(out_bytes);
   uint32_t i = i0;
 #if defined(__SSE2__)
   if constexpr (sizeof(T) == 4) {
@@ -294,11 +297,13 @@ Status transpose_dense_kernel(const void* raw, uint32_t begin, uint32_t end) {
     const uint32_t b = t / (ct * pt), i0 = t / pt % ct * kDenseTile, j0 = t % pt * kDenseTile;
     const uint32_t i1 = std::min(a.c, i0 + kDenseTile), j1 = std::min(a.p, j0 + kDenseTile);
     const uint64_t off = uint64_t{b} * a.c * a.p * a.unit;
+    const std::byte* in = a.in + off;
+    std::byte* out = a.out + off;
     switch (a.unit) {
-      case 1: transpose_dense<uint8_t>(reinterpret_cast<const uint8_t*>(a.in + off), reinterpret_cast<uint8_t*>(a.out + off), a.c, a.p, i0, i1, j0, j1); break;
-      case 2: transpose_dense<uint16_t>(reinterpret_cast<const uint16_t*>(a.in + off), reinterpret_cast<uint16_t*>(a.out + off), a.c, a.p, i0, i1, j0, j1); break;
-      case 4: transpose_dense<uint32_t>(reinterpret_cast<const uint32_t*>(a.in + off), reinterpret_cast<uint32_t*>(a.out + off), a.c, a.p, i0, i1, j0, j1); break;
-      default: transpose_dense<uint64_t>(reinterpret_cast<const uint64_t*>(a.in + off), reinterpret_cast<uint64_t*>(a.out + off), a.c, a.p, i0, i1, j0, j1); break;
+      case 1: transpose_dense<uint8_t>(in, out, a.c, a.p, i0, i1, j0, j1); break;
+      case 2: transpose_dense<uint16_t>(in, out, a.c, a.p, i0, i1, j0, j1); break;
+      case 4: transpose_dense<uint32_t>(in, out, a.c, a.p, i0, i1, j0, j1); break;
+      default: transpose_dense<uint64_t>(in, out, a.c, a.p, i0, i1, j0, j1); break;
     }
   }
   return ok_status();
@@ -406,8 +411,9 @@ StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, const M
       const TransposeArgs args{ia.base, oa.base, (*bcp)[0], c, pp, unit, p_tile, in_w, out_w, in_stride, out_stride};
       // Dense rows both ways (and more than an image's few channels): square tiles.
       const bool dense = c > 4 && in_stride == uint64_t{in_w} * unit && out_stride == uint64_t{out_w} * unit;
-      const uint32_t tasks = dense ? args.batches * ((c + kDenseTile - 1) / kDenseTile) * ((pp + kDenseTile - 1) / kDenseTile)
-                                   : args.batches * ((args.p + p_tile - 1) / p_tile);
+      const uint32_t tiles = dense ? ((c + kDenseTile - 1) / kDenseTile) * ((pp + kDenseTile - 1) / kDenseTile)
+                                   : (args.p + p_tile - 1) / p_tile;
+      const uint32_t tasks = args.batches * tiles;
       const std::string key = fmt::format("permute:{}:{}->{}", fmt::join(norm, ","), input.spec().to_string(),
                                           spec.to_string());
       TS_RETURN_IF_ERROR(ops::launch(device, p.cq_id, key, [&]() -> StatusOr<Program> {
