@@ -2,7 +2,8 @@
 """Summarise a `tessera bench --profile FILE.json` Chrome trace.
 
 Groups launches by kernel and prints each conv launch with its FLOPs and
-GFLOP/s, so a model's slow layers stand out:
+GFLOP/s, so a model's slow layers stand out. A trace of several replays of
+one model is folded into one: each launch's median over the replays.
 
     python3 bench/profile_summary.py /tmp/r50.json [--top N]
 """
@@ -33,6 +34,15 @@ def conv_flops(desc):
     return 2 * n * oh * ow * c * k * r * s // g
 
 
+def replay_length(events):
+    """The shortest period of the launch sequence that divides it: one replay."""
+    keys = [(e["name"], e.get("args", {}).get("op", "")) for e in events]
+    for n in range(1, len(keys) + 1):
+        if len(keys) % n == 0 and all(keys[i] == keys[i - n] for i in range(n, len(keys))):
+            return n
+    return len(keys)
+
+
 def main():
     args = sys.argv[1:]
     top = 25
@@ -43,6 +53,15 @@ def main():
     if len(args) != 1:
         sys.exit("usage: profile_summary.py TRACE.json [--top N]")
     events = [e for e in json.load(open(args[0]))["traceEvents"] if e.get("ph") == "X"]
+    events.sort(key=lambda e: e["ts"])
+    n = replay_length(events)
+    if n < len(events):
+        print(f"{len(events) // n} replays of {n} launches; each launch's median")
+        folded = []
+        for i in range(n):
+            durs = sorted(events[r * n + i]["dur"] for r in range(len(events) // n))
+            folded.append(dict(events[i], dur=durs[len(durs) // 2]))
+        events = folded
     total = sum(e["dur"] for e in events)
     by_kernel = defaultdict(lambda: [0.0, 0, 0])
     rows = []

@@ -177,21 +177,35 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
 }
 
-// Kernel time per op kind (the descriptor's first field) over one replay,
-// the ten longest launches, and a Chrome trace unless `path` is "-".
-Status print_profile(const DeviceProfile& p, const std::string& path) {
+// Kernel time per op kind (the descriptor's first field), each launch's
+// median over the `replays` profiled replays, the ten longest launches, and
+// a Chrome trace of every replay unless `path` is "-".
+Status print_profile(const DeviceProfile& p, int replays, const std::string& path) {
+  const size_t n = p.ops.size() / static_cast<size_t>(replays);
+  if (n == 0 || n * static_cast<size_t>(replays) != p.ops.size() || p.dropped)
+    return internal_error("profile: {} launches ({} dropped) over {} replays, expected a multiple", p.ops.size(),
+                          p.dropped, replays);
+  std::vector<OpTiming> med(p.ops.begin(), p.ops.begin() + static_cast<std::ptrdiff_t>(n));
+  double total_us = 0;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int64_t> d;
+    for (size_t r = 0; r < static_cast<size_t>(replays); ++r) d.push_back(p.ops[r * n + i].end_ns - p.ops[r * n + i].start_ns);
+    std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
+    med[i].end_ns = med[i].start_ns + d[d.size() / 2];
+    total_us += med[i].duration_us();
+  }
   std::map<std::string, std::pair<double, int>> by_kind;
-  for (const auto& op : p.ops) {
+  for (const auto& op : med) {
     auto& e = by_kind[op.key.substr(0, op.key.find(':'))];
     e.first += op.duration_us(), ++e.second;
   }
   std::vector<std::pair<std::string, std::pair<double, int>>> kinds(by_kind.begin(), by_kind.end());
   std::sort(kinds.begin(), kinds.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  std::printf("  kernel time per op (one replay, %zu launches, %.2f ms):\n", p.ops.size(), p.total_us() / 1e3);
+  std::printf("  kernel time per op (median of %d replays, %zu launches, %.2f ms):\n", replays, n, total_us / 1e3);
   for (const auto& [k, v] : kinds)
-    std::printf("    %-28s %8.3f ms %5.1f%%  %4d launches\n", k.c_str(), v.first / 1e3, 100 * v.first / p.total_us(),
+    std::printf("    %-28s %8.3f ms %5.1f%%  %4d launches\n", k.c_str(), v.first / 1e3, 100 * v.first / total_us,
                 v.second);
-  std::vector<OpTiming> top = p.ops;
+  std::vector<OpTiming> top = med;
   std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.duration_us() > b.duration_us(); });
   std::printf("  longest launches:\n");
   for (size_t i = 0; i < std::min<size_t>(10, top.size()); ++i)
@@ -274,9 +288,10 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   TS_RETURN_IF_ERROR(synchronize_device(*device));
   const double device_ms = ms_since(t0);
   std::optional<DeviceProfile> profile;
+  const int profile_replays = std::min(iterations, 10);
   if (!profile_path.empty()) {
     TS_RETURN_IF_ERROR(enable_profiler(*device));
-    TS_RETURN_IF_ERROR(execute_trace(*device, tid, 0, true));
+    for (int i = 0; i < profile_replays; ++i) TS_RETURN_IF_ERROR(execute_trace(*device, tid, 0, true));
     TS_ASSIGN_OR_RETURN(profile, read_profile(*device));
     TS_RETURN_IF_ERROR(disable_profiler(*device));
   }
@@ -292,7 +307,7 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   std::printf("  device only: %8.2f FPS (%.2f ms per batch, trace replays back to back; %.0f GFLOP/s)\n",
               frames / device_ms * 1e3, device_ms / iterations,
               m.model->report().conv_flops / (device_ms / iterations) / 1e6);
-  if (profile) TS_RETURN_IF_ERROR(print_profile(*profile, profile_path));
+  if (profile) TS_RETURN_IF_ERROR(print_profile(*profile, profile_replays, profile_path));
   if (!reference.empty()) TS_RETURN_IF_ERROR(check_reference(reference, out0, c.dtype));
   return close_device(*device);
 }
@@ -361,7 +376,7 @@ int main(int argc, char** argv) {
   bench->add_option("--reference", bench_reference, "check frame 0's output against this .npy (PCC)")
       ->check(CLI::ExistingFile);
   std::string profile_path;
-  bench->add_option("--profile", profile_path, "kernel time per op over one replay; a Chrome trace to this file ('-': none)");
+  bench->add_option("--profile", profile_path, "kernel time per op, median over up to 10 replays; a Chrome trace to this file ('-': none)");
   std::string dir = kDefaultNodeTestDir, filter;
   double min_rate = 0.95;
   bool quiet = false;

@@ -267,6 +267,31 @@ void transpose_dense(const std::byte* in_bytes, std::byte* out_bytes, uint32_t c
                      uint32_t j0, uint32_t j1) {
   const auto* in = reinterpret_cast<const T*>(in_bytes);
   auto* out = reinterpret_cast<T*>(out_bytes);
+  if (c <= 4) {  // an image's channels: interleave c rows into contiguous output
+    uint32_t j = j0;
+#if defined(__SSE2__)
+    // 4x4 register transposes, each pixel's column stored 4 wide: the
+    // (4 - c) extra lanes land on the next pixel, rewritten by its own store
+    // (so never on the tile's last pixel, which may belong to another task).
+    if constexpr (sizeof(T) == 4) {
+      if (c >= 2 && i0 == 0 && i1 == c) {
+        const float* r[4];
+        for (uint32_t i = 0; i < 4; ++i) r[i] = reinterpret_cast<const float*>(in) + uint64_t{std::min(i, c - 1)} * p;
+        float* d = reinterpret_cast<float*>(out);
+        for (; j + 4 < j1; j += 4) {
+          __m128 r0 = _mm_loadu_ps(r[0] + j), r1 = _mm_loadu_ps(r[1] + j), r2 = _mm_loadu_ps(r[2] + j),
+                 r3 = _mm_loadu_ps(r[3] + j);
+          _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+          float* o = d + uint64_t{j} * c;
+          _mm_storeu_ps(o, r0), _mm_storeu_ps(o + c, r1), _mm_storeu_ps(o + 2 * c, r2), _mm_storeu_ps(o + 3 * c, r3);
+        }
+      }
+    }
+#endif
+    for (; j < j1; ++j)
+      for (uint32_t i = i0; i < i1; ++i) out[uint64_t{j} * c + i] = in[uint64_t{i} * p + j];
+    return;
+  }
   uint32_t i = i0;
 #if defined(__SSE2__)
   if constexpr (sizeof(T) == 4) {
@@ -290,12 +315,16 @@ void transpose_dense(const std::byte* in_bytes, std::byte* out_bytes, uint32_t c
     for (uint32_t j = j0; j < j1; ++j) out[uint64_t{j} * c + i] = in[uint64_t{i} * p + j];
 }
 
+// Tiles of kDenseTile c by p_tile p (kDenseTile, or longer runs when c is a few channels).
+uint32_t dense_p_tile(uint32_t c) { return c <= 4 ? 4096 : kDenseTile; }
+
 Status transpose_dense_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const TransposeArgs*>(raw);
-  const uint32_t ct = (a.c + kDenseTile - 1) / kDenseTile, pt = (a.p + kDenseTile - 1) / kDenseTile;
+  const uint32_t pw = dense_p_tile(a.c);
+  const uint32_t ct = (a.c + kDenseTile - 1) / kDenseTile, pt = (a.p + pw - 1) / pw;
   for (uint32_t t = begin; t < end; ++t) {  // (batch, tile of c, tile of p), p fastest
-    const uint32_t b = t / (ct * pt), i0 = t / pt % ct * kDenseTile, j0 = t % pt * kDenseTile;
-    const uint32_t i1 = std::min(a.c, i0 + kDenseTile), j1 = std::min(a.p, j0 + kDenseTile);
+    const uint32_t b = t / (ct * pt), i0 = t / pt % ct * kDenseTile, j0 = t % pt * pw;
+    const uint32_t i1 = std::min(a.c, i0 + kDenseTile), j1 = std::min(a.p, j0 + pw);
     const uint64_t off = uint64_t{b} * a.c * a.p * a.unit;
     const std::byte* in = a.in + off;
     std::byte* out = a.out + off;
@@ -409,9 +438,9 @@ StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, const M
     if (in_stride != 0 && out_stride != 0 && (unit == 1 || unit == 2 || unit == 4 || unit == 8)) {
       const uint32_t p_tile = std::max(kTransposeTile, 1024 / std::max(c, 1u) / kTransposeTile * kTransposeTile);
       const TransposeArgs args{ia.base, oa.base, (*bcp)[0], c, pp, unit, p_tile, in_w, out_w, in_stride, out_stride};
-      // Dense rows both ways (and more than an image's few channels): square tiles.
-      const bool dense = c > 4 && in_stride == uint64_t{in_w} * unit && out_stride == uint64_t{out_w} * unit;
-      const uint32_t tiles = dense ? ((c + kDenseTile - 1) / kDenseTile) * ((pp + kDenseTile - 1) / kDenseTile)
+      // Dense rows both ways: tiles that read and write along rows.
+      const bool dense = in_stride == uint64_t{in_w} * unit && out_stride == uint64_t{out_w} * unit;
+      const uint32_t tiles = dense ? ((c + kDenseTile - 1) / kDenseTile) * ((pp + dense_p_tile(c) - 1) / dense_p_tile(c))
                                    : (args.p + p_tile - 1) / p_tile;
       const uint32_t tasks = args.batches * tiles;
       const std::string key = fmt::format("permute:{}:{}->{}", fmt::join(norm, ","), input.spec().to_string(),

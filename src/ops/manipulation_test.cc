@@ -89,7 +89,8 @@ TEST(Permute, MatchesReference) {
 }
 
 // NCHW -> NHWC into packed storage (one DRAM shard, as the compiled model
-// asks for a conv's input) takes the tiled transpose, not the row gather.
+// asks for a conv's input) takes the tiled transpose, not the row gather:
+// with dense rows both ways, the tile kernel that interleaves few channels.
 TEST(Permute, GroupSwapRunsTheTransposeKernel) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   Tensor h = testing::random_tensor(Shape{2, 3, 20, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 2);
@@ -102,18 +103,19 @@ TEST(Permute, GroupSwapRunsTheTransposeKernel) {
   ASSERT_OK_AND_ASSIGN(Tensor y, permute(d, perm, {.memory_config = one_shard}));
   ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
   ASSERT_EQ(prof.ops.size(), 1u);
-  EXPECT_EQ(prof.ops[0].kernel_name, "any_permute__transpose");
+  EXPECT_EQ(prof.ops[0].kernel_name, "any_permute__transpose_tiles");
   ASSERT_OK_AND_ASSIGN(Tensor want, reference::permute(h, perm));
   EXPECT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want));
 }
 
-// Dense rows both ways with more than four channels take square tiles
-// (4x4 register transposes for 4-byte types): odd sizes across several
-// 64-element tiles, both directions, every dtype.
+// Dense rows both ways take tiles: square ones (4x4 register transposes for
+// 4-byte types), or long runs of pixels when there are at most four
+// channels. Odd sizes across several tiles, both directions, every dtype.
 TEST(Permute, DenseGroupSwapRunsTheTileKernel) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const MemoryConfig dram{TensorMemoryLayout::INTERLEAVED, BufferType::DRAM, std::nullopt};
-  for (const Shape& s : {Shape{1, 80, 9, 255}, Shape{2, 67, 3, 131}, Shape{1, 5, 13, 7}})
+  for (const Shape& s : {Shape{1, 80, 9, 255}, Shape{2, 67, 3, 131}, Shape{1, 5, 13, 7}, Shape{2, 3, 71, 67},
+                         Shape{1, 4, 3, 5}, Shape{1, 2, 9, 2}})
     for (const auto& perm : {std::vector<int>{0, 3, 1, 2}, std::vector<int>{0, 2, 3, 1}})
       for (DataType dt : kTypes) {
         SCOPED_TRACE(fmt::format("{} ({}) {}", s.to_string(), fmt::join(perm, ","), data_type_name(dt)));
