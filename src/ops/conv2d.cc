@@ -256,7 +256,10 @@ bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& co
 }
 
 // Convolutions Tessera's AVX2 direct kernel runs (cpu/direct_conv_kernels.h)
-// on CPUs with AVX2 but not AVX-512: float32 in and out, kernels from 2x2 to
+// on CPUs with AVX2 but not AVX-512: float32 or bfloat16 in and out (bfloat16
+// computed in float32, as these CPUs have no bfloat16 arithmetic: oneDNN's
+// jit:avx2 with bfloat16 staging ran ResNet-50 at 100-140 ms against 60-90
+// for float32 on the direct kernel), kernels from 2x2 to
 // 7x7 over at least 16 input channels, no groups, with or without a fused
 // residual (the kernel adds it as it stores). 1x1 convs stay on oneDNN's jit_1x1 (130-170 GFLOP/s
 // there), and everything on AVX-512 CPUs on oneDNN. The choice depends on
@@ -274,8 +277,9 @@ bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& co
 // from 51-125 to 101-138 GFLOP/s per layer (7x7x512: 77-85 -> 102-122).
 bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t kw, uint32_t cin, DataType in,
                        DataType out) {
+  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
   return kernel_isa() == KernelIsa::kAvx2 && !transposed && groups == 1 && kh * kw > 1 && kh <= 7 && kw <= 7 &&
-         cin >= 16 && in == DataType::FLOAT32 && out == DataType::FLOAT32;
+         cin >= 16 && rows(in) && rows(out);
 }
 // Transposed convs whose kernel equals their stride (the UNet's upconvs, see
 // is_patch_transpose) run cpu::avx2::patch_transpose_kernel there: on
@@ -1051,8 +1055,11 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   Device& device = *input.device();
   // Rows spread over banks (L1, or DRAM on wormhole_b0) go through one dense
   // DRAM shard each way.
-  const MemoryConfig dense_in = staging(g.n * g.h * g.w, g.cin, DataType::FLOAT32, true),
-                     dense_out = staging(g.n * g.oh * g.ow, g.cout, DataType::FLOAT32, true);
+  // (Tiles untilize to float32; bfloat16 rows stay bfloat16.)
+  auto dense_rows = [&](uint32_t rows, uint32_t cols, DataType t) { return staging(rows, cols, t, true); };
+  const MemoryConfig dense_in = dense_rows(g.n * g.h * g.w, g.cin, input.layout() == Layout::TILE ? DataType::FLOAT32
+                                                                                                  : input.dtype()),
+                     dense_out = dense_rows(g.n * g.oh * g.ow, g.cout, pr.output.dtype);
   Tensor x = input;
   cpu::DirectConvArgs args{};
   TS_ASSIGN_OR_RETURN(args.src, make_access(x));
@@ -1074,7 +1081,8 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
     res = pr.residual->tensor;
     TS_ASSIGN_OR_RETURN(args.res, make_access(*res));
     if (res->layout() == Layout::TILE) {
-      TS_ASSIGN_OR_RETURN(res, untilize(*res, {.memory_config = dense_out, .dtype = DataType::FLOAT32, .cq_id = cq_id}));
+      TS_ASSIGN_OR_RETURN(res, untilize(*res, {.memory_config = dense_rows(g.n * g.oh * g.ow, g.cout, DataType::FLOAT32),
+                                               .dtype = DataType::FLOAT32, .cq_id = cq_id}));
       TS_ASSIGN_OR_RETURN(args.res, make_access(*res));
     } else if (args.res.uniform_row_stride() == 0) {
       TS_ASSIGN_OR_RETURN(res, to_memory_config(*res, dense_out, cq_id));
@@ -1092,6 +1100,12 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
       (res && args.res.uniform_row_stride() == 0))
     return internal_error("conv2d: the direct kernel's staging rows have no uniform stride ({} -> {})",
                           x.spec().to_string(), output.spec().to_string());
+  args.src_bf16 = x.dtype() == DataType::BFLOAT16;
+  args.dst_bf16 = output.dtype() == DataType::BFLOAT16;
+  args.res_bf16 = res && res->dtype() == DataType::BFLOAT16;
+  if ((args.src_bf16 || args.dst_bf16 || args.res_bf16) && (pr.winograd || g.transposed))
+    return internal_error("conv2d: bfloat16 rows reached the {} kernel, which reads float32 only",
+                          pr.winograd ? "Winograd" : "patch");
   TS_ASSIGN_OR_RETURN(TensorAccess wa, make_access(w.weight));
   TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(w.bias));
   args.weights = reinterpret_cast<const float*>(wa.page(0));

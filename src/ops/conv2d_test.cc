@@ -271,6 +271,9 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       {{2, 9, 11, 16, 24, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
        DataType::FLOAT32},
       {{1, 20, 20, 16, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU, DataType::BFLOAT16, DataType::BFLOAT16},
+      // bfloat16 rows through the AVX2 direct kernel: strided, an activation before the add, 40 channels.
+      {{2, 9, 11, 16, 40, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::RELU, DataType::BFLOAT16,
+       DataType::BFLOAT16},
       {{1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
       {{1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID}, UnaryOpType::RELU, DataType::FLOAT32,
        DataType::FLOAT32},
@@ -324,7 +327,8 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       } else {
         testing::expect_conv_close(got, ref, rc.in);
       }
-      if (isa == KernelIsa::kAvx2 && rc.in == DataType::FLOAT32 && cs.groups == 1 && cs.kh > 1 && cs.c >= 16) {
+      if (isa == KernelIsa::kAvx2 && (rc.in == DataType::FLOAT32 || !rc.hifi2) && cs.groups == 1 && cs.kh > 1 &&
+          cs.c >= 16) {
         ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
         bool ran = false;
         for (const OpTiming& t : prof.ops)
@@ -341,7 +345,7 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       ASSERT_OK_AND_ASSIGN(Tensor spare, to_device(res, *dev));
       ASSERT_OK_AND_ASSIGN(Conv2dResult in_place,
                            conv2d_with_residual(dx, r.weights, p, Conv2dResidual{spare, {rc.post}, true}, cfg));
-      const bool own = rc.in == DataType::FLOAT32 && cs.groups == 1 && cs.kh * cs.kw > 1 && cs.c >= 16;
+      const bool own = cs.groups == 1 && cs.kh * cs.kw > 1 && cs.c >= 16;  // the direct kernel (float32 or bfloat16)
       const bool fused = cs.groups == 1 && cs.act != UnaryOpType::HARDSIGMOID && rc.res == rc.in &&
                          (isa != KernelIsa::kAvx2 || cs.act == UnaryOpType::IDENTITY || own);
       EXPECT_EQ(in_place.output.buffer() == spare.buffer(), fused);
@@ -490,12 +494,36 @@ TEST(Conv2d, DirectAvx2Kernel) {
       {2, 23, 19, 40, 33, 5, 5, 1, 1, 1, {2, 2, 2, 2}},    // 5x5: three chunks of at most 16
       {1, 150, 37, 96, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  // bands balanced over the workers
   };
-  for (const Case& c : cases) {
+  // float32 rows, and bfloat16 rows (widened per band, outputs rounded as they are stored).
+  for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16})
+    for (const Case& c : cases) {
+      ASSERT_OK(enable_profiler(*dev));
+      check_case(*dev, c, dt, dt, DRAM_MEMORY_CONFIG);
+      ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+      ASSERT_FALSE(prof.ops.empty());
+      EXPECT_EQ(prof.ops.back().kernel_name, "f32_conv2d__direct_avx2");
+    }
+  // One dtype in, the other out.
+  for (const auto& [in, out] : {std::pair{DataType::BFLOAT16, DataType::FLOAT32},
+                                std::pair{DataType::FLOAT32, DataType::BFLOAT16}}) {
+    const Case& c = cases[2];
+    SCOPED_TRACE(fmt::format("{} -> {}", data_type_name(in), data_type_name(out)));
+    const Conv2dParams p = to_params(c);
+    Tensor x = testing::random_tensor(Shape{c.n, c.h, c.w, c.c}, in, Layout::ROW_MAJOR, 8);
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{c.k} * c.c * c.kh * c.kw, 9, 0.2f),
+                                                       Shape{c.k, c.c, c.kh, c.kw}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
     ASSERT_OK(enable_profiler(*dev));
-    check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, std::nullopt, p, {.weights_dtype = DataType::BFLOAT16, .dtype = out}));
     ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
     ASSERT_FALSE(prof.ops.empty());
     EXPECT_EQ(prof.ops.back().kernel_name, "f32_conv2d__direct_avx2");
+    EXPECT_EQ(r.output.dtype(), out);
+    ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, DataType::BFLOAT16, in));
+    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(x, rw, std::nullopt, p, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, r.output.cpu().value().to_vector());
+    testing::expect_conv_close(got, ref, DataType::BFLOAT16);
   }
   check_case(*dev, cases[0], DataType::FLOAT32, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
   check_case(*dev, cases[1], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);

@@ -110,8 +110,45 @@ void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows,
   }
 }
 
+// bfloat16 <-> float32 for 8 values. To bfloat16: round to nearest even, NaN
+// kept quiet, the bits of float_to_bfloat16 (numerics/bfloat16.h).
+inline __m256 load_bf16(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+inline __m256i bf16_bits(__m256 f) {  // 8 x 32-bit lanes holding the bfloat16 bits
+  const __m256i u = _mm256_castps_si256(f), hi = _mm256_srli_epi32(u, 16);
+  const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  return _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+}
+inline void store_bf16x16(uint16_t* p, __m256 lo, __m256 hi) {
+  const __m256i packed = _mm256_packus_epi32(bf16_bits(lo), bf16_bits(hi));  // per 128-bit lane: lo0-3 hi0-3 lo4-7 hi4-7
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xd8));
+}
+inline float bf16_value(uint16_t b) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int{b} << 16))); }
+
 // One output pixel's 16 channels: adds the residual's `ocs` channels at
 // `res`, or stores `ocs` channels to `out` (two vector moves when whole).
+inline void add_residual_bf16(float* px, const std::byte* res, uint32_t ocs) {
+  const auto* r = reinterpret_cast<const uint16_t*>(res);
+  if (ocs == 16) {
+    _mm256_store_ps(px, _mm256_add_ps(_mm256_load_ps(px), load_bf16(r)));
+    _mm256_store_ps(px + 8, _mm256_add_ps(_mm256_load_ps(px + 8), load_bf16(r + 8)));
+  } else {
+    for (uint32_t c = 0; c < ocs; ++c) px[c] += bf16_value(r[c]);
+  }
+}
+inline void store_pixel_bf16(std::byte* out, const float* px, uint32_t ocs) {
+  auto* o = reinterpret_cast<uint16_t*>(out);
+  if (ocs == 16) {
+    store_bf16x16(o, _mm256_load_ps(px), _mm256_load_ps(px + 8));
+  } else {
+    alignas(32) uint16_t b[16];
+    store_bf16x16(b, _mm256_load_ps(px), _mm256_load_ps(px + 8));
+    std::memcpy(o, b, ocs * sizeof(uint16_t));
+  }
+}
 inline void add_residual(float* px, const std::byte* res, uint32_t ocs) {
   const auto* r = reinterpret_cast<const float*>(res);
   if (ocs == 16) {
@@ -137,10 +174,24 @@ void finish(const DirectConvArgs& a, float* px, uint32_t n, uint32_t ocs, std::b
             uint64_t step, uint64_t res_step) {
   if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, px, uint64_t{n} * 16);
   if (res) {
-    for (uint32_t j = 0; j < n; ++j) add_residual(px + j * 16, res + j * res_step, ocs);
+    for (uint32_t j = 0; j < n; ++j)
+      (a.res_bf16 ? add_residual_bf16 : add_residual)(px + j * 16, res + j * res_step, ocs);
     if (a.res_activation.op != UnaryOpType::IDENTITY) a.math.unary(a.res_activation, px, uint64_t{n} * 16);
   }
-  for (uint32_t j = 0; j < n; ++j) store_pixel(out + j * step, px + j * 16, ocs);
+  for (uint32_t j = 0; j < n; ++j) (a.dst_bf16 ? store_pixel_bf16 : store_pixel)(out + j * step, px + j * 16, ocs);
+}
+
+// bfloat16 input rows [iy0, iy1) of image `img` as dense float32 rows (w
+// pixels of cin each) in `dst`.
+void widen_rows(const DirectConvArgs& a, uint32_t img, uint32_t iy0, uint32_t iy1, float* dst) {
+  const uint64_t stride = a.src.uniform_row_stride();
+  for (uint64_t px = (uint64_t{img} * a.h + iy0) * a.w, end = (uint64_t{img} * a.h + iy1) * a.w; px < end; ++px) {
+    const auto* s = reinterpret_cast<const uint16_t*>(a.src.base + px * stride);
+    uint32_t c = 0;
+    for (; c + 8 <= a.cin; c += 8) _mm256_storeu_ps(dst + c, load_bf16(s + c));
+    for (; c < a.cin; ++c) dst[c] = bf16_value(s[c]);
+    dst += a.cin;
+  }
 }
 
 // Winograd F(2x2, 3x3) transforms over 8 channels (__m256) or one (float):
@@ -194,11 +245,14 @@ void transform_products(const float* m, size_t ms, const float* bias, float* y) 
 Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DirectConvArgs*>(raw);
   const uint32_t blocks = (a.cout + 15) / 16, taps = a.kh * a.kw;
-  const uint64_t in_stride = a.src.uniform_row_stride() / sizeof(float), out_stride = a.dst.uniform_row_stride();
+  const uint64_t out_stride = a.dst.uniform_row_stride();
+  const uint64_t out_unit = a.dst_bf16 ? 2 : 4, res_unit = a.res_bf16 ? 2 : 4;  // bytes per channel
+  // Floats from one input pixel to the next: in the rows, or in the task's widened copy.
+  const uint64_t in_stride = a.src_bf16 ? a.cin : a.src.uniform_row_stride() / sizeof(float);
   const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
   const bool chunked = a.cin_block < a.cin;
   const auto* src = reinterpret_cast<const float*>(a.src.base);
-  thread_local std::vector<float> zeros, partial;
+  thread_local std::vector<float> zeros, partial, widened;
   thread_local std::vector<const float*> ind;
   if (zeros.size() < a.cin) zeros.resize(a.cin, 0.0f);
   alignas(32) float tile[kBlockPixels * 16];
@@ -211,13 +265,26 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
     // or zeros in the padding.
     const uint32_t pixels = (oy1 - oy0) * a.ow;
     if (ind.size() < uint64_t{pixels} * taps) ind.resize(uint64_t{pixels} * taps);
+    // bfloat16 rows: the input rows the band reads, widened; `lines` then
+    // points at (image img, row iy_lo).
+    const float* lines = src + uint64_t{img} * a.h * a.w * in_stride;
+    int64_t iy_lo = 0;
+    if (a.src_bf16) {
+      iy_lo = std::max<int64_t>(0, int64_t{oy0} * a.sh - a.pad_t);
+      const int64_t iy_hi = std::min<int64_t>(a.h, int64_t{oy1 - 1} * a.sh - a.pad_t + int64_t{a.kh - 1} * a.dh + 1);
+      if (iy_hi > iy_lo) {
+        if (widened.size() < uint64_t(iy_hi - iy_lo) * a.w * a.cin) widened.resize(uint64_t(iy_hi - iy_lo) * a.w * a.cin);
+        widen_rows(a, img, static_cast<uint32_t>(iy_lo), static_cast<uint32_t>(iy_hi), widened.data());
+      }
+      lines = widened.data();
+    }
     const float** at = ind.data();
     for (uint32_t oy = oy0; oy < oy1; ++oy)
       for (uint32_t ox = 0; ox < a.ow; ++ox)
         for (uint32_t ky = 0; ky < a.kh; ++ky) {
           const int64_t iy = int64_t{oy} * a.sh - a.pad_t + int64_t{ky} * a.dh;
           const bool row = iy >= 0 && iy < a.h;
-          const float* line = src + (uint64_t{img} * a.h + (row ? iy : 0)) * a.w * in_stride;
+          const float* line = lines + uint64_t(row ? iy - iy_lo : 0) * a.w * in_stride;
           for (uint32_t kx = 0; kx < a.kw; ++kx) {
             const int64_t ix = int64_t{ox} * a.sw - a.pad_l + int64_t{kx} * a.dw;
             *at++ = row && ix >= 0 && ix < a.w ? line + ix * in_stride : zeros.data();
@@ -242,8 +309,8 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
           kBlocks[rw](ind.data() + uint64_t{p} * taps, taps, c0, cb, w, first ? a.bias + oc0 : sum, first ? 0 : 16,
                       last ? tile : sum);
           if (last)
-            finish(a, tile, rw, ocs, out0 + uint64_t{p} * out_stride + uint64_t{oc0} * sizeof(float),
-                   res0 ? res0 + uint64_t{p} * res_stride + uint64_t{oc0} * sizeof(float) : nullptr, out_stride,
+            finish(a, tile, rw, ocs, out0 + uint64_t{p} * out_stride + uint64_t{oc0} * out_unit,
+                   res0 ? res0 + uint64_t{p} * res_stride + uint64_t{oc0} * res_unit : nullptr, out_stride,
                    res_stride);
           p += rw;
         }

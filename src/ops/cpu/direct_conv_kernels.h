@@ -38,7 +38,12 @@ inline uint32_t direct_cin_block(uint32_t kh, uint32_t kw, uint32_t cin) {
 }
 
 struct DirectConvArgs {
-  TensorAccess src, dst;  // float32 rows with a uniform row stride
+  // Rows with a uniform row stride: float32, or (the direct kernel only)
+  // bfloat16, which each task converts to float32 for the input rows its band
+  // reads, and which outputs and residuals are rounded to (nearest even) and
+  // read from as they are stored.
+  TensorAccess src, dst;
+  bool src_bf16, dst_bf16, res_bf16;
   // Per 16-channel output block, per chunk of cin_block input channels (the
   // last shorter): [kh][kw][chunk channels][16] float32, zeros past cout.
   // Bias: div_up(cout, 16) * 16 float32.
