@@ -288,7 +288,8 @@ bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t k
 bool patch_transpose_avx2_shape(const Geometry& g, DataType in, DataType out) {
   return kernel_isa() == KernelIsa::kAvx2 && g.transposed && g.kh == g.sh && g.kw == g.sw && g.dh == 1 &&
          g.dw == 1 && g.groups == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 &&
-         g.oh == g.h * g.sh && g.ow == g.w * g.sw && in == DataType::FLOAT32 && out == DataType::FLOAT32;
+         g.oh == g.h * g.sh && g.ow == g.w * g.sw && (in == DataType::FLOAT32 || in == DataType::BFLOAT16) &&
+         (out == DataType::FLOAT32 || out == DataType::BFLOAT16);
 }
 bool is_direct_avx2(const Problem& pr) {
   const Geometry& g = pr.g;
@@ -1103,9 +1104,8 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.src_bf16 = x.dtype() == DataType::BFLOAT16;
   args.dst_bf16 = output.dtype() == DataType::BFLOAT16;
   args.res_bf16 = res && res->dtype() == DataType::BFLOAT16;
-  if ((args.src_bf16 || args.dst_bf16 || args.res_bf16) && (pr.winograd || g.transposed))
-    return internal_error("conv2d: bfloat16 rows reached the {} kernel, which reads float32 only",
-                          pr.winograd ? "Winograd" : "patch");
+  if ((args.src_bf16 || args.dst_bf16 || args.res_bf16) && pr.winograd)
+    return internal_error("conv2d: bfloat16 rows reached the Winograd kernel, which reads float32 only");
   TS_ASSIGN_OR_RETURN(TensorAccess wa, make_access(w.weight));
   TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(w.bias));
   args.weights = reinterpret_cast<const float*>(wa.page(0));

@@ -84,11 +84,11 @@ TEST(ConvTranspose2d, KernelEqualsStrideAsOneMatmul) {
 }
 
 // On CPUs with AVX2 but not AVX-512 (here: the kernel set capped at AVX2),
-// float32 transposed convs whose kernel equals their stride run Tessera's
-// patch kernel: row bands over two workers, 1 to 6-pixel blocks, output
-// channels not a multiple of 16 (blocks of 16 columns straddling taps; one
-// output channel: PP-OCR's last upconv), odd input channels, a 3x3 stride-3
-// kernel, batches, activations. bfloat16 keeps the matmul path.
+// float32 and bfloat16 transposed convs whose kernel equals their stride
+// run Tessera's patch kernel: row bands over two workers, 1 to 6-pixel
+// blocks, output channels not a multiple of 16 (blocks of 16 columns
+// straddling taps; one output channel: PP-OCR's last upconv), odd input
+// channels, a 3x3 stride-3 kernel, batches, activations.
 TEST(ConvTranspose2d, PatchKernelOnAvx2) {
   if (!cpu_features().avx2 || !cpu_features().fma) GTEST_SKIP() << "no AVX2";
   const KernelIsa native = kernel_isa();
@@ -104,7 +104,7 @@ TEST(ConvTranspose2d, PatchKernelOnAvx2) {
       ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
       bool patches = false;
       for (const OpTiming& t : prof.ops) patches |= t.kernel_name.find("patches_avx2") != std::string::npos;
-      EXPECT_EQ(patches, in == DataType::FLOAT32) << p.descriptor();
+      EXPECT_TRUE(patches) << p.descriptor();
       ASSERT_OK(disable_profiler(*dev));
     }
   }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "direct_conv_kernels.h"
+#include "tessera/numerics/bfloat16.h"
 
 namespace tessera::cpu::avx2 {
 
@@ -387,9 +388,12 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DirectConvArgs*>(raw);
   const uint32_t cols = a.kh * a.kw * a.cout, blocks = (cols + 15) / 16;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
-  const size_t px = in_stride / sizeof(float);
+  const uint64_t out_unit = a.dst_bf16 ? 2 : 4;
+  // Floats from one input pixel to the next: in the rows, or in the band's widened copy.
+  const size_t px = a.src_bf16 ? a.cin : in_stride / sizeof(float);
   const uint32_t nblk = (a.w + kBlockPixels - 1) / kBlockPixels;
   alignas(32) float tile[kBlockPixels * 16];
+  thread_local std::vector<float> widened;
   struct Run {  // lanes [lane, lane + count) of a block: tap (ky, kx), channels from co
     uint32_t lane, count, ky, kx, co;
   };
@@ -397,6 +401,11 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
     const uint32_t group = t % a.groups, band = t / a.groups % a.bands, img = t / a.groups / a.bands;
     const uint32_t y0 = band * a.band_rows, y1 = std::min(a.h, y0 + a.band_rows);
     const uint32_t b0 = group * a.group_blocks, b1 = std::min(blocks, b0 + a.group_blocks);
+    if (y0 >= y1) continue;
+    if (a.src_bf16) {  // the band's rows, once for all its blocks
+      if (widened.size() < uint64_t{y1 - y0} * a.w * a.cin) widened.resize(uint64_t{y1 - y0} * a.w * a.cin);
+      widen_rows(a, img, y0, y1, widened.data());
+    }
     for (uint32_t b = b0; b < b1; ++b) {
       const uint32_t n0 = b * 16, ns = std::min(16u, cols - n0);
       Run runs[16];
@@ -408,10 +417,11 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
       }
       const float* w = a.weights + uint64_t{b} * a.cin * 16;
       for (uint32_t y = y0; y < y1; ++y) {
-        const auto* in = reinterpret_cast<const float*>(a.src.base + (uint64_t{img} * a.h + y) * a.w * in_stride);
+        const float* in = a.src_bf16 ? widened.data() + uint64_t{y - y0} * a.w * a.cin
+                                     : reinterpret_cast<const float*>(a.src.base + (uint64_t{img} * a.h + y) * a.w * in_stride);
         auto at = [&](const Run& r, uint32_t x) {  // output pixel (y * kh + ky, x * kw + kx), channel co
           return a.dst.base + ((uint64_t{img} * a.oh + uint64_t{y} * a.kh + r.ky) * a.ow + uint64_t{x} * a.kw + r.kx) *
-                                  out_stride + uint64_t{r.co} * sizeof(float);
+                                  out_stride + uint64_t{r.co} * out_unit;
         };
         for (uint32_t k = 0, x = 0; k < nblk; ++k) {
           const uint32_t rw = (a.w - x + (nblk - k) - 1) / (nblk - k);
@@ -422,8 +432,14 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
             if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, tile, uint64_t{rw} * 16);
             for (uint32_t r = 0; r < nruns; ++r) {
               std::byte* o = at(runs[r], x);
-              for (uint32_t j = 0; j < rw; ++j, o += a.kw * out_stride)
-                std::memcpy(o, tile + j * 16 + runs[r].lane, runs[r].count * sizeof(float));
+              for (uint32_t j = 0; j < rw; ++j, o += a.kw * out_stride) {
+                const float* v = tile + j * 16 + runs[r].lane;
+                if (a.dst_bf16) {
+                  for (uint32_t c = 0; c < runs[r].count; ++c) reinterpret_cast<uint16_t*>(o)[c] = float_to_bfloat16(v[c]);
+                } else {
+                  std::memcpy(o, v, runs[r].count * sizeof(float));
+                }
+              }
             }
           }
           x += rw;
