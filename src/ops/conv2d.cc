@@ -248,9 +248,12 @@ struct Problem {
 // rounding (relative error ~1e-5 instead of ~1e-7). So only when the user
 // lowers the math fidelity below HiFi4, the original's knob for trading
 // exactness for speed; with a residual only on AVX2-only CPUs (Tessera's
-// kernel adds it; oneDNN's Winograd has no sum post-op).
+// kernel adds it; oneDNN's Winograd has no sum post-op), and there also for
+// bfloat16 rows (widened as the kernel pads them; on these CPUs bfloat16
+// computes in float32 anyway).
 bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& config, bool residual) {
-  return config.compute_config.math_fidelity != MathFidelity::HiFi4 && compute == DataType::FLOAT32 &&
+  return config.compute_config.math_fidelity != MathFidelity::HiFi4 &&
+         (compute == DataType::FLOAT32 || (compute == DataType::BFLOAT16 && kernel_isa() == KernelIsa::kAvx2)) &&
          !g.transposed && g.groups == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
          g.dw == 1 && !residual;
 }
@@ -1104,8 +1107,6 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.src_bf16 = x.dtype() == DataType::BFLOAT16;
   args.dst_bf16 = output.dtype() == DataType::BFLOAT16;
   args.res_bf16 = res && res->dtype() == DataType::BFLOAT16;
-  if ((args.src_bf16 || args.dst_bf16 || args.res_bf16) && pr.winograd)
-    return internal_error("conv2d: bfloat16 rows reached the Winograd kernel, which reads float32 only");
   TS_ASSIGN_OR_RETURN(TensorAccess wa, make_access(w.weight));
   TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(w.bias));
   args.weights = reinterpret_cast<const float*>(wa.page(0));

@@ -614,6 +614,39 @@ TEST(Conv2d, WinogradBelowHiFi4) {
       {1, 96, 80, 64, 16, 3, 3, 1, 1, 1, {0, 0, 0, 0}},                     // no padding, several bands
   };
   for (size_t i = 0; i < std::size(cases); ++i) check_winograd(*dev, i, cases[i]);
+  // bfloat16 rows on AVX2-only CPUs: Tessera's Winograd kernel widens them as
+  // it pads them and rounds its outputs (and residuals read) as it stores.
+  const KernelIsa native = kernel_isa();
+  if (native == KernelIsa::kAvx2 || native == KernelIsa::kAvx512) {
+    set_kernel_isa_limit(KernelIsa::kAvx2);
+    for (const Case& cs : cases) {
+      const Conv2dParams p = to_params(cs);
+      SCOPED_TRACE(fmt::format("bfloat16 {}", p.descriptor()));
+      Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::BFLOAT16, Layout::ROW_MAJOR, 4);
+      ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * 9, 5, 0.2f),
+                                                         Shape{cs.k, cs.c, 3, 3}, DataType::FLOAT32));
+      const Shape out{cs.n, p.output_height(), p.output_width(), cs.k};
+      Tensor res = testing::random_tensor(out, DataType::BFLOAT16, Layout::ROW_MAJOR, 6);
+      ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
+      Conv2dConfig cfg{.weights_dtype = DataType::BFLOAT16};
+      cfg.compute_config.math_fidelity = MathFidelity::HiFi2;
+      ASSERT_OK(enable_profiler(*dev));
+      ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, std::nullopt, p, Conv2dResidual{dres, {}}, cfg));
+      ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+      ASSERT_FALSE(prof.ops.empty());
+      EXPECT_NE(prof.ops.back().kernel_name.find("winograd"), std::string::npos) << prof.ops.back().kernel_name;
+      EXPECT_EQ(r.output.dtype(), DataType::BFLOAT16);
+      ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, DataType::BFLOAT16, DataType::BFLOAT16));
+      ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, rw, std::nullopt, p, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(out));
+      ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, r.output.cpu().value().to_vector());
+      testing::expect_conv_close(got, ref, DataType::BFLOAT16);
+    }
+    set_kernel_isa_limit(native);
+  }
   if (kernel_isa() == KernelIsa::kAvx512) {
     set_kernel_isa_limit(KernelIsa::kAvx2);
     for (size_t i = 0; i < std::size(cases); ++i) check_winograd(*dev, i, cases[i]);

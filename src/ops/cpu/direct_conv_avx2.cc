@@ -86,31 +86,6 @@ inline void strided_block(uint32_t rw, const float* in, size_t px, uint32_t cin,
   kBlocks[rw](ind, 1, 0, cin, w, init, step, out);
 }
 
-// Input rows [iy0, iy0 + rows) of image `img`, zero-padded, `pw` pixels per
-// row of cin floats, pixel x holding input column x - pad_l (the Winograd
-// kernel's patches).
-void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows, uint32_t pw, float* dst) {
-  const uint64_t stride = a.src.uniform_row_stride(), row = uint64_t{pw} * a.cin;
-  const uint32_t x1 = std::min<uint32_t>(pw, a.pad_l + a.w);  // padded columns [pad_l, x1) hold input
-  for (uint32_t r = 0; r < rows; ++r) {
-    float* d = dst + r * row;
-    const int64_t iy = iy0 + r;
-    if (iy < 0 || iy >= a.h || x1 <= a.pad_l) {
-      std::fill(d, d + row, 0.0f);
-      continue;
-    }
-    std::fill(d, d + uint64_t{a.pad_l} * a.cin, 0.0f);
-    std::fill(d + uint64_t{x1} * a.cin, d + row, 0.0f);
-    const std::byte* s = a.src.base + ((uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w) * stride;
-    if (stride == a.cin * sizeof(float)) {
-      std::memcpy(d + uint64_t{a.pad_l} * a.cin, s, (x1 - a.pad_l) * stride);
-    } else {
-      for (uint32_t x = a.pad_l; x < x1; ++x)
-        std::memcpy(d + uint64_t{x} * a.cin, s + (x - a.pad_l) * stride, a.cin * sizeof(float));
-    }
-  }
-}
-
 // bfloat16 <-> float32 for 8 values. To bfloat16: round to nearest even, NaN
 // kept quiet, the bits of float_to_bfloat16 (numerics/bfloat16.h).
 inline __m256 load_bf16(const uint16_t* p) {
@@ -128,6 +103,40 @@ inline void store_bf16x16(uint16_t* p, __m256 lo, __m256 hi) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xd8));
 }
 inline float bf16_value(uint16_t b) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int{b} << 16))); }
+
+// Input rows [iy0, iy0 + rows) of image `img`, zero-padded, `pw` pixels per
+// row of cin floats, pixel x holding input column x - pad_l (the Winograd
+// kernel's patches).
+void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows, uint32_t pw, float* dst) {
+  const uint64_t stride = a.src.uniform_row_stride(), row = uint64_t{pw} * a.cin;
+  const uint32_t x1 = std::min<uint32_t>(pw, a.pad_l + a.w);  // padded columns [pad_l, x1) hold input
+  for (uint32_t r = 0; r < rows; ++r) {
+    float* d = dst + r * row;
+    const int64_t iy = iy0 + r;
+    if (iy < 0 || iy >= a.h || x1 <= a.pad_l) {
+      std::fill(d, d + row, 0.0f);
+      continue;
+    }
+    std::fill(d, d + uint64_t{a.pad_l} * a.cin, 0.0f);
+    std::fill(d + uint64_t{x1} * a.cin, d + row, 0.0f);
+    const std::byte* s = a.src.base + ((uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w) * stride;
+    if (a.src_bf16) {
+      for (uint32_t x = a.pad_l; x < x1; ++x) {
+        const auto* b = reinterpret_cast<const uint16_t*>(s + (x - a.pad_l) * stride);
+        float* o = d + uint64_t{x} * a.cin;
+        uint32_t c = 0;
+        for (; c + 8 <= a.cin; c += 8) _mm256_storeu_ps(o + c, load_bf16(b + c));
+        for (; c < a.cin; ++c) o[c] = bf16_value(b[c]);
+      }
+    } else if (stride == a.cin * sizeof(float)) {
+      std::memcpy(d + uint64_t{a.pad_l} * a.cin, s, (x1 - a.pad_l) * stride);
+    } else {
+      for (uint32_t x = a.pad_l; x < x1; ++x)
+        std::memcpy(d + uint64_t{x} * a.cin, s + (x - a.pad_l) * stride, a.cin * sizeof(float));
+    }
+  }
+}
+
 
 // One output pixel's 16 channels: adds the residual's `ocs` channels at
 // `res`, or stores `ocs` channels to `out` (two vector moves when whole).
@@ -327,6 +336,7 @@ Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const uint32_t blocks = (a.cout + 15) / 16, tx = (a.ow + 1) / 2, ty = (a.oh + 1) / 2, pw = 2 * tx + 2;
   const uint32_t seg = a.segment_tiles, cin = a.cin;
   const uint64_t out_stride = a.dst.uniform_row_stride(), vs = uint64_t{seg} * cin;
+  const uint64_t out_unit = a.dst_bf16 ? 2 : 4, res_unit = a.res_bf16 ? 2 : 4;  // bytes per channel
   const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
   alignas(32) static const float kZeros[16] = {};
   alignas(32) float y[4 * 16];
@@ -373,8 +383,8 @@ Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
             if (oy >= a.oh) break;
             const uint64_t pixel = (uint64_t{img} * a.oh + oy) * a.ow + 2 * c;
             finish(a, y + i * 32, std::min(2u, a.ow - 2 * c), ocs,
-                   a.dst.base + pixel * out_stride + uint64_t{oc0} * sizeof(float),
-                   a.res.base ? a.res.base + pixel * res_stride + uint64_t{oc0} * sizeof(float) : nullptr, out_stride,
+                   a.dst.base + pixel * out_stride + uint64_t{oc0} * out_unit,
+                   a.res.base ? a.res.base + pixel * res_stride + uint64_t{oc0} * res_unit : nullptr, out_stride,
                    res_stride);
           }
         }
