@@ -17,8 +17,8 @@ bash scripts/prepare_models.sh build/models >/dev/null
 d=build/models
 models=("$@"); ((${#models[@]})) || models=(resnet50 mobilenet_v2 unet yolo ppocr_det)
 reps() { case $1 in unet|ppocr_det) echo "$2";; *) echo "$3";; esac; }
-echo "| model | batch | ORT f32 ms | PyTorch ms | Tessera f32 ms (PCC) | Tessera f32 HiFi2 ms (PCC) | Tessera bf16 ms (PCC) | Tessera bfp8 ms (PCC) |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| model | batch | ORT f32 ms | PyTorch ms | Tessera f32 ms (PCC) | Tessera f32 HiFi2 ms (PCC) | Tessera bf16 ms (PCC) | Tessera bf16 HiFi2 ms (PCC) | Tessera bfp8 ms (PCC) |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for m in "${models[@]}"; do
   ref=torch; [ "$m" = ppocr_det ] && ref=ort
   for b in 1 8; do
@@ -33,8 +33,8 @@ for m in "${models[@]}"; do
       want="$d/${m}_ort_b$b.npy"
     fi
     row="| $m | $b | $ort | $pt |"
-    # float32:HiFi2 = float32 with --math-fidelity HiFi2 (Winograd 3x3 convs).
-    for run in float32 float32:HiFi2 bfloat16 bfloat8_b; do
+    # DTYPE:HiFi2 = that dtype with --math-fidelity HiFi2 (Winograd 3x3 convs).
+    for run in float32 float32:HiFi2 bfloat16 bfloat16:HiFi2 bfloat8_b; do
       dt=${run%%:*}; mf=HiFi4; [ "$run" != "$dt" ] && mf=${run#*:}
       out=$(./build/release/tessera bench "$d/$m.onnx" --dtype "$dt" --math-fidelity "$mf" --iterations "$n" --input "$in" --reference "$want" 2>&1 || true)
       if [ "$b" = 1 ]; then ms=$(echo "$out" | awk '/latency: +p50/ {print $3}')
