@@ -38,10 +38,10 @@ inline uint32_t direct_cin_block(uint32_t kh, uint32_t kw, uint32_t cin) {
 }
 
 struct DirectConvArgs {
-  // Rows with a uniform row stride: float32, or (the direct kernel only)
-  // bfloat16, which each task converts to float32 for the input rows its band
-  // reads, and which outputs and residuals are rounded to (nearest even) and
-  // read from as they are stored.
+  // Rows with a uniform row stride: float32, or bfloat16, which each task
+  // widens to float32 for the input rows its band reads (the Winograd kernel
+  // as it pads them), and which outputs and residuals are rounded to
+  // (nearest even) and read from as they are stored.
   TensorAccess src, dst;
   bool src_bf16, dst_bf16, res_bf16;
   // Per 16-channel output block, per chunk of cin_block input channels (the
