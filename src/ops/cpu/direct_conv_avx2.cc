@@ -184,11 +184,18 @@ void finish(const DirectConvArgs& a, float* px, uint32_t n, uint32_t ocs, std::b
             uint64_t step, uint64_t res_step) {
   if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, px, uint64_t{n} * 16);
   if (res) {
-    for (uint32_t j = 0; j < n; ++j)
-      (a.res_bf16 ? add_residual_bf16 : add_residual)(px + j * 16, res + j * res_step, ocs);
+    if (a.res_bf16) {
+      for (uint32_t j = 0; j < n; ++j) add_residual_bf16(px + j * 16, res + j * res_step, ocs);
+    } else {
+      for (uint32_t j = 0; j < n; ++j) add_residual(px + j * 16, res + j * res_step, ocs);
+    }
     if (a.res_activation.op != UnaryOpType::IDENTITY) a.math.unary(a.res_activation, px, uint64_t{n} * 16);
   }
-  for (uint32_t j = 0; j < n; ++j) (a.dst_bf16 ? store_pixel_bf16 : store_pixel)(out + j * step, px + j * 16, ocs);
+  if (a.dst_bf16) {
+    for (uint32_t j = 0; j < n; ++j) store_pixel_bf16(out + j * step, px + j * 16, ocs);
+  } else {
+    for (uint32_t j = 0; j < n; ++j) store_pixel(out + j * step, px + j * 16, ocs);
+  }
 }
 
 // bfloat16 input rows [iy0, iy1) of image `img` as dense float32 rows (w
