@@ -1143,16 +1143,16 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
     const uint32_t tasks = (g.n * bands + threads - 1) / threads * threads;
     bands = std::min(units, (tasks + g.n - 1) / g.n);
   }
-  // Maps already split in bands (not cut in input-channel chunks) take the
-  // tasks the workers want as more bands of at least 4 rows (Winograd: tile
-  // rows), before groups of output channels: a group reads its band's whole
-  // input (and builds its tap table, or pads and transforms it) for its share
-  // of the blocks, where another band rereads only a halo and the weights.
-  // bench_conv_f32, in-process alternation: ResNet-50's 56x56 128 -> 128
-  // stride-2 conv 2.83 / 2.69 -> 1.64 / 1.60 ms, its 56x56x64 3x3 1.08x
-  // (Winograd 2.18x), 28x28 256 stride 2 1.13-1.17x; YOLO's 40x40x128
-  // Winograd 1.38x; the UNet's layers (many bands already) unchanged.
-  if (!patches && bands > 1 && g.n * bands < threads * kDirectTasksPerWorker)
+  // The tasks the workers want come first as more bands of at least 4 rows
+  // (Winograd: tile rows), then as groups of output channels: a group reads
+  // its band's whole input (and builds its tap table, or pads and transforms
+  // it) for its share of the blocks, where another band rereads only a halo
+  // and the weights. bench_conv_f32, in-process alternation: ResNet-50's 56x56
+  // 128 -> 128 stride-2 conv 2.83 / 2.69 -> 1.64 / 1.60 ms, its 56x56x64 3x3
+  // 1.08x (Winograd 2.18x), 28x28x128 1.81-1.84x, 14x14x256 1.05-1.24x;
+  // YOLO's 40x40x128 Winograd 1.38x; the UNet's layers (many bands already)
+  // and 7x7 maps (one band of 7 rows) unchanged.
+  if (!patches && g.n * bands < threads * kDirectTasksPerWorker)
     bands = std::max(bands, std::min(units / 4, (threads * kDirectTasksPerWorker + g.n - 1) / g.n));
   args.band_rows = (units + bands - 1) / bands;
   args.bands = (units + args.band_rows - 1) / args.band_rows;
