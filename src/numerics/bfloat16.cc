@@ -18,11 +18,13 @@ float float16_to_float(uint16_t h) {
 
 void float_to_bfloat16(const float* src, uint16_t* dst, size_t n) {
   if (avx512_kernels_enabled()) return avx512::float_to_bfloat16(src, dst, n);
+  if (kernel_isa() == KernelIsa::kAvx2) return avx2::float_to_bfloat16(src, dst, n);
   for (size_t i = 0; i < n; ++i) dst[i] = float_to_bfloat16(src[i]);
 }
 
 void bfloat16_to_float(const uint16_t* src, float* dst, size_t n) {
   if (avx512_kernels_enabled()) return avx512::bfloat16_to_float(src, dst, n);
+  if (kernel_isa() == KernelIsa::kAvx2) return avx2::bfloat16_to_float(src, dst, n);
   for (size_t i = 0; i < n; ++i) dst[i] = bfloat16_to_float(src[i]);
 }
 

@@ -42,17 +42,20 @@ TEST(Bfloat16, BulkMatchesScalarForEveryIsaPath) {
   std::mt19937 rng(7);
   std::vector<float> src(1003);
   for (auto& v : src) v = std::bit_cast<float>(static_cast<uint32_t>(rng()));
-  for (bool avx512 : {false, true}) {
-    set_avx512_kernels_enabled(avx512);
+  // Scalar, AVX2 (the kernel set capped there) and AVX-512, as far as the CPU goes.
+  for (KernelIsa isa : {KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512}) {
+    set_kernel_isa_limit(isa);
+    set_avx512_kernels_enabled(isa == KernelIsa::kAvx512);
     std::vector<uint16_t> out(src.size());
     float_to_bfloat16(src.data(), out.data(), src.size());
     std::vector<float> back(src.size());
     bfloat16_to_float(out.data(), back.data(), out.size());
     for (size_t i = 0; i < src.size(); ++i) {
-      ASSERT_EQ(out[i], float_to_bfloat16(src[i])) << "i=" << i << " avx512=" << avx512;
+      ASSERT_EQ(out[i], float_to_bfloat16(src[i])) << "i=" << i << " isa=" << kernel_isa_name(kernel_isa());
       ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), uint32_t{out[i]} << 16);
     }
   }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
   set_avx512_kernels_enabled(true);
 }
 

@@ -13,3 +13,12 @@ void pack_bfp_tiles(const float* src, std::byte* dst, size_t num_tiles, int mant
 void unpack_bfp_tiles(const std::byte* src, float* dst, size_t num_tiles, int mantissa_bits);
 
 }  // namespace tessera::avx512
+
+// AVX2 variants of the bfloat16 bulk conversions; called when the kernel set
+// is AVX2 (no AVX-512). Bit-identical to the scalar code by contract.
+namespace tessera::avx2 {
+
+void float_to_bfloat16(const float* src, uint16_t* dst, size_t n);
+void bfloat16_to_float(const uint16_t* src, float* dst, size_t n);
+
+}  // namespace tessera::avx2
