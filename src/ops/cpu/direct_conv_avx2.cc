@@ -7,6 +7,7 @@
 
 #include "direct_conv_kernels.h"
 #include "tessera/numerics/bfloat16.h"
+#include "tessera/numerics/bfloat16_avx2.h"
 
 namespace tessera::cpu::avx2 {
 
@@ -86,23 +87,9 @@ inline void strided_block(uint32_t rw, const float* in, size_t px, uint32_t cin,
   kBlocks[rw](ind, 1, 0, cin, w, init, step, out);
 }
 
-// bfloat16 <-> float32 for 8 values. To bfloat16: round to nearest even, NaN
-// kept quiet, the bits of float_to_bfloat16 (numerics/bfloat16.h).
-inline __m256 load_bf16(const uint16_t* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-inline __m256i bf16_bits(__m256 f) {  // 8 x 32-bit lanes holding the bfloat16 bits
-  const __m256i u = _mm256_castps_si256(f), hi = _mm256_srli_epi32(u, 16);
-  const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-  return _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
-}
-inline void store_bf16x16(uint16_t* p, __m256 lo, __m256 hi) {
-  const __m256i packed = _mm256_packus_epi32(bf16_bits(lo), bf16_bits(hi));  // per 128-bit lane: lo0-3 hi0-3 lo4-7 hi4-7
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xd8));
-}
-inline float bf16_value(uint16_t b) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int{b} << 16))); }
+// bfloat16 <-> float32 (numerics/bfloat16.h, bfloat16_avx2.h).
+using tessera::avx2::load_bf16;
+using tessera::avx2::store_bf16x16;
 
 // Input rows [iy0, iy0 + rows) of image `img`, zero-padded, `pw` pixels per
 // row of cin floats, pixel x holding input column x - pad_l (the Winograd
@@ -126,7 +113,7 @@ void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows,
         float* o = d + uint64_t{x} * a.cin;
         uint32_t c = 0;
         for (; c + 8 <= a.cin; c += 8) _mm256_storeu_ps(o + c, load_bf16(b + c));
-        for (; c < a.cin; ++c) o[c] = bf16_value(b[c]);
+        for (; c < a.cin; ++c) o[c] = bfloat16_to_float(b[c]);
       }
     } else if (stride == a.cin * sizeof(float)) {
       std::memcpy(d + uint64_t{a.pad_l} * a.cin, s, (x1 - a.pad_l) * stride);
@@ -146,7 +133,7 @@ inline void add_residual_bf16(float* px, const std::byte* res, uint32_t ocs) {
     _mm256_store_ps(px, _mm256_add_ps(_mm256_load_ps(px), load_bf16(r)));
     _mm256_store_ps(px + 8, _mm256_add_ps(_mm256_load_ps(px + 8), load_bf16(r + 8)));
   } else {
-    for (uint32_t c = 0; c < ocs; ++c) px[c] += bf16_value(r[c]);
+    for (uint32_t c = 0; c < ocs; ++c) px[c] += bfloat16_to_float(r[c]);
   }
 }
 inline void store_pixel_bf16(std::byte* out, const float* px, uint32_t ocs) {
@@ -206,7 +193,7 @@ void widen_rows(const DirectConvArgs& a, uint32_t img, uint32_t iy0, uint32_t iy
     const auto* s = reinterpret_cast<const uint16_t*>(a.src.base + px * stride);
     uint32_t c = 0;
     for (; c + 8 <= a.cin; c += 8) _mm256_storeu_ps(dst + c, load_bf16(s + c));
-    for (; c < a.cin; ++c) dst[c] = bf16_value(s[c]);
+    for (; c < a.cin; ++c) dst[c] = bfloat16_to_float(s[c]);
     dst += a.cin;
   }
 }

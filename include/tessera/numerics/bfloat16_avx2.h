@@ -1,0 +1,34 @@
+// bfloat16 <-> float32 for 8 lanes, for translation units compiled with AVX2
+// (files named *_avx2.cc): the bits of float_to_bfloat16 / bfloat16_to_float
+// in numerics/bfloat16.h (round to nearest even, NaN kept quiet).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace tessera::avx2 {
+
+// 8 bfloat16 values -> 8 floats (exact).
+inline __m256 load_bf16(const uint16_t* p) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+// 8 floats (as bits) -> their bfloat16 bits in the low half of each 32-bit lane.
+inline __m256i bf16_bits(__m256i u) {
+  const __m256i hi = _mm256_srli_epi32(u, 16);
+  const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  return _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+}
+
+// 16 floats (lo: 0-7, hi: 8-15) -> 16 bfloat16 at p.
+inline void store_bf16x16(uint16_t* p, __m256 lo, __m256 hi) {
+  // packus works per 128-bit lane (lo0-3 hi0-3 lo4-7 hi4-7): put the quads back in order.
+  const __m256i packed = _mm256_packus_epi32(bf16_bits(_mm256_castps_si256(lo)), bf16_bits(_mm256_castps_si256(hi)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xd8));
+}
+
+}  // namespace tessera::avx2
