@@ -1119,10 +1119,11 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
   // Bands of rows sized for the cache, as equal as rows allow, and a multiple
   // of the workers when there are few (two bands of 33 and 23 rows left one
-  // worker idle for 30% of a 56x56 conv); then enough groups of
-  // output-channel blocks that every worker has a task. Small maps keep one
-  // band: each worker then streams only its own blocks' weights. Winograd
-  // bands count rows of 2x2 output tiles, each reading two more input rows.
+  // worker idle for 30% of a 56x56 conv); then more bands of at least 4 rows
+  // (below), and only then groups of output-channel blocks, until every
+  // worker has its tasks. Maps of fewer than 8 rows keep one band, where each
+  // worker streams only its own blocks' weights. Winograd bands count rows of
+  // 2x2 output tiles, each reading two more input rows.
   const bool wino = pr.winograd, patches = g.transposed;
   const uint32_t units = wino ? (g.oh + 1) / 2 : patches ? g.h : g.oh;
   uint32_t fit_rows;
