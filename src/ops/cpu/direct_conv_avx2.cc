@@ -124,16 +124,21 @@ void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows,
   }
 }
 
-
-// One output pixel's 16 channels: adds the residual's `ocs` channels at
-// `res`, or stores `ocs` channels to `out` (two vector moves when whole).
-inline void add_residual_bf16(float* px, const std::byte* res, uint32_t ocs) {
-  const auto* r = reinterpret_cast<const uint16_t*>(res);
+// One output pixel's 16 channels: adds the residual's `ocs` channels (float32
+// or bfloat16, T) at `res`, or stores `ocs` channels to `out` (two vector
+// moves when whole).
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return load_bf16(p); }
+inline float value(float v) { return v; }
+inline float value(uint16_t v) { return bfloat16_to_float(v); }
+template <class T>
+void add_residual(float* px, const std::byte* res, uint32_t ocs) {
+  const auto* r = reinterpret_cast<const T*>(res);
   if (ocs == 16) {
-    _mm256_store_ps(px, _mm256_add_ps(_mm256_load_ps(px), load_bf16(r)));
-    _mm256_store_ps(px + 8, _mm256_add_ps(_mm256_load_ps(px + 8), load_bf16(r + 8)));
+    _mm256_store_ps(px, _mm256_add_ps(_mm256_load_ps(px), load8(r)));
+    _mm256_store_ps(px + 8, _mm256_add_ps(_mm256_load_ps(px + 8), load8(r + 8)));
   } else {
-    for (uint32_t c = 0; c < ocs; ++c) px[c] += bfloat16_to_float(r[c]);
+    for (uint32_t c = 0; c < ocs; ++c) px[c] += value(r[c]);
   }
 }
 inline void store_pixel_bf16(std::byte* out, const float* px, uint32_t ocs) {
@@ -144,15 +149,6 @@ inline void store_pixel_bf16(std::byte* out, const float* px, uint32_t ocs) {
     alignas(32) uint16_t b[16];
     store_bf16x16(b, _mm256_load_ps(px), _mm256_load_ps(px + 8));
     std::memcpy(o, b, ocs * sizeof(uint16_t));
-  }
-}
-inline void add_residual(float* px, const std::byte* res, uint32_t ocs) {
-  const auto* r = reinterpret_cast<const float*>(res);
-  if (ocs == 16) {
-    _mm256_store_ps(px, _mm256_add_ps(_mm256_load_ps(px), _mm256_loadu_ps(r)));
-    _mm256_store_ps(px + 8, _mm256_add_ps(_mm256_load_ps(px + 8), _mm256_loadu_ps(r + 8)));
-  } else {
-    for (uint32_t c = 0; c < ocs; ++c) px[c] += r[c];
   }
 }
 inline void store_pixel(std::byte* out, const float* px, uint32_t ocs) {
@@ -172,9 +168,9 @@ void finish(const DirectConvArgs& a, float* px, uint32_t n, uint32_t ocs, std::b
   if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, px, uint64_t{n} * 16);
   if (res) {
     if (a.res_bf16) {
-      for (uint32_t j = 0; j < n; ++j) add_residual_bf16(px + j * 16, res + j * res_step, ocs);
+      for (uint32_t j = 0; j < n; ++j) add_residual<uint16_t>(px + j * 16, res + j * res_step, ocs);
     } else {
-      for (uint32_t j = 0; j < n; ++j) add_residual(px + j * 16, res + j * res_step, ocs);
+      for (uint32_t j = 0; j < n; ++j) add_residual<float>(px + j * 16, res + j * res_step, ocs);
     }
     if (a.res_activation.op != UnaryOpType::IDENTITY) a.math.unary(a.res_activation, px, uint64_t{n} * 16);
   }
