@@ -91,6 +91,13 @@ inline void strided_block(uint32_t rw, const float* in, size_t px, uint32_t cin,
 using tessera::avx2::load_bf16;
 using tessera::avx2::store_bf16x16;
 
+// One pixel's cin bfloat16 channels as float32.
+inline void widen_pixel(const uint16_t* src, uint32_t cin, float* dst) {
+  uint32_t c = 0;
+  for (; c + 8 <= cin; c += 8) _mm256_storeu_ps(dst + c, load_bf16(src + c));
+  for (; c < cin; ++c) dst[c] = bfloat16_to_float(src[c]);
+}
+
 // Input rows [iy0, iy0 + rows) of image `img`, zero-padded, `pw` pixels per
 // row of cin floats, pixel x holding input column x - pad_l (the Winograd
 // kernel's patches).
@@ -108,13 +115,8 @@ void pad_rows(const DirectConvArgs& a, uint32_t img, int64_t iy0, uint32_t rows,
     std::fill(d + uint64_t{x1} * a.cin, d + row, 0.0f);
     const std::byte* s = a.src.base + ((uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w) * stride;
     if (a.src_bf16) {
-      for (uint32_t x = a.pad_l; x < x1; ++x) {
-        const auto* b = reinterpret_cast<const uint16_t*>(s + (x - a.pad_l) * stride);
-        float* o = d + uint64_t{x} * a.cin;
-        uint32_t c = 0;
-        for (; c + 8 <= a.cin; c += 8) _mm256_storeu_ps(o + c, load_bf16(b + c));
-        for (; c < a.cin; ++c) o[c] = bfloat16_to_float(b[c]);
-      }
+      for (uint32_t x = a.pad_l; x < x1; ++x)
+        widen_pixel(reinterpret_cast<const uint16_t*>(s + (x - a.pad_l) * stride), a.cin, d + uint64_t{x} * a.cin);
     } else if (stride == a.cin * sizeof(float)) {
       std::memcpy(d + uint64_t{a.pad_l} * a.cin, s, (x1 - a.pad_l) * stride);
     } else {
@@ -186,10 +188,7 @@ void finish(const DirectConvArgs& a, float* px, uint32_t n, uint32_t ocs, std::b
 void widen_rows(const DirectConvArgs& a, uint32_t img, uint32_t iy0, uint32_t iy1, float* dst) {
   const uint64_t stride = a.src.uniform_row_stride();
   for (uint64_t px = (uint64_t{img} * a.h + iy0) * a.w, end = (uint64_t{img} * a.h + iy1) * a.w; px < end; ++px) {
-    const auto* s = reinterpret_cast<const uint16_t*>(a.src.base + px * stride);
-    uint32_t c = 0;
-    for (; c + 8 <= a.cin; c += 8) _mm256_storeu_ps(dst + c, load_bf16(s + c));
-    for (; c < a.cin; ++c) dst[c] = bfloat16_to_float(s[c]);
+    widen_pixel(reinterpret_cast<const uint16_t*>(a.src.base + px * stride), a.cin, dst);
     dst += a.cin;
   }
 }
