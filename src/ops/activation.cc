@@ -17,6 +17,18 @@ std::optional<UnaryOpType> parse_unary_op(std::string_view name) {
   return std::nullopt;
 }
 
+bool is_transcendental(UnaryOpType op) {
+  switch (op) {
+    case UnaryOpType::SILU:
+    case UnaryOpType::GELU:
+    case UnaryOpType::SIGMOID:
+    case UnaryOpType::TANH:
+    case UnaryOpType::MISH:
+    case UnaryOpType::EXP: return true;
+    default: return false;
+  }
+}
+
 double apply_activation(const UnaryWithParam& a, double x) {
   switch (a.op) {
     case UnaryOpType::IDENTITY: return x;

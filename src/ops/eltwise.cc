@@ -1,5 +1,8 @@
 #include "tessera/ops/eltwise.h"
 
+#include <algorithm>
+#include <initializer_list>
+
 #include "cpu/eltwise_kernels.h"
 #include "op_common.h"
 
@@ -26,6 +29,12 @@ std::string activation_suffix(const UnaryWithParam& act) {
 
 // Same-shape element-wise op over pages.
 // `b_scalar`: b is a single element applied to every element of a.
+// The smallest chunk worth a core of its own (see op_common.h).
+uint64_t min_chunk_bytes(const UnaryWithParam& act, std::initializer_list<DataType> types) {
+  const bool bf16 = std::find(types.begin(), types.end(), DataType::BFLOAT16) != types.end();
+  return bf16 || is_transcendental(act.op) ? ops::kMinChunkBytesCompute : ops::kMinChunkBytesStreaming;
+}
+
 StatusOr<Tensor> run_eltwise(EltwiseOp op, std::string_view name, const Tensor& a, const Tensor* b, DataType out_type,
                              BinaryOpType bop, const UnaryWithParam& act, uint8_t cq_id, bool b_scalar = false) {
   Device& device = *a.device();
@@ -67,7 +76,7 @@ StatusOr<Tensor> run_eltwise(EltwiseOp op, std::string_view name, const Tensor& 
     p.num_tasks = args.num_pages;
     p.grain = ops::default_grain(device, args.num_pages,
                                  a.spec().storage_bytes() * (b ? 2 : 1) + out_spec.storage_bytes(),
-                                 ops::kMinChunkBytesStreaming);
+                                 min_chunk_bytes(args.activation, {args.a_type, args.b_type, out_type}));
     return p;
   };
   TS_RETURN_IF_ERROR(ops::launch(device, cq_id, key, compile, args));
@@ -131,7 +140,8 @@ StatusOr<Tensor> run_broadcast(std::string_view name, const Tensor& a, const Ten
     prog.kernel = cpu::broadcast_kernel;
     prog.kernel_name = fmt::format("any_{}_broadcast__{}", name, args.math.isa);
     prog.num_tasks = rows;
-    prog.grain = ops::default_grain(device, rows, out_spec.storage_bytes() * 3, ops::kMinChunkBytesStreaming);
+    prog.grain = ops::default_grain(device, rows, out_spec.storage_bytes() * 3,
+                                    min_chunk_bytes(args.activation, {args.a_type, args.b_type, out_spec.dtype}));
     return prog;
   };
   TS_RETURN_IF_ERROR(ops::launch(device, p.cq_id, key, compile, args));

@@ -2,6 +2,7 @@
 
 #include "cpu/pool_kernels.h"
 #include "op_common.h"
+#include "tessera/base/cpu_features.h"
 #include "tessera/numerics/convert.h"
 #include "tessera/ops/pool2d.h"
 
@@ -15,12 +16,15 @@ struct PoolArgs {
   DataType dtype;
   bool average, count_include_pad;
   uint32_t h, w, c, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+  bool use_rows;  // run cpu::avx2::pool_rows over `rows` instead
+  cpu::PoolRowsArgs rows;
 };
 
 // One task = one output row (n, oy); channels go in chunks of 1024 through a
 // float accumulator on the stack.
 Status pool_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const PoolArgs*>(raw);
+  if (a.use_rows) return cpu::avx2::pool_rows(a.rows, begin, end), Status();
   const uint32_t es = element_size(a.dtype);
   const float init = a.average ? 0.0f : -std::numeric_limits<float>::infinity();
   alignas(64) float acc[kTileElements];
@@ -97,6 +101,17 @@ StatusOr<Tensor> pool2d(const Tensor& input, const Pool2dParams& p, bool average
   args.h = p.input_height, args.w = p.input_width, args.c = p.channels, args.oh = oh, args.ow = ow;
   args.kh = p.kernel_size[0], args.kw = p.kernel_size[1], args.sh = p.stride[0], args.sw = p.stride[1];
   args.ph = p.padding[0], args.pw = p.padding[1], args.dh = p.dilation[0], args.dw = p.dilation[1];
+  // Evenly spaced pixel rows (packed, or one bank of padded pages) on a CPU
+  // with AVX2: the register kernel, reading and writing rows in place.
+  const uint64_t in_stride = args.in.uniform_row_stride(), out_stride = args.out.uniform_row_stride();
+  args.use_rows = kernel_isa() != KernelIsa::kScalar && in_stride && out_stride &&
+                  uint64_t{args.kh} * args.kw <= cpu::kPoolRowsMaxTaps;
+  if (args.use_rows) {
+    args.rows = {args.in.base, args.out.base, in_stride, out_stride, bf16, average, args.count_include_pad,
+                 args.h, args.w, args.c, oh, ow, args.kh, args.kw, args.sh, args.sw, args.ph, args.pw, args.dh, args.dw};
+    kernel_name = average ? (bf16 ? "bf16_avg_pool2d__avx2_rows" : "f32_avg_pool2d__avx2_rows")
+                          : (bf16 ? "bf16_max_pool2d__avx2_rows" : "f32_max_pool2d__avx2_rows");
+  }
   const uint32_t tasks = p.batch_size * oh;
   std::string key = fmt::format("{}:{}->{}:{}", p.descriptor(op), input.spec().to_string(), out_spec.to_string(),
                                 kernel_name);
@@ -106,7 +121,7 @@ StatusOr<Tensor> pool2d(const Tensor& input, const Pool2dParams& p, bool average
     prog.kernel_name = kernel_name;
     prog.num_tasks = tasks;
     prog.grain = ops::default_grain(device, tasks, input.spec().storage_bytes() + out_spec.storage_bytes(),
-                                    ops::kMinChunkBytesStreaming);
+                                    bf16 ? ops::kMinChunkBytesCompute : ops::kMinChunkBytesStreaming);
     return prog;
   };
   TS_RETURN_IF_ERROR(ops::launch(device, cq_id, key, compile, args));

@@ -31,4 +31,11 @@ inline void store_bf16x16(uint16_t* p, __m256 lo, __m256 hi) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xd8));
 }
 
+// 8 floats -> 8 bfloat16 at p.
+inline void store_bf16x8(uint16_t* p, __m256 v) {
+  const __m256i b = bf16_bits(_mm256_castps_si256(v));
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+
 }  // namespace tessera::avx2

@@ -42,4 +42,9 @@ std::optional<UnaryOpType> parse_unary_op(std::string_view name);
 
 double apply_activation(const UnaryWithParam& a, double x);
 
+// Whether the vector kernels evaluate `op` with a polynomial (exp, tanh,
+// erf: silu, gelu, sigmoid, tanh, mish, exp), which costs them more than
+// the element's memory traffic.
+bool is_transcendental(UnaryOpType op);
+
 }  // namespace tessera
