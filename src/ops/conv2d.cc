@@ -947,22 +947,27 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
   return launch_patches(input, w, p, pr, cq_id);
 }
 
-// Depthwise convolutions (multiplier 1) on small output maps run Tessera's
-// own kernel (cpu/depthwise_kernels.h); its prepared weights are (kh * kw, C)
-// float32. oneDNN's costs a fixed 60-120 us per call on MobileNet's 7x7 and
-// 14x14 maps (bench/RESULTS.md); Tessera's AVX-512 kernel ran the 14x14x384
-// layer in 0.8 ms for a batch of 8 inside MobileNetV2 (54 GFLOP/s), the
-// portable loop it replaced in 2.1 ms. On 28x28 and larger maps oneDNN's
-// kernel is faster (56x56x144 in 98 us per image, Tessera's in 158 us), so
-// only maps of at most 14x14, and float32 inputs (bfloat16 ones are not
-// measured faster), and only with the AVX-512 kernel: on an AVX2-only CPU
-// oneDNN's jit:avx2 depthwise beat the portable loop built for AVX2
-// (MobileNetV2 batch 8: 66.7 against 81.2 ms; batch 1 p50 faster in three
-// alternating runs of three).
+// Depthwise convolutions (multiplier 1) run Tessera's own kernels
+// (cpu/depthwise_kernels.h); their prepared weights are (kh * kw, C) float32.
+// With the AVX-512 set, on small output maps: oneDNN's costs a fixed 60-120
+// us per call on MobileNet's 7x7 and 14x14 maps (bench/RESULTS.md);
+// Tessera's AVX-512 kernel ran the 14x14x384 layer in 0.8 ms for a batch of
+// 8 inside MobileNetV2 (54 GFLOP/s), the portable loop it replaced in 2.1
+// ms. On 28x28 and larger maps oneDNN's kernel is faster there (56x56x144 in
+// 98 us per image, Tessera's in 158 us), so only maps of at most 14x14, and
+// float32 inputs. On AVX2-only CPUs, every map with bfloat16 rows in or
+// out: oneDNN's jit:avx2 runs those through float32 staging copies, and
+// Tessera's AVX2 kernel took 1.0-2.4x less time on MobileNetV2's layers
+// (same process, alternating; 112x112x96/2: 145-162 against 313-424 us).
+// Float32 stays on oneDNN's, which ran 1.2-2x faster than Tessera's there.
 bool is_depthwise(const Problem& pr) {
   const Geometry& g = pr.g;
-  return !g.transposed && g.groups == g.cin && g.cout == g.cin && g.groups > 1 && g.oh * g.ow <= 14 * 14 &&
-         pr.compute == DataType::FLOAT32 && kernel_isa() == KernelIsa::kAvx512;
+  if (g.transposed || g.groups != g.cin || g.cout != g.cin || g.groups < 2) return false;
+  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
+  if (kernel_isa() == KernelIsa::kAvx2)
+    return rows(pr.input.dtype) && rows(pr.output.dtype) &&
+           (pr.input.dtype == DataType::BFLOAT16 || pr.output.dtype == DataType::BFLOAT16);
+  return g.oh * g.ow <= 14 * 14 && pr.compute == DataType::FLOAT32 && kernel_isa() == KernelIsa::kAvx512;
 }
 
 StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
@@ -988,14 +993,15 @@ StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
-    prog.kernel = cpu::avx512::depthwise_kernel;  // is_depthwise asks for the AVX-512 set
-    prog.kernel_name = fmt::format("{}_depthwise2d__avx512", short_dtype_name(input.dtype()));
+    const bool avx2 = kernel_isa() == KernelIsa::kAvx2;
+    prog.kernel = avx2 ? cpu::avx2::depthwise_kernel : cpu::avx512::depthwise_kernel;
+    prog.kernel_name = fmt::format("{}_depthwise2d__{}", short_dtype_name(input.dtype()), avx2 ? "avx2" : "avx512");
     prog.num_tasks = g.n * g.oh;
     prog.grain = ops::default_grain(device, prog.num_tasks, pr.input.storage_bytes() + pr.output.storage_bytes(),
                                     ops::kMinChunkBytesReordering);
     return prog;
   };
-  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, pr.key + ":avx512", compile, args));
+  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, pr.key + ":" + std::string(kernel_isa_name(kernel_isa())), compile, args));
   return Conv2dResult{std::move(output), g.oh, g.ow, w};
 }
 

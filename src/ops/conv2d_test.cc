@@ -91,8 +91,9 @@ TEST(Conv2d, MatchesReferenceFloat32AndBfloat16) {
 }
 
 // Depthwise convolutions on float32 maps up to 14x14 run Tessera's own
-// AVX-512 kernel (its portable loop past 7x7), the others, and every one
-// without the AVX-512 set, oneDNN's:
+// AVX-512 kernel (its portable loop past 7x7), the others oneDNN's; on
+// AVX2-only CPUs every one with bfloat16 rows in or out runs Tessera's AVX2
+// kernel; below AVX2, oneDNN's. Each ISA set in turn, over:
 // strides, dilation, asymmetric padding, odd and > 1024 channel counts,
 // batches, every activation class, both dtypes and block-float weights,
 // rows whose last block of eight pixels is partial, a 7x7 kernel (the
@@ -110,14 +111,16 @@ TEST(Conv2d, DepthwiseOwnKernel) {
       {2, 23, 21, 8, 8, 9, 9, 2, 1, 8, {4, 4, 4, 4}, UnaryOpType::SILU},
       {1, 27, 25, 48, 48, 3, 3, 2, 2, 48, {2, 1, 2, 1}, UnaryOpType::GELU},
   };
-  for (bool avx512 : {true, false}) {
-    set_avx512_kernels_enabled(avx512);
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+    set_kernel_isa_limit(isa);
+    SCOPED_TRACE(kernel_isa_name(kernel_isa()));
     for (const Case& c : cases)
       for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16})
         check_case(*dev, c, in, in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG);
     // Input and output rows spread over the L1 banks (no uniform row
-    // stride: the AVX-512 kernel finds each pixel's address per unit).
+    // stride: Tessera's kernels find each pixel's address per unit).
     check_case(*dev, cases[0], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);
+    check_case(*dev, cases[1], DataType::BFLOAT16, DataType::BFLOAT16, L1_MEMORY_CONFIG);
     // Float32 input, bfloat16 output: the kernel rounds as it stores.
     const Conv2dParams p = to_params(cases[0]);
     Tensor x = testing::random_tensor(Shape{1, 14, 14, 37}, DataType::FLOAT32, Layout::ROW_MAJOR, 11);
@@ -133,7 +136,7 @@ TEST(Conv2d, DepthwiseOwnKernel) {
     ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
     testing::expect_conv_close(got, ref, DataType::BFLOAT16);
   }
-  set_avx512_kernels_enabled(true);
+  set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
 TEST(Conv2d, BlockFloatWeights) {

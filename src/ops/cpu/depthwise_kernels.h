@@ -6,9 +6,13 @@
 // float32 in (ky, kx) order, then the fused activation: it stages
 // zero-padded channel-blocked input rows and keeps eight pixels'
 // accumulators in registers; kernels past 7x7 take its portable loop
-// (depthwise_impl.h), a direct loop per pixel. On 28x28 and larger maps,
-// and on CPUs without AVX-512, oneDNN's is faster, so conv2d uses it up to
-// 14x14 outputs, float32, with the AVX-512 set.
+// (depthwise_impl.h), a direct loop per pixel. On 28x28 and larger maps
+// oneDNN's is faster, so conv2d uses it up to 14x14 outputs, float32, with
+// the AVX-512 set. The AVX2 kernel (depthwise_avx2.cc) takes float32 or
+// bfloat16 rows on every map (conv2d gives it those with bfloat16 in or
+// out): per block of six output pixels of a row and 16 channels, it reads
+// each tap's input straight from the rows (zeros in the padding) with the
+// accumulators in registers.
 #pragma once
 
 #include "float_math.h"
@@ -30,6 +34,9 @@ struct DepthwiseArgs {
 
 // One task = one output row (image, oy).
 namespace avx512 {
+Status depthwise_kernel(const void* args, uint32_t begin, uint32_t end);
+}
+namespace avx2 {
 Status depthwise_kernel(const void* args, uint32_t begin, uint32_t end);
 }
 

@@ -1,0 +1,252 @@
+// The AVX2 depthwise kernel (depthwise_kernels.h): float32 or bfloat16 NHWC
+// rows in and out, bfloat16 widened as it is loaded, accumulation in
+// float32 FMAs in (ky, kx) order from the bias, then the fused activation.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "depthwise_kernels.h"
+#include "tessera/numerics/bfloat16.h"
+#include "tessera/numerics/bfloat16_avx2.h"
+
+namespace tessera::cpu::avx2 {
+
+namespace {
+
+constexpr uint32_t kPixels = 6;  // output pixels of one row per block: 12 accumulators
+
+template <bool B>
+inline __m256 load8(const std::byte* p) {
+  if constexpr (B)
+    return tessera::avx2::load_bf16(reinterpret_cast<const uint16_t*>(p));
+  else
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+}
+
+// P pixels x 8 * V channels from channel c into tile + j * ts: pixel j's
+// input for tap t at in[j * taps + t] (a pixel row, or zeros in the
+// padding), weights w[t * stride + c], accumulators in registers (fully
+// unrolled over P and V).
+template <bool B, int P, int V>
+void block(const std::byte* const* in, uint32_t taps, uint32_t c, const float* w, size_t stride, const float* bias,
+           float* tile, size_t ts) {
+  constexpr size_t es = B ? 2 : 4;
+  __m256 acc[P][V];
+#pragma GCC unroll 8
+  for (int j = 0; j < P; ++j)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) acc[j][v] = _mm256_loadu_ps(bias + c + 8 * v);
+  for (uint32_t t = 0; t < taps; ++t) {
+    const float* wt = w + t * stride + c;
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) {
+      const __m256 wv = _mm256_loadu_ps(wt + 8 * v);
+#pragma GCC unroll 8
+      for (int j = 0; j < P; ++j)
+        acc[j][v] = _mm256_fmadd_ps(load8<B>(in[j * taps + t] + (c + 8 * v) * es), wv, acc[j][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < P; ++j)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(tile + j * ts + v * 8, acc[j][v]);
+}
+
+using BlockFn = void (*)(const std::byte* const*, uint32_t, uint32_t, const float*, size_t, const float*, float*,
+                         size_t);
+template <bool B, int V>
+constexpr BlockFn kBlocks[kPixels + 1] = {nullptr,         block<B, 1, V>, block<B, 2, V>, block<B, 3, V>,
+                                          block<B, 4, V>, block<B, 5, V>, block<B, 6, V>};
+
+// block<B, kPixels, V> for pixels whose taps all lie inside the input's
+// columns, on rows evenly spaced in memory: tap (ky, kx) of pixel j at
+// rows[ky] + kx * tap_step + j * pixel_step (a row of zeros where ky falls
+// in the padding). No per-pixel pointer table: building one cost more than
+// the FMAs on MobileNetV2's 32-channel maps.
+struct Window {
+  const std::byte* const* rows;
+  uint32_t kh, kw;
+  size_t tap_step, pixel_step;
+};
+template <bool B, int V>
+void interior_block(const Window& win, uint32_t c, const float* w, size_t stride, const float* bias, float* tile,
+                    size_t ts) {
+  constexpr size_t es = B ? 2 : 4;
+  constexpr int P = kPixels;
+  __m256 acc[P][V];
+#pragma GCC unroll 8
+  for (int j = 0; j < P; ++j)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) acc[j][v] = _mm256_loadu_ps(bias + c + 8 * v);
+  for (uint32_t ky = 0; ky < win.kh; ++ky) {
+    const std::byte* row = win.rows[ky] + c * es;
+    for (uint32_t kx = 0; kx < win.kw; ++kx, row += win.tap_step) {
+      const float* wt = w + (ky * win.kw + kx) * stride + c;
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) {
+        const __m256 wv = _mm256_loadu_ps(wt + 8 * v);
+#pragma GCC unroll 8
+        for (int j = 0; j < P; ++j)
+          acc[j][v] = _mm256_fmadd_ps(load8<B>(row + j * win.pixel_step + 8 * v * es), wv, acc[j][v]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < P; ++j)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(tile + j * ts + v * 8, acc[j][v]);
+}
+
+// n float32 values to an output row, as float32 or bfloat16.
+inline void store(const float* v, uint32_t n, std::byte* out, bool bf16) {
+  uint32_t i = 0;
+  if (!bf16) {
+    auto* o = reinterpret_cast<float*>(out);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_loadu_ps(v + i));
+    for (; i < n; ++i) o[i] = v[i];
+    return;
+  }
+  auto* o = reinterpret_cast<uint16_t*>(out);
+  for (; i + 8 <= n; i += 8) tessera::avx2::store_bf16x8(o + i, _mm256_loadu_ps(v + i));
+  for (; i < n; ++i) o[i] = float_to_bfloat16(v[i]);
+}
+
+// All channels of p output pixels, kChunk at a time: `compute(c, width,
+// tile, ts)` fills tile + j * ts (pixel j) for channels [c, c + width)
+// (width 16 or 8, or the last c % 8 at once); then the activation over the
+// chunk in one call and the stores to out[j]. (Calling the activation and
+// storing per 16-channel block cost more than the FMAs on MobileNetV2's
+// maps.)
+constexpr uint32_t kChunk = 512;
+template <class Compute>
+void channels(const DepthwiseArgs& a, uint32_t p, std::byte* const* out, Compute compute) {
+  alignas(32) float tile[kPixels * kChunk];
+  const bool bf16 = a.dst_type == DataType::BFLOAT16;
+  for (uint32_t c0 = 0; c0 < a.c; c0 += kChunk) {
+    const uint32_t cw = std::min(kChunk, a.c - c0);
+    for (uint32_t c = c0; c < c0 + cw;) {
+      const uint32_t width = c0 + cw - c >= 16 ? 16 : c0 + cw - c >= 8 ? 8 : c0 + cw - c;
+      compute(c, width, tile + (c - c0), cw);
+      c += width;
+    }
+    if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, tile, uint64_t{p} * cw);
+    for (uint32_t j = 0; j < p; ++j) store(tile + j * cw, cw, out[j] + c0 * (bf16 ? 2 : 4), bf16);
+  }
+}
+
+// The last c % 8 channels of p pixels through their pointer table, in
+// scalar FMAs in the same order.
+template <bool B>
+void tail(const DepthwiseArgs& a, const std::byte* const* in, uint32_t p, uint32_t c, uint32_t width, float* tile,
+          size_t ts) {
+  constexpr size_t es = B ? 2 : 4;
+  const uint32_t taps = a.kh * a.kw;
+  for (uint32_t j = 0; j < p; ++j) {
+    float* acc = tile + j * ts;
+    std::copy_n(a.bias + c, width, acc);
+    for (uint32_t k = 0; k < taps; ++k)
+      for (uint32_t i = 0; i < width; ++i) {
+        const std::byte* v = in[j * taps + k] + (c + i) * es;
+        const float x = B ? bfloat16_to_float(*reinterpret_cast<const uint16_t*>(v)) : *reinterpret_cast<const float*>(v);
+        acc[i] = std::fma(x, a.weights[k * uint64_t{a.c} + c + i], acc[i]);
+      }
+  }
+}
+
+template <bool B>
+Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
+  constexpr size_t es = B ? 2 : 4;
+  const uint32_t taps = a.kh * a.kw;
+  const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
+  thread_local std::vector<std::byte> zeros;  // a row of w zero pixels (a pixel's where rows are not uniform)
+  thread_local std::vector<const std::byte*> ind, rows;
+  if (zeros.size() < uint64_t{a.w} * a.c * es) zeros.assign(uint64_t{a.w} * a.c * es, std::byte{0});
+  if (ind.size() < uint64_t{kPixels} * taps) ind.resize(uint64_t{kPixels} * taps);
+  if (rows.size() < a.kh) rows.resize(a.kh);
+  uint32_t run = 0;
+  auto pixel_in = [&](uint64_t p) -> const std::byte* {  // input pixel p's channel 0
+    return in_stride ? a.src.base + p * in_stride : a.src.unit(static_cast<uint32_t>(p), 0, &run);
+  };
+  auto pixel_out = [&](uint64_t p) -> std::byte* {
+    return out_stride ? a.dst.base + p * out_stride : a.dst.unit(static_cast<uint32_t>(p), 0, &run);
+  };
+  // Output columns [x_lo, x_hi) read only columns inside the input (with
+  // uniform rows: the interior blocks); the others go through pointer tables.
+  const int64_t span = int64_t{a.kw - 1} * a.dw;
+  const int64_t lo = (int64_t{a.pad_l} + a.sw - 1) / a.sw;
+  const int64_t hi = int64_t{a.w} - 1 - span + a.pad_l < 0 ? 0 : (int64_t{a.w} - 1 - span + a.pad_l) / a.sw + 1;
+  const uint32_t x_lo = in_stride ? static_cast<uint32_t>(std::min<int64_t>(lo, a.ow)) : a.ow;
+  const uint32_t x_hi = in_stride ? static_cast<uint32_t>(std::clamp<int64_t>(hi, x_lo, a.ow)) : a.ow;
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t img = t / a.oh, oy = t % a.oh;
+    const uint64_t row0 = (uint64_t{img} * a.oh + oy) * a.ow;
+    std::byte* out[kPixels];
+    // Pixels [x, x + p) through pointer tables, p <= kPixels.
+    auto tabled = [&](uint32_t x, uint32_t p) {
+      const std::byte** at = ind.data();
+      for (uint32_t j = 0; j < p; ++j) {
+        out[j] = pixel_out(row0 + x + j);
+        for (uint32_t ky = 0; ky < a.kh; ++ky) {
+          const int64_t iy = int64_t{oy} * a.sh + int64_t{ky} * a.dh - a.pad_t;
+          for (uint32_t kx = 0; kx < a.kw; ++kx) {
+            const int64_t ix = int64_t{x + j} * a.sw + int64_t{kx} * a.dw - a.pad_l;
+            *at++ = iy < 0 || iy >= a.h || ix < 0 || ix >= a.w
+                        ? zeros.data()
+                        : pixel_in((uint64_t{img} * a.h + uint64_t(iy)) * a.w + uint64_t(ix));
+          }
+        }
+      }
+      channels(a, p, out, [&](uint32_t c, uint32_t width, float* tile, size_t ts) {
+        if (width == 16) kBlocks<B, 2>[p](ind.data(), taps, c, a.weights, a.c, a.bias, tile, ts);
+        else if (width == 8) kBlocks<B, 1>[p](ind.data(), taps, c, a.weights, a.c, a.bias, tile, ts);
+        else tail<B>(a, ind.data(), p, c, width, tile, ts);
+      });
+    };
+    for (uint32_t x = 0; x < x_lo; x += kPixels) tabled(x, std::min(kPixels, x_lo - x));
+    uint32_t x = x_lo;
+    if (x_hi - x_lo >= kPixels) {
+      for (uint32_t ky = 0; ky < a.kh; ++ky) {  // pixel column 0 of each tap row
+        const int64_t iy = int64_t{oy} * a.sh + int64_t{ky} * a.dh - a.pad_t;
+        rows[ky] = iy < 0 || iy >= a.h ? zeros.data() : a.src.base + (uint64_t{img} * a.h + uint64_t(iy)) * a.w * in_stride;
+      }
+      const size_t pixel_step = a.sw * in_stride;
+      for (; x + kPixels <= x_hi; x += kPixels) {
+        const std::byte* r[16];
+        const std::byte* const* rp = rows.data();
+        const int64_t ix0 = int64_t{x} * a.sw - a.pad_l;  // >= 0 inside [x_lo, x_hi)
+        if (a.kh <= 16) {
+          for (uint32_t ky = 0; ky < a.kh; ++ky) r[ky] = rows[ky] + ix0 * in_stride;
+          rp = r;
+        }
+        for (uint32_t j = 0; j < kPixels; ++j) out[j] = pixel_out(row0 + x + j);
+        if (a.kh > 16) {  // tall kernels: the pointer tables
+          tabled(x, kPixels);
+          continue;
+        }
+        const Window win{rp, a.kh, a.kw, a.dw * in_stride, pixel_step};
+        channels(a, kPixels, out, [&](uint32_t c, uint32_t width, float* tile, size_t ts) {
+          if (width == 16) return interior_block<B, 2>(win, c, a.weights, a.c, a.bias, tile, ts);
+          if (width == 8) return interior_block<B, 1>(win, c, a.weights, a.c, a.bias, tile, ts);
+          // The last c % 8: a table for these four pixels.
+          const std::byte** at = ind.data();
+          for (uint32_t j = 0; j < kPixels; ++j)
+            for (uint32_t ky = 0; ky < a.kh; ++ky)
+              for (uint32_t kx = 0; kx < a.kw; ++kx) *at++ = rp[ky] + (kx * a.dw + j * a.sw) * in_stride;
+          tail<B>(a, ind.data(), kPixels, c, width, tile, ts);
+        });
+      }
+    }
+    for (; x < a.ow; x += kPixels) tabled(x, std::min(kPixels, a.ow - x));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status depthwise_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& a = *static_cast<const DepthwiseArgs*>(raw);
+  return a.src_type == DataType::BFLOAT16 ? run<true>(a, begin, end) : run<false>(a, begin, end);
+}
+
+}  // namespace tessera::cpu::avx2
