@@ -53,7 +53,7 @@ struct MatmulPlan : MatmulGeometry {
   bool transpose_b = false;
   // The operands' dtype and the one the kernel computes on
   // (onednn::kernel_type): staging converts when they differ.
-  DataType in_type = DataType::FLOAT32, kernel_in = DataType::FLOAT32;
+  DataType in_type = DataType::FLOAT32, b_type = DataType::FLOAT32, kernel_in = DataType::FLOAT32;
   DataType bias_type = DataType::FLOAT32, kernel_bias = DataType::FLOAT32;
   uint32_t bias_bytes = 4;  // bytes per bias value in the kernel
   // oneDNN 2.6 has no float32 -> bfloat16 matmul: it writes float32 into the
@@ -89,7 +89,7 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
     std::byte* b = p.stage_b ? blk.b_stage.get() : row_ptr(g.b, b0);
     std::byte* d = p.stage_dst ? blk.dst_stage.get() : row_ptr(g.dst, d0) + uint64_t{blk.col0} * g.dst.unit_bytes;
     if (p.stage_a) onednn::gather_rows(g.a, p.in_type, a0, a0 + blk.rows, 0, g.a.cols, a, p.kernel_in);
-    if (p.stage_b) onednn::gather_rows(g.b, p.in_type, b0, b0 + p.b_rows, 0, g.b.cols, b, p.kernel_in);
+    if (p.stage_b) onednn::gather_rows(g.b, p.b_type, b0, b0 + p.b_rows, 0, g.b.cols, b, p.kernel_in);
     // The block's first column of b: a column offset, or that many stored rows down when transposed.
     b += uint64_t{blk.col0} * (p.transpose_b ? p.ldb : 1) * element_size(p.kernel_in);
     TS_RETURN_IF_ERROR(onednn::guard("matmul", "running", [&] {
@@ -158,9 +158,10 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
   TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(b));
   TS_ASSIGN_OR_RETURN(TensorAccess da, make_access(out));
   plan->in_type = a.dtype();
-  plan->kernel_in = onednn::kernel_type(a.dtype());
+  plan->b_type = b.dtype();
+  plan->kernel_in = onednn::kernel_type(a.dtype());  // b's too (run_matmul)
   plan->stage_a = aa.uniform_row_stride() == 0 || plan->kernel_in != plan->in_type;
-  plan->stage_b = ba.uniform_row_stride() == 0 || plan->kernel_in != plan->in_type;
+  plan->stage_b = ba.uniform_row_stride() == 0 || plan->kernel_in != plan->b_type;
   plan->lda = plan->stage_a ? plan->k : aa.uniform_row_stride() / aa.unit_bytes;
   plan->ldb = plan->stage_b ? ba.cols : ba.uniform_row_stride() / ba.unit_bytes;
   plan->ldd = da.uniform_row_stride() / da.unit_bytes;
@@ -254,7 +255,7 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   TS_RETURN_IF_ERROR(check_operand(a, "a"));
   TS_RETURN_IF_ERROR(check_operand(b, "b"));
   if (a.device() != b.device()) return invalid_argument_error("{}: a and b are on different devices", op);
-  if (a.dtype() != b.dtype())
+  if (onednn::kernel_type(a.dtype()) != onednn::kernel_type(b.dtype()))
     return invalid_argument_error("{}: a and b must share a dtype, found {} and {}; typecast one", op,
                                   data_type_name(a.dtype()), data_type_name(b.dtype()));
   const Shape &sa = a.shape(), &sb = b.shape();
@@ -331,6 +332,12 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
 }
 
 }  // namespace
+
+DataType matmul_weights_dtype(DataType activations) {
+  return activations == DataType::BFLOAT16 && onednn::kernel_type(DataType::BFLOAT16) == DataType::FLOAT32
+             ? DataType::FLOAT32
+             : activations;
+}
 
 StatusOr<Tensor> matmul(const Tensor& a, const Tensor& b, const MatmulParams& params) {
   return run_matmul(a, b, nullptr, params);

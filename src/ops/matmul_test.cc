@@ -68,6 +68,31 @@ TEST(Matmul, HeightShardedActivation) {
   testing::expect_allclose(y.cpu().value(), want, 0, 16e-6 * 64);
 }
 
+// Where the CPU multiplies bfloat16 in float32, bfloat16 activations may meet
+// float32 weights (compiled models keep constant weights so, rounded to
+// bfloat16, see matmul_weights_dtype): the same results as bfloat16 weights.
+TEST(Matmul, Bfloat16ActivationsWithFloat32Weights) {
+  if (matmul_weights_dtype(DataType::BFLOAT16) != DataType::FLOAT32) GTEST_SKIP() << "bfloat16 kernels: one dtype";
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  Tensor ha = testing::random_tensor(Shape{3, 96}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
+  Tensor hw16 = testing::random_tensor(Shape{40, 96}, DataType::BFLOAT16, Layout::ROW_MAJOR, 2);
+  ASSERT_OK_AND_ASSIGN(std::vector<float> wv, hw16.to_vector());
+  ASSERT_OK_AND_ASSIGN(Tensor hw32, Tensor::from_vector(wv, Shape{40, 96}, DataType::FLOAT32));
+  Tensor hbias = testing::random_tensor(Shape{40}, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
+  ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor w16, to_device(hw16, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor w32, to_device(hw32, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor bias, to_device(hbias, *dev));
+  const MatmulParams p{.transpose_b = true, .activation = UnaryWithParam{UnaryOpType::RELU}};
+  ASSERT_OK_AND_ASSIGN(Tensor mixed, linear(a, w32, bias, p));
+  ASSERT_OK_AND_ASSIGN(Tensor same, linear(a, w16, bias, p));
+  EXPECT_EQ(mixed.dtype(), DataType::BFLOAT16);
+  EXPECT_EQ(testing::host_bytes(mixed.cpu().value()), testing::host_bytes(same.cpu().value()));
+  ASSERT_OK_AND_ASSIGN(Tensor fwd, matmul(w32, a, {.transpose_b = true}));  // float32 a, bfloat16 b
+  ASSERT_OK_AND_ASSIGN(Tensor want, reference::matmul(hw32, ha, std::nullopt, {.transpose_b = true}, DataType::FLOAT32));
+  testing::expect_allclose(fwd.cpu().value(), want, 0, 16e-6 * 96);
+}
+
 TEST(Matmul, Errors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   auto put = [&](Shape s, DataType dt = DataType::FLOAT32, Layout l = Layout::ROW_MAJOR) {
@@ -76,8 +101,9 @@ TEST(Matmul, Errors) {
   Tensor a = put(Shape{4, 8});
   EXPECT_ERROR(matmul(a, put(Shape{7, 3})), StatusCode::kInvalidArgument,
                "matmul: inner dims differ: a [4,8] has K = 8, b [7,3] has K = 7");
-  EXPECT_ERROR(matmul(a, put(Shape{8, 3}, DataType::BFLOAT16)), StatusCode::kInvalidArgument,
-               "must share a dtype, found float32 and bfloat16");
+  if (matmul_weights_dtype(DataType::BFLOAT16) == DataType::BFLOAT16)  // else mixed operands are allowed, below
+    EXPECT_ERROR(matmul(a, put(Shape{8, 3}, DataType::BFLOAT16)), StatusCode::kInvalidArgument,
+                 "must share a dtype, found float32 and bfloat16");
   EXPECT_ERROR(matmul(a, put(Shape{32, 32}, DataType::FLOAT32, Layout::TILE)), StatusCode::kUnimplemented,
                "b must be ROW_MAJOR");
   EXPECT_ERROR(matmul(put(Shape{2, 4, 8}), put(Shape{3, 8, 2})), StatusCode::kInvalidArgument,

@@ -13,6 +13,7 @@
 #include "tessera/cnn/layers.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/graph/shape_inference.h"
+#include "tessera/numerics/bfloat16.h"
 #include "tessera/ops/conv2d.h"
 #include "tessera/ops/conv2d_l1.h"
 #include "tessera/ops/conv_transpose2d.h"
@@ -111,6 +112,16 @@ struct CompiledModel::Impl {
     for (size_t k = 0; k < f.size(); ++k) f[k] = static_cast<float>(h.at(k));
     TS_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(f, to_shape(dims), dtype));
     return to_device(host, *device);
+  }
+  // Constant matmul / linear weights: bfloat16 values in bfloat16 runs, kept
+  // in matmul_weights_dtype (float32 where the CPU multiplies bfloat16 in
+  // float32, so they are not converted on every call).
+  StatusOr<Tensor> upload_weights(HostTensor h, const Dims& dims) {
+    if (act_dtype() == DataType::FLOAT32) return upload(h, dims, DataType::FLOAT32);
+    const DataType wd = matmul_weights_dtype(DataType::BFLOAT16);
+    if (wd == DataType::FLOAT32)
+      for (float& v : h.f) v = round_to_bfloat16(v);
+    return upload(h, dims, wd);
   }
   // A constant value as a plain device tensor in the activation dtype.
   StatusOr<Tensor> constant(int v) {
@@ -596,10 +607,7 @@ Status CompiledModel::Impl::lower_matmul(const Node& n) {
   if (rank(a) < 2 || rank(b) < 2) return lower_fallback(n, "1-D operands");
   const auto act = activation_of(n);
   std::optional<Tensor> const_b;
-  if (g.is_constant(b)) {
-    const DataType wd = act_dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
-    TS_ASSIGN_OR_RETURN(const_b, upload(*g.value(b).constant, dims(b), wd));
-  }
+  if (g.is_constant(b)) { TS_ASSIGN_OR_RETURN(const_b, upload_weights(*g.value(b).constant, dims(b))); }
   if (g.is_constant(a)) return lower_fallback(n, "a constant left operand");
   const auto& ad = dims(a);
   const auto& bd = dims(b);
@@ -627,8 +635,7 @@ Status CompiledModel::Impl::lower_gemm(const Node& n) {
   // alpha folds into B, beta into C, on the host.
   HostTensor bw = *g.value(b).constant;
   for (float& v : bw.f) v *= alpha;
-  const DataType wd = act_dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
-  TS_ASSIGN_OR_RETURN(Tensor weight, upload(bw, dims(b), wd));
+  TS_ASSIGN_OR_RETURN(Tensor weight, upload_weights(std::move(bw), dims(b)));
   const int64_t nn = dims(y)[1];
   std::optional<Tensor> bias;
   std::optional<Tensor> full_c;  // C that is not one row broadcast (rare)

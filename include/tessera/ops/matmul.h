@@ -1,7 +1,8 @@
 // matmul and linear on a device.
 //
 // a: (..., M, K), b: (..., K, N) (or (..., N, K) with transpose_b), ROW_MAJOR
-// device tensors of one dtype, float32 or bfloat16, any memory config; the
+// device tensors of one dtype, float32 or bfloat16 (or one of each on CPUs
+// whose kernels multiply bfloat16 in float32), any memory config; the
 // leading (batch) dims broadcast with numpy rules. Output (..., M, N)
 // ROW_MAJOR in the output dtype (default a's), interleaved in a's buffer
 // type unless `memory_config` (interleaved) says otherwise.
@@ -34,6 +35,13 @@ struct MatmulParams {
 StatusOr<Tensor> matmul(const Tensor& a, const Tensor& b, const MatmulParams& params = {});
 StatusOr<Tensor> linear(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                         const MatmulParams& params = {});
+
+// The dtype in which constant operands (weights) of a matmul with
+// `activations` operands are best kept: bfloat16 where the CPU's kernels
+// multiply bfloat16 (AVX512_BF16), else float32 holding bfloat16-rounded
+// values, converted once instead of on every call (ResNet-50's 2048x1000
+// classifier: 1.1 against 0.4 ms per call on an AVX2 CPU).
+DataType matmul_weights_dtype(DataType activations);
 
 namespace reference {
 // Double accumulation; host tensors of any float dtype.
