@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "cpu/float_math.h"
 #include "cpu/rows.h"
 #include "tessera/numerics/block_float.h"
 #include "tessera/numerics/convert.h"
@@ -242,6 +243,11 @@ void rows_to_tiles(const TensorAccess& dst, DataType dst_type, const std::byte* 
 }
 
 void apply_activation_in_place(const UnaryWithParam& act, DataType t, std::byte* data, uint64_t elements) {
+  const cpu::FloatMath& math = cpu::select_float_math();
+  if (math.fused && (t == DataType::FLOAT32 || t == DataType::BFLOAT16)) {  // the vector activations
+    const cpu::FusedOperand io{data, t == DataType::BFLOAT16};
+    return math.fused(io, nullptr, io, BinaryOpType::ADD, act, elements);
+  }
   float buf[kTileElements];
   const uint32_t es = element_size(t);
   for (uint64_t i = 0; i < elements; i += kTileElements) {
