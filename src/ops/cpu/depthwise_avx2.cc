@@ -159,9 +159,11 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
   constexpr size_t es = B ? 2 : 4;
   const uint32_t taps = a.kh * a.kw;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
-  thread_local std::vector<std::byte> zeros;  // a row of w zero pixels (a pixel's where rows are not uniform)
+  // A row of w zero pixels, in_stride apart (the taps that fall in the padding).
+  thread_local std::vector<std::byte> zeros;
   thread_local std::vector<const std::byte*> ind, rows;
-  if (zeros.size() < uint64_t{a.w} * a.c * es) zeros.assign(uint64_t{a.w} * a.c * es, std::byte{0});
+  const uint64_t zero_bytes = uint64_t{a.w} * std::max<uint64_t>(in_stride, uint64_t{a.c} * es);
+  if (zeros.size() < zero_bytes) zeros.assign(zero_bytes, std::byte{0});
   if (ind.size() < uint64_t{kPixels} * taps) ind.resize(uint64_t{kPixels} * taps);
   if (rows.size() < a.kh) rows.resize(a.kh);
   uint32_t run = 0;
