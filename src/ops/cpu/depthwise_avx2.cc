@@ -1,11 +1,14 @@
 // The AVX2 depthwise kernel (depthwise_kernels.h): float32 or bfloat16 NHWC
 // rows in and out, bfloat16 widened as it is loaded, accumulation in
-// float32 FMAs in (ky, kx) order from the bias, then the fused activation.
+// float32 FMAs in (ky, kx) order from the bias, then the fused activation:
+// in registers for the pixels whose taps lie inside the map, through a
+// float32 tile and FloatMath for the border pixels (the same functions).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "avx2_activation.h"
 #include "depthwise_kernels.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/numerics/bfloat16_avx2.h"
@@ -69,9 +72,9 @@ struct Window {
   uint32_t kh, kw;
   size_t tap_step, pixel_step;
 };
-template <bool B, int V>
-void interior_block(const Window& win, uint32_t c, const float* w, size_t stride, const float* bias, float* tile,
-                    size_t ts) {
+template <bool B, bool OB, int V, class Act>
+void interior_block(const Window& win, uint32_t c, const float* w, size_t stride, const float* bias,
+                    std::byte* const* out, Act act) {
   constexpr size_t es = B ? 2 : 4;
   constexpr int P = kPixels;
   __m256 acc[P][V];
@@ -92,10 +95,17 @@ void interior_block(const Window& win, uint32_t c, const float* w, size_t stride
       }
     }
   }
+  // The activation in registers, then straight to the output rows.
 #pragma GCC unroll 8
   for (int j = 0; j < P; ++j)
 #pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) _mm256_storeu_ps(tile + j * ts + v * 8, acc[j][v]);
+    for (int v = 0; v < V; ++v) {
+      const __m256 y = act(acc[j][v]);
+      if constexpr (OB)
+        tessera::avx2::store_bf16x8(reinterpret_cast<uint16_t*>(out[j]) + c + 8 * v, y);
+      else
+        _mm256_storeu_ps(reinterpret_cast<float*>(out[j]) + c + 8 * v, y);
+    }
 }
 
 // n float32 values to an output row, as float32 or bfloat16.
@@ -154,8 +164,8 @@ void tail(const DepthwiseArgs& a, const std::byte* const* in, uint32_t p, uint32
   }
 }
 
-template <bool B>
-Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
+template <bool B, bool OB, class Act>
+Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
   constexpr size_t es = B ? 2 : 4;
   const uint32_t taps = a.kh * a.kw;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
@@ -227,16 +237,20 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
           continue;
         }
         const Window win{rp, a.kh, a.kw, a.dw * in_stride, pixel_step};
-        channels(a, kPixels, out, [&](uint32_t c, uint32_t width, float* tile, size_t ts) {
-          if (width == 16) return interior_block<B, 2>(win, c, a.weights, a.c, a.bias, tile, ts);
-          if (width == 8) return interior_block<B, 1>(win, c, a.weights, a.c, a.bias, tile, ts);
-          // The last c % 8: a table for these four pixels.
+        uint32_t c = 0;
+        for (; c + 16 <= a.c; c += 16) interior_block<B, OB, 2>(win, c, a.weights, a.c, a.bias, out, act);
+        for (; c + 8 <= a.c; c += 8) interior_block<B, OB, 1>(win, c, a.weights, a.c, a.bias, out, act);
+        if (c < a.c) {  // the last c % 8: a table for these pixels, then as the tabled ones
           const std::byte** at = ind.data();
           for (uint32_t j = 0; j < kPixels; ++j)
             for (uint32_t ky = 0; ky < a.kh; ++ky)
               for (uint32_t kx = 0; kx < a.kw; ++kx) *at++ = rp[ky] + (kx * a.dw + j * a.sw) * in_stride;
-          tail<B>(a, ind.data(), kPixels, c, width, tile, ts);
-        });
+          alignas(32) float tile[kPixels * 8];
+          const uint32_t width = a.c - c;
+          tail<B>(a, ind.data(), kPixels, c, width, tile, width);
+          a.math.unary(a.activation, tile, uint64_t{kPixels} * width);
+          for (uint32_t j = 0; j < kPixels; ++j) store(tile + j * width, width, out[j] + c * (OB ? 2 : 4), OB);
+        }
       }
     }
     for (; x < a.ow; x += kPixels) tabled(x, std::min(kPixels, a.ow - x));
@@ -248,7 +262,13 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
 
 Status depthwise_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DepthwiseArgs*>(raw);
-  return a.src_type == DataType::BFLOAT16 ? run<true>(a, begin, end) : run<false>(a, begin, end);
+  const bool in16 = a.src_type == DataType::BFLOAT16, out16 = a.dst_type == DataType::BFLOAT16;
+  Status st;
+  with_activation(a.activation, [&](auto act) {
+    st = in16 ? (out16 ? run<true, true>(a, begin, end, act) : run<true, false>(a, begin, end, act))
+              : (out16 ? run<false, true>(a, begin, end, act) : run<false, false>(a, begin, end, act));
+  });
+  return st;
 }
 
 }  // namespace tessera::cpu::avx2

@@ -12,7 +12,8 @@
 // bfloat16 rows on every map (conv2d gives it those with bfloat16 in or
 // out): per block of six output pixels of a row and 16 channels, it reads
 // each tap's input straight from the rows (zeros in the padding) with the
-// accumulators in registers.
+// accumulators in registers, and inside the map applies the activation
+// there too (avx2_activation.h) before it stores.
 #pragma once
 
 #include "float_math.h"

@@ -1,0 +1,160 @@
+// AVX2 activations on registers (internal; include only from files compiled
+// with the AVX2 flags, named *_avx2.cc): the algorithms of
+// avx512_activation.h on 8 lanes. Without vscalefps, exp scales by 2^n as
+// two halves, so that n from -150 to 128 stays exact through denormals and
+// overflow. with_activation(act, f) calls f with the activation as a
+// functor on __m256, so that kernels apply it in registers before they store.
+#pragma once
+
+#include <immintrin.h>
+
+#include <limits>
+
+#include "tessera/ops/activation.h"
+
+namespace tessera::cpu::avx2 {
+
+// GCC left exp_neg_ps an out-of-line call per vector inside the activation
+// lambdas; every vector helper here is forced inline.
+#ifndef TS_VINLINE
+#define TS_VINLINE inline __attribute__((always_inline))
+#endif
+
+TS_VINLINE __m256 set(float v) { return _mm256_set1_ps(v); }
+TS_VINLINE __m256 blend(__m256 a, __m256 b, __m256 mask) { return _mm256_blendv_ps(a, b, mask); }
+TS_VINLINE __m256 lt(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+TS_VINLINE __m256 abs_ps(__m256 x) { return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+
+// 2^n for integer-valued n in [-252, 254].
+TS_VINLINE __m256 pow2(__m256 n) {
+  const __m256i half = _mm256_cvtps_epi32(_mm256_floor_ps(_mm256_mul_ps(n, set(0.5f))));
+  const __m256i rest = _mm256_sub_epi32(_mm256_cvtps_epi32(n), half);
+  auto bits = [](__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); };
+  return _mm256_mul_ps(bits(half), bits(rest));
+}
+
+// e^(x - n ln 2) for integer-valued n = round(x log2 e): Cephes' expf
+// polynomial on the reduced argument (ln 2 in two parts).
+TS_VINLINE __m256 exp_reduced(__m256 x, __m256 n) {
+  __m256 r = _mm256_fnmadd_ps(n, set(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, set(-2.12194440e-4f), r);
+  __m256 p = set(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, r, set(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, r, set(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, r, set(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, r, set(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, r, set(5.0000001201E-1f));
+  return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set(1.0f)));
+}
+
+// max/min return their second operand when either is NaN: x goes second.
+TS_VINLINE __m256 exp_ps(__m256 x) {
+  x = _mm256_min_ps(set(89.0f), _mm256_max_ps(set(-104.0f), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, set(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 y = _mm256_mul_ps(exp_reduced(x, n), pow2(n));
+  return blend(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN in, NaN out
+}
+
+// e^-x for sigmoid and silu, which need no denormal results: -x clamped to
+// [-87.3, 88.3] (e^-x stays normal; beyond 88.3 it is FLT_MAX),
+// n = round(-x log2 e) by the 1.5 * 2^23 trick, whose low mantissa bits are
+// n itself, and 2^n added to the exponent in one integer add. The same
+// polynomial as exp_ps; 20 operations against exp_ps's 33 (silu is on every
+// conv of YOLO-style models).
+TS_VINLINE __m256 exp_neg_ps(__m256 x) {
+  const __m256 t0 = _mm256_sub_ps(_mm256_setzero_ps(), x);
+  const __m256 big = _mm256_cmp_ps(t0, set(88.3f), _CMP_GT_OQ);
+  const __m256 t = _mm256_min_ps(set(88.3f), _mm256_max_ps(set(-87.3f), t0));  // NaN stays NaN
+  const __m256 magic = set(12582912.0f);
+  const __m256 k = _mm256_fmadd_ps(t, set(1.44269504088896341f), magic);
+  const __m256 n = _mm256_sub_ps(k, magic);
+  const __m256 p = exp_reduced(t, n);
+  const __m256i scale = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_castps_si256(k), _mm256_castps_si256(magic)), 23);
+  const __m256 e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), scale));
+  return blend(e, set(std::numeric_limits<float>::max()), big);
+}
+
+// 1 / (1 + e^-x): the reciprocal estimate and one Newton step (relative
+// error ~1e-7; a division costs more than the rest of silu on Zen 3). Past
+// -x = 88.3, e^-x is FLT_MAX and the estimate 0, so the step stays 0 and
+// silu(-inf) = -inf * 0 = NaN, as x / (1 + e^-x).
+TS_VINLINE __m256 sigmoid_ps(__m256 x) {
+  const __m256 d = _mm256_add_ps(set(1.0f), exp_neg_ps(x));
+  const __m256 r = _mm256_rcp_ps(d);
+  return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, set(1.0f)), r);
+}
+TS_VINLINE __m256 silu_ps(__m256 x) { return _mm256_mul_ps(x, sigmoid_ps(x)); }
+
+TS_VINLINE __m256 tanh_ps(__m256 x) {
+  const __m256 sign = _mm256_and_ps(x, set(-0.0f));
+  const __m256 a = abs_ps(x);
+  const __m256 big =
+      _mm256_sub_ps(set(1.0f), _mm256_div_ps(set(2.0f), _mm256_add_ps(exp_ps(_mm256_add_ps(a, a)), set(1.0f))));
+  const __m256 s = _mm256_mul_ps(x, x);
+  __m256 p = set(-5.70498872745E-3f);
+  p = _mm256_fmadd_ps(p, s, set(2.06390887954E-2f));
+  p = _mm256_fmadd_ps(p, s, set(-5.37397155531E-2f));
+  p = _mm256_fmadd_ps(p, s, set(1.33314422036E-1f));
+  p = _mm256_fmadd_ps(p, s, set(-3.33332819422E-1f));
+  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, s), x, x);
+  return blend(_mm256_or_ps(big, sign), small, lt(a, set(0.625f)));
+}
+
+TS_VINLINE __m256 erfc_ps(__m256 z) {  // z >= 0
+  const __m256 t = _mm256_div_ps(set(1.0f), _mm256_fmadd_ps(set(0.5f), z, set(1.0f)));
+  const float c[] = {0.17087277f, -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                     -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f, -1.26551223f};
+  __m256 p = set(c[0]);
+  for (int i = 1; i < 10; ++i) p = _mm256_fmadd_ps(p, t, set(c[i]));
+  return _mm256_mul_ps(t, exp_ps(_mm256_fnmadd_ps(z, z, p)));
+}
+
+TS_VINLINE __m256 gelu_ps(__m256 x) {
+  const __m256 e = erfc_ps(_mm256_mul_ps(abs_ps(x), set(0.70710678118654752f)));
+  const __m256 f = blend(_mm256_sub_ps(set(2.0f), e), e, lt(x, _mm256_setzero_ps()));
+  return _mm256_mul_ps(_mm256_mul_ps(set(0.5f), x), f);
+}
+
+TS_VINLINE __m256 mish_ps(__m256 x) {
+  const __m256 e = exp_ps(_mm256_min_ps(set(20.0f), x));
+  const __m256 n = _mm256_mul_ps(e, _mm256_add_ps(e, set(2.0f)));
+  return _mm256_mul_ps(x, _mm256_div_ps(n, _mm256_add_ps(n, set(2.0f))));
+}
+
+TS_VINLINE __m256 clamp_keep_nan(__m256 v, float lo, float hi) {
+  v = blend(v, set(lo), lt(v, set(lo)));
+  return blend(v, set(hi), _mm256_cmp_ps(v, set(hi), _CMP_GT_OQ));
+}
+
+template <class F>
+void with_activation(const UnaryWithParam& act, F&& f) {
+  const __m256 zero = _mm256_setzero_ps();
+  switch (act.op) {
+    case UnaryOpType::IDENTITY: return f([](__m256 v) { return v; });
+    case UnaryOpType::RELU: return f([=](__m256 v) { return blend(v, zero, lt(v, zero)); });
+    case UnaryOpType::RELU6: return f([](__m256 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
+    case UnaryOpType::LEAKY_RELU: {
+      const __m256 slope = set(act.param);
+      return f([=](__m256 v) { return blend(v, _mm256_mul_ps(v, slope), lt(v, zero)); });
+    }
+    case UnaryOpType::SILU: return f([](__m256 v) { return silu_ps(v); });
+    case UnaryOpType::SIGMOID: return f([](__m256 v) { return sigmoid_ps(v); });
+    case UnaryOpType::GELU: return f([](__m256 v) { return gelu_ps(v); });
+    case UnaryOpType::TANH: return f([](__m256 v) { return tanh_ps(v); });
+    case UnaryOpType::MISH: return f([](__m256 v) { return mish_ps(v); });
+    case UnaryOpType::EXP: return f([](__m256 v) { return exp_ps(v); });
+    case UnaryOpType::SQRT: return f([](__m256 v) { return _mm256_sqrt_ps(v); });
+    case UnaryOpType::HARDSWISH:
+      return f([=](__m256 v) {
+        const __m256 t = _mm256_min_ps(set(6.0f), _mm256_max_ps(_mm256_add_ps(v, set(3.0f)), zero));
+        return _mm256_div_ps(_mm256_mul_ps(v, t), set(6.0f));
+      });
+    case UnaryOpType::HARDSIGMOID:
+      return f([=](__m256 v) {
+        const __m256 t = _mm256_fmadd_ps(v, set(1.0f / 6.0f), set(0.5f));
+        return _mm256_min_ps(set(1.0f), _mm256_max_ps(t, zero));
+      });
+  }
+}
+
+}  // namespace tessera::cpu::avx2
