@@ -14,8 +14,9 @@ struct PoolArgs {
   TensorAccess in, out;
   cpu::MaxAccumulateFn accumulate;  // max, or sum for avg
   DataType dtype;
-  bool average, count_include_pad;
-  uint32_t h, w, c, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+  bool average;
+  uint32_t c, oh, ow;
+  cpu::PoolWindow win;
   bool use_rows;  // run cpu::avx2::pool_rows over `rows` instead
   cpu::PoolRowsArgs rows;
 };
@@ -36,21 +37,10 @@ Status pool_kernel(const void* raw, uint32_t begin, uint32_t end) {
       for (uint32_t c0 = 0; c0 < a.c; c0 += kTileElements) {
         const uint32_t cn = std::min(kTileElements, a.c - c0);
         std::fill_n(acc, cn, init);
-        uint32_t count = 0;
-        for (uint32_t ky = 0; ky < a.kh; ++ky) {
-          const int64_t iy = int64_t{oy} * a.sh + int64_t{ky} * a.dh - a.ph;
-          for (uint32_t kx = 0; kx < a.kw; ++kx) {
-            const int64_t ix = int64_t{ox} * a.sw + int64_t{kx} * a.dw - a.pw;
-            if (iy < 0 || iy >= a.h || ix < 0 || ix >= a.w) {
-              // Padding counts up to the padded border (PyTorch's divisor).
-              count += a.count_include_pad && iy < int64_t{a.h} + a.ph && ix < int64_t{a.w} + a.pw;
-              continue;
-            }
-            ++count;
-            const std::byte* src = a.in.unit(static_cast<uint32_t>((uint64_t{n} * a.h + iy) * a.w + ix), c0, &run);
-            a.accumulate(acc, src, cn);
-          }
-        }
+        const uint32_t count = a.win.visit(oy, ox, [&](uint32_t iy, uint32_t ix) {
+          const auto pixel = static_cast<uint32_t>((uint64_t{n} * a.win.h + iy) * a.win.w + ix);
+          a.accumulate(acc, a.in.unit(pixel, c0, &run), cn);
+        });
         if (a.average)
           for (uint32_t i = 0; i < cn; ++i) acc[i] /= static_cast<float>(count);
         convert_from_float(acc, dst + uint64_t{c0} * es, a.dtype, cn);
@@ -97,18 +87,16 @@ StatusOr<Tensor> pool2d(const Tensor& input, const Pool2dParams& p, bool average
                             : cpu::select_max_accumulate(bf16, &kernel_name);
   args.dtype = input.dtype();
   args.average = average;
-  args.count_include_pad = p.count_include_pad;
-  args.h = p.input_height, args.w = p.input_width, args.c = p.channels, args.oh = oh, args.ow = ow;
-  args.kh = p.kernel_size[0], args.kw = p.kernel_size[1], args.sh = p.stride[0], args.sw = p.stride[1];
-  args.ph = p.padding[0], args.pw = p.padding[1], args.dh = p.dilation[0], args.dw = p.dilation[1];
+  args.c = p.channels, args.oh = oh, args.ow = ow;
+  args.win = {p.input_height, p.input_width, p.kernel_size[0], p.kernel_size[1], p.stride[0], p.stride[1],
+              p.padding[0],   p.padding[1],  p.dilation[0],    p.dilation[1],    p.count_include_pad};
   // Evenly spaced pixel rows (packed, or one bank of padded pages) on a CPU
   // with AVX2: the register kernel, reading and writing rows in place.
   const uint64_t in_stride = args.in.uniform_row_stride(), out_stride = args.out.uniform_row_stride();
   args.use_rows = kernel_isa() != KernelIsa::kScalar && in_stride && out_stride &&
-                  uint64_t{args.kh} * args.kw <= cpu::kPoolRowsMaxTaps;
+                  uint64_t{args.win.kh} * args.win.kw <= cpu::kPoolRowsMaxTaps;
   if (args.use_rows) {
-    args.rows = {args.in.base, args.out.base, in_stride, out_stride, bf16, average, args.count_include_pad,
-                 args.h, args.w, args.c, oh, ow, args.kh, args.kw, args.sh, args.sw, args.ph, args.pw, args.dh, args.dw};
+    args.rows = {args.in.base, args.out.base, in_stride, out_stride, bf16, average, args.c, oh, ow, args.win};
     kernel_name = average ? (bf16 ? "bf16_avg_pool2d__avx2_rows" : "f32_avg_pool2d__avx2_rows")
                           : (bf16 ? "bf16_max_pool2d__avx2_rows" : "f32_max_pool2d__avx2_rows");
   }

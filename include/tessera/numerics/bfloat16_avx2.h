@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace tessera::avx2 {
@@ -36,6 +37,23 @@ inline void store_bf16x8(uint16_t* p, __m256 v) {
   const __m256i b = bf16_bits(_mm256_castps_si256(v));
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+
+// 8 lanes at p (element i), float32 values or (B) bfloat16 ones widened, and
+// back (bfloat16: rounded as above): for kernels templated on their rows' dtype.
+template <bool B>
+inline __m256 load8(const void* p, size_t i = 0) {
+  if constexpr (B)
+    return load_bf16(static_cast<const uint16_t*>(p) + i);
+  else
+    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+}
+template <bool B>
+inline void store8(void* p, size_t i, __m256 v) {
+  if constexpr (B)
+    store_bf16x8(static_cast<uint16_t*>(p) + i, v);
+  else
+    _mm256_storeu_ps(static_cast<float*>(p) + i, v);
 }
 
 }  // namespace tessera::avx2

@@ -19,13 +19,7 @@ namespace {
 
 constexpr uint32_t kPixels = 6;  // output pixels of one row per block: 12 accumulators
 
-template <bool B>
-inline __m256 load8(const std::byte* p) {
-  if constexpr (B)
-    return tessera::avx2::load_bf16(reinterpret_cast<const uint16_t*>(p));
-  else
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-}
+using tessera::avx2::load8;
 
 // P pixels x 8 * V channels from channel c into tile + j * ts: pixel j's
 // input for tap t at in[j * taps + t] (a pixel row, or zeros in the
@@ -100,11 +94,7 @@ void interior_block(const Window& win, uint32_t c, const float* w, size_t stride
   for (int j = 0; j < P; ++j)
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) {
-      const __m256 y = act(acc[j][v]);
-      if constexpr (OB)
-        tessera::avx2::store_bf16x8(reinterpret_cast<uint16_t*>(out[j]) + c + 8 * v, y);
-      else
-        _mm256_storeu_ps(reinterpret_cast<float*>(out[j]) + c + 8 * v, y);
+      tessera::avx2::store8<OB>(out[j], c + 8 * v, act(acc[j][v]));
     }
 }
 
@@ -158,7 +148,8 @@ void tail(const DepthwiseArgs& a, const std::byte* const* in, uint32_t p, uint32
     for (uint32_t k = 0; k < taps; ++k)
       for (uint32_t i = 0; i < width; ++i) {
         const std::byte* v = in[j * taps + k] + (c + i) * es;
-        const float x = B ? bfloat16_to_float(*reinterpret_cast<const uint16_t*>(v)) : *reinterpret_cast<const float*>(v);
+        const float x =
+            B ? bfloat16_to_float(*reinterpret_cast<const uint16_t*>(v)) : *reinterpret_cast<const float*>(v);
         acc[i] = std::fma(x, a.weights[k * uint64_t{a.c} + c + i], acc[i]);
       }
   }
@@ -220,7 +211,8 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
     if (x_hi - x_lo >= kPixels) {
       for (uint32_t ky = 0; ky < a.kh; ++ky) {  // pixel column 0 of each tap row
         const int64_t iy = int64_t{oy} * a.sh + int64_t{ky} * a.dh - a.pad_t;
-        rows[ky] = iy < 0 || iy >= a.h ? zeros.data() : a.src.base + (uint64_t{img} * a.h + uint64_t(iy)) * a.w * in_stride;
+        rows[ky] = iy < 0 || iy >= a.h ? zeros.data()
+                                       : a.src.base + (uint64_t{img} * a.h + uint64_t(iy)) * a.w * in_stride;
       }
       const size_t pixel_step = a.sw * in_stride;
       for (; x + kPixels <= x_hi; x += kPixels) {

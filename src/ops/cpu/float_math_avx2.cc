@@ -24,22 +24,8 @@ void with_binary_op(BinaryOpType op, F&& f) {
   }
 }
 
-// 8 lanes from float32 (B false) or bfloat16 values, and back (bfloat16:
-// nearest even, NaN kept quiet, as float_to_bfloat16).
-template <bool B>
-TS_VINLINE __m256 load8(const void* p, size_t i) {
-  if constexpr (B)
-    return tessera::avx2::load_bf16(static_cast<const uint16_t*>(p) + i);
-  else
-    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
-}
-template <bool B>
-TS_VINLINE void store8(void* p, size_t i, __m256 v) {
-  if constexpr (B)
-    tessera::avx2::store_bf16x8(static_cast<uint16_t*>(p) + i, v);
-  else
-    _mm256_storeu_ps(static_cast<float*>(p) + i, v);
-}
+using tessera::avx2::load8;
+using tessera::avx2::store8;
 
 // y[i] = body(a[i], b[i]) over n elements (b null: unary, body's second
 // argument unused), dtypes fixed at compile time (A, B, O: bfloat16). Two

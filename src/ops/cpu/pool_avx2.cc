@@ -36,21 +36,6 @@ void accumulate(float* acc, const void* x, size_t n, Op op) {
     acc[i] = op(acc[i], v);
   }
 }
-template <bool kBf16>
-inline __m256 load(const std::byte* p) {
-  if constexpr (kBf16)
-    return tessera::avx2::load_bf16(reinterpret_cast<const uint16_t*>(p));
-  else
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-}
-template <bool kBf16>
-inline void store(std::byte* p, __m256 v) {
-  if constexpr (kBf16)
-    tessera::avx2::store_bf16x8(reinterpret_cast<uint16_t*>(p), v);
-  else
-    _mm256_storeu_ps(reinterpret_cast<float*>(p), v);
-}
-
 // Channels [c0, c0 + 8 * V) of one output pixel whose window's valid input
 // pixels start at `px[0..taps)`; V vectors in registers.
 template <bool kBf16, bool kAvg, int V>
@@ -61,13 +46,13 @@ inline void window(const std::byte* const* px, uint32_t taps, uint32_t c0, float
   for (uint32_t t = 0; t < taps; ++t) {
     const std::byte* p = px[t] + c0 * es;
     for (int j = 0; j < V; ++j) {
-      const __m256 v = load<kBf16>(p + j * 8 * es);
+      const __m256 v = tessera::avx2::load8<kBf16>(p + j * 8 * es);
       acc[j] = kAvg ? _mm256_add_ps(acc[j], v) : nan_max(acc[j], v);
     }
   }
   for (int j = 0; j < V; ++j) {
     if constexpr (kAvg) acc[j] = _mm256_div_ps(acc[j], _mm256_set1_ps(divisor));
-    store<kBf16>(out + (c0 + j * 8) * es, acc[j]);
+    tessera::avx2::store8<kBf16>(out + (c0 + j * 8) * es, 0, acc[j]);
   }
 }
 
@@ -78,19 +63,10 @@ void pool_rows_t(const PoolRowsArgs& a, uint32_t begin, uint32_t end) {
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t n = t / a.oh, oy = t % a.oh;
     for (uint32_t ox = 0; ox < a.ow; ++ox) {
-      uint32_t taps = 0, count = 0;
-      for (uint32_t ky = 0; ky < a.kh; ++ky) {
-        const int64_t iy = int64_t{oy} * a.sh + int64_t{ky} * a.dh - a.ph;
-        for (uint32_t kx = 0; kx < a.kw; ++kx) {
-          const int64_t ix = int64_t{ox} * a.sw + int64_t{kx} * a.dw - a.pw;
-          if (iy < 0 || iy >= a.h || ix < 0 || ix >= a.w) {
-            count += a.count_include_pad && iy < int64_t{a.h} + a.ph && ix < int64_t{a.w} + a.pw;
-            continue;
-          }
-          ++count;
-          px[taps++] = a.in + ((uint64_t{n} * a.h + uint64_t(iy)) * a.w + uint64_t(ix)) * a.in_stride;
-        }
-      }
+      uint32_t taps = 0;
+      const uint32_t count = a.win.visit(oy, ox, [&](uint32_t iy, uint32_t ix) {
+        px[taps++] = a.in + ((uint64_t{n} * a.win.h + iy) * a.win.w + ix) * a.in_stride;
+      });
       std::byte* out = a.out + ((uint64_t{n} * a.oh + oy) * a.ow + ox) * a.out_stride;
       const float divisor = static_cast<float>(count);
       uint32_t c = 0;
@@ -100,7 +76,8 @@ void pool_rows_t(const PoolRowsArgs& a, uint32_t begin, uint32_t end) {
         float acc = kAvg ? 0.0f : -INFINITY;
         for (uint32_t k = 0; k < taps; ++k) {
           const std::byte* p = px[k] + c * es;
-          const float v = kBf16 ? bfloat16_to_float(*reinterpret_cast<const uint16_t*>(p)) : *reinterpret_cast<const float*>(p);
+          const float v = kBf16 ? bfloat16_to_float(*reinterpret_cast<const uint16_t*>(p))
+                                : *reinterpret_cast<const float*>(p);
           acc = kAvg ? add(acc, v) : nan_max(acc, v);
         }
         if (kAvg) acc /= divisor;

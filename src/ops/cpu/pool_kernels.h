@@ -24,12 +24,40 @@ SumAccumulateFn select_sum_accumulate(bool bf16, const char** name);
 // output row (image n, row oy) as task n * oh + oy. Windows of at most
 // kPoolRowsMaxTaps pixels.
 inline constexpr uint32_t kPoolRowsMaxTaps = 1024;
+
+// A pooling window over an h x w image.
+struct PoolWindow {
+  uint32_t h, w, kh, kw, sh, sw, ph, pw, dh, dw;
+  bool count_include_pad;
+  // Calls valid(iy, ix) for each input pixel of output pixel (oy, ox)'s
+  // window, in (ky, kx) order; returns the average's divisor (padding counts
+  // up to the padded border with count_include_pad: PyTorch's divisor).
+  template <class F>
+  uint32_t visit(uint32_t oy, uint32_t ox, F valid) const {
+    uint32_t count = 0;
+    for (uint32_t ky = 0; ky < kh; ++ky) {
+      const int64_t iy = int64_t{oy} * sh + int64_t{ky} * dh - ph;
+      for (uint32_t kx = 0; kx < kw; ++kx) {
+        const int64_t ix = int64_t{ox} * sw + int64_t{kx} * dw - pw;
+        if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
+          count += count_include_pad && iy < int64_t{h} + ph && ix < int64_t{w} + pw;
+          continue;
+        }
+        ++count;
+        valid(static_cast<uint32_t>(iy), static_cast<uint32_t>(ix));
+      }
+    }
+    return count;
+  }
+};
+
 struct PoolRowsArgs {
   const std::byte* in;
   std::byte* out;
   uint64_t in_stride, out_stride;
-  bool bf16, average, count_include_pad;
-  uint32_t h, w, c, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+  bool bf16, average;
+  uint32_t c, oh, ow;
+  PoolWindow win;
 };
 
 namespace avx2 {
