@@ -27,14 +27,14 @@ std::string activation_suffix(const UnaryWithParam& act) {
   return fmt::format("+{}({})", unary_op_name(act.op), act.param);
 }
 
-// Same-shape element-wise op over pages.
-// `b_scalar`: b is a single element applied to every element of a.
 // The smallest chunk worth a core of its own (see op_common.h).
 uint64_t min_chunk_bytes(const UnaryWithParam& act, std::initializer_list<DataType> types) {
   const bool bf16 = std::find(types.begin(), types.end(), DataType::BFLOAT16) != types.end();
   return bf16 || is_transcendental(act.op) ? ops::kMinChunkBytesCompute : ops::kMinChunkBytesStreaming;
 }
 
+// Same-shape element-wise op over pages.
+// `b_scalar`: b is a single element applied to every element of a.
 StatusOr<Tensor> run_eltwise(EltwiseOp op, std::string_view name, const Tensor& a, const Tensor* b, DataType out_type,
                              BinaryOpType bop, const UnaryWithParam& act, uint8_t cq_id, bool b_scalar = false) {
   Device& device = *a.device();
