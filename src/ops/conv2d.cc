@@ -1005,7 +1005,8 @@ StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2
                                     ops::kMinChunkBytesReordering);
     return prog;
   };
-  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, pr.key + ":" + std::string(kernel_isa_name(kernel_isa())), compile, args));
+  const std::string key = pr.key + ":" + std::string(kernel_isa_name(kernel_isa()));
+  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, key, compile, args));
   return Conv2dResult{std::move(output), g.oh, g.ow, w};
 }
 

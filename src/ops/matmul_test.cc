@@ -89,7 +89,8 @@ TEST(Matmul, Bfloat16ActivationsWithFloat32Weights) {
   EXPECT_EQ(mixed.dtype(), DataType::BFLOAT16);
   EXPECT_EQ(testing::host_bytes(mixed.cpu().value()), testing::host_bytes(same.cpu().value()));
   ASSERT_OK_AND_ASSIGN(Tensor fwd, matmul(w32, a, {.transpose_b = true}));  // float32 a, bfloat16 b
-  ASSERT_OK_AND_ASSIGN(Tensor want, reference::matmul(hw32, ha, std::nullopt, {.transpose_b = true}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor want,
+                       reference::matmul(hw32, ha, std::nullopt, {.transpose_b = true}, DataType::FLOAT32));
   testing::expect_allclose(fwd.cpu().value(), want, 0, 16e-6 * 96);
 }
 

@@ -65,7 +65,7 @@ void move_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint
   if (const uint64_t stride = a.uniform_row_stride(); convert && stride && !is_block_float(t)) {
     auto* f = reinterpret_cast<std::conditional_t<kToBuffer, float*, const float*>>(buf);
     const uint64_t offset = uint64_t{c0} * a.unit_bytes;
-    const bool dense = offset == 0 && stride == buf_row / sizeof(float) * a.unit_bytes;
+    const bool dense = offset == 0 && stride == uint64_t{n} * a.unit_bytes;
     for (uint64_t r = r0; r < r1; r = dense ? r1 : r + 1) {
       std::byte* at = a.base + r * stride + offset;
       const uint64_t count = dense ? (r1 - r0) * n : n;

@@ -12,12 +12,14 @@
 #include "depthwise_kernels.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/numerics/bfloat16_avx2.h"
+#include "tessera/numerics/convert.h"
 
 namespace tessera::cpu::avx2 {
 
 namespace {
 
 constexpr uint32_t kPixels = 6;  // output pixels of one row per block: 12 accumulators
+constexpr uint32_t kMaxInteriorRows = 16;  // taller kernels take the pointer tables throughout
 
 using tessera::avx2::load8;
 
@@ -98,20 +100,6 @@ void interior_block(const Window& win, uint32_t c, const float* w, size_t stride
     }
 }
 
-// n float32 values to an output row, as float32 or bfloat16.
-inline void store(const float* v, uint32_t n, std::byte* out, bool bf16) {
-  uint32_t i = 0;
-  if (!bf16) {
-    auto* o = reinterpret_cast<float*>(out);
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_loadu_ps(v + i));
-    for (; i < n; ++i) o[i] = v[i];
-    return;
-  }
-  auto* o = reinterpret_cast<uint16_t*>(out);
-  for (; i + 8 <= n; i += 8) tessera::avx2::store_bf16x8(o + i, _mm256_loadu_ps(v + i));
-  for (; i < n; ++i) o[i] = float_to_bfloat16(v[i]);
-}
-
 // All channels of p output pixels, kChunk at a time: `compute(c, width,
 // tile, ts)` fills tile + j * ts (pixel j) for channels [c, c + width)
 // (width 16 or 8, or the last c % 8 at once); then the activation over the
@@ -122,7 +110,7 @@ constexpr uint32_t kChunk = 512;
 template <class Compute>
 void channels(const DepthwiseArgs& a, uint32_t p, std::byte* const* out, Compute compute) {
   alignas(32) float tile[kPixels * kChunk];
-  const bool bf16 = a.dst_type == DataType::BFLOAT16;
+  const uint32_t eo = element_size(a.dst_type);
   for (uint32_t c0 = 0; c0 < a.c; c0 += kChunk) {
     const uint32_t cw = std::min(kChunk, a.c - c0);
     for (uint32_t c = c0; c < c0 + cw;) {
@@ -131,7 +119,7 @@ void channels(const DepthwiseArgs& a, uint32_t p, std::byte* const* out, Compute
       c += width;
     }
     if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, tile, uint64_t{p} * cw);
-    for (uint32_t j = 0; j < p; ++j) store(tile + j * cw, cw, out[j] + c0 * (bf16 ? 2 : 4), bf16);
+    for (uint32_t j = 0; j < p; ++j) convert_from_float(tile + j * cw, out[j] + c0 * eo, a.dst_type, cw);
   }
 }
 
@@ -162,11 +150,10 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
   // A row of w zero pixels, in_stride apart (the taps that fall in the padding).
   thread_local std::vector<std::byte> zeros;
-  thread_local std::vector<const std::byte*> ind, rows;
+  thread_local std::vector<const std::byte*> ind;
   const uint64_t zero_bytes = uint64_t{a.w} * std::max<uint64_t>(in_stride, uint64_t{a.c} * es);
   if (zeros.size() < zero_bytes) zeros.assign(zero_bytes, std::byte{0});
   if (ind.size() < uint64_t{kPixels} * taps) ind.resize(uint64_t{kPixels} * taps);
-  if (rows.size() < a.kh) rows.resize(a.kh);
   uint32_t run = 0;
   auto pixel_in = [&](uint64_t p) -> const std::byte* {  // input pixel p's channel 0
     return in_stride ? a.src.base + p * in_stride : a.src.unit(static_cast<uint32_t>(p), 0, &run);
@@ -175,12 +162,14 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
     return out_stride ? a.dst.base + p * out_stride : a.dst.unit(static_cast<uint32_t>(p), 0, &run);
   };
   // Output columns [x_lo, x_hi) read only columns inside the input (with
-  // uniform rows: the interior blocks); the others go through pointer tables.
+  // uniform rows and at most kMaxInteriorRows kernel rows: the interior
+  // blocks); the others go through pointer tables.
+  const bool interior = in_stride && a.kh <= kMaxInteriorRows;
   const int64_t span = int64_t{a.kw - 1} * a.dw;
   const int64_t lo = (int64_t{a.pad_l} + a.sw - 1) / a.sw;
   const int64_t hi = int64_t{a.w} - 1 - span + a.pad_l < 0 ? 0 : (int64_t{a.w} - 1 - span + a.pad_l) / a.sw + 1;
-  const uint32_t x_lo = in_stride ? static_cast<uint32_t>(std::min<int64_t>(lo, a.ow)) : a.ow;
-  const uint32_t x_hi = in_stride ? static_cast<uint32_t>(std::clamp<int64_t>(hi, x_lo, a.ow)) : a.ow;
+  const uint32_t x_lo = interior ? static_cast<uint32_t>(std::min<int64_t>(lo, a.ow)) : a.ow;
+  const uint32_t x_hi = interior ? static_cast<uint32_t>(std::clamp<int64_t>(hi, x_lo, a.ow)) : a.ow;
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t img = t / a.oh, oy = t % a.oh;
     const uint64_t row0 = (uint64_t{img} * a.oh + oy) * a.ow;
@@ -209,6 +198,7 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
     for (uint32_t x = 0; x < x_lo; x += kPixels) tabled(x, std::min(kPixels, x_lo - x));
     uint32_t x = x_lo;
     if (x_hi - x_lo >= kPixels) {
+      const std::byte* rows[kMaxInteriorRows];
       for (uint32_t ky = 0; ky < a.kh; ++ky) {  // pixel column 0 of each tap row
         const int64_t iy = int64_t{oy} * a.sh + int64_t{ky} * a.dh - a.pad_t;
         rows[ky] = iy < 0 || iy >= a.h ? zeros.data()
@@ -216,18 +206,10 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
       }
       const size_t pixel_step = a.sw * in_stride;
       for (; x + kPixels <= x_hi; x += kPixels) {
-        const std::byte* r[16];
-        const std::byte* const* rp = rows.data();
+        const std::byte* rp[kMaxInteriorRows];
         const int64_t ix0 = int64_t{x} * a.sw - a.pad_l;  // >= 0 inside [x_lo, x_hi)
-        if (a.kh <= 16) {
-          for (uint32_t ky = 0; ky < a.kh; ++ky) r[ky] = rows[ky] + ix0 * in_stride;
-          rp = r;
-        }
+        for (uint32_t ky = 0; ky < a.kh; ++ky) rp[ky] = rows[ky] + ix0 * in_stride;
         for (uint32_t j = 0; j < kPixels; ++j) out[j] = pixel_out(row0 + x + j);
-        if (a.kh > 16) {  // tall kernels: the pointer tables
-          tabled(x, kPixels);
-          continue;
-        }
         const Window win{rp, a.kh, a.kw, a.dw * in_stride, pixel_step};
         uint32_t c = 0;
         for (; c + 16 <= a.c; c += 16) interior_block<B, OB, 2>(win, c, a.weights, a.c, a.bias, out, act);
@@ -241,7 +223,8 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
           const uint32_t width = a.c - c;
           tail<B>(a, ind.data(), kPixels, c, width, tile, width);
           a.math.unary(a.activation, tile, uint64_t{kPixels} * width);
-          for (uint32_t j = 0; j < kPixels; ++j) store(tile + j * width, width, out[j] + c * (OB ? 2 : 4), OB);
+          for (uint32_t j = 0; j < kPixels; ++j)
+            convert_from_float(tile + j * width, out[j] + c * (OB ? 2 : 4), a.dst_type, width);
         }
       }
     }
