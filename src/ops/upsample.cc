@@ -3,18 +3,17 @@
 #include <cmath>
 
 #include "cpu/rows.h"
+#include "cpu/upsample_kernels.h"
 #include "op_common.h"
+#include "tessera/base/cpu_features.h"
 
 namespace tessera {
 
 namespace {
 
-// Where output coordinate `dst` samples the input, per upsample.h.
-struct Sample {
-  uint32_t i0, i1;
-  float w1;  // weight of i1; i0 gets 1 - w1
-};
+using Sample = cpu::UpsampleSample;
 
+// Where output coordinate `dst` samples the input, per upsample.h.
 Sample sample(uint32_t dst, uint32_t in, uint32_t out, float scale, const UpsampleParams& p) {
   if (p.mode == UpsampleMode::NEAREST) {
     const auto i = static_cast<uint32_t>(std::min<double>(std::floor(dst / double{scale}), in - 1));
@@ -33,11 +32,14 @@ struct UpsampleArgs {
   bool nearest;
   uint32_t h, w, c, oh, ow;
   const Sample* ys;  // oh entries, then ow entries (in the program's plan)
+  bool use_rows;     // bilinear over evenly spaced rows: cpu::avx2::bilinear_rows
+  cpu::BilinearRowsArgs rows;
 };
 
 // One task = one output row (n, oy).
 Status upsample_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const UpsampleArgs*>(raw);
+  if (a.use_rows) return cpu::avx2::bilinear_rows(a.rows, begin, end), ok_status();
   const Sample* xs = a.ys + a.oh;
   alignas(64) float p00[kTileElements], p01[kTileElements], p10[kTileElements], p11[kTileElements];
   for (uint32_t t = begin; t < end; ++t) {
@@ -112,7 +114,16 @@ StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& p) {
   args.in_type = args.out_type = input.dtype();
   args.nearest = p.mode == UpsampleMode::NEAREST;
   args.h = s[1], args.w = s[2], args.c = s[3], args.oh = oh, args.ow = ow;
-  const std::string key = fmt::format("{}:{}->{}", p.descriptor(s), input.spec().to_string(), out_spec.to_string());
+  // Bilinear over evenly spaced pixel rows (packed, or one bank of padded
+  // pages) on a CPU with AVX2: the register kernel, in place.
+  const uint64_t in_stride = args.in.uniform_row_stride(), out_stride = args.out.uniform_row_stride();
+  args.use_rows = !args.nearest && kernel_isa() != KernelIsa::kScalar && in_stride && out_stride;
+  const char* kernel_name = args.nearest    ? "any_upsample_nearest__generic"
+                            : args.use_rows ? (input.dtype() == DataType::BFLOAT16 ? "bf16_upsample_bilinear__avx2_rows"
+                                                                                   : "f32_upsample_bilinear__avx2_rows")
+                                            : "any_upsample_bilinear__generic";
+  const std::string key =
+      fmt::format("{}:{}->{}:{}", p.descriptor(s), input.spec().to_string(), out_spec.to_string(), kernel_name);
   auto compile = [&]() -> StatusOr<Program> {
     // The sample table is computed once and lives with the program.
     auto table = std::shared_ptr<Sample[]>(new Sample[oh + ow]);
@@ -120,15 +131,19 @@ StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& p) {
     for (uint32_t x = 0; x < ow; ++x) table[oh + x] = sample(x, s[2], ow, p.scale_w, p);
     Program prog;
     prog.kernel = upsample_kernel;
-    prog.kernel_name = fmt::format("any_upsample_{}__generic", args.nearest ? "nearest" : "bilinear");
+    prog.kernel_name = kernel_name;
     prog.num_tasks = s[0] * oh;
-    prog.grain = ops::default_grain(device, prog.num_tasks, out_spec.storage_bytes() * 2, ops::kMinChunkBytesStreaming);
+    prog.grain = ops::default_grain(device, prog.num_tasks, out_spec.storage_bytes() * 2,
+                                    args.nearest ? ops::kMinChunkBytesStreaming : ops::kMinChunkBytesCompute);
     prog.plan = std::shared_ptr<void>(table, table.get());
     return prog;
   };
-  TS_ASSIGN_OR_RETURN(const Program* prog, device.program_cache().get_or_compile(
-                                               key, device.may_compile_programs(p.cq_id), compile));
+  TS_ASSIGN_OR_RETURN(const Program* prog,
+                      device.program_cache().get_or_compile(key, device.may_compile_programs(p.cq_id), compile));
   args.ys = static_cast<const Sample*>(prog->plan.get());
+  args.rows = {.in = args.in.base, .out = args.out.base, .in_stride = in_stride, .out_stride = out_stride,
+               .bf16 = input.dtype() == DataType::BFLOAT16, .h = s[1], .w = s[2], .c = s[3], .oh = oh, .ow = ow,
+               .ys = args.ys, .xs = args.ys + oh};
   TS_RETURN_IF_ERROR(device.enqueue_program(p.cq_id, *prog, &args, sizeof(args)));
   return out;
 }

@@ -3,6 +3,7 @@
 // fractional scales, both align_corners variants.
 #include "tessera/ops/upsample.h"
 
+#include "tessera/base/cpu_features.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -10,11 +11,10 @@ namespace {
 
 TEST(Upsample, HandComputed) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(Tensor::from_vector({1, 2, 3, 4}, Shape{1, 2, 2, 1}, DataType::FLOAT32).value(),
-                                           *dev));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor d, to_device(Tensor::from_vector({1, 2, 3, 4}, Shape{1, 2, 2, 1}, DataType::FLOAT32).value(), *dev));
   ASSERT_OK_AND_ASSIGN(Tensor n, upsample(d, {}));
-  EXPECT_EQ(n.cpu().value().to_vector().value(),
-            (std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
+  EXPECT_EQ(n.cpu().value().to_vector().value(), (std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
   ASSERT_OK_AND_ASSIGN(Tensor b, upsample(d, {.mode = UpsampleMode::BILINEAR, .align_corners = true}));
   auto v = b.cpu().value().to_vector().value();
   EXPECT_FLOAT_EQ(v[0], 1.0f);
@@ -45,29 +45,34 @@ TEST(Upsample, MatchesReference) {
       SCOPED_TRACE(fmt::format("{} {}", c.p.descriptor(c.shape), data_type_name(dt)));
       Tensor h = testing::random_tensor(c.shape, dt, Layout::ROW_MAJOR, 2);
       ASSERT_OK_AND_ASSIGN(Tensor ref, reference::upsample(h, c.p, dt));
-      for (Device* d : {dev.get(), wh.get()})
-        for (const MemoryConfig& mc : {DRAM_MEMORY_CONFIG, L1_MEMORY_CONFIG}) {
-          ASSERT_OK_AND_ASSIGN(Tensor in, to_device(h, *d, mc));
-          ASSERT_OK_AND_ASSIGN(Tensor out, upsample(in, c.p));
-          EXPECT_EQ(out.memory_config().buffer_type, mc.buffer_type);
-          ASSERT_OK_AND_ASSIGN(Tensor got, out.cpu());
-          if (c.p.mode == UpsampleMode::NEAREST)
-            ASSERT_EQ(testing::host_bytes(got), testing::host_bytes(ref));
-          else
-            testing::expect_allclose(got, ref, testing::rounding_tolerance(dt, 1e-5), 1e-6);
-        }
+      // Every kernel set: the AVX2 row kernel (bilinear) and the generic one.
+      for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar})
+        for (Device* d : {dev.get(), wh.get()})
+          for (const MemoryConfig& mc : {DRAM_MEMORY_CONFIG, L1_MEMORY_CONFIG}) {
+            set_kernel_isa_limit(isa);
+            SCOPED_TRACE(kernel_isa_name(kernel_isa()));
+            ASSERT_OK_AND_ASSIGN(Tensor in, to_device(h, *d, mc));
+            ASSERT_OK_AND_ASSIGN(Tensor out, upsample(in, c.p));
+            EXPECT_EQ(out.memory_config().buffer_type, mc.buffer_type);
+            ASSERT_OK_AND_ASSIGN(Tensor got, out.cpu());
+            if (c.p.mode == UpsampleMode::NEAREST)
+              ASSERT_EQ(testing::host_bytes(got), testing::host_bytes(ref));
+            else
+              testing::expect_allclose(got, ref, testing::rounding_tolerance(dt, 1e-5), 1e-6);
+          }
     }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
 TEST(Upsample, Errors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(testing::random_tensor(Shape{1, 4, 4, 8}, DataType::FLOAT32,
-                                                                   Layout::ROW_MAJOR, 1), *dev));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor d, to_device(testing::random_tensor(Shape{1, 4, 4, 8}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
   EXPECT_ERROR(upsample(d, {.scale_h = 0}), StatusCode::kInvalidArgument, "scale factors must be finite and > 0");
   EXPECT_ERROR(upsample(d, {.scale_h = 0.1f}), StatusCode::kInvalidArgument, "output size 0x8 from 4x4");
   EXPECT_ERROR(upsample(d, {.align_corners = true}), StatusCode::kInvalidArgument, "align_corners applies to bilinear");
-  ASSERT_OK_AND_ASSIGN(Tensor flat, to_device(testing::random_tensor(Shape{16, 8}, DataType::FLOAT32,
-                                                                      Layout::ROW_MAJOR, 1), *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor flat,
+                       to_device(testing::random_tensor(Shape{16, 8}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
   EXPECT_ERROR(upsample(flat, {}), StatusCode::kInvalidArgument, "expected an (N, H, W, C) input, found [16,8]");
 }
 

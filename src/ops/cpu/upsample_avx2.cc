@@ -1,0 +1,75 @@
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "tessera/numerics/bfloat16.h"
+#include "tessera/numerics/bfloat16_avx2.h"
+#include "upsample_kernels.h"
+
+namespace tessera::cpu::avx2 {
+
+namespace {
+
+using tessera::avx2::load8;
+using tessera::avx2::store8;
+
+// Channels [c0, c0 + 8 V) of one output pixel from its four input pixels.
+template <bool kBf16, int V>
+inline void blend(const std::byte* const* px, uint32_t c0, __m256 wx, __m256 wy, std::byte* out) {
+  constexpr size_t es = kBf16 ? 2 : 4;
+  for (int j = 0; j < V; ++j) {
+    const size_t off = (c0 + j * 8) * es;
+    const __m256 p00 = load8<kBf16>(px[0] + off), p01 = load8<kBf16>(px[1] + off);
+    const __m256 p10 = load8<kBf16>(px[2] + off), p11 = load8<kBf16>(px[3] + off);
+    const __m256 top = _mm256_fmadd_ps(wx, _mm256_sub_ps(p01, p00), p00);
+    const __m256 bottom = _mm256_fmadd_ps(wx, _mm256_sub_ps(p11, p10), p10);
+    store8<kBf16>(out + off, 0, _mm256_fmadd_ps(wy, _mm256_sub_ps(bottom, top), top));
+  }
+}
+
+template <bool kBf16>
+inline float load1(const std::byte* p, uint32_t c) {
+  if constexpr (kBf16)
+    return bfloat16_to_float(reinterpret_cast<const uint16_t*>(p)[c]);
+  else
+    return reinterpret_cast<const float*>(p)[c];
+}
+
+template <bool kBf16>
+void bilinear_rows_t(const BilinearRowsArgs& a, uint32_t begin, uint32_t end) {
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t n = t / a.oh, oy = t % a.oh;
+    const UpsampleSample& sy = a.ys[oy];
+    const std::byte* top = a.in + (uint64_t{n} * a.h + sy.i0) * a.w * a.in_stride;
+    const std::byte* bottom = a.in + (uint64_t{n} * a.h + sy.i1) * a.w * a.in_stride;
+    std::byte* out = a.out + (uint64_t{n} * a.oh + oy) * a.ow * a.out_stride;
+    const __m256 wy = _mm256_set1_ps(sy.w1);
+    for (uint32_t ox = 0; ox < a.ow; ++ox, out += a.out_stride) {
+      const UpsampleSample& sx = a.xs[ox];
+      const std::byte* px[4] = {top + sx.i0 * a.in_stride, top + sx.i1 * a.in_stride, bottom + sx.i0 * a.in_stride,
+                                bottom + sx.i1 * a.in_stride};
+      const __m256 wx = _mm256_set1_ps(sx.w1);
+      uint32_t c = 0;
+      for (; c + 32 <= a.c; c += 32) blend<kBf16, 4>(px, c, wx, wy, out);
+      for (; c + 8 <= a.c; c += 8) blend<kBf16, 1>(px, c, wx, wy, out);
+      for (; c < a.c; ++c) {  // the last c % 8 channels
+        const float p00 = load1<kBf16>(px[0], c), p01 = load1<kBf16>(px[1], c);
+        const float p10 = load1<kBf16>(px[2], c), p11 = load1<kBf16>(px[3], c);
+        const float t0 = std::fma(sx.w1, p01 - p00, p00), b0 = std::fma(sx.w1, p11 - p10, p10);
+        const float v = std::fma(sy.w1, b0 - t0, t0);
+        if constexpr (kBf16)
+          reinterpret_cast<uint16_t*>(out)[c] = float_to_bfloat16(v);
+        else
+          reinterpret_cast<float*>(out)[c] = v;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void bilinear_rows(const BilinearRowsArgs& a, uint32_t begin, uint32_t end) {
+  return a.bf16 ? bilinear_rows_t<true>(a, begin, end) : bilinear_rows_t<false>(a, begin, end);
+}
+
+}  // namespace tessera::cpu::avx2

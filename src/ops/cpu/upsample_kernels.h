@@ -1,0 +1,41 @@
+// Bilinear upsampling over evenly spaced NHWC pixel rows (internal).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::cpu {
+
+// Where an output coordinate samples the input: i0 weighted 1 - w1, i1
+// weighted w1 (upsample.cc computes these once per program).
+struct UpsampleSample {
+  uint32_t i0, i1;
+  float w1;
+};
+
+// Pixel rows `in_stride` / `out_stride` bytes apart
+// (TensorAccess::uniform_row_stride), float32 or bfloat16 alike in and out.
+// `ys` holds oh samples, `xs` ow samples. One task = one output row (image n,
+// row oy) as task n * oh + oy. Each output is
+//   top = p00 + wx (p01 - p00), bottom = p10 + wx (p11 - p10),
+//   out = top + wy (bottom - top)
+// in float32 (fused multiply-adds: within an ulp of the generic kernel's
+// separate multiply and add).
+struct BilinearRowsArgs {
+  const std::byte* in;
+  std::byte* out;
+  uint64_t in_stride, out_stride;
+  bool bf16;
+  uint32_t h, w, c, oh, ow;
+  const UpsampleSample *ys, *xs;
+};
+
+namespace avx2 {
+// The generic kernel (four row reads into float buffers and a row write per
+// output pixel) ran at 19% of the copy bandwidth on the AVX2 VM: 60x80x64
+// upsampled 2x took 1.26 ms against a 0.24 ms floor. Memory-bound, so
+// AVX-512 CPUs run this AVX2 kernel too.
+void bilinear_rows(const BilinearRowsArgs& a, uint32_t begin, uint32_t end);
+}  // namespace avx2
+
+}  // namespace tessera::cpu
