@@ -37,6 +37,12 @@ void over_typed(size_t n, const void* a, const void* b, void* y, Body body) {
   const bool binary = b != nullptr;
   auto in_b = [&](size_t i) { return binary ? load8<B>(b, i) : _mm256_setzero_ps(); };
   size_t i = 0;
+  if constexpr (O) {  // bfloat16 out: 16 lanes per pack and store
+    for (; i + 16 <= n; i += 16) {
+      const __m256 lo = body(load8<A>(a, i), in_b(i)), hi = body(load8<A>(a, i + 8), in_b(i + 8));
+      tessera::avx2::store_bf16x16(static_cast<uint16_t*>(y) + i, lo, hi);
+    }
+  }
   for (; i + 8 <= n; i += 8) store8<O>(y, i, body(load8<A>(a, i), in_b(i)));
   if (i == n) return;
   alignas(32) float fa[8] = {}, fb[8] = {}, res[8];
