@@ -135,6 +135,20 @@ TEST(Conv2d, DepthwiseOwnKernel) {
     ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(x, w, std::nullopt, p, DataType::FLOAT32));
     ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
     testing::expect_conv_close(got, ref, DataType::BFLOAT16);
+    // bfloat16 input, float32 output (the unpacked 16-channel blocks put
+    // their halves back in channel order as they store); a bfloat16 input
+    // computes with bfloat16-rounded weights, hence its tolerance.
+    const Conv2dParams q = to_params(cases[8]);
+    Tensor xb = testing::random_tensor(Shape{1, 27, 25, 48}, DataType::BFLOAT16, Layout::ROW_MAJOR, 13);
+    ASSERT_OK_AND_ASSIGN(Tensor wb, Tensor::from_vector(testing::random_values(48 * 9, 14, 0.2f), Shape{48, 1, 3, 3},
+                                                        DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor dxb, to_device(xb, *dev));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult rb, conv2d(dxb, wb, std::nullopt, q,
+                                                 {.weights_dtype = DataType::FLOAT32, .dtype = DataType::FLOAT32}));
+    EXPECT_EQ(rb.output.dtype(), DataType::FLOAT32);
+    ASSERT_OK_AND_ASSIGN(Tensor got_b, rb.output.cpu());
+    ASSERT_OK_AND_ASSIGN(Tensor ref_b, reference::conv2d(xb, wb, std::nullopt, q, DataType::FLOAT32));
+    testing::expect_conv_close(got_b.to_vector().value(), ref_b.to_vector().value(), DataType::BFLOAT16);
   }
   set_kernel_isa_limit(KernelIsa::kAvx512);
 }

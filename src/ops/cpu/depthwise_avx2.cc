@@ -100,6 +100,56 @@ void interior_block(const Window& win, uint32_t c, const float* w, size_t stride
     }
 }
 
+// interior_block<true, OB, 2> with the bfloat16 inputs widened by unpacking:
+// 16 channels [c0..c15] load as one vector and interleave with zeros into
+// [c0-3 | c8-11] and [c4-7 | c12-15] (one in-lane op each, where widening
+// eight at a time takes a lane-crossing extension and a shift each), with
+// the weights and bias put in the same order per tap. A bfloat16 output
+// packs back to channel order in one op; float32 swaps the halves back.
+// Same process, alternating: MobileNetV2's bfloat16 layers with interior
+// blocks 6-16% faster (773 against 882 us over seven of them).
+template <bool OB, class Act>
+void interior_block_bf16x16(const Window& win, uint32_t c, const float* w, size_t stride, const float* bias,
+                            std::byte* const* out, Act act) {
+  constexpr int P = kPixels;
+  const __m256i zero = _mm256_setzero_si256();
+  auto split = [](const float* p, __m256& lo, __m256& hi) {  // [c0-7], [c8-15] -> [c0-3 | c8-11], [c4-7 | c12-15]
+    const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+    lo = _mm256_permute2f128_ps(a, b, 0x20), hi = _mm256_permute2f128_ps(a, b, 0x31);
+  };
+  __m256 b_lo, b_hi;
+  split(bias + c, b_lo, b_hi);
+  __m256 lo[P], hi[P];
+#pragma GCC unroll 8
+  for (int j = 0; j < P; ++j) lo[j] = b_lo, hi[j] = b_hi;
+  for (uint32_t ky = 0; ky < win.kh; ++ky) {
+    const std::byte* row = win.rows[ky] + c * 2;
+    for (uint32_t kx = 0; kx < win.kw; ++kx, row += win.tap_step) {
+      __m256 w_lo, w_hi;
+      split(w + (ky * win.kw + kx) * stride + c, w_lo, w_hi);
+#pragma GCC unroll 8
+      for (int j = 0; j < P; ++j) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + j * win.pixel_step));
+        lo[j] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, x)), w_lo, lo[j]);
+        hi[j] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, x)), w_hi, hi[j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < P; ++j) {
+    const __m256 a = act(lo[j]), b = act(hi[j]);
+    if constexpr (OB) {
+      const __m256i packed = _mm256_packus_epi32(tessera::avx2::bf16_bits(_mm256_castps_si256(a)),
+                                                 tessera::avx2::bf16_bits(_mm256_castps_si256(b)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(reinterpret_cast<uint16_t*>(out[j]) + c), packed);
+    } else {
+      float* o = reinterpret_cast<float*>(out[j]) + c;
+      _mm256_storeu_ps(o, _mm256_permute2f128_ps(a, b, 0x20));
+      _mm256_storeu_ps(o + 8, _mm256_permute2f128_ps(a, b, 0x31));
+    }
+  }
+}
+
 // All channels of p output pixels, kChunk at a time: `compute(c, width,
 // tile, ts)` fills tile + j * ts (pixel j) for channels [c, c + width)
 // (width 16 or 8, or the last c % 8 at once); then the activation over the
@@ -212,7 +262,12 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
         for (uint32_t j = 0; j < kPixels; ++j) out[j] = pixel_out(row0 + x + j);
         const Window win{rp, a.kh, a.kw, a.dw * in_stride, pixel_step};
         uint32_t c = 0;
-        for (; c + 16 <= a.c; c += 16) interior_block<B, OB, 2>(win, c, a.weights, a.c, a.bias, out, act);
+        for (; c + 16 <= a.c; c += 16) {
+          if constexpr (B)
+            interior_block_bf16x16<OB>(win, c, a.weights, a.c, a.bias, out, act);
+          else
+            interior_block<B, OB, 2>(win, c, a.weights, a.c, a.bias, out, act);
+        }
         for (; c + 8 <= a.c; c += 8) interior_block<B, OB, 1>(win, c, a.weights, a.c, a.bias, out, act);
         if (c < a.c) {  // the last c % 8: a table for these pixels, then as the tabled ones
           const std::byte** at = ind.data();
