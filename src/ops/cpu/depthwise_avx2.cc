@@ -23,21 +23,56 @@ constexpr uint32_t kMaxInteriorRows = 16;  // taller kernels take the pointer ta
 
 using tessera::avx2::load8;
 
+// bfloat16 channels [c0..c15] at p widened by unpacking: lo = [c0-3 |
+// c8-11], hi = [c4-7 | c12-15] (one in-lane op each; widening eight at a
+// time takes a lane-crossing extension and a shift each); split16 puts 16
+// floats in the same order, and merge16 back.
+TS_VINLINE void widen16(const std::byte* p, __m256& lo, __m256& hi) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), zero = _mm256_setzero_si256();
+  lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, x)), hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, x));
+}
+TS_VINLINE void split16(const float* p, __m256& lo, __m256& hi) {
+  const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+  lo = _mm256_permute2f128_ps(a, b, 0x20), hi = _mm256_permute2f128_ps(a, b, 0x31);
+}
+TS_VINLINE void merge16(__m256 lo, __m256 hi, float* p) {
+  _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
 // P pixels x 8 * V channels from channel c into tile + j * ts: pixel j's
 // input for tap t at in[j * taps + t] (a pixel row, or zeros in the
 // padding), weights w[t * stride + c], accumulators in registers (fully
-// unrolled over P and V).
+// unrolled over P and V; 16 bfloat16 channels through widen16).
 template <bool B, int P, int V>
-void block(const std::byte* const* in, uint32_t taps, uint32_t c, const float* w, size_t stride, const float* bias,
-           float* tile, size_t ts) {
+TS_VINLINE void block(const std::byte* const* in, uint32_t taps, uint32_t c, const float* w, size_t stride,
+                      const float* bias, float* tile, size_t ts) {
   constexpr size_t es = B ? 2 : 4;
+  constexpr bool kUnpack = B && V == 2;
   __m256 acc[P][V];
+  __m256 b[V];
+  if constexpr (kUnpack)
+    split16(bias + c, b[0], b[1]);
+  else
+    for (int v = 0; v < V; ++v) b[v] = _mm256_loadu_ps(bias + c + 8 * v);
 #pragma GCC unroll 8
   for (int j = 0; j < P; ++j)
 #pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) acc[j][v] = _mm256_loadu_ps(bias + c + 8 * v);
+    for (int v = 0; v < V; ++v) acc[j][v] = b[v];
   for (uint32_t t = 0; t < taps; ++t) {
     const float* wt = w + t * stride + c;
+    if constexpr (kUnpack) {
+      __m256 w_lo, w_hi;
+      split16(wt, w_lo, w_hi);
+#pragma GCC unroll 8
+      for (int j = 0; j < P; ++j) {
+        __m256 lo, hi;
+        widen16(in[j * taps + t] + c * es, lo, hi);
+        acc[j][0] = _mm256_fmadd_ps(lo, w_lo, acc[j][0]);
+        acc[j][1] = _mm256_fmadd_ps(hi, w_hi, acc[j][1]);
+      }
+      continue;
+    }
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) {
       const __m256 wv = _mm256_loadu_ps(wt + 8 * v);
@@ -47,16 +82,32 @@ void block(const std::byte* const* in, uint32_t taps, uint32_t c, const float* w
     }
   }
 #pragma GCC unroll 8
-  for (int j = 0; j < P; ++j)
+  for (int j = 0; j < P; ++j) {
+    if constexpr (kUnpack) {
+      merge16(acc[j][0], acc[j][1], tile + j * ts);
+      continue;
+    }
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) _mm256_storeu_ps(tile + j * ts + v * 8, acc[j][v]);
+  }
 }
 
-using BlockFn = void (*)(const std::byte* const*, uint32_t, uint32_t, const float*, size_t, const float*, float*,
-                         size_t);
-template <bool B, int V>
-constexpr BlockFn kBlocks[kPixels + 1] = {nullptr,         block<B, 1, V>, block<B, 2, V>, block<B, 3, V>,
-                                          block<B, 4, V>, block<B, 5, V>, block<B, 6, V>};
+// Channels [c, c + n) (n a multiple of 8) of P pixels into tile + j * ts:
+// block<> per 16 or 8 channels, inlined, in one call (a call per 16-channel
+// block cost about as much as its FMAs).
+template <bool B, int P>
+void blocks(const std::byte* const* in, uint32_t taps, uint32_t c, uint32_t n, const float* w, size_t stride,
+            const float* bias, float* tile, size_t ts) {
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) block<B, P, 2>(in, taps, c + i, w, stride, bias, tile + i, ts);
+  if (i < n) block<B, P, 1>(in, taps, c + i, w, stride, bias, tile + i, ts);
+}
+
+using BlocksFn = void (*)(const std::byte* const*, uint32_t, uint32_t, uint32_t, const float*, size_t, const float*,
+                          float*, size_t);
+template <bool B>
+constexpr BlocksFn kBlocks[kPixels + 1] = {nullptr,        blocks<B, 1>, blocks<B, 2>, blocks<B, 3>,
+                                           blocks<B, 4>, blocks<B, 5>, blocks<B, 6>};
 
 // block<B, kPixels, V> for pixels whose taps all lie inside the input's
 // columns, on rows evenly spaced in memory: tap (ky, kx) of pixel j at
@@ -100,25 +151,17 @@ void interior_block(const Window& win, uint32_t c, const float* w, size_t stride
     }
 }
 
-// interior_block<true, OB, 2> with the bfloat16 inputs widened by unpacking:
-// 16 channels [c0..c15] load as one vector and interleave with zeros into
-// [c0-3 | c8-11] and [c4-7 | c12-15] (one in-lane op each, where widening
-// eight at a time takes a lane-crossing extension and a shift each), with
-// the weights and bias put in the same order per tap. A bfloat16 output
-// packs back to channel order in one op; float32 swaps the halves back.
-// Same process, alternating: MobileNetV2's bfloat16 layers with interior
-// blocks 6-16% faster (773 against 882 us over seven of them).
+// interior_block<true, OB, 2> through widen16, with the weights and bias
+// in the same order per tap (split16); a bfloat16 output packs back to
+// channel order in one op, float32 through merge16. Same process,
+// alternating: MobileNetV2's bfloat16 layers with interior blocks 6-16%
+// faster than widening eight at a time (773 against 882 us over seven).
 template <bool OB, class Act>
 void interior_block_bf16x16(const Window& win, uint32_t c, const float* w, size_t stride, const float* bias,
                             std::byte* const* out, Act act) {
   constexpr int P = kPixels;
-  const __m256i zero = _mm256_setzero_si256();
-  auto split = [](const float* p, __m256& lo, __m256& hi) {  // [c0-7], [c8-15] -> [c0-3 | c8-11], [c4-7 | c12-15]
-    const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
-    lo = _mm256_permute2f128_ps(a, b, 0x20), hi = _mm256_permute2f128_ps(a, b, 0x31);
-  };
   __m256 b_lo, b_hi;
-  split(bias + c, b_lo, b_hi);
+  split16(bias + c, b_lo, b_hi);
   __m256 lo[P], hi[P];
 #pragma GCC unroll 8
   for (int j = 0; j < P; ++j) lo[j] = b_lo, hi[j] = b_hi;
@@ -126,12 +169,13 @@ void interior_block_bf16x16(const Window& win, uint32_t c, const float* w, size_
     const std::byte* row = win.rows[ky] + c * 2;
     for (uint32_t kx = 0; kx < win.kw; ++kx, row += win.tap_step) {
       __m256 w_lo, w_hi;
-      split(w + (ky * win.kw + kx) * stride + c, w_lo, w_hi);
+      split16(w + (ky * win.kw + kx) * stride + c, w_lo, w_hi);
 #pragma GCC unroll 8
       for (int j = 0; j < P; ++j) {
-        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + j * win.pixel_step));
-        lo[j] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, x)), w_lo, lo[j]);
-        hi[j] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, x)), w_hi, hi[j]);
+        __m256 x_lo, x_hi;
+        widen16(row + j * win.pixel_step, x_lo, x_hi);
+        lo[j] = _mm256_fmadd_ps(x_lo, w_lo, lo[j]);
+        hi[j] = _mm256_fmadd_ps(x_hi, w_hi, hi[j]);
       }
     }
   }
@@ -143,17 +187,15 @@ void interior_block_bf16x16(const Window& win, uint32_t c, const float* w, size_
                                                  tessera::avx2::bf16_bits(_mm256_castps_si256(b)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(reinterpret_cast<uint16_t*>(out[j]) + c), packed);
     } else {
-      float* o = reinterpret_cast<float*>(out[j]) + c;
-      _mm256_storeu_ps(o, _mm256_permute2f128_ps(a, b, 0x20));
-      _mm256_storeu_ps(o + 8, _mm256_permute2f128_ps(a, b, 0x31));
+      merge16(a, b, reinterpret_cast<float*>(out[j]) + c);
     }
   }
 }
 
 // All channels of p output pixels, kChunk at a time: `compute(c, width,
 // tile, ts)` fills tile + j * ts (pixel j) for channels [c, c + width)
-// (width 16 or 8, or the last c % 8 at once); then the activation over the
-// chunk in one call and the stores to out[j]. (Calling the activation and
+// (the chunk's whole vectors at once, then its last c % 8); then the
+// activation over the chunk in one call and the stores to out[j]. (Calling the activation and
 // storing per 16-channel block cost more than the FMAs on MobileNetV2's
 // maps.)
 constexpr uint32_t kChunk = 512;
@@ -163,11 +205,9 @@ void channels(const DepthwiseArgs& a, uint32_t p, std::byte* const* out, Compute
   const uint32_t eo = element_size(a.dst_type);
   for (uint32_t c0 = 0; c0 < a.c; c0 += kChunk) {
     const uint32_t cw = std::min(kChunk, a.c - c0);
-    for (uint32_t c = c0; c < c0 + cw;) {
-      const uint32_t width = c0 + cw - c >= 16 ? 16 : c0 + cw - c >= 8 ? 8 : c0 + cw - c;
-      compute(c, width, tile + (c - c0), cw);
-      c += width;
-    }
+    const uint32_t vec = cw / 8 * 8;
+    if (vec) compute(c0, vec, tile, cw);
+    if (vec < cw) compute(c0 + vec, cw - vec, tile + vec, cw);
     if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, tile, uint64_t{p} * cw);
     for (uint32_t j = 0; j < p; ++j) convert_from_float(tile + j * cw, out[j] + c0 * eo, a.dst_type, cw);
   }
@@ -240,9 +280,10 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
         }
       }
       channels(a, p, out, [&](uint32_t c, uint32_t width, float* tile, size_t ts) {
-        if (width == 16) kBlocks<B, 2>[p](ind.data(), taps, c, a.weights, a.c, a.bias, tile, ts);
-        else if (width == 8) kBlocks<B, 1>[p](ind.data(), taps, c, a.weights, a.c, a.bias, tile, ts);
-        else tail<B>(a, ind.data(), p, c, width, tile, ts);
+        if (width % 8 == 0)
+          kBlocks<B>[p](ind.data(), taps, c, width, a.weights, a.c, a.bias, tile, ts);
+        else
+          tail<B>(a, ind.data(), p, c, width, tile, ts);
       });
     };
     for (uint32_t x = 0; x < x_lo; x += kPixels) tabled(x, std::min(kPixels, x_lo - x));
