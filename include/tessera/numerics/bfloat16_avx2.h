@@ -39,6 +39,30 @@ inline void store_bf16x8(uint16_t* p, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
 }
 
+// 16 bfloat16 values [v0..v15] widened in "unpacked order": lo = [v0-3 |
+// v8-11], hi = [v4-7 | v12-15] (one in-lane interleave with zeros each,
+// where load_bf16 takes a lane-crossing extension and a shift per 8).
+// Element-wise kernels that read and write bfloat16 keep this order in
+// registers and store with store_bf16x16_unpacked, which packs straight back
+// to [v0..v15]; split16 / merge16 move 16 floats into and out of the order.
+inline void load_bf16x16_unpacked(const uint16_t* p, __m256& lo, __m256& hi) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), zero = _mm256_setzero_si256();
+  lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, x));
+  hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, x));
+}
+inline void store_bf16x16_unpacked(uint16_t* p, __m256 lo, __m256 hi) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm256_packus_epi32(bf16_bits(_mm256_castps_si256(lo)), bf16_bits(_mm256_castps_si256(hi))));
+}
+inline void split16(const float* p, __m256& lo, __m256& hi) {
+  const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+  lo = _mm256_permute2f128_ps(a, b, 0x20), hi = _mm256_permute2f128_ps(a, b, 0x31);
+}
+inline void merge16(__m256 lo, __m256 hi, float* p) {
+  _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
 // 8 lanes at p (element i), float32 values or (B) bfloat16 ones widened, and
 // back (bfloat16: rounded as above): for kernels templated on their rows' dtype.
 template <bool B>

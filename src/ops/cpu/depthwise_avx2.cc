@@ -23,21 +23,12 @@ constexpr uint32_t kMaxInteriorRows = 16;  // taller kernels take the pointer ta
 
 using tessera::avx2::load8;
 
-// bfloat16 channels [c0..c15] at p widened by unpacking: lo = [c0-3 |
-// c8-11], hi = [c4-7 | c12-15] (one in-lane op each; widening eight at a
-// time takes a lane-crossing extension and a shift each); split16 puts 16
-// floats in the same order, and merge16 back.
+// 16 bfloat16 channels widen in unpacked order (bfloat16_avx2.h), the
+// weights and bias put in the same order (split16).
+using tessera::avx2::merge16;
+using tessera::avx2::split16;
 TS_VINLINE void widen16(const std::byte* p, __m256& lo, __m256& hi) {
-  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), zero = _mm256_setzero_si256();
-  lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, x)), hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, x));
-}
-TS_VINLINE void split16(const float* p, __m256& lo, __m256& hi) {
-  const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
-  lo = _mm256_permute2f128_ps(a, b, 0x20), hi = _mm256_permute2f128_ps(a, b, 0x31);
-}
-TS_VINLINE void merge16(__m256 lo, __m256 hi, float* p) {
-  _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
-  _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+  tessera::avx2::load_bf16x16_unpacked(reinterpret_cast<const uint16_t*>(p), lo, hi);
 }
 
 // P pixels x 8 * V channels from channel c into tile + j * ts: pixel j's
@@ -183,9 +174,7 @@ void interior_block_bf16x16(const Window& win, uint32_t c, const float* w, size_
   for (int j = 0; j < P; ++j) {
     const __m256 a = act(lo[j]), b = act(hi[j]);
     if constexpr (OB) {
-      const __m256i packed = _mm256_packus_epi32(tessera::avx2::bf16_bits(_mm256_castps_si256(a)),
-                                                 tessera::avx2::bf16_bits(_mm256_castps_si256(b)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(reinterpret_cast<uint16_t*>(out[j]) + c), packed);
+      tessera::avx2::store_bf16x16_unpacked(reinterpret_cast<uint16_t*>(out[j]) + c, a, b);
     } else {
       merge16(a, b, reinterpret_cast<float*>(out[j]) + c);
     }

@@ -37,6 +37,16 @@ void over_typed(size_t n, const void* a, const void* b, void* y, Body body) {
   const bool binary = b != nullptr;
   auto in_b = [&](size_t i) { return binary ? load8<B>(b, i) : _mm256_setzero_ps(); };
   size_t i = 0;
+  if constexpr (A && O) {  // bfloat16 in and out: 16 lanes at a time in unpacked order (bfloat16_avx2.h)
+    if (!binary || B) {
+      for (; i + 16 <= n; i += 16) {
+        __m256 a0, a1, b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+        tessera::avx2::load_bf16x16_unpacked(static_cast<const uint16_t*>(a) + i, a0, a1);
+        if (binary) tessera::avx2::load_bf16x16_unpacked(static_cast<const uint16_t*>(b) + i, b0, b1);
+        tessera::avx2::store_bf16x16_unpacked(static_cast<uint16_t*>(y) + i, body(a0, b0), body(a1, b1));
+      }
+    }
+  }
   if constexpr (O) {  // bfloat16 out: 16 lanes per pack and store
     for (; i + 16 <= n; i += 16) {
       const __m256 lo = body(load8<A>(a, i), in_b(i)), hi = body(load8<A>(a, i + 8), in_b(i + 8));
