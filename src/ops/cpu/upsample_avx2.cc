@@ -10,20 +10,38 @@ namespace tessera::cpu::avx2 {
 
 namespace {
 
+#define TS_BLEND_INLINE inline __attribute__((always_inline))
+
 using tessera::avx2::load8;
 using tessera::avx2::store8;
 
-// Channels [c0, c0 + 8 V) of one output pixel from its four input pixels.
+// Channels [c0, c0 + 8 V) of one output pixel from its four input pixels
+// (bfloat16 16 at a time in unpacked order, bfloat16_avx2.h).
+TS_BLEND_INLINE __m256 lerp(__m256 wx, __m256 wy, __m256 p00, __m256 p01, __m256 p10, __m256 p11) {
+  const __m256 top = _mm256_fmadd_ps(wx, _mm256_sub_ps(p01, p00), p00);
+  const __m256 bottom = _mm256_fmadd_ps(wx, _mm256_sub_ps(p11, p10), p10);
+  return _mm256_fmadd_ps(wy, _mm256_sub_ps(bottom, top), top);
+}
 template <bool kBf16, int V>
 inline void blend(const std::byte* const* px, uint32_t c0, __m256 wx, __m256 wy, std::byte* out) {
+  if constexpr (kBf16 && V % 2 == 0) {
+    for (int j = 0; j < V; j += 2) {
+      const size_t c = c0 + j * 8;
+      __m256 lo[4], hi[4];
+      for (int k = 0; k < 4; ++k)
+        tessera::avx2::load_bf16x16_unpacked(reinterpret_cast<const uint16_t*>(px[k]) + c, lo[k], hi[k]);
+      tessera::avx2::store_bf16x16_unpacked(reinterpret_cast<uint16_t*>(out) + c,
+                                            lerp(wx, wy, lo[0], lo[1], lo[2], lo[3]),
+                                            lerp(wx, wy, hi[0], hi[1], hi[2], hi[3]));
+    }
+    return;
+  }
   constexpr size_t es = kBf16 ? 2 : 4;
   for (int j = 0; j < V; ++j) {
     const size_t off = (c0 + j * 8) * es;
-    const __m256 p00 = load8<kBf16>(px[0] + off), p01 = load8<kBf16>(px[1] + off);
-    const __m256 p10 = load8<kBf16>(px[2] + off), p11 = load8<kBf16>(px[3] + off);
-    const __m256 top = _mm256_fmadd_ps(wx, _mm256_sub_ps(p01, p00), p00);
-    const __m256 bottom = _mm256_fmadd_ps(wx, _mm256_sub_ps(p11, p10), p10);
-    store8<kBf16>(out + off, 0, _mm256_fmadd_ps(wy, _mm256_sub_ps(bottom, top), top));
+    store8<kBf16>(out + off, 0,
+                  lerp(wx, wy, load8<kBf16>(px[0] + off), load8<kBf16>(px[1] + off), load8<kBf16>(px[2] + off),
+                       load8<kBf16>(px[3] + off)));
   }
 }
 
