@@ -43,33 +43,29 @@ inline void window(const std::byte* const* px, uint32_t taps, uint32_t c0, float
   constexpr size_t es = kBf16 ? 2 : 4;
   __m256 acc[V];
   for (int j = 0; j < V; ++j) acc[j] = _mm256_set1_ps(kAvg ? 0.0f : -INFINITY);
+  auto step = [](__m256 a, __m256 v) { return kAvg ? _mm256_add_ps(a, v) : nan_max(a, v); };
   // bfloat16 in pairs of vectors: 16 channels in unpacked order
   // (bfloat16_avx2.h), loaded and stored back in one op each.
   constexpr bool kPairs = kBf16 && V % 2 == 0;
   for (uint32_t t = 0; t < taps; ++t) {
     const std::byte* p = px[t] + c0 * es;
-    for (int j = 0; j < V; ++j) {
-      __m256 v;
-      if constexpr (kPairs) {
+    if constexpr (kPairs) {
+      for (int j = 0; j < V; j += 2) {
         __m256 lo, hi;
-        if (j % 2) continue;
         tessera::avx2::load_bf16x16_unpacked(reinterpret_cast<const uint16_t*>(p) + j * 8, lo, hi);
-        acc[j + 1] = kAvg ? _mm256_add_ps(acc[j + 1], hi) : nan_max(acc[j + 1], hi);
-        v = lo;
-      } else {
-        v = tessera::avx2::load8<kBf16>(p + j * 8 * es);
+        acc[j] = step(acc[j], lo), acc[j + 1] = step(acc[j + 1], hi);
       }
-      acc[j] = kAvg ? _mm256_add_ps(acc[j], v) : nan_max(acc[j], v);
+    } else {
+      for (int j = 0; j < V; ++j) acc[j] = step(acc[j], tessera::avx2::load8<kBf16>(p + j * 8 * es));
     }
   }
-  for (int j = 0; j < V; ++j) {
-    if constexpr (kAvg) acc[j] = _mm256_div_ps(acc[j], _mm256_set1_ps(divisor));
-    if constexpr (kPairs) {
-      if (j % 2)
-        tessera::avx2::store_bf16x16_unpacked(reinterpret_cast<uint16_t*>(out) + c0 + (j - 1) * 8, acc[j - 1], acc[j]);
-    } else {
-      tessera::avx2::store8<kBf16>(out + (c0 + j * 8) * es, 0, acc[j]);
-    }
+  if constexpr (kAvg)
+    for (int j = 0; j < V; ++j) acc[j] = _mm256_div_ps(acc[j], _mm256_set1_ps(divisor));
+  if constexpr (kPairs) {
+    for (int j = 0; j < V; j += 2)
+      tessera::avx2::store_bf16x16_unpacked(reinterpret_cast<uint16_t*>(out) + c0 + j * 8, acc[j], acc[j + 1]);
+  } else {
+    for (int j = 0; j < V; ++j) tessera::avx2::store8<kBf16>(out + (c0 + j * 8) * es, 0, acc[j]);
   }
 }
 

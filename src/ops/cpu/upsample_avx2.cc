@@ -10,18 +10,17 @@ namespace tessera::cpu::avx2 {
 
 namespace {
 
-#define TS_BLEND_INLINE inline __attribute__((always_inline))
-
 using tessera::avx2::load8;
 using tessera::avx2::store8;
 
-// Channels [c0, c0 + 8 V) of one output pixel from its four input pixels
-// (bfloat16 16 at a time in unpacked order, bfloat16_avx2.h).
-TS_BLEND_INLINE __m256 lerp(__m256 wx, __m256 wy, __m256 p00, __m256 p01, __m256 p10, __m256 p11) {
+// The blend of upsample_kernels.h over eight lanes.
+inline __m256 lerp(__m256 wx, __m256 wy, __m256 p00, __m256 p01, __m256 p10, __m256 p11) {
   const __m256 top = _mm256_fmadd_ps(wx, _mm256_sub_ps(p01, p00), p00);
   const __m256 bottom = _mm256_fmadd_ps(wx, _mm256_sub_ps(p11, p10), p10);
   return _mm256_fmadd_ps(wy, _mm256_sub_ps(bottom, top), top);
 }
+// Channels [c0, c0 + 8 V) of one output pixel from its four input pixels
+// (bfloat16 16 at a time in unpacked order, bfloat16_avx2.h).
 template <bool kBf16, int V>
 inline void blend(const std::byte* const* px, uint32_t c0, __m256 wx, __m256 wy, std::byte* out) {
   if constexpr (kBf16 && V % 2 == 0) {
