@@ -332,7 +332,11 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   pr.dst_precision = out == DataType::FLOAT32 || (is_block_float(out) && input.dtype() == DataType::FLOAT32)
                          ? DataType::FLOAT32
                          : DataType::BFLOAT16;
-  pr.dst_dtype = onednn::kernel_type(pr.dst_precision);
+  // oneDNN 2.6 has no grouped convolution from float32 rows to bfloat16
+  // ones ("could not create a primitive descriptor"): those write float32
+  // rows that the staging rounds.
+  pr.dst_dtype = pr.compute == DataType::FLOAT32 && g.groups > 1 ? DataType::FLOAT32
+                                                                 : onednn::kernel_type(pr.dst_precision);
   pr.key = fmt::format("{}:{}->{}:w{}", g.descriptor, pr.input.to_string(), pr.output.to_string(),
                        short_dtype_name(config.weights_dtype));
   pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.compute),
