@@ -7,8 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-dpkg-query -W python3-onnx python3-numpy nodejs >/dev/null 2>&1 ||
-  { $SUDO apt-get update -qq; $SUDO apt-get install -y -qq python3-onnx python3-numpy nodejs npm; }
+dpkg-query -W python3-onnx python3-numpy >/dev/null 2>&1 ||
+  { $SUDO apt-get update -qq; $SUDO apt-get install -y -qq python3-onnx python3-numpy; }
+# A Node.js from elsewhere (no Debian npm beside it) stays as it is.
+command -v node >/dev/null || $SUDO apt-get install -y -qq nodejs npm
 (cd bench/ort && [ -d node_modules/onnxruntime-node ] || npm install --ignore-scripts --no-package-lock --no-audit --no-fund --silent)
 cmake --preset release >/dev/null && cmake --build --preset release --target bench_ops
 work=$(mktemp -d)
