@@ -126,9 +126,10 @@ Prepared prepare(Device& dev, const Layer& l, DataType dt) {
     p.bytes = 2 * es * l.h * l.w * (l.c + l.p1);
   } else if (l.op == "fc") {
     Tensor a = device_tensor(dev, Shape{1, l.c}, dt);
-    Tensor w = device_tensor(dev, Shape{l.c, l.p1}, dt);
+    // (N, K) weights, as a classifier head's Gemm (transB = 1) from PyTorch.
+    Tensor w = device_tensor(dev, Shape{l.p1, l.c}, dt);
     Tensor b = device_tensor(dev, Shape{l.p1}, dt);
-    p.run = [=] { (void)value_or_die(linear(a, w, b)); };
+    p.run = [=] { (void)value_or_die(linear(a, w, b, {.transpose_b = true})); };
     p.bytes = es * (double(l.c) * l.p1 + l.c + 2 * l.p1);
     p.flops = 2.0 * l.c * l.p1;
   } else {

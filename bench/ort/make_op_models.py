@@ -57,8 +57,9 @@ def model(op, h, w, c, p1, p2, p3):
         return [helper.make_node("Concat", ["x", "y"], ["out"], axis=1)], {"x": x, "y": [1, p1, h, w]}, \
             [1, c + p1, h, w], []
     if op == "fc":
-        return [helper.make_node("Gemm", ["x", "W", "B"], ["out"])], {"x": [1, c]}, [1, p1], \
-            [init("W", (c, p1)), init("B", (p1,))]
+        # transB = 1, (N, K) weights: how PyTorch's Linear exports a classifier head.
+        return [helper.make_node("Gemm", ["x", "W", "B"], ["out"], transB=1)], {"x": [1, c]}, [1, p1], \
+            [init("W", (p1, c)), init("B", (p1,))]
     raise ValueError(op)
 
 

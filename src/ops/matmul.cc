@@ -6,10 +6,12 @@
 #include <map>
 #include <mutex>
 
+#include "cpu/gemv_kernels.h"
 #include "cpu/rows.h"
 #include "onednn_util.h"
 #include "op_common.h"
 #include "tessera/base/aligned.h"
+#include "tessera/base/cpu_features.h"
 #include "tessera/ops/eltwise.h"
 
 namespace tessera {
@@ -61,6 +63,10 @@ struct MatmulPlan : MatmulGeometry {
   // after the primitive).
   DataType kernel_out = DataType::FLOAT32;
   std::optional<UnaryWithParam> post_activation;
+  // Few rows against transposed float32 weights: Tessera's gemv kernel
+  // instead of oneDNN (cpu/gemv_kernels.h), over blocks of gemv_cols columns.
+  bool gemv = false;
+  uint32_t gemv_cols = 0;
 };
 
 struct MatmulArgs {
@@ -178,10 +184,26 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
   }
   plan->transpose_b = params.transpose_b;
   if (bias) plan->bias_bytes = element_size(plan->kernel_bias);
+  const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
+  // A classifier's head: rows read in place, float32 throughout, one batch.
+  if (kernel_isa() != KernelIsa::kScalar && plan->m <= cpu::kGemvMaxRows && plan->transpose_b &&
+      plan->batches == 1 && plan->in_type == DataType::FLOAT32 && plan->b_type == DataType::FLOAT32 &&
+      plan->out_type == DataType::FLOAT32 && !plan->stage_a && !plan->stage_b && !plan->stage_dst &&
+      (!bias || !plan->stage_bias)) {
+    plan->gemv = true;
+    // Four blocks per worker, so that a stalled vCPU's blocks go to the other.
+    plan->gemv_cols = std::max<uint32_t>(16, (plan->n + 4 * threads - 1) / (4 * threads) + 15) / 16 * 16;
+    Program prog;
+    prog.kernel = kernel_isa() == KernelIsa::kAvx512 ? cpu::avx512::gemv_kernel : cpu::avx2::gemv_kernel;
+    prog.kernel_name = fmt::format("f32_matmul__gemv_{}", kernel_isa_name(kernel_isa()));
+    prog.num_tasks = (plan->n + plan->gemv_cols - 1) / plan->gemv_cols;
+    prog.grain = 1;
+    prog.plan = plan;
+    return prog;
+  }
   // Blocks of rows, one per worker; with fewer rows than workers (a
   // classifier's 1 x K input), blocks of columns of at least 64 instead, so
   // both cores read half the weights.
-  const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
   const bool split_cols = plan->m < threads && plan->n >= 128;
   const uint32_t row_parts = split_cols ? 1 : std::max<uint32_t>(1, std::min(threads, plan->m));
   const uint32_t col_step = split_cols ? std::max<uint32_t>(64, (plan->n / threads + 15) / 16 * 16) : plan->n;
@@ -311,13 +333,35 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   TensorSpec out_spec{Shape(std::span<const uint32_t>(out_dims)), plan.out_type, Layout::ROW_MAJOR, mc};
   TS_ASSIGN_OR_RETURN(Tensor out, allocate_tensor_on_device(out_spec, device));
   const UnaryWithParam act = params.activation.value_or(UnaryWithParam{});
-  const std::string key = fmt::format("{}:{},{}{}{}->{}:{}({})", op, a.spec().to_string(), b.spec().to_string(),
+  // The kernel set is in the key: the gemv kernel is chosen by it.
+  const std::string key = fmt::format("{}:{},{}{}{}->{}:{}({}):{}", op, a.spec().to_string(), b.spec().to_string(),
                                       params.transpose_b ? "^T" : "", bias ? "," + bias->spec().to_string() : "",
-                                      out_spec.to_string(), unary_op_name(act.op), act.param);
+                                      out_spec.to_string(), unary_op_name(act.op), act.param,
+                                      kernel_isa_name(kernel_isa()));
   TS_ASSIGN_OR_RETURN(const Program* prog,
                       device.program_cache().get_or_compile(key, device.may_compile_programs(params.cq_id), [&] {
                         return compile(device, plan, a, b, bias, out, params);
                       }));
+  const auto* plan_of = static_cast<const MatmulPlan*>(prog->plan.get());
+  if (plan_of->gemv) {
+    TS_ASSIGN_OR_RETURN(TensorAccess aa, make_access(a));
+    TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(b));
+    TS_ASSIGN_OR_RETURN(TensorAccess ya, make_access(out));
+    cpu::GemvArgs g{};
+    g.a = reinterpret_cast<const float*>(aa.base);
+    g.b = reinterpret_cast<const float*>(ba.base);
+    if (bias) {
+      TS_ASSIGN_OR_RETURN(TensorAccess bias_a, make_access(*bias));
+      g.bias = reinterpret_cast<const float*>(bias_a.base);
+    }
+    g.y = reinterpret_cast<float*>(ya.base);
+    g.m = plan_of->m, g.k = plan_of->k, g.n = plan_of->n, g.cols_per_task = plan_of->gemv_cols;
+    g.lda = plan_of->lda, g.ldb = plan_of->ldb, g.ldy = plan_of->ldd;
+    g.math = cpu::select_float_math();
+    g.activation = act;
+    TS_RETURN_IF_ERROR(device.enqueue_program(params.cq_id, *prog, &g, sizeof(g)));
+    return out;
+  }
   MatmulArgs args{};
   TS_ASSIGN_OR_RETURN(args.a, make_access(a));
   TS_ASSIGN_OR_RETURN(args.b, make_access(b));

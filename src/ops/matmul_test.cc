@@ -5,6 +5,9 @@
 // relative) when the output is bfloat16.
 #include "tessera/ops/matmul.h"
 
+#include "tessera/base/cpu_features.h"
+#include "tessera/device/profiler.h"
+
 #include "test_util.h"
 
 namespace tessera {
@@ -53,6 +56,54 @@ TEST(Matmul, MatchesReference) {
             testing::expect_allclose(y->cpu().value(), want, testing::rounding_tolerance(out, 0), 16e-6 * k);
           }
         }
+}
+
+// Few rows against transposed float32 weights (a classifier's head) run
+// Tessera's gemv kernel on every vector kernel set (oneDNN's below): 1 to 4
+// rows (pairs and a last odd row), K with and without a vector tail, N with
+// and without a tail of fewer than four columns and over several column
+// blocks, bias or none, activations; same tolerance as above.
+TEST(Matmul, GemvKernel) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const KernelIsa native = kernel_isa();
+  struct G {
+    uint32_t m, k, n;
+    bool bias;
+    UnaryOpType act;
+  };
+  const G cases[] = {{1, 2048, 1000, true, UnaryOpType::IDENTITY}, {2, 100, 37, false, UnaryOpType::RELU},
+                     {3, 7, 3, true, UnaryOpType::SIGMOID},        {4, 1280, 130, true, UnaryOpType::HARDSIGMOID},
+                     {1, 16, 1, false, UnaryOpType::IDENTITY},     {1, 1, 5, true, UnaryOpType::GELU}};
+  ASSERT_OK(enable_profiler(*dev));
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+    if (isa > native) continue;
+    set_kernel_isa_limit(isa);
+    for (const G& c : cases) {
+      SCOPED_TRACE(fmt::format("{} x {} x {} bias={} {} {}", c.m, c.k, c.n, c.bias, unary_op_name(c.act),
+                               kernel_isa_name(isa)));
+      Tensor ha = testing::random_tensor(Shape{c.m, c.k}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+      Tensor hb = testing::random_tensor(Shape{c.n, c.k}, DataType::FLOAT32, Layout::ROW_MAJOR, 2);
+      std::optional<Tensor> hbias;
+      if (c.bias) hbias = testing::random_tensor(Shape{c.n}, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
+      const MatmulParams params{.transpose_b = true, .activation = UnaryWithParam{c.act}};
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::matmul(ha, hb, hbias, params, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev));
+      std::optional<Tensor> bias;
+      if (c.bias) {
+        ASSERT_OK_AND_ASSIGN(bias, to_device(*hbias, *dev));
+      }
+      ASSERT_OK(read_profile(*dev).status());
+      ASSERT_OK_AND_ASSIGN(Tensor y, linear(a, b, bias, params));
+      testing::expect_allclose(y.cpu().value(), want, 0, 16e-6 * c.k);
+      ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+      ASSERT_FALSE(prof.ops.empty());
+      EXPECT_EQ(prof.ops.back().kernel_name.find("gemv") != std::string::npos, isa != KernelIsa::kScalar)
+          << prof.ops.back().kernel_name;
+    }
+  }
+  set_kernel_isa_limit(native);
+  ASSERT_OK(disable_profiler(*dev));
 }
 
 TEST(Matmul, HeightShardedActivation) {
