@@ -46,7 +46,7 @@ void ThreadPool::parallel_for(uint32_t n, uint32_t grain, FunctionRef<void(uint3
     std::lock_guard<std::mutex> lock(mu_);
     job.link = jobs_;
     jobs_ = &job;
-    num_jobs_.fetch_add(1, std::memory_order_release);
+    generation_.fetch_add(1, std::memory_order_release);
     wake = sleepers_ > 0;
   }
   if (wake) wake_.notify_all();
@@ -58,7 +58,6 @@ void ThreadPool::parallel_for(uint32_t n, uint32_t grain, FunctionRef<void(uint3
   for (Job** p = &jobs_; *p; p = &(*p)->link) {
     if (*p == &job) {
       *p = job.link;
-      num_jobs_.fetch_sub(1, std::memory_order_relaxed);
       break;
     }
   }
@@ -80,11 +79,18 @@ void ThreadPool::worker_loop() {
     Job* job = find_job();
     if (!job) {
       if (stopping_) return;
-      // Spin briefly for the next launch, then sleep until one arrives.
+      // Spin briefly for the next launch, then sleep until one arrives. The
+      // generation (read under mu_, so no launch is missed) changes with each
+      // launch; a job still linked whose chunks are all claimed is no reason
+      // to stay awake, nor to sleep: waiting on the job count instead put the
+      // worker to sleep after every launch, and a futex wake-up per launch
+      // left it out of most of the next one's chunks on a VM.
+      const uint64_t seen = generation_.load(std::memory_order_relaxed);
       lock.unlock();
-      spin_until([&] { return num_jobs_.load(std::memory_order_acquire) != 0; }, std::chrono::microseconds(50));
+      const bool launched = spin_until(
+          [&] { return generation_.load(std::memory_order_acquire) != seen; }, std::chrono::microseconds(50));
       lock.lock();
-      if (find_job() || stopping_) continue;
+      if (launched || generation_.load(std::memory_order_relaxed) != seen || stopping_) continue;
       ++sleepers_;
       wake_.wait(lock);
       --sleepers_;

@@ -2,6 +2,7 @@
 
 #include "tessera/base/spin.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 
@@ -57,7 +58,10 @@ void CommandQueue::wait_for(uint64_t sequence) {
   if (spin_until([&] { return completed_mirror_.load(std::memory_order_acquire) >= sequence; }, kSpinMicros)) return;
   std::unique_lock<std::mutex> lock(mu_);
   ++progress_waiters_;
-  progress_.wait(lock, [&] { return completed_ >= sequence; });
+  while (completed_ < sequence) {
+    next_wake_ = std::min(next_wake_, sequence);
+    progress_.wait(lock);
+  }
   --progress_waiters_;
 }
 
@@ -147,7 +151,10 @@ void CommandQueue::loop() {
     }
     completed_ = seq;
     completed_mirror_.store(seq, std::memory_order_release);
-    if (progress_waiters_) progress_.notify_all();
+    if (progress_waiters_ && completed_ >= next_wake_) {
+      next_wake_ = UINT64_MAX;  // waiters still short of their sequence set it again
+      progress_.notify_all();
+    }
   }
 }
 

@@ -97,6 +97,10 @@ class CommandQueue {
   std::atomic<uint64_t> enqueued_mirror_{0}, completed_mirror_{0};
   bool loop_sleeping_ = false;
   mutable int progress_waiters_ = 0;
+  // The least sequence a sleeping waiter waits for: the loop wakes waiters
+  // when it completes that one, not after every command (a host thread in
+  // synchronize() woken per command cost more than the launches it waited on).
+  mutable uint64_t next_wake_ = UINT64_MAX;
   Status error_;
   uint64_t error_sequence_ = UINT64_MAX;
   bool stopping_ = false;

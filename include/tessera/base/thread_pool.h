@@ -67,7 +67,7 @@ class ThreadPool {
   Job* find_job() const;  // a job with unclaimed chunks; mu_ held
 
   std::mutex mu_;
-  std::atomic<int> num_jobs_{0};      // jobs in the list, read while spinning
+  std::atomic<uint64_t> generation_{0};  // launches so far; written under mu_, read while spinning
   int sleepers_ = 0;                  // workers blocked on wake_; guarded by mu_
   std::condition_variable wake_;      // workers: a job arrived or stopping
   std::condition_variable released_;  // callers: a worker left a job
