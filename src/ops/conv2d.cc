@@ -957,13 +957,16 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
 
 // Depthwise convolutions (multiplier 1) run Tessera's own kernels
 // (cpu/depthwise_kernels.h); their prepared weights are (kh * kw, C) float32.
-// With the AVX-512 set, on small output maps: oneDNN's costs a fixed 60-120
-// us per call on MobileNet's 7x7 and 14x14 maps (bench/RESULTS.md);
-// Tessera's AVX-512 kernel ran the 14x14x384 layer in 0.8 ms for a batch of
-// 8 inside MobileNetV2 (54 GFLOP/s), the portable loop it replaced in 2.1
-// ms. On 28x28 and larger maps oneDNN's kernel is faster there (56x56x144 in
-// 98 us per image, Tessera's in 158 us), so only maps of at most 14x14, and
-// float32 inputs. On AVX2-only CPUs, every map with bfloat16 rows in or
+// With the AVX-512 set, float32 compute: 3x3 kernels of stride 1 on every
+// map, and of stride 2 up to 28x28 outputs, take the kernel that reads its
+// taps straight from the rows; other shapes up to 14x14 outputs the staged
+// one. Per launch in a trace replay, against oneDNN 2.6's brdgmm (kernel
+// medians, bench/RESULTS.md twelfth run): 7x7x960 8-10 against 23 us,
+// 14x14x576 16 against 30, 56x56x144 60-65 against 69, 112x112x32 53-58
+// against 70; stride 2 on 56x56x144 and 112x112x96 (56x56 and larger
+// outputs) oneDNN's was as fast or faster (58-61 against 65 us), and with
+// bfloat16 compute oneDNN's was faster on every layer (14x14x576 15 against
+// 30 us), so those stay on oneDNN. On AVX2-only CPUs, every map with bfloat16 rows in or
 // out: oneDNN's jit:avx2 runs those through float32 staging copies, and
 // Tessera's AVX2 kernel took 1.0-2.4x less time on MobileNetV2's layers
 // (same process, alternating; 112x112x96/2: 145-162 against 313-424 us).
@@ -975,7 +978,9 @@ bool is_depthwise(const Problem& pr) {
   if (kernel_isa() == KernelIsa::kAvx2)
     return rows(pr.input.dtype) && rows(pr.output.dtype) &&
            (pr.input.dtype == DataType::BFLOAT16 || pr.output.dtype == DataType::BFLOAT16);
-  return g.oh * g.ow <= 14 * 14 && pr.compute == DataType::FLOAT32 && kernel_isa() == KernelIsa::kAvx512;
+  if (pr.compute != DataType::FLOAT32) return false;
+  const bool direct3 = g.kw == 3 && g.dw == 1 && g.dh == 1 && (g.sw == 1 || (g.sw == 2 && g.oh * g.ow <= 28 * 28));
+  return direct3 || g.oh * g.ow <= 14 * 14;
 }
 
 StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,

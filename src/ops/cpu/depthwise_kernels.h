@@ -1,14 +1,13 @@
 // Depthwise convolution (groups = in = out channels) over NHWC rows
-// (internal), for small output maps: oneDNN's depthwise kernel costs 60-120
-// us per call on MobileNet's 7x7 and 14x14 maps whatever their size
-// (bench/RESULTS.md). The AVX-512 kernel (depthwise_avx512.cc) computes per
-// output pixel bias plus kh*kw taps of channel vectors, accumulated in
-// float32 in (ky, kx) order, then the fused activation: it stages
-// zero-padded channel-blocked input rows and keeps eight pixels'
-// accumulators in registers; kernels past 7x7 take its portable loop
-// (depthwise_impl.h), a direct loop per pixel. On 28x28 and larger maps
-// oneDNN's is faster, so conv2d uses it up to 14x14 outputs, float32, with
-// the AVX-512 set. The AVX2 kernel (depthwise_avx2.cc) takes float32 or
+// (internal). Every kernel computes per output pixel bias plus kh*kw taps of
+// channel vectors, accumulated in float32 in (ky, kx) order, then the fused
+// activation. The AVX-512 kernel (depthwise_avx512.cc) has two paths: 3x3
+// kernels of stride 1 or 2 on evenly spaced rows read their taps straight
+// from the rows, eight output pixels per block, each input column loaded
+// once per kernel row; other shapes stage zero-padded channel-blocked input
+// rows (kernels past 7x7 take the portable loop of depthwise_impl.h).
+// conv2d picks the shapes where each beats oneDNN's (conv2d.cc,
+// is_depthwise). The AVX2 kernel (depthwise_avx2.cc) takes float32 or
 // bfloat16 rows on every map (conv2d gives it those with bfloat16 in or
 // out): per block of six output pixels of a row and 16 channels, it reads
 // each tap's input straight from the rows (zeros in the padding) with the
