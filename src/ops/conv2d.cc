@@ -958,17 +958,16 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
 // Depthwise convolutions (multiplier 1) run Tessera's own kernels
 // (cpu/depthwise_kernels.h); their prepared weights are (kh * kw, C) float32.
 // With the AVX-512 set, float32 compute: 3x3 kernels of stride 1 on every
-// map, and of stride 2 up to 28x28 outputs, take the kernel that reads its
-// taps straight from the rows; other shapes up to 14x14 outputs the staged
-// one. Per launch in a trace replay, against oneDNN 2.6's brdgmm (kernel
-// medians, bench/RESULTS.md twelfth run): 7x7x960 8-10 against 23 us,
-// 14x14x576 16 against 30, 56x56x144 60-65 against 69, 112x112x32 53-58
-// against 70; stride 2 on 56x56x144 and 112x112x96 (56x56 and larger
-// outputs) oneDNN's was as fast or faster (58-61 against 65 us), and with
-// bfloat16 compute oneDNN's was faster on every layer (14x14x576 15 against
-// 30 us), so those stay on oneDNN. On AVX2-only CPUs, every map with bfloat16 rows in or
-// out: oneDNN's jit:avx2 runs those through float32 staging copies, and
-// Tessera's AVX2 kernel took 1.0-2.4x less time on MobileNetV2's layers
+// map, and every shape up to 14x14 outputs (3x3 ones take the direct path,
+// the others the staged one). Per launch in a trace replay, against oneDNN
+// 2.6's brdgmm (kernel medians, bench/RESULTS.md twelfth run): 7x7x960 8-10
+// against 23 us, 14x14x576 16 against 30, 28x28x192 17-20 against 22-26,
+// 112x112x32 49-62 against 65-72, a batch of 8 56x56x144 505-648 against
+// 579-622. Stride 2 on 56x56 and larger inputs lost (56x56x144: 25-35
+// against 23-26 us), and with bfloat16 compute oneDNN's was faster on
+// every layer (14x14x576 15 against 30 us), so those stay on oneDNN. On
+// AVX2-only CPUs, every map with bfloat16 rows in or out: oneDNN's
+// jit:avx2 runs those through float32 staging copies, and Tessera's AVX2 kernel took 1.0-2.4x less time on MobileNetV2's layers
 // (same process, alternating; 112x112x96/2: 145-162 against 313-424 us).
 // Float32 stays on oneDNN's, which ran 1.2-2x faster than Tessera's there.
 bool is_depthwise(const Problem& pr) {
@@ -978,9 +977,9 @@ bool is_depthwise(const Problem& pr) {
   if (kernel_isa() == KernelIsa::kAvx2)
     return rows(pr.input.dtype) && rows(pr.output.dtype) &&
            (pr.input.dtype == DataType::BFLOAT16 || pr.output.dtype == DataType::BFLOAT16);
-  if (pr.compute != DataType::FLOAT32) return false;
-  const bool direct3 = g.kw == 3 && g.dw == 1 && g.dh == 1 && (g.sw == 1 || (g.sw == 2 && g.oh * g.ow <= 28 * 28));
-  return direct3 || g.oh * g.ow <= 14 * 14;
+  if (kernel_isa() != KernelIsa::kAvx512 || pr.compute != DataType::FLOAT32) return false;
+  const bool direct_stride1 = g.kw == 3 && g.dw == 1 && g.dh == 1 && g.sw == 1;
+  return direct_stride1 || g.oh * g.ow <= 14 * 14;
 }
 
 StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,

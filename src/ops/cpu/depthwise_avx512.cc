@@ -215,6 +215,15 @@ void output_rows(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) 
       const int64_t ix0 = int64_t{ox0} * S - a.pad_l;
       const int npx = static_cast<int>(std::min<uint32_t>(kPixels, a.ow - ox0));
       std::byte* out = out_row + uint64_t{ox0} * out_stride;
+      // The next block's columns of the input rows no earlier output row
+      // read (the last S), ahead of the hardware: its prefetchers miss this
+      // column-by-channel-block order, and from DRAM (a batch of 8
+      // 56x56x144 maps) the block ran 2-3x slower without.
+      const int64_t lo = std::clamp<int64_t>(ix0 + kCols, 0, a.w);
+      const int64_t hi = std::clamp<int64_t>(ix0 + kCols + kPixels * S, 0, a.w);
+      for (uint32_t r = rows.n > S ? rows.n - S : 0; r < rows.n; ++r)
+        for (const std::byte* q = rows.row[r] + lo * in_stride; q < rows.row[r] + hi * in_stride; q += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(q), _MM_HINT_T0);
       if (npx == kPixels && ix0 >= 0 && ix0 + kCols <= a.w)
         block<S, false, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act);
       else
