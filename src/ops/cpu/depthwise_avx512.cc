@@ -157,77 +157,115 @@ namespace direct3 {
 
 constexpr int kPixels = 8;
 
+// The input rows R output rows read, in order, with each one's weights
+// (3, C) for each of the output rows (null where it reads none).
+template <int R>
 struct Rows {
-  const std::byte* row[kMaxK];  // the input rows the output row reads, pixel 0
-  const float* w[kMaxK];        // their weights (3, C) for that ky
-  uint32_t n;
+  const std::byte* row[kMaxK + 1];  // pixel 0 of the input row
+  const float* w[kMaxK + 1][R];
+  uint32_t n = 0;
 };
 
-template <int S, bool kEdge, bool kBf16In, bool kBf16Out, class Act>
-void block(const DepthwiseArgs& a, const Rows& rows, int64_t ix0, int npx, uint64_t in_stride, std::byte* out,
-           uint64_t out_stride, Act act) {
+// kPixels output pixels of R output rows, one input row's columns at a time:
+// loaded once (zeros past the map's edges), then the FMAs tap by tap over
+// the eight pixels of each output row it feeds. Two output rows of stride 1
+// share two of their four input rows: the block then reads 40 columns for
+// 16 pixels where one row at a time read 60 (from L2: the three rows of a
+// 56x56x144 map do not fit L1, and those reads, not the FMAs, bound it).
+template <int S, int R, bool kEdge, bool kBf16In, bool kBf16Out, class Act>
+void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, uint64_t in_stride,
+           std::byte* const* out, uint64_t out_stride, Act act) {
   constexpr int KW = 3, kCols = (kPixels - 1) * S + KW;
   constexpr uint64_t ei = kBf16In ? 2 : 4;
   const int64_t w = a.w;
   for (uint32_t cb = 0; cb < a.c; cb += 16) {
     const __mmask16 m = tail_mask(a.c - cb);
     const __m512 bias = _mm512_maskz_loadu_ps(m, a.bias + cb);
-    __m512 acc[kPixels];
-    _Pragma("GCC unroll 8") for (int j = 0; j < kPixels; ++j) acc[j] = bias;
-    for (uint32_t r = 0; r < rows.n; ++r) {
-      __m512 wv[KW];
-      _Pragma("GCC unroll 3") for (int kx = 0; kx < KW; ++kx) wv[kx] = _mm512_maskz_loadu_ps(m, rows.w[r] + kx * a.c + cb);
-      const std::byte* p = rows.row[r] + cb * ei;
+    __m512 acc[R][kPixels];
+    _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r)
+      _Pragma("GCC unroll 8") for (int j = 0; j < kPixels; ++j) acc[r][j] = bias;
+    for (uint32_t q = 0; q < rows.n; ++q) {
+      const std::byte* p = rows.row[q] + cb * ei;
+      __m512 xs[kCols];
       _Pragma("GCC unroll 32") for (int i = 0; i < kCols; ++i) {
         const int64_t col = ix0 + i;
-        if (kEdge && (col < 0 || col >= w)) continue;
+        if (kEdge && (col < 0 || col >= w)) {
+          xs[i] = _mm512_setzero_ps();
+          continue;
+        }
         const std::byte* at = p + static_cast<uint64_t>(col) * in_stride;
-        const __m512 x = kBf16In ? load_bf16(reinterpret_cast<const uint16_t*>(at), m)
-                                 : _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(at));
+        xs[i] = kBf16In ? load_bf16(reinterpret_cast<const uint16_t*>(at), m)
+                        : _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(at));
+      }
+      _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r) {
+        const float* wq = rows.w[q][r];
+        if (!wq) continue;
         _Pragma("GCC unroll 3") for (int kx = 0; kx < KW; ++kx) {
-          const int d = i - kx;
-          if (d >= 0 && d % S == 0 && d / S < kPixels) acc[d / S] = _mm512_fmadd_ps(x, wv[kx], acc[d / S]);
+          const __m512 wv = _mm512_maskz_loadu_ps(m, wq + kx * a.c + cb);
+          _Pragma("GCC unroll 8") for (int j = 0; j < kPixels; ++j)
+            acc[r][j] = _mm512_fmadd_ps(xs[j * S + kx], wv, acc[r][j]);
         }
       }
     }
-    _Pragma("GCC unroll 8") for (int j = 0; j < kPixels; ++j) {
-      if (kEdge && j >= npx) break;
-      store(out + j * out_stride, kBf16Out, cb, m, act(acc[j]));
+    _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r)
+      _Pragma("GCC unroll 8") for (int j = 0; j < kPixels; ++j) {
+        if (kEdge && j >= npx) break;
+        store(out[r] + j * out_stride, kBf16Out, cb, m, act(acc[r][j]));
+      }
+  }
+}
+
+// Output rows t in [begin, end) from t's R output rows (same image; R = 2
+// only for stride 1 both ways).
+template <int S, int R, bool kBf16In, bool kBf16Out, class Act>
+void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
+  const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
+  constexpr int kCols = (kPixels - 1) * S + 3;
+  const uint32_t img = t / a.oh, oy = t % a.oh;
+  Rows<R> rows;
+  for (uint32_t q = 0; q < a.kh + R - 1; ++q) {
+    const int64_t iy = int64_t{oy} * a.sh + q - a.pad_t;
+    if (iy < 0 || iy >= a.h) continue;
+    rows.row[rows.n] = a.src.base + (uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w * in_stride;
+    for (int r = 0; r < R; ++r) {
+      const int64_t ky = int64_t{q} - r;
+      rows.w[rows.n][r] = ky >= 0 && ky < a.kh ? a.weights + static_cast<uint64_t>(ky) * 3 * a.c : nullptr;
     }
+    ++rows.n;
+  }
+  std::byte* out_row[R];
+  for (int r = 0; r < R; ++r) out_row[r] = a.dst.base + (uint64_t{img} * a.oh + oy + r) * a.ow * out_stride;
+  // Input rows no earlier output row read: the last S per output row.
+  const uint32_t fresh = std::min<uint32_t>(rows.n, S * R);
+  for (uint32_t ox0 = 0; ox0 < a.ow; ox0 += kPixels) {
+    const int64_t ix0 = int64_t{ox0} * S - a.pad_l;
+    const int npx = static_cast<int>(std::min<uint32_t>(kPixels, a.ow - ox0));
+    std::byte* out[R];
+    for (int r = 0; r < R; ++r) out[r] = out_row[r] + uint64_t{ox0} * out_stride;
+    // The next block's columns of the fresh rows, ahead of the hardware: its
+    // prefetchers miss this column-by-channel-block order, and from DRAM (a
+    // batch of 8 56x56x144 maps) the block ran 2-3x slower without.
+    const int64_t lo = std::clamp<int64_t>(ix0 + kCols, 0, a.w);
+    const int64_t hi = std::clamp<int64_t>(ix0 + kCols + kPixels * S, 0, a.w);
+    for (uint32_t q = rows.n - fresh; q < rows.n; ++q)
+      for (const std::byte* p = rows.row[q] + lo * in_stride; p < rows.row[q] + hi * in_stride; p += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+    if (npx == kPixels && ix0 >= 0 && ix0 + kCols <= a.w)
+      block<S, R, false, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act);
+    else
+      block<S, R, true, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act);
   }
 }
 
 template <int S, bool kBf16In, bool kBf16Out, class Act>
 void output_rows(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
-  const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
-  constexpr int kCols = (kPixels - 1) * S + 3;
-  for (uint32_t t = begin; t < end; ++t) {
-    const uint32_t img = t / a.oh, oy = t % a.oh;
-    Rows rows{};
-    for (uint32_t ky = 0; ky < a.kh; ++ky) {
-      const int64_t iy = int64_t{oy} * a.sh + ky - a.pad_t;
-      if (iy < 0 || iy >= a.h) continue;
-      rows.row[rows.n] = a.src.base + (uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w * in_stride;
-      rows.w[rows.n++] = a.weights + uint64_t{ky} * 3 * a.c;
-    }
-    std::byte* out_row = a.dst.base + (uint64_t{img} * a.oh + oy) * a.ow * out_stride;
-    for (uint32_t ox0 = 0; ox0 < a.ow; ox0 += kPixels) {
-      const int64_t ix0 = int64_t{ox0} * S - a.pad_l;
-      const int npx = static_cast<int>(std::min<uint32_t>(kPixels, a.ow - ox0));
-      std::byte* out = out_row + uint64_t{ox0} * out_stride;
-      // The next block's columns of the input rows no earlier output row
-      // read (the last S), ahead of the hardware: its prefetchers miss this
-      // column-by-channel-block order, and from DRAM (a batch of 8
-      // 56x56x144 maps) the block ran 2-3x slower without.
-      const int64_t lo = std::clamp<int64_t>(ix0 + kCols, 0, a.w);
-      const int64_t hi = std::clamp<int64_t>(ix0 + kCols + kPixels * S, 0, a.w);
-      for (uint32_t r = rows.n > S ? rows.n - S : 0; r < rows.n; ++r)
-        for (const std::byte* q = rows.row[r] + lo * in_stride; q < rows.row[r] + hi * in_stride; q += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(q), _MM_HINT_T0);
-      if (npx == kPixels && ix0 >= 0 && ix0 + kCols <= a.w)
-        block<S, false, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act);
-      else
-        block<S, true, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act);
+  for (uint32_t t = begin; t < end;) {
+    if (S == 1 && a.sh == 1 && t + 1 < end && (t + 1) % a.oh != 0) {
+      output_rows_at<S, 2, kBf16In, kBf16Out>(a, t, act);
+      t += 2;
+    } else {
+      output_rows_at<S, 1, kBf16In, kBf16Out>(a, t, act);
+      t += 1;
     }
   }
 }
