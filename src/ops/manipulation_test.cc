@@ -186,6 +186,26 @@ TEST(Concat, EveryDimMatchesReference) {
       }
 }
 
+// Along the last dim of row-major DRAM tensors each output row is one copy
+// per input (the whole-rows path); odd widths, several inputs, both dtypes.
+TEST(Concat, LastDimOfDramRowsMatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (DataType dt : kTypes)
+    for (int n : {2, 3, 5}) {
+      SCOPED_TRACE(fmt::format("x{} {}", n, data_type_name(dt)));
+      std::vector<Tensor> hosts, devs;
+      for (int k = 0; k < n; ++k) {
+        hosts.push_back(testing::random_tensor(Shape{2, 7, 5, static_cast<uint32_t>(1 + 13 * k)}, dt,
+                                               Layout::ROW_MAJOR, static_cast<uint32_t>(30 + k)));
+        ASSERT_OK_AND_ASSIGN(Tensor d, to_device(hosts.back(), *dev));
+        devs.push_back(d);
+      }
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::concat(hosts, -1));
+      ASSERT_OK_AND_ASSIGN(Tensor y, concat(devs, -1));
+      ASSERT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want));
+    }
+}
+
 TEST(Concat, ChannelsOfHeightShardedActivations) {
   // The UNet's skip connection: two (1,1,H*W,C) activations height-sharded
   // on the same cores, concatenated into a height-sharded [h, 2C] output.
