@@ -959,11 +959,11 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
 // (cpu/depthwise_kernels.h); their prepared weights are (kh * kw, C) float32.
 // With the AVX-512 set, float32 compute: 3x3 kernels of stride 1 on every
 // map, and every shape up to 14x14 outputs (3x3 ones take the direct path,
-// the others the staged one). Per launch in a trace replay, against oneDNN
-// 2.6's brdgmm (kernel medians, bench/RESULTS.md twelfth run): 7x7x960 8-10
-// against 23 us, 14x14x576 16 against 30, 28x28x192 17-20 against 22-26,
-// 112x112x32 49-62 against 65-72, a batch of 8 56x56x144 505-648 against
-// 579-622. Stride 2 on 56x56 and larger inputs lost (56x56x144: 25-35
+// the others the staged one). Per launch in a trace replay (kernel medians,
+// bench/RESULTS.md twelfth run), the direct path against the staged one:
+// 7x7x960 8-10 against 23 us, 14x14x576 16 against 30; against oneDNN
+// 2.6's brdgmm: 28x28x192 17-20 against 22-26, 112x112x32 49-62 against
+// 65-72, a batch of 8 56x56x144 505-648 against 579-622. Stride 2 on 56x56 and larger inputs lost (56x56x144: 25-35
 // against 23-26 us), and with bfloat16 compute oneDNN's was faster on
 // every layer (14x14x576 15 against 30 us), so those stay on oneDNN. On
 // AVX2-only CPUs, every map with bfloat16 rows in or out: oneDNN's
