@@ -145,14 +145,14 @@ void depthwise_rows(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act ac
 
 // 3x3 kernels of stride 1 or 2, dilation 1, on rows evenly spaced in
 // memory (MobileNet's depthwise layers): taps read straight from the NHWC
-// rows, no staging. A block is kPixels output pixels of one row and 16
-// channels; each input column the block reads is loaded once per kernel
-// row and feeds every accumulator that uses it (10 loads for 24 FMAs at
-// stride 1, 17 at stride 2). Blocks loop over channels inside, so a
-// block's input columns and its output pixels are contiguous runs of
-// memory. Accumulation order is the portable kernel's: bias, then taps in
-// (ky, kx) order. Blocks that reach past the map's columns (kEdge) skip the
-// missing columns.
+// rows, no staging. A block is kPixels output pixels of one output row (two
+// at stride 1) and 16 channels; each input column the block reads is
+// loaded once per input row and feeds every accumulator that uses it (10
+// loads for 24 FMAs per output row at stride 1, 17 at stride 2). Blocks
+// loop over channels inside, so a block's input columns and its output
+// pixels are contiguous runs of memory. Accumulation order is the portable
+// kernel's: bias, then taps in (ky, kx) order. Blocks that reach past the
+// map's columns (kEdge) read zeros there, as the padding.
 namespace direct3 {
 
 constexpr int kPixels = 8;
@@ -215,8 +215,8 @@ void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, ui
   }
 }
 
-// Output rows t in [begin, end) from t's R output rows (same image; R = 2
-// only for stride 1 both ways).
+// Output rows t .. t + R - 1 of one image (R = 2 only at stride 1 both
+// ways).
 template <int S, int R, bool kBf16In, bool kBf16Out, class Act>
 void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
