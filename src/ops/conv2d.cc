@@ -16,6 +16,7 @@
 
 #include "cpu/depthwise_kernels.h"
 #include "cpu/direct_conv_kernels.h"
+#include "cpu/float_math.h"
 #include "onednn_util.h"
 #include "op_common.h"
 #include "tessera/base/aligned.h"
@@ -55,6 +56,12 @@ struct ConvShard {
   uint32_t in_row0 = 0, in_rows = 0;    // input rows it reads, halo included
   int64_t pad_top = 0, pad_bottom = 0;  // its own padding (a transposed conv's may be negative)
   size_t primitive = 0;                 // index into ConvPlan::prims
+  // ConvPlan::own_residual: each image's rows run in calls of `chunk`
+  // pixels (primitive), the last one `tail` pixels (tail_primitive, its own
+  // memory objects).
+  uint32_t chunk = 0, tail = 0;
+  size_t tail_primitive = 0;
+  memory tail_src_mem, tail_dst_mem, tail_scratch_mem;
   dnnl::stream stream;
   memory src_mem, dst_mem, weights_mem, bias_mem, scratch_mem;
   std::shared_ptr<std::byte[]> scratch, src_stage, dst_stage;
@@ -106,6 +113,11 @@ struct ConvPlan {
   // for binary post-ops: with a binary add ResNet's strided 1x1 downsample
   // took 4.3 ms in jit:avx512_core, against 0.5 ms in brgconv_1x1.)
   bool residual = false, stage_res = false;
+  // The residual added by Tessera instead (1x1 stride-1 convs whose output
+  // rows per image outgrow the L2, see adds_own_residual): the shard runs
+  // its rows in pixel chunks into `dst_stage`, which stays in the cache, and
+  // one fused pass writes res_activation(stage + residual) to the output.
+  bool own_residual = false;
   UnaryWithParam res_activation;
   DataType res_type = DataType::FLOAT32;
   DataType out_type = DataType::FLOAT32;  // the kernel's output rows (tile_type or dst_type: the tensor's)
@@ -120,23 +132,84 @@ struct ConvArgs {
   ConvPlan* plan;
 };
 
+// Runs primitive `prim` of the shard on its memory objects (pointed at the
+// rows by the caller).
+Status execute(const ConvArgs& a, ConvShard& sh, size_t prim, memory& src_mem, memory& dst_mem,
+               const memory& scratch_mem) {
+  const ConvPlan& plan = *a.plan;
+  return guard("running the convolution", [&] {
+    if (plan.winograd) sh.to_wino.execute(sh.stream, src_mem, sh.wino_src_mem);
+    const memory& conv_src = plan.winograd ? sh.wino_src_mem : src_mem;
+    const memory& conv_dst = plan.winograd ? sh.wino_dst_mem : dst_mem;
+    sh.weights_mem.set_data_handle(const_cast<std::byte*>(a.weights) + sh.weights_offset);
+    sh.bias_mem.set_data_handle(const_cast<std::byte*>(a.bias) + uint64_t{sh.oc0} * sizeof(float));
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, conv_src.get()},
+                              {DNNL_ARG_WEIGHTS, sh.weights_mem.get()},
+                              {DNNL_ARG_BIAS, sh.bias_mem.get()},
+                              {DNNL_ARG_DST, conv_dst.get()},
+                              {DNNL_ARG_SCRATCHPAD, scratch_mem.get()}};
+    dnnl::error::wrap_c_api(dnnl_primitive_execute(plan.prims[prim].get(), sh.stream.get(), 5, args), "execute");
+    if (plan.winograd) sh.from_wino.execute(sh.stream, sh.wino_dst_mem, dst_mem);
+    sh.stream.wait();
+  });
+}
+
+// Input pixels [s0, s1) as the kernel reads them: in place, or untilized or
+// converted into the shard's buffer.
+std::byte* source_rows(const ConvArgs& a, ConvShard& sh, uint64_t s0, uint64_t s1) {
+  const ConvPlan& plan = *a.plan;
+  if (plan.tile_src) {
+    onednn::tiles_to_rows(a.src, plan.src_type, s0, s1, plan.cin, sh.src_stage.get(), plan.in_type);
+  } else if (plan.stage_src) {
+    gather_rows(a.src, plan.src_type, s0, s1, 0, plan.cin, sh.src_stage.get(), plan.in_type);
+  } else {
+    return a.src.base + s0 * a.src.cols * a.src.unit_bytes;
+  }
+  return sh.src_stage.get();
+}
+
+// ConvPlan::own_residual: a 1x1 stride-1 conv (input pixel = output pixel)
+// over dense float32 rows, in chunks whose output stays in the cache.
+Status run_chunks(const ConvArgs& a, ConvShard& sh) {
+  const ConvPlan& plan = *a.plan;
+  const cpu::FloatMath& math = cpu::select_float_math();
+  const uint64_t row_bytes = uint64_t{plan.cout} * sizeof(float);
+  auto* stage = sh.dst_stage.get();
+  for (uint32_t n = sh.n0; n < sh.n0 + sh.count; ++n) {
+    const uint64_t first = (uint64_t{n} * plan.out_h + sh.out_row0) * plan.out_w;
+    const uint64_t end = first + uint64_t{sh.out_rows} * plan.out_w;
+    for (uint64_t p = first; p < end; p += sh.chunk) {
+      const bool tail = end - p < sh.chunk;
+      const uint64_t pixels = tail ? sh.tail : sh.chunk;
+      memory& src_mem = tail ? sh.tail_src_mem : sh.src_mem;
+      memory& dst_mem = tail ? sh.tail_dst_mem : sh.dst_mem;
+      src_mem.set_data_handle(source_rows(a, sh, p, p + pixels));
+      dst_mem.set_data_handle(stage);
+      TS_RETURN_IF_ERROR(execute(a, sh, tail ? sh.tail_primitive : sh.primitive, src_mem, dst_mem,
+                                 tail ? sh.tail_scratch_mem : sh.scratch_mem));
+      if (plan.post_activation)
+        onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, stage, pixels * plan.cout);
+      const cpu::FusedOperand conv{stage, false}, res{a.res.base + p * row_bytes, false},
+          out{a.dst.base + p * row_bytes, false};
+      math.fused(conv, &res, out, BinaryOpType::ADD, plan.res_activation, pixels * plan.cout);
+    }
+  }
+  return ok_status();
+}
+
 Status run_shard(const ConvArgs& a, ConvShard& sh) {
   const ConvPlan& plan = *a.plan;
   std::lock_guard<std::mutex> lock(sh.mu);
   omp_set_num_threads(1);  // this worker is the shard's only thread
-  const uint64_t src_row = uint64_t{a.src.cols} * a.src.unit_bytes, dst_row = uint64_t{a.dst.cols} * a.dst.unit_bytes;
+  if (plan.own_residual) return run_chunks(a, sh);
+  const uint64_t dst_row = uint64_t{a.dst.cols} * a.dst.unit_bytes;
   for (uint32_t n = sh.n0; n < sh.n0 + sh.count; n += sh.mb) {
     const uint64_t s0 = (uint64_t{n} * plan.in_h + sh.in_row0) * plan.in_w,
                    s1 = s0 + uint64_t{sh.mb} * sh.in_rows * plan.in_w;
     const uint64_t d0 = (uint64_t{n} * plan.out_h + sh.out_row0) * plan.out_w,
                    d1 = d0 + uint64_t{sh.mb} * sh.out_rows * plan.out_w;
-    std::byte* src = plan.stage_src ? sh.src_stage.get() : a.src.base + s0 * src_row;
+    std::byte* src = source_rows(a, sh, s0, s1);
     std::byte* dst = plan.stage_dst || plan.split_channels ? sh.dst_stage.get() : a.dst.base + d0 * dst_row;
-    if (plan.tile_src) {
-      onednn::tiles_to_rows(a.src, plan.src_type, s0, s1, plan.cin, src, plan.in_type);
-    } else if (plan.stage_src) {
-      gather_rows(a.src, plan.src_type, s0, s1, 0, plan.cin, src, plan.in_type);
-    }
     if (plan.residual) {
       if (plan.split_channels || plan.stage_res) {
         gather_rows(a.res, plan.res_type, d0, d1, sh.oc0, sh.ocs, dst, plan.out_type);
@@ -144,26 +217,9 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
         std::memcpy(dst, res, (d1 - d0) * dst_row);
       }
     }
-    TS_RETURN_IF_ERROR(guard("running the convolution", [&] {
-      sh.src_mem.set_data_handle(src);
-      sh.dst_mem.set_data_handle(dst);
-      if (plan.winograd) {
-        sh.to_wino.execute(sh.stream, sh.src_mem, sh.wino_src_mem);
-      }
-      const memory& conv_src = plan.winograd ? sh.wino_src_mem : sh.src_mem;
-      const memory& conv_dst = plan.winograd ? sh.wino_dst_mem : sh.dst_mem;
-      sh.weights_mem.set_data_handle(const_cast<std::byte*>(a.weights) + sh.weights_offset);
-      sh.bias_mem.set_data_handle(const_cast<std::byte*>(a.bias) + uint64_t{sh.oc0} * sizeof(float));
-      dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, conv_src.get()},
-                                {DNNL_ARG_WEIGHTS, sh.weights_mem.get()},
-                                {DNNL_ARG_BIAS, sh.bias_mem.get()},
-                                {DNNL_ARG_DST, conv_dst.get()},
-                                {DNNL_ARG_SCRATCHPAD, sh.scratch_mem.get()}};
-      dnnl::error::wrap_c_api(
-          dnnl_primitive_execute(plan.prims[sh.primitive].get(), sh.stream.get(), 5, args), "execute");
-      if (plan.winograd) sh.from_wino.execute(sh.stream, sh.wino_dst_mem, sh.dst_mem);
-      sh.stream.wait();
-    }));
+    sh.src_mem.set_data_handle(src);
+    sh.dst_mem.set_data_handle(dst);
+    TS_RETURN_IF_ERROR(execute(a, sh, sh.primitive, sh.src_mem, sh.dst_mem, sh.scratch_mem));
     if (plan.post_activation)
       onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, (d1 - d0) * sh.ocs);
     if (plan.tile_dst) {
@@ -500,7 +556,7 @@ dnnl::primitive_desc make_pd(ConvPlan& plan, const Geometry& g, const memory::de
   // jit:avx2 swish post-op cost about 1 ns per element in YOLO's 1x1 convs.
   const bool own_silu = g.activation.op == UnaryOpType::SILU && !plan.residual && kernel_isa() == KernelIsa::kAvx2;
   if (own_silu || !onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
-  if (plan.residual) {
+  if (plan.residual && !plan.own_residual) {
     po.append_sum(1.f);
     onednn::append_activation(po, plan.res_activation);
   }
@@ -541,6 +597,52 @@ dnnl::primitive_desc whole_problem(ConvPlan& plan, const Problem& pr) {
 // a residual or not, Winograd or not), not on how a plan splits the work.
 memory::desc whole_problem_weights(ConvPlan& plan, const Problem& pr) { return whole_problem(plan, pr).weights_desc(); }
 
+// ConvPlan::own_residual: a chunk's output (and its input) stays in the L2
+// beside the weights: 256 KB of output rows per chunk. ResNet-50's stage-1
+// 64->256 1x1 with its residual, batch 8, two threads, buffers from DRAM,
+// alternated: oneDNN's sum post-op 3.7-3.9 ms, chunks of 1 to 8 rows
+// 2.9-3.1 ms, 14 rows (800 KB) 3.6.
+constexpr uint64_t kChunkOutputBytes = 256 * 1024;
+
+// The chunk and tail primitives of every shard (1x1, stride 1, no padding:
+// a chunk is any run of pixels of one image).
+void build_chunk_primitives(ConvPlan& plan, const Problem& pr) {
+  const Geometry& g = pr.g;
+  std::map<uint64_t, size_t> by_pixels;
+  const memory::desc b_md({static_cast<memory::dim>(g.cout)}, memory::data_type::f32, memory::format_tag::x);
+  auto prim = [&](uint64_t pixels) {
+    auto [it, fresh] = by_pixels.try_emplace(pixels, plan.prims.size());
+    if (fresh) {
+      plan.pds.push_back(make_pd(plan, g, rows_desc(1, 1, static_cast<uint32_t>(pixels), g.cin, pr.kernel),
+                                 plan.packing.at(0).desc, b_md, rows_desc(1, 1, static_cast<uint32_t>(pixels), g.cout, pr.dst_dtype), 0, 0));
+      plan.prims.emplace_back(plan.pds.back());
+    }
+    return it->second;
+  };
+  for (auto& sh : plan.shards) {
+    sh->ocs = g.cout;
+    const uint64_t pixels = uint64_t{sh->out_rows} * g.ow, row_bytes = uint64_t{g.cout} * sizeof(float);
+    const uint64_t chunks = std::max<uint64_t>(1, (pixels * row_bytes + kChunkOutputBytes - 1) / kChunkOutputBytes);
+    sh->chunk = static_cast<uint32_t>((pixels + chunks - 1) / chunks);
+    sh->tail = static_cast<uint32_t>(pixels - (chunks - 1) * sh->chunk);
+    sh->primitive = prim(sh->chunk);
+    sh->tail_primitive = prim(sh->tail);
+    const auto &pd = plan.pds[sh->primitive], &tail_pd = plan.pds[sh->tail_primitive];
+    sh->stream = dnnl::stream(plan.engine);
+    sh->scratch = make_aligned_bytes(std::max(pd.scratchpad_desc().get_size(), tail_pd.scratchpad_desc().get_size()));
+    sh->src_mem = memory(pd.src_desc(), plan.engine, DNNL_MEMORY_NONE);
+    sh->dst_mem = memory(pd.dst_desc(), plan.engine, DNNL_MEMORY_NONE);
+    sh->scratch_mem = memory(pd.scratchpad_desc(), plan.engine, sh->scratch.get());
+    sh->tail_src_mem = memory(tail_pd.src_desc(), plan.engine, DNNL_MEMORY_NONE);
+    sh->tail_dst_mem = memory(tail_pd.dst_desc(), plan.engine, DNNL_MEMORY_NONE);
+    sh->tail_scratch_mem = memory(tail_pd.scratchpad_desc(), plan.engine, sh->scratch.get());
+    sh->weights_mem = memory(pd.weights_desc(), plan.engine, DNNL_MEMORY_NONE);
+    sh->bias_mem = memory(b_md, plan.engine, DNNL_MEMORY_NONE);
+    if (plan.stage_src) sh->src_stage = make_aligned_bytes(uint64_t{sh->chunk} * g.cin * element_size(pr.kernel));
+    sh->dst_stage = make_aligned_bytes(uint64_t{sh->chunk} * row_bytes);
+  }
+}
+
 // Builds one primitive per distinct shard shape. Channel shards and
 // Winograd shards (whose weight layout depends on the shard's shape) pick
 // their own weight layouts, and `plan.packing` gets one slice per primitive;
@@ -550,6 +652,7 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   const bool own_weights = plan.split_channels || plan.winograd;
   std::map<std::array<int64_t, 7>, size_t> by_shape;
   std::vector<uint64_t> offsets;  // per primitive
+  if (plan.own_residual) return build_chunk_primitives(plan, pr);
   for (auto& sh : plan.shards) {
     if (sh->ocs == 0) sh->ocs = g.cout;
     const std::array<int64_t, 7> shape{sh->mb, sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom, sh->oc0, sh->ocs};
@@ -645,6 +748,27 @@ bool splits_channels(const Geometry& g, uint32_t threads) {
   return splits_channels(c, g.transposed, threads);
 }
 
+// Output rows per image from this size on (ResNet-50's 56x56x256 maps)
+// have their residual added by Tessera (ConvPlan::own_residual). oneDNN's
+// sum post-op reads the residual as it stores each block of output
+// channels, a strided walk over rows from DRAM; Tessera's pass streams it.
+// ResNet-50 batch 8, per-launch medians inside the model, three alternated
+// pairs: the stage-1 64->256 1x1 with its residual 3.9-4.0 -> 3.0-3.3 ms.
+// The 28x28x512 maps (1.6 MB) gained nothing there (2.79-2.94 against
+// 2.83-2.87 ms) and stay on the post-op.
+constexpr uint64_t kOwnResidualImageBytes = 2 << 20;
+
+// Measured on AVX-512 CPUs only, for float32 rows (bfloat16 would round the
+// conv's output before the add, which oneDNN's post-op does not).
+bool adds_own_residual(const Problem& pr, const ConvPlan& plan) {
+  const Geometry& g = pr.g;
+  return plan.residual && kernel_isa() == KernelIsa::kAvx512 && cpu::select_float_math().fused != nullptr &&
+         !g.transposed && g.groups == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pad_t == 0 &&
+         g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 && !plan.winograd && !plan.tile_dst && !plan.stage_dst &&
+         !plan.stage_res && plan.out_type == DataType::FLOAT32 && plan.res_type == DataType::FLOAT32 &&
+         uint64_t{g.oh} * g.ow * g.cout * sizeof(float) >= kOwnResidualImageBytes;
+}
+
 StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst,
                           const TensorAccess* res = nullptr) {
   // Primitives are built for the single thread that runs each shard.
@@ -697,7 +821,9 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   if (threads > 1 && uint64_t{g.oh} * g.ow >= kMinPixelsToSplit) order.push_back(Split::kRows);
   order.push_back(Split::kWhole);
   Status built;
+  const bool own_residual = adds_own_residual(pr, *plan);
   for (Split split : order) {
+    plan->own_residual = own_residual && split != Split::kChannels;
     plan->shards.clear();
     plan->pds.clear();
     plan->prims.clear();
@@ -733,9 +859,12 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   TS_RETURN_IF_ERROR(built);
   Program prog;
   prog.kernel = conv_kernel;
-  prog.kernel_name = fmt::format("{}_{}__onednn_{}_x{}{}", short_dtype_name(pr.kernel),
+  // Suffixes: "oc" for channel shards, "_chunked" for pixel chunks with
+  // Tessera's residual pass (own_residual).
+  prog.kernel_name = fmt::format("{}_{}__onednn_{}_x{}{}{}", short_dtype_name(pr.kernel),
                                  g.transposed ? "conv_transpose2d" : "conv2d", plan->pds[0].impl_info_str(),
-                                 plan->shards.size(), plan->split_channels ? "oc" : "");
+                                 plan->shards.size(), plan->split_channels ? "oc" : "",
+                                 plan->own_residual ? "_chunked" : "");
   prog.num_tasks = static_cast<uint32_t>(plan->shards.size());
   prog.grain = 1;
   prog.plan = plan;

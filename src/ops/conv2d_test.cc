@@ -311,6 +311,13 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       // An activation before the add on a 1x1: a separate add on AVX2-only CPUs.
       {{1, 10, 10, 32, 48, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
        DataType::FLOAT32},
+      // 1x1 convs with over 2 MiB of output rows per image add the residual in
+      // Tessera's own pass on AVX-512 (pixel chunks with a shorter tail): by
+      // image, and by rows with an activation before the add.
+      {{2, 45, 47, 24, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
+      {{1, 41, 53, 16, 272, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::RELU6, DataType::FLOAT32,
+       DataType::FLOAT32},
+      {{3, 41, 53, 16, 272, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::IDENTITY, DataType::FLOAT32, DataType::FLOAT32},
   };
   const KernelIsa native = kernel_isa();
   std::vector<KernelIsa> isas{native};
@@ -356,6 +363,13 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
         bool ran = false;
         for (const OpTiming& t : prof.ops)
           ran |= t.kernel_name.find(rc.hifi2 ? "winograd_f2_avx2" : "direct_avx2") != std::string::npos;
+        EXPECT_TRUE(ran);
+      }
+      if (isa == KernelIsa::kAvx512 && cs.kh * cs.kw == 1 && cs.stride == 1 && rc.in == DataType::FLOAT32 &&
+          rc.res == DataType::FLOAT32 && uint64_t{p.output_height()} * p.output_width() * cs.k * 4 >= (2u << 20)) {
+        ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+        bool ran = false;
+        for (const OpTiming& t : prof.ops) ran |= t.kernel_name.ends_with("_chunked");
         EXPECT_TRUE(ran);
       }
       // The prepared weights take the same residual.

@@ -116,13 +116,13 @@ void with_activation(const UnaryWithParam& act, F&& f) {
 
 inline __m512 load(const void* p, bool bf16, size_t i, __mmask16 m) {
   return bf16 ? load_bf16(static_cast<const uint16_t*>(p) + i, m)
-              : _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+              : loadu_ps(static_cast<const float*>(p) + i, m);
 }
 inline void store(void* p, bool bf16, size_t i, __mmask16 m, __m512 v) {
   if (bf16)
-    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m, to_bf16(v));
+    storeu_epi16(static_cast<uint16_t*>(p) + i, m, to_bf16(v));
   else
-    _mm512_mask_storeu_ps(static_cast<float*>(p) + i, m, v);
+    storeu_ps(static_cast<float*>(p) + i, m, v);
 }
 
 

@@ -11,9 +11,39 @@ namespace tessera::cpu::avx512 {
 
 inline __mmask16 tail_mask(size_t left) { return static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1); }
 
+// Loads and stores of up to 16 lanes (mask `m` from tail_mask): a full
+// vector goes unmasked. On the AMD Zen 5 CPU here, masked loads and stores
+// walking arrays from DRAM ran at half the bandwidth of plain ones (an
+// in-place add over 64 MB, one thread: 18-20 against 36-44 GB/s; the
+// residual pass of ResNet-50's 1x1 convs: 4.8 against 14.9 GB/s).
+inline __m512 loadu_ps(const float* p, __mmask16 m) {
+  return m == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+inline void storeu_ps(float* p, __mmask16 m, __m512 v) {
+  if (m == 0xffff) _mm512_storeu_ps(p, v);
+  else _mm512_mask_storeu_ps(p, m, v);
+}
+inline __m256i loadu_epi16(const uint16_t* p, __mmask16 m) {
+  return m == 0xffff ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : _mm256_maskz_loadu_epi16(m, p);
+}
+inline void storeu_epi16(uint16_t* p, __mmask16 m, __m256i v) {
+  if (m == 0xffff) _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+  else _mm256_mask_storeu_epi16(p, m, v);
+}
+
+// f(i, m) over n lanes in vectors of 16: the full ones with m = 0xffff, a
+// constant once f is inlined (plain loads and stores through the helpers
+// above, no mask arithmetic per vector), then the masked tail.
+template <class F>
+inline void for_each_vector(size_t n, F&& f) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) f(i, static_cast<__mmask16>(0xffff));
+  if (i < n) f(i, tail_mask(n - i));
+}
+
 // bfloat16 -> float32 is exact: the bits move up 16.
 inline __m512 load_bf16(const uint16_t* p, __mmask16 m) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(loadu_epi16(p, m)), 16));
 }
 
 // Round to nearest even with NaN kept quiet and denormals kept (unlike

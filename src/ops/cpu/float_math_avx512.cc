@@ -2,6 +2,8 @@
 // avx512_activation.h).
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "avx512_activation.h"
 #include "avx512_util.h"
 #include "float_math.h"
@@ -20,40 +22,52 @@ void with_binary_op(BinaryOpType op, F&& f) {
   }
 }
 
+template <class F>
+void with_dtype(bool bf16, F&& f) {
+  if (bf16) f(std::true_type{});
+  else f(std::false_type{});
+}
+
 }  // namespace
 
 void unary_f32(const UnaryWithParam& act, float* x, size_t n) {
   with_activation(act, [&](auto f) {
-    for (size_t i = 0; i < n; i += 16) {
-      const __mmask16 m = tail_mask(n - i);
-      _mm512_mask_storeu_ps(x + i, m, f(_mm512_maskz_loadu_ps(m, x + i)));
-    }
+    for_each_vector(n, [&](size_t i, __mmask16 m) { storeu_ps(x + i, m, f(loadu_ps(x + i, m))); });
   });
 }
 
 void binary_f32(BinaryOpType op, const float* a, const float* b, float* y, size_t n) {
   with_binary_op(op, [&](auto f) {
-    for (size_t i = 0; i < n; i += 16) {
-      const __mmask16 m = tail_mask(n - i);
-      _mm512_mask_storeu_ps(y + i, m, f(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
-    }
+    for_each_vector(n, [&](size_t i, __mmask16 m) { storeu_ps(y + i, m, f(loadu_ps(a + i, m), loadu_ps(b + i, m))); });
   });
 }
 
+// Operands of one dtype (the common case) get loops with the dtype fixed at
+// compile time; mixed ones test each operand's dtype per vector.
 void fused_eltwise(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out, BinaryOpType op,
                    const UnaryWithParam& act, size_t n) {
   with_activation(act, [&](auto f) {
     if (!b) {
-      for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 m = tail_mask(n - i);
-        store(out.data, out.bf16, i, m, f(load(a.data, a.bf16, i, m)));
+      if (a.bf16 == out.bf16) {
+        with_dtype(a.bf16, [&](auto bf16) {
+          for_each_vector(n, [&](size_t i, __mmask16 m) { store(out.data, bf16, i, m, f(load(a.data, bf16, i, m))); });
+        });
+      } else {
+        for_each_vector(n, [&](size_t i, __mmask16 m) { store(out.data, out.bf16, i, m, f(load(a.data, a.bf16, i, m))); });
       }
       return;
     }
     with_binary_op(op, [&](auto g) {
-      for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 m = tail_mask(n - i);
-        store(out.data, out.bf16, i, m, f(g(load(a.data, a.bf16, i, m), load(b->data, b->bf16, i, m))));
+      if (a.bf16 == b->bf16 && a.bf16 == out.bf16) {
+        with_dtype(a.bf16, [&](auto bf16) {
+          for_each_vector(n, [&](size_t i, __mmask16 m) {
+            store(out.data, bf16, i, m, f(g(load(a.data, bf16, i, m), load(b->data, bf16, i, m))));
+          });
+        });
+      } else {
+        for_each_vector(n, [&](size_t i, __mmask16 m) {
+          store(out.data, out.bf16, i, m, f(g(load(a.data, a.bf16, i, m), load(b->data, b->bf16, i, m))));
+        });
       }
     });
   });

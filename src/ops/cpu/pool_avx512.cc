@@ -1,5 +1,6 @@
 #include <immintrin.h>
 
+#include "avx512_util.h"
 #include "pool_kernels.h"
 
 namespace tessera::cpu::avx512 {
@@ -18,7 +19,7 @@ void accumulate_f32(float* acc, const void* x, size_t n, Op op) {
   const float* p = static_cast<const float*>(x);
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail(n - i);
-    _mm512_mask_storeu_ps(acc + i, k, op(_mm512_maskz_loadu_ps(k, acc + i), _mm512_maskz_loadu_ps(k, p + i)));
+    storeu_ps(acc + i, k, op(loadu_ps(acc + i, k), loadu_ps(p + i, k)));
   }
 }
 template <class Op>
@@ -26,9 +27,8 @@ void accumulate_bf16(float* acc, const void* x, size_t n, Op op) {
   const uint16_t* p = static_cast<const uint16_t*>(x);
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail(n - i);
-    const __m512 v =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p + i)), 16));
-    _mm512_mask_storeu_ps(acc + i, k, op(_mm512_maskz_loadu_ps(k, acc + i), v));
+    const __m512 v = load_bf16(p + i, k);
+    storeu_ps(acc + i, k, op(loadu_ps(acc + i, k), v));
   }
 }
 inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
