@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "cpu/depthwise_kernels.h"
 #include "cpu/direct_conv_kernels.h"
@@ -56,7 +57,7 @@ struct ConvShard {
   uint32_t in_row0 = 0, in_rows = 0;    // input rows it reads, halo included
   int64_t pad_top = 0, pad_bottom = 0;  // its own padding (a transposed conv's may be negative)
   size_t primitive = 0;                 // index into ConvPlan::prims
-  // ConvPlan::own_residual: each image's rows run in calls of `chunk`
+  // ConvPlan::chunked: each image's output pixels run in calls of `chunk`
   // pixels (primitive), the last one `tail` pixels (tail_primitive, its own
   // memory objects).
   uint32_t chunk = 0, tail = 0;
@@ -113,11 +114,15 @@ struct ConvPlan {
   // for binary post-ops: with a binary add ResNet's strided 1x1 downsample
   // took 4.3 ms in jit:avx512_core, against 0.5 ms in brgconv_1x1.)
   bool residual = false, stage_res = false;
-  // The residual added by Tessera instead (1x1 stride-1 convs whose output
-  // rows per image outgrow the L2, see adds_own_residual): the shard runs
-  // its rows in pixel chunks into `dst_stage`, which stays in the cache, and
-  // one fused pass writes res_activation(stage + residual) to the output.
-  bool own_residual = false;
+  // Pixel chunks (run_chunks, see runs_in_chunks): a 1x1 conv without
+  // padding runs each shard's output pixels in calls of a few hundred,
+  // reading input pixels in place (stride 1) or gathered into `src_stage`
+  // (strided: oneDNN's own strided 1x1 was slower). With `own_residual`
+  // each chunk's output goes to `dst_stage`, which stays in the cache, and
+  // one fused pass writes res_activation(stage + residual) to the output
+  // (oneDNN's sum post-op reads the residual from DRAM at half the pace).
+  bool chunked = false, own_residual = false;
+  uint32_t stride_h = 1, stride_w = 1;
   UnaryWithParam res_activation;
   DataType res_type = DataType::FLOAT32;
   DataType out_type = DataType::FLOAT32;  // the kernel's output rows (tile_type or dst_type: the tensor's)
@@ -168,30 +173,45 @@ std::byte* source_rows(const ConvArgs& a, ConvShard& sh, uint64_t s0, uint64_t s
   return sh.src_stage.get();
 }
 
-// ConvPlan::own_residual: a 1x1 stride-1 conv (input pixel = output pixel)
-// over dense float32 rows, in chunks whose output stays in the cache.
+// ConvPlan::chunked: a 1x1 conv without padding over dense float32 rows,
+// in runs of output pixels of one image.
 Status run_chunks(const ConvArgs& a, ConvShard& sh) {
   const ConvPlan& plan = *a.plan;
   const cpu::FloatMath& math = cpu::select_float_math();
-  const uint64_t row_bytes = uint64_t{plan.cout} * sizeof(float);
-  auto* stage = sh.dst_stage.get();
+  const uint64_t out_row = uint64_t{plan.cout} * sizeof(float), in_row = uint64_t{plan.cin} * sizeof(float);
+  const bool strided = plan.stride_h > 1 || plan.stride_w > 1;
+  std::byte* stage = sh.dst_stage.get();
   for (uint32_t n = sh.n0; n < sh.n0 + sh.count; ++n) {
-    const uint64_t first = (uint64_t{n} * plan.out_h + sh.out_row0) * plan.out_w;
-    const uint64_t end = first + uint64_t{sh.out_rows} * plan.out_w;
+    const uint64_t image = uint64_t{n} * plan.out_h * plan.out_w;
+    const uint64_t first = image + uint64_t{sh.out_row0} * plan.out_w, end = first + uint64_t{sh.out_rows} * plan.out_w;
     for (uint64_t p = first; p < end; p += sh.chunk) {
       const bool tail = end - p < sh.chunk;
       const uint64_t pixels = tail ? sh.tail : sh.chunk;
+      std::byte* src = nullptr;
+      if (strided) {  // input pixel (oy * stride_h, ox * stride_w) of output pixel (oy, ox)
+        src = sh.src_stage.get();
+        for (uint64_t q = p - image, i = 0; i < pixels; ++q, ++i) {
+          const uint64_t oy = q / plan.out_w, ox = q % plan.out_w;
+          const uint64_t ip = (uint64_t{n} * plan.in_h + oy * plan.stride_h) * plan.in_w + ox * plan.stride_w;
+          std::memcpy(src + i * in_row, a.src.base + ip * in_row, in_row);
+        }
+      } else {
+        src = source_rows(a, sh, p, p + pixels);
+      }
+      std::byte* dst = plan.own_residual ? stage : a.dst.base + p * out_row;
       memory& src_mem = tail ? sh.tail_src_mem : sh.src_mem;
       memory& dst_mem = tail ? sh.tail_dst_mem : sh.dst_mem;
-      src_mem.set_data_handle(source_rows(a, sh, p, p + pixels));
-      dst_mem.set_data_handle(stage);
+      src_mem.set_data_handle(src);
+      dst_mem.set_data_handle(dst);
       TS_RETURN_IF_ERROR(execute(a, sh, tail ? sh.tail_primitive : sh.primitive, src_mem, dst_mem,
                                  tail ? sh.tail_scratch_mem : sh.scratch_mem));
       if (plan.post_activation)
-        onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, stage, pixels * plan.cout);
-      const cpu::FusedOperand conv{stage, false}, res{a.res.base + p * row_bytes, false},
-          out{a.dst.base + p * row_bytes, false};
-      math.fused(conv, &res, out, BinaryOpType::ADD, plan.res_activation, pixels * plan.cout);
+        onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, pixels * plan.cout);
+      if (plan.own_residual) {
+        const cpu::FusedOperand conv{stage, false}, res{a.res.base + p * out_row, false},
+            out{a.dst.base + p * out_row, false};
+        math.fused(conv, &res, out, BinaryOpType::ADD, plan.res_activation, pixels * plan.cout);
+      }
     }
   }
   return ok_status();
@@ -201,7 +221,7 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
   const ConvPlan& plan = *a.plan;
   std::lock_guard<std::mutex> lock(sh.mu);
   omp_set_num_threads(1);  // this worker is the shard's only thread
-  if (plan.own_residual) return run_chunks(a, sh);
+  if (plan.chunked) return run_chunks(a, sh);
   const uint64_t dst_row = uint64_t{a.dst.cols} * a.dst.unit_bytes;
   for (uint32_t n = sh.n0; n < sh.n0 + sh.count; n += sh.mb) {
     const uint64_t s0 = (uint64_t{n} * plan.in_h + sh.in_row0) * plan.in_w,
@@ -597,36 +617,60 @@ dnnl::primitive_desc whole_problem(ConvPlan& plan, const Problem& pr) {
 // a residual or not, Winograd or not), not on how a plan splits the work.
 memory::desc whole_problem_weights(ConvPlan& plan, const Problem& pr) { return whole_problem(plan, pr).weights_desc(); }
 
-// ConvPlan::own_residual: a chunk's output (and its input) stays in the L2
+// ConvPlan::chunked: a chunk's output (and its input) stays in the L2
 // beside the weights: 256 KB of output rows per chunk. ResNet-50's stage-1
 // 64->256 1x1 with its residual, batch 8, two threads, buffers from DRAM,
 // alternated: oneDNN's sum post-op 3.7-3.9 ms, chunks of 1 to 8 rows
 // 2.9-3.1 ms, 14 rows (800 KB) 3.6.
 constexpr uint64_t kChunkOutputBytes = 256 * 1024;
 
-// The chunk and tail primitives of every shard (1x1, stride 1, no padding:
-// a chunk is any run of pixels of one image).
+// The chunk and tail primitives of every shard (1x1 without padding: a
+// chunk is any run of output pixels of one image, read from dense input
+// rows, the strided ones once gathered).
 void build_chunk_primitives(ConvPlan& plan, const Problem& pr) {
   const Geometry& g = pr.g;
-  std::map<uint64_t, size_t> by_pixels;
+  Geometry unit = g;  // the chunk's problem: gathered pixels at stride 1
+  unit.sh = unit.sw = 1;
+  std::map<uint64_t, std::optional<size_t>> by_pixels;
   const memory::desc b_md({static_cast<memory::dim>(g.cout)}, memory::data_type::f32, memory::format_tag::x);
-  auto prim = [&](uint64_t pixels) {
-    auto [it, fresh] = by_pixels.try_emplace(pixels, plan.prims.size());
+  // The primitive for chunks of `pixels`, unless only oneDNN's reference
+  // kernel takes the packed weights at that size.
+  auto prim = [&](uint64_t pixels) -> std::optional<size_t> {
+    auto [it, fresh] = by_pixels.try_emplace(pixels);
     if (fresh) {
-      plan.pds.push_back(make_pd(plan, g, rows_desc(1, 1, static_cast<uint32_t>(pixels), g.cin, pr.kernel),
-                                 plan.packing.at(0).desc, b_md, rows_desc(1, 1, static_cast<uint32_t>(pixels), g.cout, pr.dst_dtype), 0, 0));
-      plan.prims.emplace_back(plan.pds.back());
+      const auto rows = [&](uint32_t c, DataType t) { return rows_desc(1, 1, static_cast<uint32_t>(pixels), c, t); };
+      dnnl::primitive_desc pd =
+          make_pd(plan, unit, rows(g.cin, pr.kernel), plan.packing.at(0).desc, b_md, rows(g.cout, pr.dst_dtype), 0, 0);
+      if (!std::string_view(pd.impl_info_str()).starts_with("ref")) {
+        it->second = plan.prims.size();
+        plan.pds.push_back(pd);
+        plan.prims.emplace_back(pd);
+      }
     }
     return it->second;
   };
   for (auto& sh : plan.shards) {
     sh->ocs = g.cout;
     const uint64_t pixels = uint64_t{sh->out_rows} * g.ow, row_bytes = uint64_t{g.cout} * sizeof(float);
-    const uint64_t chunks = std::max<uint64_t>(1, (pixels * row_bytes + kChunkOutputBytes - 1) / kChunkOutputBytes);
-    sh->chunk = static_cast<uint32_t>((pixels + chunks - 1) / chunks);
-    sh->tail = static_cast<uint32_t>(pixels - (chunks - 1) * sh->chunk);
-    sh->primitive = prim(sh->chunk);
-    sh->tail_primitive = prim(sh->tail);
+    // The packed weights are the whole problem's (they depend only on the
+    // weights' key), and oneDNN picks its weight blocking by problem size:
+    // fewer, larger chunks until its kernel takes them (ResNet-50's
+    // 512->1024 downsample wants 64 output channels per block on 64 pixels,
+    // 32 as a whole and on 196).
+    bool found = false;
+    for (uint64_t chunks = std::max<uint64_t>(1, (pixels * row_bytes + kChunkOutputBytes - 1) / kChunkOutputBytes);
+         chunks >= 1 && !found; --chunks) {
+      const uint64_t chunk = (pixels + chunks - 1) / chunks, tail = pixels - (chunks - 1) * chunk;
+      const std::optional<size_t> a = prim(chunk), b = prim(tail);
+      if (a && b) {
+        found = true;
+        sh->chunk = static_cast<uint32_t>(chunk);
+        sh->tail = static_cast<uint32_t>(tail);
+        sh->primitive = *a;
+        sh->tail_primitive = *b;
+      }
+    }
+    if (!found) throw dnnl::error(dnnl_unimplemented, "no pixel chunk runs on the packed weights");
     const auto &pd = plan.pds[sh->primitive], &tail_pd = plan.pds[sh->tail_primitive];
     sh->stream = dnnl::stream(plan.engine);
     sh->scratch = make_aligned_bytes(std::max(pd.scratchpad_desc().get_size(), tail_pd.scratchpad_desc().get_size()));
@@ -638,8 +682,9 @@ void build_chunk_primitives(ConvPlan& plan, const Problem& pr) {
     sh->tail_scratch_mem = memory(tail_pd.scratchpad_desc(), plan.engine, sh->scratch.get());
     sh->weights_mem = memory(pd.weights_desc(), plan.engine, DNNL_MEMORY_NONE);
     sh->bias_mem = memory(b_md, plan.engine, DNNL_MEMORY_NONE);
-    if (plan.stage_src) sh->src_stage = make_aligned_bytes(uint64_t{sh->chunk} * g.cin * element_size(pr.kernel));
-    sh->dst_stage = make_aligned_bytes(uint64_t{sh->chunk} * row_bytes);
+    if (plan.stage_src || g.sh > 1 || g.sw > 1)
+      sh->src_stage = make_aligned_bytes(uint64_t{sh->chunk} * g.cin * element_size(pr.kernel));
+    if (plan.own_residual) sh->dst_stage = make_aligned_bytes(uint64_t{sh->chunk} * row_bytes);
   }
 }
 
@@ -652,7 +697,7 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   const bool own_weights = plan.split_channels || plan.winograd;
   std::map<std::array<int64_t, 7>, size_t> by_shape;
   std::vector<uint64_t> offsets;  // per primitive
-  if (plan.own_residual) return build_chunk_primitives(plan, pr);
+  if (plan.chunked) return build_chunk_primitives(plan, pr);
   for (auto& sh : plan.shards) {
     if (sh->ocs == 0) sh->ocs = g.cout;
     const std::array<int64_t, 7> shape{sh->mb, sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom, sh->oc0, sh->ocs};
@@ -758,15 +803,29 @@ bool splits_channels(const Geometry& g, uint32_t threads) {
 // 2.83-2.87 ms) and stay on the post-op.
 constexpr uint64_t kOwnResidualImageBytes = 2 << 20;
 
-// Measured on AVX-512 CPUs only, for float32 rows (bfloat16 would round the
-// conv's output before the add, which oneDNN's post-op does not).
-bool adds_own_residual(const Problem& pr, const ConvPlan& plan) {
+// Which 1x1 convs run in pixel chunks (ConvPlan::chunked): strided ones
+// over dense rows (ResNet-50's downsamples at batch 8, per-launch medians in
+// the model, three alternated pairs: 4.5-4.9 against 4.8-5.1 ms on oneDNN's
+// strided kernel; batch 1 unchanged), and those with a residual and large
+// maps (above), float32
+// rows only (a bfloat16 stage would round the conv's output before the add,
+// which oneDNN's post-op does not). Measured on AVX-512 CPUs only. A
+// residual in chunks is always added by Tessera's pass.
+struct Chunking {
+  bool chunked = false, own_residual = false;
+};
+Chunking chunking(const Problem& pr, const ConvPlan& plan) {
   const Geometry& g = pr.g;
-  return plan.residual && kernel_isa() == KernelIsa::kAvx512 && cpu::select_float_math().fused != nullptr &&
-         !g.transposed && g.groups == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pad_t == 0 &&
-         g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 && !plan.winograd && !plan.tile_dst && !plan.stage_dst &&
-         !plan.stage_res && plan.out_type == DataType::FLOAT32 && plan.res_type == DataType::FLOAT32 &&
-         uint64_t{g.oh} * g.ow * g.cout * sizeof(float) >= kOwnResidualImageBytes;
+  const bool pointwise =
+      kernel_isa() == KernelIsa::kAvx512 && cpu::select_float_math().fused != nullptr && !g.transposed &&
+      g.groups == 1 && g.kh == 1 && g.kw == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 &&
+      !plan.winograd && !plan.tile_dst && !plan.stage_dst && pr.kernel == DataType::FLOAT32 &&
+      plan.out_type == DataType::FLOAT32 &&
+      (!plan.residual || (!plan.stage_res && plan.res_type == DataType::FLOAT32));
+  const bool strided = (g.sh > 1 || g.sw > 1) && !plan.stage_src;
+  const bool large = uint64_t{g.oh} * g.ow * g.cout * sizeof(float) >= kOwnResidualImageBytes;
+  if (!pointwise || !(strided || (plan.residual && large))) return {};
+  return {true, plan.residual};
 }
 
 StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst,
@@ -821,9 +880,18 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   if (threads > 1 && uint64_t{g.oh} * g.ow >= kMinPixelsToSplit) order.push_back(Split::kRows);
   order.push_back(Split::kWhole);
   Status built;
-  const bool own_residual = adds_own_residual(pr, *plan);
+  // Each split in pixel chunks where chunking applies, then without.
+  const Chunking chunks = chunking(pr, *plan);
+  plan->stride_h = g.sh;
+  plan->stride_w = g.sw;
+  std::vector<std::pair<Split, bool>> attempts;
   for (Split split : order) {
-    plan->own_residual = own_residual && split != Split::kChannels;
+    if (chunks.chunked && split != Split::kChannels) attempts.emplace_back(split, true);
+    attempts.emplace_back(split, false);
+  }
+  for (auto [split, chunked] : attempts) {
+    plan->chunked = false;  // the packing is the whole problem's, with the residual's sum post-op
+    plan->own_residual = false;
     plan->shards.clear();
     plan->pds.clear();
     plan->prims.clear();
@@ -840,6 +908,8 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
           plan->packing.push_back({0, g.cout, w, 0});
           plan->packed_bytes = w.get_size();
         }
+        plan->chunked = chunked;
+        plan->own_residual = chunked && chunks.own_residual;
         const uint64_t image_bytes = uint64_t{g.h} * g.w * g.cin * element_size(pr.kernel) +
                                      uint64_t{g.oh} * g.ow * g.cout * element_size(pr.dst_dtype);
         if (split == Split::kImages) split_images(*plan, g, threads, image_bytes);
@@ -859,12 +929,12 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   TS_RETURN_IF_ERROR(built);
   Program prog;
   prog.kernel = conv_kernel;
-  // Suffixes: "oc" for channel shards, "_chunked" for pixel chunks with
-  // Tessera's residual pass (own_residual).
+  // Suffixes: "oc" for channel shards, "_chunked" for pixel chunks
+  // (ConvPlan::chunked).
   prog.kernel_name = fmt::format("{}_{}__onednn_{}_x{}{}{}", short_dtype_name(pr.kernel),
                                  g.transposed ? "conv_transpose2d" : "conv2d", plan->pds[0].impl_info_str(),
                                  plan->shards.size(), plan->split_channels ? "oc" : "",
-                                 plan->own_residual ? "_chunked" : "");
+                                 plan->chunked ? "_chunked" : "");
   prog.num_tasks = static_cast<uint32_t>(plan->shards.size());
   prog.grain = 1;
   prog.plan = plan;
