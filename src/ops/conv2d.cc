@@ -667,7 +667,6 @@ dnnl::primitive_desc make_pd(ConvPlan& plan, const Geometry& g, const memory::de
   return dnnl::convolution_forward::primitive_desc(cd, attr, plan.engine);
 }
 
-// The whole problem's primitive with oneDNN's choice of weight layout.
 // The problem oneDNN computes: the output channels padded where they are
 // (Problem::cout_padded).
 Geometry kernel_geometry(const Problem& pr) {
@@ -676,6 +675,7 @@ Geometry kernel_geometry(const Problem& pr) {
   return g;
 }
 
+// The whole problem's primitive with oneDNN's choice of weight layout.
 dnnl::primitive_desc whole_problem(ConvPlan& plan, const Problem& pr) {
   const Geometry g = kernel_geometry(pr);
   memory::desc w_md = weights_user_desc(g, pr.kernel);
