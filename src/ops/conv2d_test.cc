@@ -169,8 +169,6 @@ TEST(Conv2d, BlockFloatWeights) {
   }
 }
 
-// Rows spread over banks (L1 on the cpu device, DRAM on wormhole_b0) are
-// staged into one contiguous buffer for the kernel and scattered back.
 // Float32 1x1 convs with output channels not a multiple of 16 (under 64)
 // compute them padded to one on AVX-512 (zero weights, in pixel chunks) and
 // keep the real ones: every way in and out gives the reference's values, and
@@ -228,6 +226,8 @@ TEST(Conv2d, NarrowOutputsMatchEveryWayInAndOut) {
   }
 }
 
+// Rows spread over banks (L1 on the cpu device, DRAM on wormhole_b0) are
+// staged into one contiguous buffer for the kernel and scattered back.
 TEST(Conv2d, InterleavedOverSeveralBanks) {
   ASSERT_OK_AND_ASSIGN(auto cpu, open_device({}));
   check_case(*cpu, kCases[0], DataType::BFLOAT16, DataType::BFLOAT16, L1_MEMORY_CONFIG);

@@ -6,7 +6,6 @@
 namespace tessera::cpu::avx512 {
 
 namespace {
-inline __mmask16 tail(size_t left) { return static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1); }
 
 // max(v, m) keeps m on ties and when m is NaN; then a NaN v replaces it.
 inline __m512 nan_max(__m512 m, __m512 v) {
@@ -17,19 +16,12 @@ inline __m512 nan_max(__m512 m, __m512 v) {
 template <class Op>
 void accumulate_f32(float* acc, const void* x, size_t n, Op op) {
   const float* p = static_cast<const float*>(x);
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 k = tail(n - i);
-    storeu_ps(acc + i, k, op(loadu_ps(acc + i, k), loadu_ps(p + i, k)));
-  }
+  for_each_vector(n, [&](size_t i, __mmask16 k) { storeu_ps(acc + i, k, op(loadu_ps(acc + i, k), loadu_ps(p + i, k))); });
 }
 template <class Op>
 void accumulate_bf16(float* acc, const void* x, size_t n, Op op) {
   const uint16_t* p = static_cast<const uint16_t*>(x);
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 k = tail(n - i);
-    const __m512 v = load_bf16(p + i, k);
-    storeu_ps(acc + i, k, op(loadu_ps(acc + i, k), v));
-  }
+  for_each_vector(n, [&](size_t i, __mmask16 k) { storeu_ps(acc + i, k, op(loadu_ps(acc + i, k), load_bf16(p + i, k))); });
 }
 inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
 }  // namespace
