@@ -5,7 +5,10 @@ Groups launches by kernel and prints each conv launch with its FLOPs and
 GFLOP/s, so a model's slow layers stand out. A trace of several replays of
 one model is folded into one: each launch's median over the replays.
 
-    python3 bench/profile_summary.py /tmp/r50.json [--top N]
+    python3 bench/profile_summary.py /tmp/r50.json [--top N] [--in-order]
+
+--in-order lists every launch in the order the model runs them (to set
+beside ONNX Runtime's per-node profile), instead of the longest N.
 """
 import json
 import re
@@ -46,12 +49,15 @@ def replay_length(events):
 def main():
     args = sys.argv[1:]
     top = 25
+    in_order = "--in-order" in args
+    if in_order:
+        args.remove("--in-order")
     if "--top" in args:
         i = args.index("--top")
         top = int(args[i + 1])
         del args[i:i + 2]
     if len(args) != 1:
-        sys.exit("usage: profile_summary.py TRACE.json [--top N]")
+        sys.exit("usage: profile_summary.py TRACE.json [--top N] [--in-order]")
     events = [e for e in json.load(open(args[0]))["traceEvents"] if e.get("ph") == "X"]
     events.sort(key=lambda e: e["ts"])
     n = replay_length(events)
@@ -78,8 +84,11 @@ def main():
     for name, (us, n, f) in sorted(by_kernel.items(), key=lambda kv: -kv[1][0]):
         gf = f"{f / us / 1e3:8.1f}" if f else ""
         print(f"{name:48} {us / 1e3:9.3f} {100 * us / total:6.1f} {n:4d} {gf}")
-    print(f"\nlongest {top} launches:")
-    for us, f, name, desc in sorted(rows, reverse=True)[:top]:
+    if in_order:
+        print("\nevery launch, in order:")
+    else:
+        print(f"\nlongest {top} launches:")
+    for us, f, name, desc in rows if in_order else sorted(rows, reverse=True)[:top]:
         gf = f"{f / us / 1e3:7.1f} GF/s" if f else " " * 12
         print(f"{us / 1e3:8.3f} ms {gf}  {name:36} {desc}")
 

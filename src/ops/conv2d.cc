@@ -852,20 +852,27 @@ constexpr uint64_t kMinWeightsToSplitChannels = 64 * 1024;
 // place, so it stages its output and copies it out (9.5% of MobileNetV2's
 // conv time at batch 1 when its 14x14 pointwise convs split channels; p50
 // 4.0-5.5 -> 3.6-4.7 ms with them split by rows, six alternating runs).
+// A stride-1 1x1 conv with a residual splits rows wherever the map allows:
+// its channel shards also gather their residual columns into the stage
+// before oneDNN adds them. ResNet-50 batch 1, per-launch medians, three
+// alternated pairs: the 14x14 256->1024 convs with their residual
+// 0.36-0.48 -> 0.30-0.38 ms each, the rest unchanged.
 // Plain convolutions only.
-bool splits_channels(const Conv2dGeometry& g, bool transposed, uint32_t threads) {
+bool splits_channels(const Conv2dGeometry& g, bool transposed, uint32_t threads, bool residual) {
   const bool many_weights = uint64_t{g.in_channels} * g.out_channels * g.kernel_h * g.kernel_w >
                             kMinWeightsToSplitChannels;
   const bool few_rows = uint64_t{g.output_height} * g.output_width < kMinPixelsToSplit;
+  const bool pointwise_residual = residual && g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1;
   return threads > 1 && g.batch < threads && !transposed && g.groups == 1 && g.out_channels >= 32 * threads &&
          uint64_t{g.out_channels} * g.kernel_h * g.kernel_w > uint64_t{g.input_height} * g.input_width &&
-         (many_weights || few_rows);
+         (few_rows || (many_weights && !pointwise_residual));
 }
-bool splits_channels(const Geometry& g, uint32_t threads) {
+bool splits_channels(const Geometry& g, uint32_t threads, bool residual) {
   Conv2dGeometry c;
   c.batch = g.n, c.input_height = g.h, c.input_width = g.w, c.in_channels = g.cin, c.out_channels = g.cout;
   c.kernel_h = g.kh, c.kernel_w = g.kw, c.groups = g.groups, c.output_height = g.oh, c.output_width = g.ow;
-  return splits_channels(c, g.transposed, threads);
+  c.stride_h = g.sh, c.stride_w = g.sw;
+  return splits_channels(c, g.transposed, threads, residual);
 }
 
 // Output rows per image from this size on (ResNet-50's 56x56x256 maps)
@@ -951,7 +958,7 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   enum class Split { kImages, kChannels, kRows, kWhole };
   std::vector<Split> order;
   if (threads > 1 && g.n >= threads) order.push_back(Split::kImages);
-  if (!plan->tile_dst && splits_channels(g, threads)) order.push_back(Split::kChannels);
+  if (!plan->tile_dst && splits_channels(g, threads, plan->residual)) order.push_back(Split::kChannels);
   if (threads > 1 && uint64_t{g.oh} * g.ow >= kMinPixelsToSplit) order.push_back(Split::kRows);
   order.push_back(Split::kWhole);
   Status built;
@@ -1800,8 +1807,10 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
   // writes the final memory config when no conversion follows, else dense
   // rows for the conversion to read.
   // Channel shards each own a slice of every row, so none can tilize rows.
+  // (Asked without a residual: a residual only ever turns channel shards
+  // into row shards, which then tilize after all.)
   const bool channel_shards =
-      dense && splits_channels(g, false, static_cast<uint32_t>(input.device()->workers().num_threads()));
+      dense && splits_channels(g, false, static_cast<uint32_t>(input.device()->workers().num_threads()), false);
   const bool fused_tiles = dense && config.output_layout == Layout::TILE && !own_kernel && !channel_shards;
   const bool convert = !fused_tiles && (config.output_layout == Layout::TILE || mc.is_sharded());
   if (fused_tiles) {
