@@ -875,15 +875,20 @@ bool splits_channels(const Geometry& g, uint32_t threads, bool residual) {
   return splits_channels(c, g.transposed, threads, residual);
 }
 
-// Output rows per image from this size on (ResNet-50's 56x56x256 maps)
-// have their residual added by Tessera (ConvPlan::own_residual). oneDNN's
-// sum post-op reads the residual as it stores each block of output
-// channels, a strided walk over rows from DRAM; Tessera's pass streams it.
-// ResNet-50 batch 8, per-launch medians inside the model, three alternated
-// pairs: the stage-1 64->256 1x1 with its residual 3.9-4.0 -> 3.0-3.3 ms.
-// The 28x28x512 maps (1.6 MB) gained nothing there (2.79-2.94 against
-// 2.83-2.87 ms) and stay on the post-op.
+// Output rows per image from this size on (ResNet-50's 56x56x256 maps),
+// or over the whole batch from kOwnResidualBatchBytes on, have their
+// residual added by Tessera (ConvPlan::own_residual). oneDNN's sum post-op
+// reads the residual as it stores each block of output channels, a strided
+// walk over rows, slow once the residual is in DRAM; Tessera's pass streams
+// it. ResNet-50 batch 8, per-launch medians inside the model, three
+// alternated pairs: the stage-1 64->256 1x1 with its residual 3.9-4.0 ->
+// 3.0-3.3 ms; the 28x28x512 maps (12.8 MB at batch 8) 2.78-3.39 -> 2.54-2.88
+// ms each, six pairs. At batch 1 the same maps (1.6 MB, still in the cache
+// from the conv that wrote the residual) lost (0.26 -> 0.28 ms), as did the
+// 14x14x1024 maps at either batch size (0.32 -> 0.37 ms at batch 1, mixed
+// at batch 8): they stay on the post-op.
 constexpr uint64_t kOwnResidualImageBytes = 2 << 20;
+constexpr uint64_t kOwnResidualBatchBytes = 8 << 20;
 
 // Which 1x1 convs run in pixel chunks (ConvPlan::chunked): strided ones
 // over dense rows (ResNet-50's downsamples at batch 8, per-launch medians in
@@ -905,7 +910,8 @@ Chunking chunking(const Problem& pr, const ConvPlan& plan) {
       plan.out_type == DataType::FLOAT32 &&
       (!plan.residual || (!plan.stage_res && plan.res_type == DataType::FLOAT32));
   const bool strided = (g.sh > 1 || g.sw > 1) && !plan.stage_src;
-  const bool large = uint64_t{g.oh} * g.ow * g.cout * sizeof(float) >= kOwnResidualImageBytes;
+  const uint64_t image_bytes = uint64_t{g.oh} * g.ow * g.cout * sizeof(float);
+  const bool large = image_bytes >= kOwnResidualImageBytes || image_bytes * g.n >= kOwnResidualBatchBytes;
   if (!pointwise || !(strided || (plan.residual && large))) return {};
   return {true, plan.residual};
 }

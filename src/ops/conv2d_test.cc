@@ -375,6 +375,8 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       {{1, 41, 53, 16, 272, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::RELU6, DataType::FLOAT32,
        DataType::FLOAT32},
       {{3, 41, 53, 16, 272, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::IDENTITY, DataType::FLOAT32, DataType::FLOAT32},
+      // And those with under 2 MiB per image but over 8 MiB over the batch.
+      {{6, 28, 29, 16, 528, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
       // Strided 1x1s gather their input pixels into chunks there: two chunks per image.
       {{2, 25, 22, 24, 512, 1, 1, 2, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
   };
@@ -424,7 +426,8 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
           ran |= t.kernel_name.find(rc.hifi2 ? "winograd_f2_avx2" : "direct_avx2") != std::string::npos;
         EXPECT_TRUE(ran);
       }
-      const bool large = uint64_t{p.output_height()} * p.output_width() * cs.k * 4 >= (2u << 20);
+      const uint64_t image_bytes = uint64_t{p.output_height()} * p.output_width() * cs.k * 4;
+      const bool large = image_bytes >= (2u << 20) || image_bytes * cs.n >= (8u << 20);
       if (isa == KernelIsa::kAvx512 && cs.kh * cs.kw == 1 && (cs.stride > 1 || large) && rc.in == DataType::FLOAT32 &&
           rc.res == DataType::FLOAT32) {
         ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
