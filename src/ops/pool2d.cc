@@ -18,7 +18,7 @@ struct PoolArgs {
   bool average;
   uint32_t c, oh, ow;
   cpu::PoolWindow win;
-  bool use_rows;  // run cpu::avx2::pool_rows over `rows` instead
+  void (*pool_rows)(const cpu::PoolRowsArgs&, uint32_t, uint32_t);  // run it over `rows` instead when set
   cpu::PoolRowsArgs rows;
 };
 
@@ -26,7 +26,7 @@ struct PoolArgs {
 // float accumulator on the stack.
 Status pool_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const PoolArgs*>(raw);
-  if (a.use_rows) return cpu::avx2::pool_rows(a.rows, begin, end), Status();
+  if (a.pool_rows) return a.pool_rows(a.rows, begin, end), Status();
   const uint32_t es = element_size(a.dtype);
   const float init = a.average ? 0.0f : -std::numeric_limits<float>::infinity();
   alignas(64) float acc[kTileElements];
@@ -92,14 +92,19 @@ StatusOr<Tensor> pool2d(const Tensor& input, const Pool2dParams& p, bool average
   args.win = {p.input_height, p.input_width, p.kernel_size[0], p.kernel_size[1], p.stride[0], p.stride[1],
               p.padding[0],   p.padding[1],  p.dilation[0],    p.dilation[1],    p.count_include_pad};
   // Evenly spaced pixel rows (packed, or one bank of padded pages) on a CPU
-  // with AVX2: the register kernel, reading and writing rows in place.
+  // with AVX2 or AVX-512: the register kernel, reading and writing rows in place.
   const uint64_t in_stride = args.in.uniform_row_stride(), out_stride = args.out.uniform_row_stride();
-  args.use_rows = kernel_isa() != KernelIsa::kScalar && in_stride && out_stride &&
-                  uint64_t{args.win.kh} * args.win.kw <= cpu::kPoolRowsMaxTaps;
-  if (args.use_rows) {
+  if (kernel_isa() != KernelIsa::kScalar && in_stride && out_stride &&
+      uint64_t{args.win.kh} * args.win.kw <= cpu::kPoolRowsMaxTaps) {
+    const bool avx512 = kernel_isa() == KernelIsa::kAvx512;
+    args.pool_rows = avx512 ? cpu::avx512::pool_rows : cpu::avx2::pool_rows;
     args.rows = {args.in.base, args.out.base, in_stride, out_stride, bf16, average, args.c, oh, ow, args.win};
-    kernel_name = average ? (bf16 ? "bf16_avg_pool2d__avx2_rows" : "f32_avg_pool2d__avx2_rows")
-                          : (bf16 ? "bf16_max_pool2d__avx2_rows" : "f32_max_pool2d__avx2_rows");
+    static const char* const names[2][2][2] = {
+        {{"f32_max_pool2d__avx2_rows", "bf16_max_pool2d__avx2_rows"},
+         {"f32_avg_pool2d__avx2_rows", "bf16_avg_pool2d__avx2_rows"}},
+        {{"f32_max_pool2d__avx512_rows", "bf16_max_pool2d__avx512_rows"},
+         {"f32_avg_pool2d__avx512_rows", "bf16_avg_pool2d__avx512_rows"}}};
+    kernel_name = names[avx512][average][bf16];
   }
   const uint32_t tasks = p.batch_size * oh;
   std::string key = fmt::format("{}:{}->{}:{}", p.descriptor(op), input.spec().to_string(), out_spec.to_string(),

@@ -74,7 +74,7 @@ TEST(MaxPool2d, MatchesReferenceEverywhere) {
   const Pool2dParams cases[] = {
       pool(1, 8, 8, 32, 2, 2),          pool(2, 7, 9, 5, 2, 2),           pool(1, 13, 11, 37, 3, 2, 1),
       pool(1, 12, 12, 16, 3, 1, 1, 2),  pool(1, 17, 15, 3, 3, 2, 1, 1, true), pool(1, 6, 6, 1100, 2, 2),
-      pool(1, 1, 1, 8, 1, 1),
+      pool(1, 1, 1, 8, 1, 1),           pool(2, 9, 10, 83, 3, 2, 1),      pool(1, 5, 6, 128, 3, 2, 1),
   };
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
     set_kernel_isa_limit(isa);
@@ -135,7 +135,7 @@ TEST(AvgPool2d, MatchesReference) {
   ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
   std::vector<Pool2dParams> cases = {pool(1, 8, 8, 32, 2, 2), pool(2, 7, 9, 5, 3, 2, 1), pool(1, 13, 11, 37, 3, 1, 1),
                                      pool(1, 17, 15, 3, 3, 2, 1, 1, true), pool(1, 6, 6, 1100, 2, 2),
-                                     pool(1, 7, 7, 64, 7, 7)};
+                                     pool(1, 7, 7, 64, 7, 7), pool(2, 9, 10, 83, 3, 2, 1)};
   Pool2dParams exclude = pool(1, 9, 9, 16, 3, 2, 1);
   exclude.count_include_pad = false;
   cases.push_back(exclude);

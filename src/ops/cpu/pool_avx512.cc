@@ -24,7 +24,64 @@ void accumulate_bf16(float* acc, const void* x, size_t n, Op op) {
   for_each_vector(n, [&](size_t i, __mmask16 k) { storeu_ps(acc + i, k, op(loadu_ps(acc + i, k), load_bf16(p + i, k))); });
 }
 inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+
+template <bool kBf16>
+inline __m512 load(const std::byte* p, __mmask16 m) {
+  if constexpr (kBf16) return load_bf16(reinterpret_cast<const uint16_t*>(p), m);
+  else return loadu_ps(reinterpret_cast<const float*>(p), m);
+}
+template <bool kBf16>
+inline void store(std::byte* p, __mmask16 m, __m512 v) {
+  if constexpr (kBf16) storeu_epi16(reinterpret_cast<uint16_t*>(p), m, to_bf16(v));
+  else storeu_ps(reinterpret_cast<float*>(p), m, v);
+}
+
+// Channels [c0, c0 + 16 * V) of one output pixel (the last vector masked by
+// `m`) whose window's valid input pixels start at px[0..taps); V vectors in
+// registers.
+template <bool kBf16, bool kAvg, int V>
+inline void window(const std::byte* const* px, uint32_t taps, uint32_t c0, __mmask16 m, __m512 divisor,
+                   std::byte* out) {
+  constexpr size_t es = kBf16 ? 2 : 4;
+  __m512 acc[V];
+  for (int j = 0; j < V; ++j) acc[j] = _mm512_set1_ps(kAvg ? 0.0f : -__builtin_inff());
+  for (uint32_t t = 0; t < taps; ++t) {
+    const std::byte* p = px[t] + c0 * es;
+    for (int j = 0; j < V; ++j) {
+      const __m512 v = load<kBf16>(p + j * 16 * es, j == V - 1 ? m : 0xffff);
+      acc[j] = kAvg ? add(acc[j], v) : nan_max(acc[j], v);
+    }
+  }
+  for (int j = 0; j < V; ++j)
+    store<kBf16>(out + (c0 + j * 16) * es, j == V - 1 ? m : 0xffff, kAvg ? _mm512_div_ps(acc[j], divisor) : acc[j]);
+}
+
+template <bool kBf16, bool kAvg>
+void pool_rows_t(const PoolRowsArgs& a, uint32_t begin, uint32_t end) {
+  const std::byte* px[kPoolRowsMaxTaps];
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t n = t / a.oh, oy = t % a.oh;
+    for (uint32_t ox = 0; ox < a.ow; ++ox) {
+      uint32_t taps = 0;
+      const uint32_t count = a.win.visit(oy, ox, [&](uint32_t iy, uint32_t ix) {
+        px[taps++] = a.in + ((uint64_t{n} * a.win.h + iy) * a.win.w + ix) * a.in_stride;
+      });
+      std::byte* out = a.out + ((uint64_t{n} * a.oh + oy) * a.ow + ox) * a.out_stride;
+      const __m512 divisor = _mm512_set1_ps(static_cast<float>(count));
+      uint32_t c = 0;
+      for (; c + 64 <= a.c; c += 64) window<kBf16, kAvg, 4>(px, taps, c, 0xffff, divisor, out);
+      if (c + 32 <= a.c) window<kBf16, kAvg, 2>(px, taps, c, 0xffff, divisor, out), c += 32;
+      if (c + 16 <= a.c) window<kBf16, kAvg, 1>(px, taps, c, 0xffff, divisor, out), c += 16;
+      if (c < a.c) window<kBf16, kAvg, 1>(px, taps, c, tail_mask(a.c - c), divisor, out);
+    }
+  }
+}
 }  // namespace
+
+void pool_rows(const PoolRowsArgs& a, uint32_t begin, uint32_t end) {
+  if (a.bf16) return a.average ? pool_rows_t<true, true>(a, begin, end) : pool_rows_t<true, false>(a, begin, end);
+  return a.average ? pool_rows_t<false, true>(a, begin, end) : pool_rows_t<false, false>(a, begin, end);
+}
 
 void max_accumulate_f32(float* acc, const void* x, size_t n) { accumulate_f32(acc, x, n, nan_max); }
 void max_accumulate_bf16(float* acc, const void* x, size_t n) { accumulate_bf16(acc, x, n, nan_max); }
