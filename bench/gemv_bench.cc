@@ -1,4 +1,5 @@
-// Classifier heads (1 x K against N x K float32 weights, Gemm transB = 1):
+// Classifier heads (M x K against N x K float32 weights, Gemm transB = 1,
+// M = 1 and 8: batch 1 and 8):
 // Tessera's gemv kernel against oneDNN's gemm (the kernel set capped below
 // AVX2) in the same process, alternating, 37 rounds of 12 calls, median per
 // call. "hot" repeats one weight set (it stays in the L3); "cold" rotates 12
@@ -29,8 +30,9 @@ int main() {
     std::fprintf(stderr, "bench_gemv: the gemv kernel needs AVX2 or AVX-512\n");
     return 2;
   }
-  std::printf("| head | oneDNN hot ms | gemv hot ms | oneDNN cold ms | gemv cold ms (GB/s of weights) |\n"
-              "|---|---|---|---|---|\n");
+  std::printf("| head | rows | oneDNN hot ms | gemv hot ms | oneDNN cold ms | gemv cold ms (GB/s of weights) |\n"
+              "|---|---|---|---|---|---|\n");
+  for (uint32_t m : {1u, 8u})
   for (auto [k, n] : {std::pair{2048u, 1000u}, std::pair{1280u, 1000u}}) {
     auto make = [&](Shape s) {
       std::vector<float> v(s.volume(), 0.01f);
@@ -38,7 +40,7 @@ int main() {
     };
     std::vector<Tensor> weights;
     for (int i = 0; i < 12; ++i) weights.push_back(make(Shape{n, k}));
-    const Tensor a = make(Shape{1, k}), bias = make(Shape{n});
+    const Tensor a = make(Shape{m, k}), bias = make(Shape{n});
     std::vector<double> t[2][2];  // [gemv][cold]
     for (int round = 0; round < 40; ++round)
       for (int gemv = 0; gemv < 2; ++gemv) {
@@ -58,7 +60,7 @@ int main() {
     };
     const double gb = 4.0 * k * n / 1e9;
     const double oh = median(t[0][0]), gh = median(t[1][0]), oc = median(t[0][1]), gc = median(t[1][1]);
-    std::printf("| %u -> %u | %.3f (%.0f) | %.3f (%.0f) | %.3f (%.0f) | %.3f (%.0f) |\n", k, n, oh * 1e3, gb / oh,
+    std::printf("| %u -> %u | %u | %.3f (%.0f) | %.3f (%.0f) | %.3f (%.0f) | %.3f (%.0f) |\n", k, n, m, oh * 1e3, gb / oh,
                 gh * 1e3, gb / gh, oc * 1e3, gb / oc, gc * 1e3, gb / gc);
   }
   return 0;

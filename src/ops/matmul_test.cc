@@ -59,8 +59,8 @@ TEST(Matmul, MatchesReference) {
 }
 
 // Few rows against transposed float32 weights (a classifier's head) run
-// Tessera's gemv kernel on every vector kernel set (oneDNN's below): 1 to 4
-// rows (pairs and a last odd row), K with and without a vector tail, N with
+// Tessera's gemv kernel on every vector kernel set (oneDNN's below): 1 to 8
+// rows (blocks of 4 or 2 and the rows left), K with and without a vector tail, N with
 // and without a tail of fewer than four columns and over several column
 // blocks, bias or none, activations; same tolerance as above.
 TEST(Matmul, GemvKernel) {
@@ -73,7 +73,9 @@ TEST(Matmul, GemvKernel) {
   };
   const G cases[] = {{1, 2048, 1000, true, UnaryOpType::IDENTITY}, {2, 100, 37, false, UnaryOpType::RELU},
                      {3, 7, 3, true, UnaryOpType::SIGMOID},        {4, 1280, 130, true, UnaryOpType::HARDSIGMOID},
-                     {1, 16, 1, false, UnaryOpType::IDENTITY},     {1, 1, 5, true, UnaryOpType::GELU}};
+                     {1, 16, 1, false, UnaryOpType::IDENTITY},     {1, 1, 5, true, UnaryOpType::GELU},
+                     {8, 1280, 1000, true, UnaryOpType::IDENTITY}, {5, 33, 19, true, UnaryOpType::RELU},
+                     {7, 64, 6, false, UnaryOpType::IDENTITY},     {6, 2048, 17, true, UnaryOpType::IDENTITY}};
   ASSERT_OK(enable_profiler(*dev));
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
     if (isa > native) continue;

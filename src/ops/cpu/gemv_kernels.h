@@ -27,8 +27,10 @@ struct GemvArgs {
   UnaryWithParam activation;
 };
 
-// Rows per call: each block of four columns keeps 2 x 4 accumulators.
-constexpr uint32_t kGemvMaxRows = 4;
+// Rows per call (a batch of 8 images): each block of four weight rows is
+// read from memory once and serves every row, 4 (AVX-512) or 2 (AVX2) rows
+// at a time.
+constexpr uint32_t kGemvMaxRows = 8;
 
 namespace avx512 {
 Status gemv_kernel(const void* args, uint32_t begin, uint32_t end);
