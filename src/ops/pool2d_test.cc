@@ -179,7 +179,7 @@ TEST(GlobalAvgPool2d, MatchesReference) {
     set_kernel_isa_limit(isa);
     const std::string_view isa_name = kernel_isa_name(kernel_isa());
     for (const Shape& s : {Shape{1, 7, 7, 2048}, Shape{2, 3, 5, 37}, Shape{8, 1, 1, 16}, Shape{1, 14, 14, 1300},
-                            Shape{1, 7, 7, 1280}, Shape{1, 2, 2, 100}})
+                            Shape{1, 7, 7, 1280}, Shape{1, 2, 2, 100}, Shape{3, 3, 3, 2048}, Shape{2, 2, 3, 4100}})
       for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
         SCOPED_TRACE(fmt::format("{} {} isa={}", s.to_string(), data_type_name(dt), isa_name));
         Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 4);
