@@ -830,9 +830,17 @@ constexpr uint64_t kMinPixelsToSplit = 64;
 // pixels each, so that a worker whose vCPU stalls hands shards to the other.
 // YOLO batch 1, device-only, three alternated pairs: 151 / 164 / 155 ms ->
 // 119 / 150 / 151 ms (its 1x1 convs run on oneDNN's jit_1x1 on AVX2 CPUs).
+// A strided stem (fewer than 16 input channels) keeps one shard per worker:
+// per-launch medians at batch 1, seven alternated pairs, ResNet-50's 7x7/2
+// stem took 0.80-0.90 ms in 8 shards against 0.73-0.77 in 2, YOLO's 6x6/2
+// 2.81-3.14 against 2.71-2.93. The UNet's stride-1 3x3 on its 3-channel
+// 480x640 input did no better in 2 (2.78-3.24 against 2.84-3.99 ms), and
+// keeps its 8.
 constexpr uint32_t kRowShardsPerWorker = 4;
 constexpr uint64_t kMinPixelsPerRowShard = 1024;
+constexpr uint32_t kMinChannelsForRowShards = 16;
 uint32_t row_shards(const Geometry& g, uint32_t threads) {
+  if (g.cin < kMinChannelsForRowShards && (g.sh > 1 || g.sw > 1)) return threads;
   const uint64_t fit = uint64_t{g.oh} * g.ow / kMinPixelsPerRowShard / threads * threads;
   return static_cast<uint32_t>(std::clamp<uint64_t>(fit, threads, uint64_t{threads} * kRowShardsPerWorker));
 }
