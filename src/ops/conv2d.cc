@@ -890,7 +890,7 @@ bool splits_channels(const Geometry& g, uint32_t threads, bool residual) {
 // walk over rows, slow once the residual is in DRAM; Tessera's pass streams
 // it. ResNet-50 batch 8, per-launch medians inside the model, three
 // alternated pairs: the stage-1 64->256 1x1 with its residual 3.9-4.0 ->
-// 3.0-3.3 ms; the 28x28x512 maps (12.8 MB at batch 8) 2.78-3.39 -> 2.54-2.88
+// 3.0-3.3 ms; the 28x28x512 maps (12.8 MB at batch 8) 2.77-3.39 -> 2.42-2.90
 // ms each, six pairs. At batch 1 the same maps (1.6 MB, still in the cache
 // from the conv that wrote the residual) lost (0.26 -> 0.28 ms), as did the
 // 14x14x1024 maps at either batch size (0.32 -> 0.37 ms at batch 1, mixed
