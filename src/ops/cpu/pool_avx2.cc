@@ -72,35 +72,26 @@ inline void window(const std::byte* const* px, uint32_t taps, uint32_t c0, float
 template <bool kBf16, bool kAvg>
 void pool_rows_t(const PoolRowsArgs& a, uint32_t begin, uint32_t end) {
   constexpr size_t es = kBf16 ? 2 : 4;
-  const std::byte* px[kPoolRowsMaxTaps];
-  for (uint32_t t = begin; t < end; ++t) {
-    const uint32_t n = t / a.oh, oy = t % a.oh;
-    for (uint32_t ox = 0; ox < a.ow; ++ox) {
-      uint32_t taps = 0;
-      const uint32_t count = a.win.visit(oy, ox, [&](uint32_t iy, uint32_t ix) {
-        px[taps++] = a.in + ((uint64_t{n} * a.win.h + iy) * a.win.w + ix) * a.in_stride;
-      });
-      std::byte* out = a.out + ((uint64_t{n} * a.oh + oy) * a.ow + ox) * a.out_stride;
-      const float divisor = static_cast<float>(count);
-      uint32_t c = 0;
-      for (; c + 32 <= a.c; c += 32) window<kBf16, kAvg, 4>(px, taps, c, divisor, out);
-      for (; c + 8 <= a.c; c += 8) window<kBf16, kAvg, 1>(px, taps, c, divisor, out);
-      for (; c < a.c; ++c) {  // the last c % 8 channels
-        float acc = kAvg ? 0.0f : -INFINITY;
-        for (uint32_t k = 0; k < taps; ++k) {
-          const std::byte* p = px[k] + c * es;
-          const float v = kBf16 ? bfloat16_to_float(*reinterpret_cast<const uint16_t*>(p))
-                                : *reinterpret_cast<const float*>(p);
-          acc = kAvg ? add(acc, v) : nan_max(acc, v);
-        }
-        if (kAvg) acc /= divisor;
-        if constexpr (kBf16)
-          reinterpret_cast<uint16_t*>(out)[c] = float_to_bfloat16(acc);
-        else
-          reinterpret_cast<float*>(out)[c] = acc;
+  for_each_output_pixel(a, begin, end, [&](const std::byte* const* px, uint32_t taps, uint32_t count, std::byte* out) {
+    const float divisor = static_cast<float>(count);
+    uint32_t c = 0;
+    for (; c + 32 <= a.c; c += 32) window<kBf16, kAvg, 4>(px, taps, c, divisor, out);
+    for (; c + 8 <= a.c; c += 8) window<kBf16, kAvg, 1>(px, taps, c, divisor, out);
+    for (; c < a.c; ++c) {  // the last c % 8 channels
+      float acc = kAvg ? 0.0f : -INFINITY;
+      for (uint32_t k = 0; k < taps; ++k) {
+        const std::byte* p = px[k] + c * es;
+        const float v = kBf16 ? bfloat16_to_float(*reinterpret_cast<const uint16_t*>(p))
+                              : *reinterpret_cast<const float*>(p);
+        acc = kAvg ? add(acc, v) : nan_max(acc, v);
       }
+      if (kAvg) acc /= divisor;
+      if constexpr (kBf16)
+        reinterpret_cast<uint16_t*>(out)[c] = float_to_bfloat16(acc);
+      else
+        reinterpret_cast<float*>(out)[c] = acc;
     }
-  }
+  });
 }
 
 }  // namespace

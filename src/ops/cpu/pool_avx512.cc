@@ -58,23 +58,14 @@ inline void window(const std::byte* const* px, uint32_t taps, uint32_t c0, __mma
 
 template <bool kBf16, bool kAvg>
 void pool_rows_t(const PoolRowsArgs& a, uint32_t begin, uint32_t end) {
-  const std::byte* px[kPoolRowsMaxTaps];
-  for (uint32_t t = begin; t < end; ++t) {
-    const uint32_t n = t / a.oh, oy = t % a.oh;
-    for (uint32_t ox = 0; ox < a.ow; ++ox) {
-      uint32_t taps = 0;
-      const uint32_t count = a.win.visit(oy, ox, [&](uint32_t iy, uint32_t ix) {
-        px[taps++] = a.in + ((uint64_t{n} * a.win.h + iy) * a.win.w + ix) * a.in_stride;
-      });
-      std::byte* out = a.out + ((uint64_t{n} * a.oh + oy) * a.ow + ox) * a.out_stride;
-      const __m512 divisor = _mm512_set1_ps(static_cast<float>(count));
-      uint32_t c = 0;
-      for (; c + 64 <= a.c; c += 64) window<kBf16, kAvg, 4>(px, taps, c, 0xffff, divisor, out);
-      if (c + 32 <= a.c) window<kBf16, kAvg, 2>(px, taps, c, 0xffff, divisor, out), c += 32;
-      if (c + 16 <= a.c) window<kBf16, kAvg, 1>(px, taps, c, 0xffff, divisor, out), c += 16;
-      if (c < a.c) window<kBf16, kAvg, 1>(px, taps, c, tail_mask(a.c - c), divisor, out);
-    }
-  }
+  for_each_output_pixel(a, begin, end, [&](const std::byte* const* px, uint32_t taps, uint32_t count, std::byte* out) {
+    const __m512 divisor = _mm512_set1_ps(static_cast<float>(count));
+    uint32_t c = 0;
+    for (; c + 64 <= a.c; c += 64) window<kBf16, kAvg, 4>(px, taps, c, 0xffff, divisor, out);
+    if (c + 32 <= a.c) window<kBf16, kAvg, 2>(px, taps, c, 0xffff, divisor, out), c += 32;
+    if (c + 16 <= a.c) window<kBf16, kAvg, 1>(px, taps, c, 0xffff, divisor, out), c += 16;
+    if (c < a.c) window<kBf16, kAvg, 1>(px, taps, c, tail_mask(a.c - c), divisor, out);
+  });
 }
 }  // namespace
 

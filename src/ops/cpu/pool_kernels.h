@@ -60,6 +60,25 @@ struct PoolRowsArgs {
   PoolWindow win;
 };
 
+// f(px, taps, count, out) for every output pixel of tasks [begin, end) (task
+// t: image t / oh, output row t % oh): px[0..taps) the window's valid input
+// pixels, count its average's divisor (PoolWindow::visit), out the output
+// pixel. The pool_rows kernels' shared walk.
+template <class F>
+inline void for_each_output_pixel(const PoolRowsArgs& a, uint32_t begin, uint32_t end, F&& f) {
+  const std::byte* px[kPoolRowsMaxTaps];
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t n = t / a.oh, oy = t % a.oh;
+    for (uint32_t ox = 0; ox < a.ow; ++ox) {
+      uint32_t taps = 0;
+      const uint32_t count = a.win.visit(oy, ox, [&](uint32_t iy, uint32_t ix) {
+        px[taps++] = a.in + ((uint64_t{n} * a.win.h + iy) * a.win.w + ix) * a.in_stride;
+      });
+      f(px, taps, count, a.out + ((uint64_t{n} * a.oh + oy) * a.ow + ox) * a.out_stride);
+    }
+  }
+}
+
 namespace avx2 {
 // The per-tap path (a float buffer per 1024 channels, an address lookup and
 // an indirect call per tap) took ~1300 cycles per output pixel of
