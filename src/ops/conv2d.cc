@@ -864,7 +864,7 @@ constexpr uint64_t kMinWeightsToSplitChannels = 64 * 1024;
 // its channel shards also gather their residual columns into the stage
 // before oneDNN adds them. ResNet-50 batch 1, per-launch medians, three
 // alternated pairs: the 14x14 256->1024 convs with their residual
-// 0.36-0.48 -> 0.30-0.38 ms each, the rest unchanged.
+// 0.30-0.38 -> 0.27-0.34 ms each, the rest unchanged.
 // Plain convolutions only.
 bool splits_channels(const Conv2dGeometry& g, bool transposed, uint32_t threads, bool residual) {
   const bool many_weights = uint64_t{g.in_channels} * g.out_channels * g.kernel_h * g.kernel_w >
