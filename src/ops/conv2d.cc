@@ -355,7 +355,8 @@ struct Problem {
   std::string weights_key;  // the prepared weights: geometry and dtypes only
   const Conv2dResidual* residual = nullptr;
   bool winograd = false;    // may use oneDNN's Winograd kernel (see allows_winograd)
-  bool direct = false;      // runs Tessera's AVX2 direct kernel (see is_direct_avx2)
+  bool direct = false;      // runs Tessera's AVX2 direct kernel (see is_direct_avx2) or, with
+  bool pointwise = false;   // pointwise, its AVX-512 1x1 kernel (see is_pointwise_avx512)
   uint32_t cout_padded = 0;  // the kernel's output channels when padded (see pads_output_channels), else 0
 };
 
@@ -416,6 +417,29 @@ bool is_direct_avx2(const Problem& pr) {
   return pr.output.layout == Layout::ROW_MAJOR &&
          (direct_avx2_shape(g.transposed, g.groups, g.kh, g.kw, g.cin, pr.compute, pr.output.dtype) ||
           (pr.residual == nullptr && patch_transpose_avx2_shape(g, pr.compute, pr.output.dtype)));
+}
+
+// Float32 1x1 convs without padding or groups on AVX-512 CPUs whose whole
+// output is at most kPointwiseMaxPixels pixels (the late layers of a
+// classifier at small batches) run Tessera's pointwise kernel
+// (cpu::avx512::pointwise_conv_kernel). There oneDNN's brgconv_1x1 ran at
+// 250-300 GFLOP/s inside ResNet-50 at batch 1 (bench/RESULTS.md, fifteenth
+// run): its channel shards stage their output columns, its row shards read
+// every weight twice, and it reads cold weights slowly. The pointwise kernel
+// writes any column range in place, so its tasks split the channels. A
+// standalone loop with 8 rotating weight and residual sets (cold, as in a
+// model), two threads: 196 x 256 -> 1024 with a residual 0.25-0.31 ms, 49 x
+// 2048 -> 512 0.26-0.27, 196 x 512 -> 1024 0.51-0.56, where the model's
+// launches took 0.36-0.40, 0.35-0.36 and 0.75 ms on oneDNN; at 784 pixels
+// (28x28) and more it lost (128 -> 512: 0.33 against 0.30-0.33 ms).
+constexpr uint64_t kPointwiseMaxPixels = 512;
+bool is_pointwise_avx512(const Problem& pr) {
+  const Geometry& g = pr.g;
+  return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
+         g.groups == 1 && g.kh == 1 && g.kw == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 &&
+         pr.compute == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 &&
+         (pr.residual == nullptr || pr.residual->tensor.dtype() == DataType::FLOAT32) &&
+         uint64_t{g.n} * g.oh * g.ow <= kPointwiseMaxPixels;
 }
 
 // MobileNetV2's narrow pointwise convs (24 output channels) ran at 120-150
@@ -492,6 +516,10 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   if (pr.direct) {
     pr.key += ":direct";
     pr.weights_key += ":direct";
+  } else if (is_pointwise_avx512(pr)) {
+    pr.direct = pr.pointwise = true;
+    pr.key += ":pointwise";
+    pr.weights_key += ":pointwise";
   }
   if (pads_output_channels(pr)) {
     pr.cout_padded = (g.cout + 15) / 16 * 16;
@@ -1366,8 +1394,48 @@ uint32_t direct_cin_block(const Geometry& g) {
   const uint64_t rows = uint64_t{g.oh - 1} * g.sh + uint64_t{g.kh - 1} * g.dh + 1;
   return rows * direct_row_bytes(g) <= kDirectBandBytes ? cpu::direct_cin_block(g.kh, g.kw, g.cin) : g.cin;
 }
+// The problem's: Winograd, patch and pointwise kernels take no chunks.
+uint32_t direct_cin_block(const Problem& pr) {
+  return pr.winograd || pr.pointwise || pr.g.transposed ? pr.g.cin : direct_cin_block(pr.g);
+}
+
+// The pointwise kernel's bands: pixels of the whole batch per band, as many
+// as keep a band's input rows within kPointwiseBandBytes (the L2 keeps them
+// while four blocks of weights stream past), in equal bands.
+constexpr uint64_t kPointwiseBandBytes = 256 * 1024;
 
 MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense);
+
+// The pointwise kernel's launch, once launch_direct has its rows: bands of
+// the batch's pixels (kPointwiseBandBytes), then groups of 16-channel blocks
+// (whole fours but the last) until the workers have kDirectTasksPerWorker
+// tasks each; a task runs its group's weights past its band.
+StatusOr<Conv2dResult> launch_pointwise(Device& device, const Problem& pr, cpu::DirectConvArgs& args, Tensor output,
+                                        bool copy_out, const PreparedConv2dWeights& w, uint8_t cq_id) {
+  const Geometry& g = pr.g;
+  const uint64_t pixels = uint64_t{g.n} * g.oh * g.ow;
+  const uint64_t fit = std::clamp<uint64_t>(kPointwiseBandBytes / (uint64_t{g.cin} * sizeof(float)), 6, pixels);
+  args.bands = static_cast<uint32_t>((pixels + fit - 1) / fit);
+  args.band_rows = static_cast<uint32_t>((pixels + args.bands - 1) / args.bands);
+  const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
+  const uint32_t quads = (g.cout + 63) / 64, want = threads * kDirectTasksPerWorker;
+  const uint32_t groups = std::min(quads, std::max(1u, (want + args.bands - 1) / args.bands));
+  args.group_blocks = (quads + groups - 1) / groups * 4;
+  args.groups = ((g.cout + 15) / 16 + args.group_blocks - 1) / args.group_blocks;
+  auto compile = [&]() -> StatusOr<Program> {
+    Program prog;
+    prog.kernel = cpu::avx512::pointwise_conv_kernel;
+    prog.kernel_name = "f32_conv2d__pointwise_avx512";
+    prog.num_tasks = args.bands * args.groups;
+    prog.grain = 1;
+    return prog;
+  };
+  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, pr.key, compile, args));
+  if (copy_out) {
+    TS_ASSIGN_OR_RETURN(output, to_memory_config(output, pr.output.memory_config, cq_id));
+  }
+  return Conv2dResult{std::move(output), g.oh, g.ow, w};
+}
 
 StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
                                      uint8_t cq_id) {
@@ -1429,10 +1497,11 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.bias = reinterpret_cast<const float*>(ba.page(0));
   args.math = cpu::select_float_math();
   args.activation = g.activation;
-  args.cin_block = pr.winograd || g.transposed ? g.cin : direct_cin_block(g);
+  args.cin_block = direct_cin_block(pr);
   args.n = g.n, args.h = g.h, args.w = g.w, args.cin = g.cin, args.cout = g.cout, args.oh = g.oh, args.ow = g.ow;
   args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
+  if (pr.pointwise) return launch_pointwise(device, pr, args, std::move(output), copy_out, w, cq_id);
   // Bands of rows sized for the cache, as equal as rows allow, and a multiple
   // of the workers when there are few (two bands of 33 and 23 rows left one
   // worker idle for 30% of a 56x56 conv); then more bands of at least 4 rows
@@ -1525,7 +1594,7 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(weight, p, weights_dtype, input.dtype()));
   TS_ASSIGN_OR_RETURN(std::vector<float> b, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());  // (cout, cin, kh, kw)
-  const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = direct_cin_block(g);
+  const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = direct_cin_block(pr);
   std::vector<float> m(uint64_t{blocks} * taps * g.cin * 16, 0.0f);
   for (uint32_t o = 0; o < g.cout; ++o)
     for (uint32_t c = 0; c < g.cin; ++c) {

@@ -1,0 +1,159 @@
+// Tessera's AVX-512 pointwise (1x1) conv kernel over float32 rows; contract
+// in direct_conv_kernels.h. Hand-written because oneDNN's brgconv_1x1 runs
+// the small maps of late CNN layers (14x14 and 7x7, a few hundred output
+// pixels against up to 2048 channels) at 250-300 GFLOP/s inside ResNet-50,
+// most of the loss in reading cold weights and, for channel shards, staging
+// the output columns; this kernel writes any column range of the output rows
+// in place (bench/RESULTS.md, fifteenth run).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+#include <vector>
+
+#include "direct_conv_kernels.h"
+
+namespace tessera::cpu::avx512 {
+
+namespace {
+
+constexpr uint32_t kTileRows = 6;    // output pixels per micro tile
+constexpr uint32_t kTileBlocks = 4;  // 16-channel blocks per micro tile: 6 x 4 accumulators
+// The first tile of each block group prefetches its weights this many input
+// channels ahead: they come from DRAM in four streams. ResNet-50 batch 1, per-launch
+// medians, three alternated pairs: the pointwise launches 0.5 ms less in all
+// at 16 steps (1 KB ahead per stream); 32 steps and prefetching on every tile did no better.
+constexpr uint32_t kPrefetchSteps = 16;
+
+inline bool in_registers(UnaryOpType op) { return op == UnaryOpType::IDENTITY || op == UnaryOpType::RELU; }
+
+struct Tile {
+  const float* in[kTileRows];   // input row of each pixel
+  float* out[kTileRows];        // output row of each pixel, at the tile's first channel
+  const float* res[kTileRows];  // residual rows likewise, or null
+  const float* weights;         // the tile's first block: [cin][16] per block, blocks cin * 16 apart
+  const float* bias;
+  __mmask16 last_mask;  // channels of the tile's last block
+  bool prefetch;        // the weights are cold: prefetch them kPrefetchSteps ahead
+};
+
+// MR pixels x NB blocks: bias, then cin FMAs per accumulator in input-channel
+// order, then activation, residual and its activation; stores masked to the
+// output's channels.
+template <uint32_t MR, uint32_t NB>
+void tile(const DirectConvArgs& a, const Tile& t) {
+  __m512 acc[MR][NB];
+  for (uint32_t j = 0; j < NB; ++j) {
+    const __m512 b = _mm512_loadu_ps(t.bias + 16 * j);
+    for (uint32_t i = 0; i < MR; ++i) acc[i][j] = b;
+  }
+  const uint64_t block_step = uint64_t{a.cin} * 16;
+  const float* w = t.weights;
+  for (uint32_t k = 0; k < a.cin; ++k, w += 16) {
+    __m512 wv[NB];
+    for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + j * block_step);
+    if (t.prefetch)
+      for (uint32_t j = 0; j < NB; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(w + j * block_step + 16 * kPrefetchSteps), _MM_HINT_T0);
+    for (uint32_t i = 0; i < MR; ++i) {
+      const __m512 x = _mm512_set1_ps(t.in[i][k]);
+      for (uint32_t j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
+    }
+  }
+  auto mask = [&](uint32_t j) { return j + 1 == NB ? t.last_mask : __mmask16(0xFFFF); };
+  const __m512 zero = _mm512_setzero_ps();
+  if (in_registers(a.activation.op) && in_registers(a.res_activation.op)) {
+    for (uint32_t i = 0; i < MR; ++i)
+      for (uint32_t j = 0; j < NB; ++j) {
+        __m512 v = acc[i][j];
+        if (a.activation.op == UnaryOpType::RELU) v = _mm512_max_ps(v, zero);
+        if (t.res[0]) {
+          v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask(j), t.res[i] + 16 * j));
+          if (a.res_activation.op == UnaryOpType::RELU) v = _mm512_max_ps(v, zero);
+        }
+        _mm512_mask_storeu_ps(t.out[i] + 16 * j, mask(j), v);
+      }
+    return;
+  }
+  // Other activations: FloatMath's vector functions over the tile in a buffer.
+  alignas(64) float buf[MR][NB * 16];
+  for (uint32_t i = 0; i < MR; ++i)
+    for (uint32_t j = 0; j < NB; ++j) _mm512_store_ps(&buf[i][16 * j], acc[i][j]);
+  if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, &buf[0][0], MR * NB * 16);
+  if (t.res[0]) {
+    for (uint32_t i = 0; i < MR; ++i)
+      for (uint32_t j = 0; j < NB; ++j)
+        _mm512_store_ps(&buf[i][16 * j], _mm512_add_ps(_mm512_load_ps(&buf[i][16 * j]),
+                                                       _mm512_maskz_loadu_ps(mask(j), t.res[i] + 16 * j)));
+    if (a.res_activation.op != UnaryOpType::IDENTITY) a.math.unary(a.res_activation, &buf[0][0], MR * NB * 16);
+  }
+  for (uint32_t i = 0; i < MR; ++i)
+    for (uint32_t j = 0; j < NB; ++j)
+      _mm512_mask_storeu_ps(t.out[i] + 16 * j, mask(j), _mm512_load_ps(&buf[i][16 * j]));
+}
+
+using TileFn = void (*)(const DirectConvArgs&, const Tile&);
+
+template <uint32_t... R, uint32_t... B>
+constexpr auto tile_table(std::integer_sequence<uint32_t, R...>, std::integer_sequence<uint32_t, B...>) {
+  std::array<std::array<TileFn, kTileBlocks>, kTileRows> t{};
+  auto row = [&]<uint32_t MR>(std::integral_constant<uint32_t, MR>) { ((t[MR][B] = &tile<MR + 1, B + 1>), ...); };
+  (row(std::integral_constant<uint32_t, R>{}), ...);
+  return t;
+}
+// kTiles[rows - 1][blocks - 1]
+constexpr auto kTiles =
+    tile_table(std::make_integer_sequence<uint32_t, kTileRows>{}, std::make_integer_sequence<uint32_t, kTileBlocks>{});
+
+}  // namespace
+
+Status pointwise_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& a = *static_cast<const DirectConvArgs*>(raw);
+  const uint32_t blocks = (a.cout + 15) / 16;
+  const uint64_t pixels = uint64_t{a.n} * a.oh * a.ow, map = uint64_t{a.oh} * a.ow;
+  const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
+  const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
+  const bool strided = a.sh != 1 || a.sw != 1;
+  thread_local std::vector<const float*> rows;
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t group = t % a.groups, band = t / a.groups;
+    const uint64_t p0 = uint64_t{band} * a.band_rows, p1 = std::min(pixels, p0 + a.band_rows);
+    const uint32_t b0 = group * a.group_blocks, b1 = std::min(blocks, b0 + a.group_blocks);
+    if (p0 >= p1 || b0 >= b1) continue;
+    // The band's input rows: pixel p of the output reads pixel (y * sh, x * sw) of its image.
+    rows.resize(p1 - p0);
+    for (uint64_t p = p0; p < p1; ++p) {
+      uint64_t in_px = p;
+      if (strided) {
+        const uint64_t img = p / map, y = p % map / a.ow, x = p % a.ow;
+        in_px = (img * a.h + y * a.sh) * a.w + x * a.sw;
+      }
+      rows[p - p0] = reinterpret_cast<const float*>(a.src.base + in_px * in_stride);
+    }
+    // Blocks of four 16-channel blocks (their weights stay in the L2 while
+    // the band's pixels run past them), six pixels at a time.
+    for (uint32_t b = b0; b < b1; b += kTileBlocks) {
+      const uint32_t nb = std::min(kTileBlocks, b1 - b);
+      const uint32_t last = std::min(16u, a.cout - (b + nb - 1) * 16);
+      Tile tl{};
+      tl.weights = a.weights + uint64_t{b} * a.cin * 16;
+      tl.bias = a.bias + uint64_t{b} * 16;
+      tl.last_mask = static_cast<__mmask16>((1u << last) - 1);
+      for (uint64_t p = p0; p < p1; p += kTileRows) {
+        const uint32_t mr = static_cast<uint32_t>(std::min<uint64_t>(kTileRows, p1 - p));
+        tl.prefetch = p == p0;
+        for (uint32_t i = 0; i < mr; ++i) {
+          tl.in[i] = rows[p + i - p0];
+          tl.out[i] = reinterpret_cast<float*>(a.dst.base + (p + i) * out_stride) + uint64_t{b} * 16;
+          tl.res[i] = a.res.base ? reinterpret_cast<const float*>(a.res.base + (p + i) * res_stride) + uint64_t{b} * 16
+                                 : nullptr;
+        }
+        kTiles[mr - 1][nb - 1](a, tl);
+      }
+    }
+  }
+  return Status();
+}
+
+}  // namespace tessera::cpu::avx512
