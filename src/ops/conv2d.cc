@@ -433,13 +433,18 @@ bool is_direct_avx2(const Problem& pr) {
 // launches took 0.36-0.40, 0.35-0.36 and 0.75 ms on oneDNN; at 784 pixels
 // (28x28) and more it lost (128 -> 512: 0.33 against 0.30-0.33 ms).
 constexpr uint64_t kPointwiseMaxPixels = 512;
+// ... and at least this many weights (1 MB: more than a worker's L2 keeps).
+// With fewer, oneDNN's row shards each keep all of them, and MobileNetV2's
+// 14x14 convs (24-96 Ki weights, 20-70 us launches) lost 5-15% on the
+// pointwise kernel (batch 1, per-launch medians, eight alternated pairs).
+constexpr uint64_t kPointwiseMinWeights = 256 * 1024;
 bool is_pointwise_avx512(const Problem& pr) {
   const Geometry& g = pr.g;
   return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
          g.groups == 1 && g.kh == 1 && g.kw == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 &&
          pr.compute == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 &&
          (pr.residual == nullptr || pr.residual->tensor.dtype() == DataType::FLOAT32) &&
-         uint64_t{g.n} * g.oh * g.ow <= kPointwiseMaxPixels;
+         uint64_t{g.n} * g.oh * g.ow <= kPointwiseMaxPixels && uint64_t{g.cin} * g.cout >= kPointwiseMinWeights;
 }
 
 // MobileNetV2's narrow pointwise convs (24 output channels) ran at 120-150
@@ -1407,21 +1412,30 @@ constexpr uint64_t kPointwiseBandBytes = 256 * 1024;
 MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense);
 
 // The pointwise kernel's launch, once launch_direct has its rows: bands of
-// the batch's pixels (kPointwiseBandBytes), then groups of 16-channel blocks
-// (whole fours but the last) until the workers have kDirectTasksPerWorker
-// tasks each; a task runs its group's weights past its band.
+// the batch's pixels (kPointwiseBandBytes of input rows at most), groups of
+// 16-channel blocks (whole tiles' worth but the last) until the workers have
+// kDirectTasksPerWorker tasks each; where the groups do not divide evenly
+// over the workers, more bands of at least one tile of pixels (channel groups
+// alone left a 64-channel output to one task and a 320-channel one to five,
+// three on one worker). A task runs its group's weights past its band; every
+// band reads all of them, so bands are few where groups divide evenly.
 StatusOr<Conv2dResult> launch_pointwise(Device& device, const Problem& pr, cpu::DirectConvArgs& args, Tensor output,
                                         bool copy_out, const PreparedConv2dWeights& w, uint8_t cq_id) {
   const Geometry& g = pr.g;
   const uint64_t pixels = uint64_t{g.n} * g.oh * g.ow;
-  const uint64_t fit = std::clamp<uint64_t>(kPointwiseBandBytes / (uint64_t{g.cin} * sizeof(float)), 6, pixels);
-  args.bands = static_cast<uint32_t>((pixels + fit - 1) / fit);
-  args.band_rows = static_cast<uint32_t>((pixels + args.bands - 1) / args.bands);
+  const uint32_t tile_rows = cpu::avx512::kPointwiseTileRows, tile_blocks = cpu::avx512::kPointwiseTileBlocks;
+  const uint64_t fit = std::clamp<uint64_t>(kPointwiseBandBytes / (uint64_t{g.cin} * sizeof(float)), tile_rows, pixels);
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
-  const uint32_t quads = (g.cout + 63) / 64, want = threads * kDirectTasksPerWorker;
-  const uint32_t groups = std::min(quads, std::max(1u, (want + args.bands - 1) / args.bands));
-  args.group_blocks = (quads + groups - 1) / groups * 4;
-  args.groups = ((g.cout + 15) / 16 + args.group_blocks - 1) / args.group_blocks;
+  const uint32_t want = threads * kDirectTasksPerWorker, blocks = (g.cout + 15) / 16;
+  const uint32_t tiles = (blocks + tile_blocks - 1) / tile_blocks;
+  uint64_t bands = (pixels + fit - 1) / fit;
+  const uint32_t groups = std::min<uint32_t>(tiles, std::max<uint64_t>(1, (want + bands - 1) / bands));
+  args.group_blocks = (tiles + groups - 1) / groups * tile_blocks;
+  args.groups = (blocks + args.group_blocks - 1) / args.group_blocks;
+  if (args.groups % threads != 0)
+    bands = std::clamp<uint64_t>((want + args.groups - 1) / args.groups, bands, (pixels + tile_rows - 1) / tile_rows);
+  args.band_rows = static_cast<uint32_t>((pixels + bands - 1) / bands);
+  args.bands = static_cast<uint32_t>((pixels + args.band_rows - 1) / args.band_rows);
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
     prog.kernel = cpu::avx512::pointwise_conv_kernel;

@@ -359,6 +359,11 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
        DataType::FLOAT32},
       {{1, 6, 6, 8, 8, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::BFLOAT16},
       {{1, 7, 7, 64, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
+      // relu6 after the add, in the pointwise kernel's registers on AVX-512.
+      {{1, 7, 9, 512, 520, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::FLOAT32},
+      // ... and an activation before the add there (through the float math table).
+      {{1, 6, 5, 272, 1024, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY,
+       DataType::FLOAT32, DataType::FLOAT32},
       // A strided 1x1 downsample with the block's residual, split by rows (ResNet's stage entries).
       {{1, 18, 17, 32, 64, 1, 1, 2, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
       // YOLO's bottlenecks: 3x3 stride 1 with an activation before the add, at HiFi2 (Winograd).
@@ -426,11 +431,13 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
           ran |= t.kernel_name.find(rc.hifi2 ? "winograd_f2_avx2" : "direct_avx2") != std::string::npos;
         EXPECT_TRUE(ran);
       }
-      // On AVX-512, float32 1x1 convs of at most 512 output pixels run
-      // Tessera's pointwise kernel; larger strided or large ones, pixel chunks.
+      // On AVX-512, float32 1x1 convs of at most 512 output pixels and 256 Ki
+      // weights or more run Tessera's pointwise kernel; larger strided or
+      // large ones, pixel chunks.
       const uint64_t image_bytes = uint64_t{p.output_height()} * p.output_width() * cs.k * 4;
       const bool large = image_bytes >= (2u << 20) || image_bytes * cs.n >= (8u << 20);
-      const bool pointwise = uint64_t{cs.n} * p.output_height() * p.output_width() <= 512;
+      const bool pointwise =
+          uint64_t{cs.n} * p.output_height() * p.output_width() <= 512 && uint64_t{cs.c} * cs.k >= 256 * 1024;
       if (isa == KernelIsa::kAvx512 && cs.kh * cs.kw == 1 && (pointwise || cs.stride > 1 || large) &&
           rc.in == DataType::FLOAT32 && rc.res == DataType::FLOAT32) {
         ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
@@ -542,16 +549,8 @@ TEST(Conv2d, OutputChannelSplitMatchesReference) {
   ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
   int split = 0;
   for (const OpTiming& t : prof.ops) split += t.kernel_name.starts_with("f32_conv2d") && t.kernel_name.ends_with("_x2oc");
-  // (The float32 1x1 runs Tessera's pointwise kernel on AVX-512 CPUs.)
-  EXPECT_GE(split, 3) << "float32 channel-split launches";
-  // With a residual added by the kernel, gathered per shard: oneDNN's 1x1
-  // with the kernel set capped at AVX2 (on AVX-512, the pointwise kernel).
-  const KernelIsa native = kernel_isa();
-  std::vector<KernelIsa> isas{native};
-  if (native == KernelIsa::kAvx512) isas.push_back(KernelIsa::kAvx2);
-  for (KernelIsa isa : isas) {
-  set_kernel_isa_limit(isa);
-  SCOPED_TRACE(kernel_isa_name(isa));
+  EXPECT_GE(split, 4) << "float32 channel-split launches";
+  // With a residual added by the kernel, gathered per shard.
   const Case rc{1, 7, 7, 64, 200, 1, 1, 1, 1, 1, {0, 0, 0, 0}};
   const Conv2dParams p = to_params(rc);
   Tensor x = testing::random_tensor(Shape{1, 7, 7, 64}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
@@ -573,12 +572,7 @@ TEST(Conv2d, OutputChannelSplitMatchesReference) {
   testing::expect_conv_close(got, ref, DataType::FLOAT32);
   ASSERT_OK_AND_ASSIGN(DeviceProfile rprof, read_profile(*dev));
   ASSERT_EQ(rprof.ops.size(), 1u);
-  if (isa == KernelIsa::kAvx512)
-    EXPECT_EQ(rprof.ops[0].kernel_name, "f32_conv2d__pointwise_avx512");
-  else
-    EXPECT_TRUE(rprof.ops[0].kernel_name.ends_with("_x2oc")) << rprof.ops[0].kernel_name;
-  }
-  set_kernel_isa_limit(native);
+  EXPECT_TRUE(rprof.ops[0].kernel_name.ends_with("_x2oc")) << rprof.ops[0].kernel_name;
 }
 
 // On a map large enough to split by rows, channels split only when the
@@ -669,28 +663,30 @@ TEST(Conv2d, DirectAvx2Kernel) {
 }
 
 // On AVX-512 CPUs, float32 1x1 convs without padding or groups whose output
-// is at most 512 pixels run Tessera's pointwise kernel: tiles of 1 to 6
-// pixels by 1 to 4 blocks of 16 channels, output channels not a multiple of
-// 16 (masked stores), odd input channels, strides, batches, several bands
-// (512 input channels: 128 pixels per band), activations in registers (relu)
-// and through the float math table (silu, gelu, relu6), block-float weights,
-// rows in L1 (staged); 529 pixels go to oneDNN. Residuals: see
+// is at most 512 pixels and whose weights are 256 Ki or more run Tessera's
+// pointwise kernel: tiles of 1 to 6 pixels by 1 to 4 blocks of 16 channels,
+// output channels not a multiple of 16 (masked stores), odd input channels,
+// strides, batches, several bands (2048 input channels: 32 pixels per band;
+// channel groups that do not divide over the two workers, and a single
+// group: more bands), activations in registers (relu, relu6) and through the
+// float math table (silu, gelu), block-float weights, rows in L1 (staged);
+// 529 pixels, or 128 Ki weights, go to oneDNN. Residuals: see
 // ResidualMatchesConvThenAdd. Same tolerance as every float32 conv.
 TEST(Conv2d, PointwiseAvx512Kernel) {
   if (kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const Case cases[] = {
-      {1, 7, 7, 64, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
-      {1, 14, 14, 96, 200, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},
-      {2, 5, 3, 17, 33, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU},
-      {1, 13, 11, 40, 1000, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::GELU},
-      {3, 9, 9, 24, 48, 1, 1, 2, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU6},
-      {1, 28, 18, 32, 80, 1, 1, 2, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},
-      {1, 1, 1, 2048, 16, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
-      {8, 7, 7, 512, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},
-      {2, 16, 16, 16, 16, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
+      {1, 7, 7, 512, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
+      {1, 14, 14, 256, 1040, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},
+      {2, 5, 3, 517, 513, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU},
+      {1, 13, 11, 264, 1000, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::GELU},
+      {3, 9, 9, 512, 520, 1, 1, 2, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU6},
+      {1, 28, 18, 1024, 272, 1, 1, 2, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},
+      {1, 1, 1, 2048, 144, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
+      {8, 7, 7, 512, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},
+      {1, 8, 8, 4096, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
+      {4, 3, 3, 2048, 128, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
   };
-  // The conv's launch (rows in L1 are staged before and after it).
   auto kernel = [&]() -> std::string {
     auto prof = read_profile(*dev);
     if (prof.ok())
@@ -710,7 +706,11 @@ TEST(Conv2d, PointwiseAvx512Kernel) {
   check_case(*dev, cases[2], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);
   EXPECT_EQ(kernel(), "f32_conv2d__pointwise_avx512");
   ASSERT_OK(enable_profiler(*dev));
-  check_case(*dev, {1, 23, 23, 16, 16, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, DataType::FLOAT32, DataType::FLOAT32,
+  check_case(*dev, {1, 23, 23, 512, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, DataType::FLOAT32, DataType::FLOAT32,
+             DRAM_MEMORY_CONFIG);
+  EXPECT_NE(kernel(), "f32_conv2d__pointwise_avx512");
+  ASSERT_OK(enable_profiler(*dev));
+  check_case(*dev, {1, 7, 7, 256, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, DataType::FLOAT32, DataType::FLOAT32,
              DRAM_MEMORY_CONFIG);
   EXPECT_NE(kernel(), "f32_conv2d__pointwise_avx512");
   ASSERT_OK(disable_profiler(*dev));

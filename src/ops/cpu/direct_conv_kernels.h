@@ -92,6 +92,8 @@ Status patch_transpose_kernel(const void* args, uint32_t begin, uint32_t end);
 }  // namespace avx2
 
 namespace avx512 {
+// The pointwise kernel's micro tile: pixels by 16-channel blocks.
+constexpr uint32_t kPointwiseTileRows = 6, kPointwiseTileBlocks = 4;
 // A 1x1 conv without padding or groups over float32 rows (input, output and
 // residual; any stride), for AVX-512 CPUs. Its tasks read the args
 // differently: the output pixels of the whole batch, n * oh * ow in order,

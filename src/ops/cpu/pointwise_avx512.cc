@@ -12,21 +12,31 @@
 #include <utility>
 #include <vector>
 
+#include "avx512_activation.h"
 #include "direct_conv_kernels.h"
 
 namespace tessera::cpu::avx512 {
 
 namespace {
 
-constexpr uint32_t kTileRows = 6;    // output pixels per micro tile
-constexpr uint32_t kTileBlocks = 4;  // 16-channel blocks per micro tile: 6 x 4 accumulators
+constexpr uint32_t kTileRows = kPointwiseTileRows;
+constexpr uint32_t kTileBlocks = kPointwiseTileBlocks;
 // The first tile of each block group prefetches its weights this many input
 // channels ahead: they come from DRAM in four streams. ResNet-50 batch 1, per-launch
 // medians, three alternated pairs: the pointwise launches 0.5 ms less in all
 // at 16 steps (1 KB ahead per stream); 32 steps and prefetching on every tile did no better.
 constexpr uint32_t kPrefetchSteps = 16;
 
-inline bool in_registers(UnaryOpType op) { return op == UnaryOpType::IDENTITY || op == UnaryOpType::RELU; }
+inline bool in_registers(UnaryOpType op) {
+  return op == UnaryOpType::IDENTITY || op == UnaryOpType::RELU || op == UnaryOpType::RELU6;
+}
+// relu / relu6 on registers (identity: v), NaN kept as FloatMath keeps it.
+inline __m512 clamp(UnaryOpType op, __m512 v) {
+  if (op == UnaryOpType::RELU6) return clamp_keep_nan(v, 0.0f, 6.0f);
+  if (op != UnaryOpType::RELU) return v;
+  const __m512 zero = _mm512_setzero_ps();
+  return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+}
 
 struct Tile {
   const float* in[kTileRows];   // input row of each pixel
@@ -62,16 +72,12 @@ void tile(const DirectConvArgs& a, const Tile& t) {
     }
   }
   auto mask = [&](uint32_t j) { return j + 1 == NB ? t.last_mask : __mmask16(0xFFFF); };
-  const __m512 zero = _mm512_setzero_ps();
   if (in_registers(a.activation.op) && in_registers(a.res_activation.op)) {
     for (uint32_t i = 0; i < MR; ++i)
       for (uint32_t j = 0; j < NB; ++j) {
-        __m512 v = acc[i][j];
-        if (a.activation.op == UnaryOpType::RELU) v = _mm512_max_ps(v, zero);
-        if (t.res[0]) {
-          v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask(j), t.res[i] + 16 * j));
-          if (a.res_activation.op == UnaryOpType::RELU) v = _mm512_max_ps(v, zero);
-        }
+        __m512 v = clamp(a.activation.op, acc[i][j]);
+        if (t.res[0])
+          v = clamp(a.res_activation.op, _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask(j), t.res[i] + 16 * j)));
         _mm512_mask_storeu_ps(t.out[i] + 16 * j, mask(j), v);
       }
     return;
