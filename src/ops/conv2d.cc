@@ -356,7 +356,7 @@ struct Problem {
   const Conv2dResidual* residual = nullptr;
   bool winograd = false;    // may use oneDNN's Winograd kernel (see allows_winograd)
   bool direct = false;      // runs Tessera's AVX2 direct kernel (see is_direct_avx2) or, with
-  bool pointwise = false;   // pointwise, its AVX-512 1x1 kernel (see is_pointwise_avx512)
+  bool direct_avx512 = false;  // direct_avx512, its AVX-512 one (see is_direct_avx512)
   uint32_t cout_padded = 0;  // the kernel's output channels when padded (see pads_output_channels), else 0
 };
 
@@ -419,32 +419,42 @@ bool is_direct_avx2(const Problem& pr) {
           (pr.residual == nullptr && patch_transpose_avx2_shape(g, pr.compute, pr.output.dtype)));
 }
 
-// Float32 1x1 convs without padding or groups on AVX-512 CPUs whose whole
-// output is at most kPointwiseMaxPixels pixels (the late layers of a
-// classifier at small batches) run Tessera's pointwise kernel
-// (cpu::avx512::pointwise_conv_kernel). There oneDNN's brgconv_1x1 ran at
-// 250-300 GFLOP/s inside ResNet-50 at batch 1 (bench/RESULTS.md, fifteenth
-// run): its channel shards stage their output columns, its row shards read
-// every weight twice, and it reads cold weights slowly. The pointwise kernel
-// writes any column range in place, so its tasks split the channels. A
+// Float32 convs without groups on AVX-512 CPUs whose whole output is at most
+// kDirectAvx512MaxPixels pixels and whose weights outgrow a worker's L2 (the
+// late layers of a classifier at small batches) run Tessera's AVX-512 direct
+// kernel (cpu::avx512::direct_conv_kernel): 1x1 convs without padding, and
+// 2x2 to 7x7 ones on maps of at most kDirectAvx512MaxMapPixels. There
+// oneDNN's brgconv_1x1 ran at 250-300 GFLOP/s inside ResNet-50 at batch 1
+// (bench/RESULTS.md, fifteenth run): its channel shards stage their output
+// columns, its row shards read every weight twice, and it reads cold weights
+// slowly. Tessera's kernel writes any column range in place, so its tasks
+// split the channels, and prefetches the weights. A
 // standalone loop with 8 rotating weight and residual sets (cold, as in a
 // model), two threads: 196 x 256 -> 1024 with a residual 0.25-0.31 ms, 49 x
 // 2048 -> 512 0.26-0.27, 196 x 512 -> 1024 0.51-0.56, where the model's
 // launches took 0.36-0.40, 0.35-0.36 and 0.75 ms on oneDNN; at 784 pixels
 // (28x28) and more it lost (128 -> 512: 0.33 against 0.30-0.33 ms).
-constexpr uint64_t kPointwiseMaxPixels = 512;
+constexpr uint64_t kDirectAvx512MaxPixels = 512;
 // ... and at least this many weights (1 MB: more than a worker's L2 keeps).
 // With fewer, oneDNN's row shards each keep all of them, and MobileNetV2's
-// 14x14 convs (24-96 Ki weights, 20-70 us launches) lost 5-15% on the
-// pointwise kernel (batch 1, per-launch medians, eight alternated pairs).
-constexpr uint64_t kPointwiseMinWeights = 256 * 1024;
-bool is_pointwise_avx512(const Problem& pr) {
+// 14x14 1x1 convs (24-96 Ki weights, 20-70 us launches) lost 5-15% here
+// (batch 1, per-launch medians, eight alternated pairs).
+constexpr uint64_t kDirectAvx512MinWeights = 256 * 1024;
+// Larger kernels only on maps this small: ResNet-50's 3x3 convs with 7x7
+// outputs (9.4 MB of weights), four alternated pairs, batch 1: 0.74 against
+// 0.78-0.87 ms on oneDNN; batch 8: 5.0-5.2 against 5.1-5.7 ms. On 14x14 maps
+// (batch 1, 196 pixels) they lost: 0.60-0.62 against 0.57-0.59 ms.
+constexpr uint64_t kDirectAvx512MaxMapPixels = 64;
+bool is_direct_avx512(const Problem& pr) {
   const Geometry& g = pr.g;
   return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
-         g.groups == 1 && g.kh == 1 && g.kw == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 &&
+         g.groups == 1 && !pr.winograd &&
+         ((g.kh == 1 && g.kw == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0) ||
+          (g.kh <= 7 && g.kw <= 7 && uint64_t{g.oh} * g.ow <= kDirectAvx512MaxMapPixels)) &&
          pr.compute == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 &&
          (pr.residual == nullptr || pr.residual->tensor.dtype() == DataType::FLOAT32) &&
-         uint64_t{g.n} * g.oh * g.ow <= kPointwiseMaxPixels && uint64_t{g.cin} * g.cout >= kPointwiseMinWeights;
+         uint64_t{g.n} * g.oh * g.ow <= kDirectAvx512MaxPixels &&
+         uint64_t{g.cin} * g.cout * g.kh * g.kw >= kDirectAvx512MinWeights;
 }
 
 // MobileNetV2's narrow pointwise convs (24 output channels) ran at 120-150
@@ -521,10 +531,10 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   if (pr.direct) {
     pr.key += ":direct";
     pr.weights_key += ":direct";
-  } else if (is_pointwise_avx512(pr)) {
-    pr.direct = pr.pointwise = true;
-    pr.key += ":pointwise";
-    pr.weights_key += ":pointwise";
+  } else if (is_direct_avx512(pr)) {
+    pr.direct = pr.direct_avx512 = true;
+    pr.key += ":direct512";
+    pr.weights_key += ":direct512";
   }
   if (pads_output_channels(pr)) {
     pr.cout_padded = (g.cout + 15) / 16 * 16;
@@ -1399,32 +1409,32 @@ uint32_t direct_cin_block(const Geometry& g) {
   const uint64_t rows = uint64_t{g.oh - 1} * g.sh + uint64_t{g.kh - 1} * g.dh + 1;
   return rows * direct_row_bytes(g) <= kDirectBandBytes ? cpu::direct_cin_block(g.kh, g.kw, g.cin) : g.cin;
 }
-// The problem's: Winograd, patch and pointwise kernels take no chunks.
+// The problem's: Winograd, patch and AVX-512 direct kernels take no chunks.
 uint32_t direct_cin_block(const Problem& pr) {
-  return pr.winograd || pr.pointwise || pr.g.transposed ? pr.g.cin : direct_cin_block(pr.g);
+  return pr.winograd || pr.direct_avx512 || pr.g.transposed ? pr.g.cin : direct_cin_block(pr.g);
 }
 
-// The pointwise kernel's bands: pixels of the whole batch per band, as many
-// as keep a band's input rows within kPointwiseBandBytes (the L2 keeps them
+// The AVX-512 direct kernel's bands: pixels of the whole batch per band, as many
+// as keep a band's input rows within kDirectAvx512BandBytes (the L2 keeps them
 // while four blocks of weights stream past), in equal bands.
-constexpr uint64_t kPointwiseBandBytes = 256 * 1024;
+constexpr uint64_t kDirectAvx512BandBytes = 256 * 1024;
 
 MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense);
 
-// The pointwise kernel's launch, once launch_direct has its rows: bands of
-// the batch's pixels (kPointwiseBandBytes of input rows at most), groups of
+// The AVX-512 direct kernel's launch, once launch_direct has its rows: bands of
+// the batch's pixels (kDirectAvx512BandBytes of input rows at most), groups of
 // 16-channel blocks (whole tiles' worth but the last) until the workers have
 // kDirectTasksPerWorker tasks each; where the groups do not divide evenly
 // over the workers, more bands of at least one tile of pixels (channel groups
 // alone left a 64-channel output to one task and a 320-channel one to five,
 // three on one worker). A task runs its group's weights past its band; every
 // band reads all of them, so bands are few where groups divide evenly.
-StatusOr<Conv2dResult> launch_pointwise(Device& device, const Problem& pr, cpu::DirectConvArgs& args, Tensor output,
+StatusOr<Conv2dResult> launch_direct_avx512(Device& device, const Problem& pr, cpu::DirectConvArgs& args, Tensor output,
                                         bool copy_out, const PreparedConv2dWeights& w, uint8_t cq_id) {
   const Geometry& g = pr.g;
   const uint64_t pixels = uint64_t{g.n} * g.oh * g.ow;
-  const uint32_t tile_rows = cpu::avx512::kPointwiseTileRows, tile_blocks = cpu::avx512::kPointwiseTileBlocks;
-  const uint64_t fit = std::clamp<uint64_t>(kPointwiseBandBytes / (uint64_t{g.cin} * sizeof(float)), tile_rows, pixels);
+  const uint32_t tile_rows = cpu::avx512::kDirectTileRows, tile_blocks = cpu::avx512::kDirectTileBlocks;
+  const uint64_t fit = std::clamp<uint64_t>(kDirectAvx512BandBytes / (uint64_t{g.cin} * sizeof(float)), tile_rows, pixels);
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
   const uint32_t want = threads * kDirectTasksPerWorker, blocks = (g.cout + 15) / 16;
   const uint32_t tiles = (blocks + tile_blocks - 1) / tile_blocks;
@@ -1438,8 +1448,8 @@ StatusOr<Conv2dResult> launch_pointwise(Device& device, const Problem& pr, cpu::
   args.bands = static_cast<uint32_t>((pixels + args.band_rows - 1) / args.band_rows);
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
-    prog.kernel = cpu::avx512::pointwise_conv_kernel;
-    prog.kernel_name = "f32_conv2d__pointwise_avx512";
+    prog.kernel = cpu::avx512::direct_conv_kernel;
+    prog.kernel_name = "f32_conv2d__direct_avx512";
     prog.num_tasks = args.bands * args.groups;
     prog.grain = 1;
     return prog;
@@ -1515,7 +1525,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.n = g.n, args.h = g.h, args.w = g.w, args.cin = g.cin, args.cout = g.cout, args.oh = g.oh, args.ow = g.ow;
   args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
-  if (pr.pointwise) return launch_pointwise(device, pr, args, std::move(output), copy_out, w, cq_id);
+  if (pr.direct_avx512) return launch_direct_avx512(device, pr, args, std::move(output), copy_out, w, cq_id);
   // Bands of rows sized for the cache, as equal as rows allow, and a multiple
   // of the workers when there are few (two bands of 33 and 23 rows left one
   // worker idle for 30% of a 56x56 conv); then more bands of at least 4 rows

@@ -359,8 +359,9 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
        DataType::FLOAT32},
       {{1, 6, 6, 8, 8, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::BFLOAT16},
       {{1, 7, 7, 64, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
-      // relu6 after the add, in the pointwise kernel's registers on AVX-512.
+      // relu6 after the add, in the AVX-512 direct kernel's registers (1x1 and 3x3 on a 7x7 map).
       {{1, 7, 9, 512, 520, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::FLOAT32},
+      {{1, 7, 7, 256, 272, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::FLOAT32},
       // ... and an activation before the add there (through the float math table).
       {{1, 6, 5, 272, 1024, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY,
        DataType::FLOAT32, DataType::FLOAT32},
@@ -431,19 +432,20 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
           ran |= t.kernel_name.find(rc.hifi2 ? "winograd_f2_avx2" : "direct_avx2") != std::string::npos;
         EXPECT_TRUE(ran);
       }
-      // On AVX-512, float32 1x1 convs of at most 512 output pixels and 256 Ki
-      // weights or more run Tessera's pointwise kernel; larger strided or
-      // large ones, pixel chunks.
+      // On AVX-512, float32 convs of at most 512 output pixels and 256 Ki
+      // weights or more run Tessera's direct kernel (1x1s, and larger kernels
+      // on maps of at most 64 pixels); larger strided or large 1x1s, pixel chunks.
       const uint64_t image_bytes = uint64_t{p.output_height()} * p.output_width() * cs.k * 4;
       const bool large = image_bytes >= (2u << 20) || image_bytes * cs.n >= (8u << 20);
-      const bool pointwise =
-          uint64_t{cs.n} * p.output_height() * p.output_width() <= 512 && uint64_t{cs.c} * cs.k >= 256 * 1024;
-      if (isa == KernelIsa::kAvx512 && cs.kh * cs.kw == 1 && (pointwise || cs.stride > 1 || large) &&
+      const uint64_t map = uint64_t{p.output_height()} * p.output_width();
+      const bool direct512 = cs.groups == 1 && !rc.hifi2 && cs.n * map <= 512 &&
+                             uint64_t{cs.c} * cs.k * cs.kh * cs.kw >= 256 * 1024 && (cs.kh * cs.kw == 1 || map <= 64);
+      if (isa == KernelIsa::kAvx512 && (direct512 || (cs.kh * cs.kw == 1 && (cs.stride > 1 || large))) &&
           rc.in == DataType::FLOAT32 && rc.res == DataType::FLOAT32) {
         ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
         bool ran = false;
         for (const OpTiming& t : prof.ops)
-          ran |= pointwise ? t.kernel_name == "f32_conv2d__pointwise_avx512" : t.kernel_name.ends_with("_chunked");
+          ran |= direct512 ? t.kernel_name == "f32_conv2d__direct_avx512" : t.kernel_name.ends_with("_chunked");
         EXPECT_TRUE(ran);
       }
       // The prepared weights take the same residual.
@@ -579,7 +581,7 @@ TEST(Conv2d, OutputChannelSplitMatchesReference) {
 // weights are too many for every worker to keep (64 Ki of them): a 28x28
 // 96->576 1x1 conv (55 Ki weights) splits rows, a 256->1024 one (256 Ki)
 // channels; both match the reference. (28x28: over the 512 output pixels
-// that Tessera's pointwise kernel takes on AVX-512 CPUs.)
+// that Tessera's AVX-512 direct kernel takes.)
 // On CPUs with AVX2 but not AVX-512 (here: the kernel set capped at AVX2),
 // float32 kxk convs (2x2..7x7, >= 16 input channels) on large enough maps
 // run Tessera's direct kernel: 1 to 6-pixel blocks, output channels not a
@@ -662,17 +664,19 @@ TEST(Conv2d, DirectAvx2Kernel) {
   set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
-// On AVX-512 CPUs, float32 1x1 convs without padding or groups whose output
-// is at most 512 pixels and whose weights are 256 Ki or more run Tessera's
-// pointwise kernel: tiles of 1 to 6 pixels by 1 to 4 blocks of 16 channels,
-// output channels not a multiple of 16 (masked stores), odd input channels,
-// strides, batches, several bands (2048 input channels: 32 pixels per band;
-// channel groups that do not divide over the two workers, and a single
-// group: more bands), activations in registers (relu, relu6) and through the
-// float math table (silu, gelu), block-float weights, rows in L1 (staged);
-// 529 pixels, or 128 Ki weights, go to oneDNN. Residuals: see
-// ResidualMatchesConvThenAdd. Same tolerance as every float32 conv.
-TEST(Conv2d, PointwiseAvx512Kernel) {
+// On AVX-512 CPUs, float32 convs without groups whose output is at most 512
+// pixels and whose weights are 256 Ki or more run Tessera's AVX-512 direct
+// kernel: 1x1s without padding, and 2x2 to 7x7 kernels on maps of at most 64
+// pixels (padding, strides, dilation, asymmetric padding). Tiles of 1 to 6
+// pixels by 1 to 4 blocks of 16 channels, output channels not a multiple of
+// 16 (masked stores), odd input channels, batches, several bands (2048 input
+// channels: 32 pixels per band; channel groups that do not divide over the
+// two workers, and a single group: more bands), activations in registers
+// (relu, relu6) and through the float math table (silu, gelu), block-float
+// weights, rows in L1 (staged); 529 pixels, 128 Ki weights or a 3x3 on a
+// 14x14 map go to oneDNN. Residuals: see ResidualMatchesConvThenAdd. Same
+// tolerance as every float32 conv.
+TEST(Conv2d, DirectAvx512Kernel) {
   if (kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const Case cases[] = {
@@ -686,6 +690,9 @@ TEST(Conv2d, PointwiseAvx512Kernel) {
       {8, 7, 7, 512, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},
       {1, 8, 8, 4096, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
       {4, 3, 3, 2048, 128, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
+      {1, 7, 7, 512, 512, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
+      {2, 13, 13, 128, 260, 3, 3, 2, 1, 1, {1, 1, 1, 1}},
+      {1, 9, 8, 64, 520, 5, 5, 1, 2, 1, {4, 3, 4, 3}, UnaryOpType::SILU},
   };
   auto kernel = [&]() -> std::string {
     auto prof = read_profile(*dev);
@@ -697,22 +704,26 @@ TEST(Conv2d, PointwiseAvx512Kernel) {
   for (const Case& c : cases) {
     ASSERT_OK(enable_profiler(*dev));
     check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
-    EXPECT_EQ(kernel(), "f32_conv2d__pointwise_avx512");
+    EXPECT_EQ(kernel(), "f32_conv2d__direct_avx512");
   }
   ASSERT_OK(enable_profiler(*dev));
   check_case(*dev, cases[1], DataType::FLOAT32, DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG);
-  EXPECT_EQ(kernel(), "f32_conv2d__pointwise_avx512");
+  EXPECT_EQ(kernel(), "f32_conv2d__direct_avx512");
   ASSERT_OK(enable_profiler(*dev));
   check_case(*dev, cases[2], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);
-  EXPECT_EQ(kernel(), "f32_conv2d__pointwise_avx512");
+  EXPECT_EQ(kernel(), "f32_conv2d__direct_avx512");
   ASSERT_OK(enable_profiler(*dev));
   check_case(*dev, {1, 23, 23, 512, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, DataType::FLOAT32, DataType::FLOAT32,
              DRAM_MEMORY_CONFIG);
-  EXPECT_NE(kernel(), "f32_conv2d__pointwise_avx512");
+  EXPECT_NE(kernel(), "f32_conv2d__direct_avx512");
   ASSERT_OK(enable_profiler(*dev));
   check_case(*dev, {1, 7, 7, 256, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, DataType::FLOAT32, DataType::FLOAT32,
              DRAM_MEMORY_CONFIG);
-  EXPECT_NE(kernel(), "f32_conv2d__pointwise_avx512");
+  EXPECT_NE(kernel(), "f32_conv2d__direct_avx512");
+  ASSERT_OK(enable_profiler(*dev));
+  check_case(*dev, {1, 14, 14, 256, 256, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, DataType::FLOAT32, DataType::FLOAT32,
+             DRAM_MEMORY_CONFIG);
+  EXPECT_NE(kernel(), "f32_conv2d__direct_avx512");
   ASSERT_OK(disable_profiler(*dev));
 }
 

@@ -92,20 +92,22 @@ Status patch_transpose_kernel(const void* args, uint32_t begin, uint32_t end);
 }  // namespace avx2
 
 namespace avx512 {
-// The pointwise kernel's micro tile: pixels by 16-channel blocks.
-constexpr uint32_t kPointwiseTileRows = 6, kPointwiseTileBlocks = 4;
-// A 1x1 conv without padding or groups over float32 rows (input, output and
-// residual; any stride), for AVX-512 CPUs. Its tasks read the args
-// differently: the output pixels of the whole batch, n * oh * ow in order,
+// The AVX-512 direct kernel's micro tile: pixels by 16-channel blocks.
+constexpr uint32_t kDirectTileRows = 6, kDirectTileBlocks = 4;
+// A conv without groups over float32 rows (input, output and residual; any
+// kernel size, stride, dilation and padding), for AVX-512 CPUs, meant for
+// small maps with many weights. Its tasks read the args differently from the
+// AVX2 kernel's: the output pixels of the whole batch, n * oh * ow in order,
 // come in `bands` bands of band_rows pixels (the last shorter), and a task
 // is (band, group), group fastest: bands * groups tasks. Weights as above
-// with cin_block == cin ([cin][16] per 16-channel block). Each task computes
-// six pixels by four blocks at a time (24 accumulators; each weight load
-// feeds six FMAs, each broadcast input value four) and writes its block
-// columns of the output rows in place. Accumulation: bias, then input
-// channels in order, in float32 FMAs; then activation, residual and its
-// activation, as the direct kernel.
-Status pointwise_conv_kernel(const void* args, uint32_t begin, uint32_t end);
+// with cin_block == cin ([kh][kw][cin][16] per 16-channel block). A task
+// lists each of its pixels' input rows per tap (zeros in the padding), then
+// computes six pixels by four blocks at a time (24 accumulators; each weight
+// load feeds six FMAs, each broadcast input value four) and writes its block
+// columns of the output rows in place. Accumulation: bias, then taps in (ky,
+// kx, cin) order, in float32 FMAs; then activation, residual and its
+// activation, as the AVX2 kernel.
+Status direct_conv_kernel(const void* args, uint32_t begin, uint32_t end);
 }  // namespace avx512
 
 }  // namespace tessera::cpu

@@ -1,10 +1,10 @@
-// Tessera's AVX-512 pointwise (1x1) conv kernel over float32 rows; contract
-// in direct_conv_kernels.h. Hand-written because oneDNN's brgconv_1x1 runs
-// the small maps of late CNN layers (14x14 and 7x7, a few hundred output
-// pixels against up to 2048 channels) at 250-300 GFLOP/s inside ResNet-50,
-// most of the loss in reading cold weights and, for channel shards, staging
-// the output columns; this kernel writes any column range of the output rows
-// in place (bench/RESULTS.md, fifteenth run).
+// Tessera's AVX-512 direct conv kernel over float32 rows; contract in
+// direct_conv_kernels.h. Hand-written because oneDNN's brgconv runs the
+// small maps of late CNN layers (14x14 and 7x7, a few hundred output pixels
+// against up to 2048 channels) at 250-300 GFLOP/s inside ResNet-50, most of
+// the loss in reading cold weights and, for channel shards, staging the
+// output columns; this kernel writes any column range of the output rows in
+// place and prefetches its weights (bench/RESULTS.md, fifteenth run).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -19,11 +19,11 @@ namespace tessera::cpu::avx512 {
 
 namespace {
 
-constexpr uint32_t kTileRows = kPointwiseTileRows;
-constexpr uint32_t kTileBlocks = kPointwiseTileBlocks;
+constexpr uint32_t kTileRows = kDirectTileRows;
+constexpr uint32_t kTileBlocks = kDirectTileBlocks;
 // The first tile of each block group prefetches its weights this many input
 // channels ahead: they come from DRAM in four streams. ResNet-50 batch 1, per-launch
-// medians, three alternated pairs: the pointwise launches 0.5 ms less in all
+// medians, three alternated pairs: the 1x1 launches 0.5 ms less in all
 // at 16 steps (1 KB ahead per stream); 32 steps and prefetching on every tile did no better.
 constexpr uint32_t kPrefetchSteps = 16;
 
@@ -39,10 +39,10 @@ inline __m512 clamp(UnaryOpType op, __m512 v) {
 }
 
 struct Tile {
-  const float* in[kTileRows];   // input row of each pixel
-  float* out[kTileRows];        // output row of each pixel, at the tile's first channel
-  const float* res[kTileRows];  // residual rows likewise, or null
-  const float* weights;         // the tile's first block: [cin][16] per block, blocks cin * 16 apart
+  const float* const* in[kTileRows];  // each pixel's input rows, one per tap (zeros in the padding)
+  float* out[kTileRows];              // output row of each pixel, at the tile's first channel
+  const float* res[kTileRows];        // residual rows likewise, or null
+  const float* weights;               // the tile's first block: [cin][16] per block, blocks cin * 16 apart
   const float* bias;
   __mmask16 last_mask;  // channels of the tile's last block
   bool prefetch;        // the weights are cold: prefetch them kPrefetchSteps ahead
@@ -58,17 +58,22 @@ void tile(const DirectConvArgs& a, const Tile& t) {
     const __m512 b = _mm512_loadu_ps(t.bias + 16 * j);
     for (uint32_t i = 0; i < MR; ++i) acc[i][j] = b;
   }
-  const uint64_t block_step = uint64_t{a.cin} * 16;
+  const uint32_t taps = a.kh * a.kw;
+  const uint64_t block_step = uint64_t{taps} * a.cin * 16;
   const float* w = t.weights;
-  for (uint32_t k = 0; k < a.cin; ++k, w += 16) {
-    __m512 wv[NB];
-    for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + j * block_step);
-    if (t.prefetch)
-      for (uint32_t j = 0; j < NB; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(w + j * block_step + 16 * kPrefetchSteps), _MM_HINT_T0);
-    for (uint32_t i = 0; i < MR; ++i) {
-      const __m512 x = _mm512_set1_ps(t.in[i][k]);
-      for (uint32_t j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
+  for (uint32_t tap = 0; tap < taps; ++tap) {
+    const float* in[MR];
+    for (uint32_t i = 0; i < MR; ++i) in[i] = t.in[i][tap];
+    for (uint32_t k = 0; k < a.cin; ++k, w += 16) {
+      __m512 wv[NB];
+      for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + j * block_step);
+      if (t.prefetch)
+        for (uint32_t j = 0; j < NB; ++j)
+          _mm_prefetch(reinterpret_cast<const char*>(w + j * block_step + 16 * kPrefetchSteps), _MM_HINT_T0);
+      for (uint32_t i = 0; i < MR; ++i) {
+        const __m512 x = _mm512_set1_ps(in[i][k]);
+        for (uint32_t j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
+      }
     }
   }
   auto mask = [&](uint32_t j) { return j + 1 == NB ? t.last_mask : __mmask16(0xFFFF); };
@@ -114,28 +119,36 @@ constexpr auto kTiles =
 
 }  // namespace
 
-Status pointwise_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
+Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DirectConvArgs*>(raw);
-  const uint32_t blocks = (a.cout + 15) / 16;
+  const uint32_t blocks = (a.cout + 15) / 16, taps = a.kh * a.kw;
   const uint64_t pixels = uint64_t{a.n} * a.oh * a.ow, map = uint64_t{a.oh} * a.ow;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
   const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
-  const bool strided = a.sh != 1 || a.sw != 1;
   thread_local std::vector<const float*> rows;
+  thread_local std::vector<float> zeros;
+  if (zeros.size() < a.cin) zeros.assign(a.cin, 0.0f);
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t group = t % a.groups, band = t / a.groups;
     const uint64_t p0 = uint64_t{band} * a.band_rows, p1 = std::min(pixels, p0 + a.band_rows);
     const uint32_t b0 = group * a.group_blocks, b1 = std::min(blocks, b0 + a.group_blocks);
     if (p0 >= p1 || b0 >= b1) continue;
-    // The band's input rows: pixel p of the output reads pixel (y * sh, x * sw) of its image.
-    rows.resize(p1 - p0);
+    // The band's input rows, per pixel and tap: output pixel (y, x) reads
+    // input pixel (y * sh - pad_t + ky * dh, x * sw - pad_l + kx * dw) of its
+    // image, or zeros in the padding.
+    rows.resize((p1 - p0) * taps);
+    const float** at = rows.data();
     for (uint64_t p = p0; p < p1; ++p) {
-      uint64_t in_px = p;
-      if (strided) {
-        const uint64_t img = p / map, y = p % map / a.ow, x = p % a.ow;
-        in_px = (img * a.h + y * a.sh) * a.w + x * a.sw;
+      const uint64_t img = p / map, y = p % map / a.ow, x = p % a.ow;
+      for (uint32_t ky = 0; ky < a.kh; ++ky) {
+        const int64_t iy = int64_t(y * a.sh) - a.pad_t + int64_t{ky} * a.dh;
+        for (uint32_t kx = 0; kx < a.kw; ++kx) {
+          const int64_t ix = int64_t(x * a.sw) - a.pad_l + int64_t{kx} * a.dw;
+          *at++ = iy >= 0 && iy < a.h && ix >= 0 && ix < a.w
+                      ? reinterpret_cast<const float*>(a.src.base + ((img * a.h + iy) * a.w + ix) * in_stride)
+                      : zeros.data();
+        }
       }
-      rows[p - p0] = reinterpret_cast<const float*>(a.src.base + in_px * in_stride);
     }
     // Blocks of four 16-channel blocks (their weights stay in the L2 while
     // the band's pixels run past them), six pixels at a time.
@@ -143,14 +156,14 @@ Status pointwise_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
       const uint32_t nb = std::min(kTileBlocks, b1 - b);
       const uint32_t last = std::min(16u, a.cout - (b + nb - 1) * 16);
       Tile tl{};
-      tl.weights = a.weights + uint64_t{b} * a.cin * 16;
+      tl.weights = a.weights + uint64_t{b} * taps * a.cin * 16;
       tl.bias = a.bias + uint64_t{b} * 16;
       tl.last_mask = static_cast<__mmask16>((1u << last) - 1);
       for (uint64_t p = p0; p < p1; p += kTileRows) {
         const uint32_t mr = static_cast<uint32_t>(std::min<uint64_t>(kTileRows, p1 - p));
         tl.prefetch = p == p0;
         for (uint32_t i = 0; i < mr; ++i) {
-          tl.in[i] = rows[p + i - p0];
+          tl.in[i] = rows.data() + (p + i - p0) * taps;
           tl.out[i] = reinterpret_cast<float*>(a.dst.base + (p + i) * out_stride) + uint64_t{b} * 16;
           tl.res[i] = a.res.base ? reinterpret_cast<const float*>(a.res.base + (p + i) * res_stride) + uint64_t{b} * 16
                                  : nullptr;
