@@ -1429,12 +1429,14 @@ MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense);
 // alone left a 64-channel output to one task and a 320-channel one to five,
 // three on one worker). A task runs its group's weights past its band; every
 // band reads all of them, so bands are few where groups divide evenly.
-StatusOr<Conv2dResult> launch_direct_avx512(Device& device, const Problem& pr, cpu::DirectConvArgs& args, Tensor output,
-                                        bool copy_out, const PreparedConv2dWeights& w, uint8_t cq_id) {
+StatusOr<Conv2dResult> launch_direct_avx512(Device& device, const Problem& pr, cpu::DirectConvArgs& args,
+                                            Tensor output, bool copy_out, const PreparedConv2dWeights& w,
+                                            uint8_t cq_id) {
   const Geometry& g = pr.g;
   const uint64_t pixels = uint64_t{g.n} * g.oh * g.ow;
   const uint32_t tile_rows = cpu::avx512::kDirectTileRows, tile_blocks = cpu::avx512::kDirectTileBlocks;
-  const uint64_t fit = std::clamp<uint64_t>(kDirectAvx512BandBytes / (uint64_t{g.cin} * sizeof(float)), tile_rows, pixels);
+  const uint64_t fit =
+      std::min(pixels, std::max<uint64_t>(kDirectAvx512BandBytes / (uint64_t{g.cin} * sizeof(float)), tile_rows));
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
   const uint32_t want = threads * kDirectTasksPerWorker, blocks = (g.cout + 15) / 16;
   const uint32_t tiles = (blocks + tile_blocks - 1) / tile_blocks;
