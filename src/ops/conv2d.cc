@@ -1421,7 +1421,7 @@ constexpr uint64_t kDirectAvx512BandBytes = 256 * 1024;
 
 MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense);
 
-// The AVX-512 direct kernel's launch, once launch_direct has its rows: bands of
+// The AVX-512 direct kernel's tasks (launch_direct): bands of
 // the batch's pixels (kDirectAvx512BandBytes of input rows at most), groups of
 // 16-channel blocks (whole tiles' worth but the last) until the workers have
 // kDirectTasksPerWorker tasks each; where the groups do not divide evenly
@@ -1429,15 +1429,12 @@ MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense);
 // alone left a 64-channel output to one task and a 320-channel one to five,
 // three on one worker). A task runs its group's weights past its band; every
 // band reads all of them, so bands are few where groups divide evenly.
-StatusOr<Conv2dResult> launch_direct_avx512(Device& device, const Problem& pr, cpu::DirectConvArgs& args,
-                                            Tensor output, bool copy_out, const PreparedConv2dWeights& w,
-                                            uint8_t cq_id) {
+void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs& args) {
   const Geometry& g = pr.g;
   const uint64_t pixels = uint64_t{g.n} * g.oh * g.ow;
   const uint32_t tile_rows = cpu::avx512::kDirectTileRows, tile_blocks = cpu::avx512::kDirectTileBlocks;
   const uint64_t fit =
       std::min(pixels, std::max<uint64_t>(kDirectAvx512BandBytes / (uint64_t{g.cin} * sizeof(float)), tile_rows));
-  const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
   const uint32_t want = threads * kDirectTasksPerWorker, blocks = (g.cout + 15) / 16;
   const uint32_t tiles = (blocks + tile_blocks - 1) / tile_blocks;
   uint64_t bands = (pixels + fit - 1) / fit;
@@ -1448,19 +1445,75 @@ StatusOr<Conv2dResult> launch_direct_avx512(Device& device, const Problem& pr, c
     bands = std::clamp<uint64_t>((want + args.groups - 1) / args.groups, bands, (pixels + tile_rows - 1) / tile_rows);
   args.band_rows = static_cast<uint32_t>((pixels + bands - 1) / bands);
   args.bands = static_cast<uint32_t>((pixels + args.band_rows - 1) / args.band_rows);
-  auto compile = [&]() -> StatusOr<Program> {
-    Program prog;
-    prog.kernel = cpu::avx512::direct_conv_kernel;
-    prog.kernel_name = "f32_conv2d__direct_avx512";
-    prog.num_tasks = args.bands * args.groups;
-    prog.grain = 1;
-    return prog;
-  };
-  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, pr.key, compile, args));
-  if (copy_out) {
-    TS_ASSIGN_OR_RETURN(output, to_memory_config(output, pr.output.memory_config, cq_id));
+}
+
+// The AVX2 kernels' tasks (launch_direct): bands of output rows per image
+// (Winograd: of tile rows; patches: of input rows), then groups of
+// 16-channel blocks.
+void direct_avx2_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs& args) {
+  // Bands of rows sized for the cache, as equal as rows allow, and a multiple
+  // of the workers when there are few (two bands of 33 and 23 rows left one
+  // worker idle for 30% of a 56x56 conv); then more bands of at least 4 rows
+  // (below), and only then groups of output-channel blocks, until every
+  // worker has its tasks. Maps of fewer than 8 rows keep one band, where each
+  // worker streams only its own blocks' weights. Winograd bands count rows of
+  // 2x2 output tiles, each reading two more input rows.
+  const Geometry& g = pr.g;
+  const bool wino = pr.winograd, patches = g.transposed;
+  const uint32_t units = wino ? (g.oh + 1) / 2 : patches ? g.h : g.oh;
+  uint32_t fit_rows;
+  if (patches) {  // input rows read in place, half the budget
+    const uint64_t fit = kDirectBandBytes / 2 / (uint64_t{g.w} * g.cin * sizeof(float));
+    fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit, 1, units));
+  } else if (wino) {
+    const uint64_t tile_row_bytes = 2 * (uint64_t{(g.ow + 1) / 2} * 2 + 2) * g.cin * sizeof(float);
+    const uint64_t fit = kDirectBandBytes / tile_row_bytes;
+    fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > 1 ? fit - 1 : 1, 1, units));
+  } else {
+    const uint64_t span = uint64_t{g.kh - 1} * g.dh + 1, fit = kDirectBandBytes / direct_row_bytes(g);
+    fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > span ? (fit - span) / g.sh + 1 : 1, 1, g.oh));
   }
-  return Conv2dResult{std::move(output), g.oh, g.ow, w};
+  uint32_t bands = (units + fit_rows - 1) / fit_rows;
+  if (bands > 1 && g.n * bands < 8 * threads) {
+    const uint32_t tasks = (g.n * bands + threads - 1) / threads * threads;
+    bands = std::min(units, (tasks + g.n - 1) / g.n);
+  }
+  // The tasks the workers want come first as more bands of at least 4 rows
+  // (Winograd: tile rows), then as groups of output channels: a group reads
+  // its band's whole input (and builds its tap table, or pads and transforms
+  // it) for its share of the blocks, where another band rereads only a halo
+  // and the weights. bench_conv_f32, in-process alternation: ResNet-50's 56x56
+  // 128 -> 128 stride-2 conv 2.83 / 2.69 -> 1.64 / 1.60 ms, its 56x56x64 3x3
+  // 1.08x (Winograd 2.18x), 28x28x128 1.81-1.84x, 14x14x256 1.05-1.24x;
+  // YOLO's 40x40x128 Winograd 1.38x; the UNet's layers (many bands already)
+  // and 7x7 maps (one band of 7 rows) unchanged.
+  if (!patches && g.n * bands < threads * kDirectTasksPerWorker)
+    bands = std::max(bands, std::min(units / 4, (threads * kDirectTasksPerWorker + g.n - 1) / g.n));
+  args.band_rows = (units + bands - 1) / bands;
+  args.bands = (units + args.band_rows - 1) / args.band_rows;
+  const uint32_t blocks = ((patches ? g.kh * g.kw : 1) * g.cout + 15) / 16;  // patches: blocks of columns
+  // Up to kDirectTasksPerWorker tasks per worker, so that a worker whose
+  // vCPU stalls hands its remaining blocks to the other: with one task per
+  // worker, ResNet-50 at HiFi2 batch 1 ran 64-93 ms device-only against
+  // 57-75 with four (three alternated pairs); each task pads or transforms
+  // its own input copy.
+  const uint32_t want = threads * kDirectTasksPerWorker;
+  const uint32_t per_image = g.n * args.bands >= want ? 1 : (want + g.n * args.bands - 1) / (g.n * args.bands);
+  args.group_blocks = (blocks + std::min(blocks, per_image) - 1) / std::min(blocks, per_image);
+  args.groups = (blocks + args.group_blocks - 1) / args.group_blocks;
+  if (wino) {
+    // Tiles per segment: its transformed patches (16 x cin floats each) and
+    // one block's products (16 x 16) stay in the L2, unless the weights
+    // (read once per segment) are too large to stay in the L3 (see
+    // kWinogradSegmentBytes).
+    const uint64_t tiles = uint64_t{args.band_rows} * ((g.ow + 1) / 2);
+    const uint64_t weight_bytes = uint64_t{16} * g.cin * g.cout * sizeof(float);
+    const uint64_t budget = weight_bytes > kWinogradCachedWeightBytes ? kWinogradStreamedSegmentBytes
+                                                                       : kWinogradSegmentBytes;
+    uint64_t seg = budget / (16 * sizeof(float) * (g.cin + 16));
+    if (seg >= 6) seg = seg / 6 * 6;
+    args.segment_tiles = static_cast<uint32_t>(std::clamp<uint64_t>(seg, 1, tiles));
+  }
 }
 
 StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
@@ -1527,79 +1580,24 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.n = g.n, args.h = g.h, args.w = g.w, args.cin = g.cin, args.cout = g.cout, args.oh = g.oh, args.ow = g.ow;
   args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
-  if (pr.direct_avx512) return launch_direct_avx512(device, pr, args, std::move(output), copy_out, w, cq_id);
-  // Bands of rows sized for the cache, as equal as rows allow, and a multiple
-  // of the workers when there are few (two bands of 33 and 23 rows left one
-  // worker idle for 30% of a 56x56 conv); then more bands of at least 4 rows
-  // (below), and only then groups of output-channel blocks, until every
-  // worker has its tasks. Maps of fewer than 8 rows keep one band, where each
-  // worker streams only its own blocks' weights. Winograd bands count rows of
-  // 2x2 output tiles, each reading two more input rows.
-  const bool wino = pr.winograd, patches = g.transposed;
-  const uint32_t units = wino ? (g.oh + 1) / 2 : patches ? g.h : g.oh;
-  uint32_t fit_rows;
-  if (patches) {  // input rows read in place, half the budget
-    const uint64_t fit = kDirectBandBytes / 2 / (uint64_t{g.w} * g.cin * sizeof(float));
-    fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit, 1, units));
-  } else if (wino) {
-    const uint64_t tile_row_bytes = 2 * (uint64_t{(g.ow + 1) / 2} * 2 + 2) * g.cin * sizeof(float);
-    const uint64_t fit = kDirectBandBytes / tile_row_bytes;
-    fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > 1 ? fit - 1 : 1, 1, units));
-  } else {
-    const uint64_t span = uint64_t{g.kh - 1} * g.dh + 1, fit = kDirectBandBytes / direct_row_bytes(g);
-    fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > span ? (fit - span) / g.sh + 1 : 1, 1, g.oh));
-  }
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
-  uint32_t bands = (units + fit_rows - 1) / fit_rows;
-  if (bands > 1 && g.n * bands < 8 * threads) {
-    const uint32_t tasks = (g.n * bands + threads - 1) / threads * threads;
-    bands = std::min(units, (tasks + g.n - 1) / g.n);
-  }
-  // The tasks the workers want come first as more bands of at least 4 rows
-  // (Winograd: tile rows), then as groups of output channels: a group reads
-  // its band's whole input (and builds its tap table, or pads and transforms
-  // it) for its share of the blocks, where another band rereads only a halo
-  // and the weights. bench_conv_f32, in-process alternation: ResNet-50's 56x56
-  // 128 -> 128 stride-2 conv 2.83 / 2.69 -> 1.64 / 1.60 ms, its 56x56x64 3x3
-  // 1.08x (Winograd 2.18x), 28x28x128 1.81-1.84x, 14x14x256 1.05-1.24x;
-  // YOLO's 40x40x128 Winograd 1.38x; the UNet's layers (many bands already)
-  // and 7x7 maps (one band of 7 rows) unchanged.
-  if (!patches && g.n * bands < threads * kDirectTasksPerWorker)
-    bands = std::max(bands, std::min(units / 4, (threads * kDirectTasksPerWorker + g.n - 1) / g.n));
-  args.band_rows = (units + bands - 1) / bands;
-  args.bands = (units + args.band_rows - 1) / args.band_rows;
-  const uint32_t blocks = ((patches ? g.kh * g.kw : 1) * g.cout + 15) / 16;  // patches: blocks of columns
-  // Up to kDirectTasksPerWorker tasks per worker, so that a worker whose
-  // vCPU stalls hands its remaining blocks to the other: with one task per
-  // worker, ResNet-50 at HiFi2 batch 1 ran 64-93 ms device-only against
-  // 57-75 with four (three alternated pairs); each task pads or transforms
-  // its own input copy.
-  const uint32_t want = threads * kDirectTasksPerWorker;
-  const uint32_t per_image = g.n * args.bands >= want ? 1 : (want + g.n * args.bands - 1) / (g.n * args.bands);
-  args.group_blocks = (blocks + std::min(blocks, per_image) - 1) / std::min(blocks, per_image);
-  args.groups = (blocks + args.group_blocks - 1) / args.group_blocks;
-  if (wino) {
-    // Tiles per segment: its transformed patches (16 x cin floats each) and
-    // one block's products (16 x 16) stay in the L2, unless the weights
-    // (read once per segment) are too large to stay in the L3 (see
-    // kWinogradSegmentBytes).
-    const uint64_t tiles = uint64_t{args.band_rows} * ((g.ow + 1) / 2);
-    const uint64_t weight_bytes = uint64_t{16} * g.cin * g.cout * sizeof(float);
-    const uint64_t budget = weight_bytes > kWinogradCachedWeightBytes ? kWinogradStreamedSegmentBytes
-                                                                       : kWinogradSegmentBytes;
-    uint64_t seg = budget / (16 * sizeof(float) * (g.cin + 16));
-    if (seg >= 6) seg = seg / 6 * 6;
-    args.segment_tiles = static_cast<uint32_t>(std::clamp<uint64_t>(seg, 1, tiles));
-  }
+  if (pr.direct_avx512)
+    direct_avx512_tasks(pr, threads, args);
+  else
+    direct_avx2_tasks(pr, threads, args);
+  const bool wino = pr.winograd, patches = g.transposed;
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
-    prog.kernel = patches ? cpu::avx2::patch_transpose_kernel
-                  : wino  ? cpu::avx2::winograd_f2_kernel
-                          : cpu::avx2::direct_conv_kernel;
-    prog.kernel_name = patches ? "f32_conv_transpose2d__patches_avx2"
-                       : wino  ? "f32_conv2d__winograd_f2_avx2"
-                               : "f32_conv2d__direct_avx2";
-    prog.num_tasks = g.n * args.bands * args.groups;
+    prog.kernel = pr.direct_avx512 ? cpu::avx512::direct_conv_kernel
+                  : patches          ? cpu::avx2::patch_transpose_kernel
+                  : wino             ? cpu::avx2::winograd_f2_kernel
+                                     : cpu::avx2::direct_conv_kernel;
+    prog.kernel_name = pr.direct_avx512 ? "f32_conv2d__direct_avx512"
+                       : patches          ? "f32_conv_transpose2d__patches_avx2"
+                       : wino             ? "f32_conv2d__winograd_f2_avx2"
+                                          : "f32_conv2d__direct_avx2";
+    // The AVX-512 kernel's bands span the batch; the AVX2 kernels' are per image.
+    prog.num_tasks = (pr.direct_avx512 ? 1 : g.n) * args.bands * args.groups;
     prog.grain = 1;
     return prog;
   };
