@@ -42,15 +42,15 @@ struct Tile {
   const float* const* in[kTileRows];  // each pixel's input rows, one per tap (zeros in the padding)
   float* out[kTileRows];              // output row of each pixel, at the tile's first channel
   const float* res[kTileRows];        // residual rows likewise, or null
-  const float* weights;               // the tile's first block: [cin][16] per block, blocks cin * 16 apart
+  const float* weights;               // the tile's first block: [taps][cin][16] per block, blocks taps * cin * 16 apart
   const float* bias;
   __mmask16 last_mask;  // channels of the tile's last block
   bool prefetch;        // the weights are cold: prefetch them kPrefetchSteps ahead
 };
 
-// MR pixels x NB blocks: bias, then cin FMAs per accumulator in input-channel
-// order, then activation, residual and its activation; stores masked to the
-// output's channels.
+// MR pixels x NB blocks: bias, then taps * cin FMAs per accumulator in (tap,
+// input channel) order, then activation, residual and its activation; stores
+// masked to the output's channels.
 template <uint32_t MR, uint32_t NB>
 void tile(const DirectConvArgs& a, const Tile& t) {
   __m512 acc[MR][NB];
