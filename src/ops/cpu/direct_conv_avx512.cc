@@ -58,6 +58,13 @@ void tile(const DirectConvArgs& a, const Tile& t) {
     const __m512 b = _mm512_loadu_ps(t.bias + 16 * j);
     for (uint32_t i = 0; i < MR; ++i) acc[i][j] = b;
   }
+  // Claim the tile's output lines now (a prefetch for writing) so that their
+  // reads for ownership run under the FMAs: the output of a model's layer is
+  // cold, and stores that miss at the end of every tile filled the store
+  // queue (ResNet-50 batch 1, per-launch medians, four alternated rounds: the
+  // six 14x14 256->1024 launches 0.08-0.32 ms less in all).
+  for (uint32_t i = 0; i < MR; ++i)
+    for (uint32_t j = 0; j < NB; ++j) _m_prefetchw(t.out[i] + 16 * j);
   const uint32_t taps = a.kh * a.kw;
   const uint64_t block_step = uint64_t{taps} * a.cin * 16;
   const float* w = t.weights;
