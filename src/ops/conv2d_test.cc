@@ -385,6 +385,10 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       {{6, 28, 29, 16, 528, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
       // Strided 1x1s gather their input pixels into chunks there: two chunks per image.
       {{2, 25, 22, 24, 512, 1, 1, 2, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
+      // Over 512 pixels (546) with a residual: the AVX-512 direct kernel up to 256
+      // input channels, oneDNN above.
+      {{3, 13, 14, 160, 1640, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
+      {{3, 13, 14, 264, 1000, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
   };
   const KernelIsa native = kernel_isa();
   std::vector<KernelIsa> isas{native};
@@ -432,21 +436,27 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
           ran |= t.kernel_name.find(rc.hifi2 ? "winograd_f2_avx2" : "direct_avx2") != std::string::npos;
         EXPECT_TRUE(ran);
       }
-      // On AVX-512, float32 convs of at most 512 output pixels and 256 Ki
-      // weights or more run Tessera's direct kernel (1x1s, and larger kernels
-      // on maps of at most 64 pixels); larger strided or large 1x1s, pixel chunks.
+      // On AVX-512, float32 convs of at most 512 output pixels (1x1s over at
+      // most 256 input channels: 1600) and 256 Ki weights or more run
+      // Tessera's direct kernel (1x1s, and larger kernels on maps of at most
+      // 64 pixels), and no others; larger strided or large 1x1s, pixel chunks.
       const uint64_t image_bytes = uint64_t{p.output_height()} * p.output_width() * cs.k * 4;
       const bool large = image_bytes >= (2u << 20) || image_bytes * cs.n >= (8u << 20);
       const uint64_t map = uint64_t{p.output_height()} * p.output_width();
-      const bool direct512 = cs.groups == 1 && !rc.hifi2 && cs.n * map <= 512 &&
-                             uint64_t{cs.c} * cs.k * cs.kh * cs.kw >= 256 * 1024 && (cs.kh * cs.kw == 1 || map <= 64);
-      if (isa == KernelIsa::kAvx512 && (direct512 || (cs.kh * cs.kw == 1 && (cs.stride > 1 || large))) &&
-          rc.in == DataType::FLOAT32 && rc.res == DataType::FLOAT32) {
+      const bool pointwise = cs.kh * cs.kw == 1;
+      const bool direct512 = cs.groups == 1 && !rc.hifi2 && cs.n * map <= (pointwise && cs.c <= 256 ? 1600u : 512u) &&
+                             uint64_t{cs.c} * cs.k * cs.kh * cs.kw >= 256 * 1024 && (pointwise || map <= 64);
+      if (isa == KernelIsa::kAvx512 && rc.in == DataType::FLOAT32 && rc.res == DataType::FLOAT32) {
         ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
-        bool ran = false;
-        for (const OpTiming& t : prof.ops)
+        bool ran = false, ran_direct = false;
+        for (const OpTiming& t : prof.ops) {
+          ran_direct |= t.kernel_name == "f32_conv2d__direct_avx512";
           ran |= direct512 ? t.kernel_name == "f32_conv2d__direct_avx512" : t.kernel_name.ends_with("_chunked");
-        EXPECT_TRUE(ran);
+        }
+        if (direct512 || (pointwise && (cs.stride > 1 || large))) {
+          EXPECT_TRUE(ran);
+        }
+        EXPECT_EQ(ran_direct, direct512);
       }
       // The prepared weights take the same residual.
       ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d_with_residual(dx, r.weights, p, Conv2dResidual{dres, {rc.post}}, cfg));
