@@ -452,7 +452,7 @@ constexpr uint64_t kDirectAvx512MaxMapPixels = 64;
 // place) before its FMAs, where oneDNN's sum post-op meets them cold.
 // ResNet-50 batch 8, the six 14x14 256->1024 convs (1568 pixels), seven
 // alternated rounds: 13.7-15.7 against 15.0-16.6 ms in all (0.4-2.2 less in
-// every round). Without a residual (1024->256, 1024->512) and over 512 input
+// every round). Without a residual (1024->256, 1024->512) and with 512 input
 // channels (the 512->1024 stride-2 downsample) the kernel was mixed to worse
 // at 1568 pixels, and they stay on oneDNN.
 constexpr uint64_t kDirectAvx512MaxResidualPixels = 1600;
