@@ -357,6 +357,7 @@ struct Problem {
   bool winograd = false;    // may use oneDNN's Winograd kernel (see allows_winograd)
   bool direct = false;      // runs Tessera's AVX2 direct kernel (see is_direct_avx2) or, with
   bool direct_avx512 = false;  // direct_avx512, its AVX-512 one (see is_direct_avx512)
+  bool narrow = false;         // direct: the AVX-512 kernel for few output channels (see is_narrow)
   uint32_t cout_padded = 0;  // the kernel's output channels when padded (see pads_output_channels), else 0
 };
 
@@ -472,6 +473,20 @@ bool is_direct_avx512(const Problem& pr) {
          uint64_t{g.cin} * g.cout * g.kh * g.kw >= kDirectAvx512MinWeights;
 }
 
+// Float32 1x1 convs of stride 1 with at most cpu::avx512::kNarrowMaxCout
+// output channels (a segmentation head's scores) on AVX-512 CPUs run
+// Tessera's narrow kernel: the blocked kernels compute 16 channels at least,
+// and the Vanilla UNet's 32 -> 1 head (sigmoid, 480x640) took 4.0 ms in the
+// model on oneDNN's brgconv_1x1 with its channels padded to 16.
+bool is_narrow(const Problem& pr) {
+  const Geometry& g = pr.g;
+  return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
+         g.groups == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pad_t == 0 && g.pad_b == 0 &&
+         g.pad_l == 0 && g.pad_r == 0 && g.cout <= cpu::avx512::kNarrowMaxCout && pr.compute == DataType::FLOAT32 &&
+         pr.output.dtype == DataType::FLOAT32 &&
+         (pr.residual == nullptr || pr.residual->tensor.dtype() == DataType::FLOAT32);
+}
+
 // MobileNetV2's narrow pointwise convs (24 output channels) ran at 120-150
 // GFLOP/s in oneDNN's brgconv_1x1, which blocks output channels by 16: the
 // same convs computing 32 channels took 0.60 against 0.99 ms (144 -> 24,
@@ -546,6 +561,10 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   if (pr.direct) {
     pr.key += ":direct";
     pr.weights_key += ":direct";
+  } else if (is_narrow(pr)) {
+    pr.direct = pr.narrow = true;
+    pr.key += ":narrow";
+    pr.weights_key += ":narrow";
   } else if (is_direct_avx512(pr)) {
     pr.direct = pr.direct_avx512 = true;
     pr.key += ":direct512";
@@ -1424,9 +1443,9 @@ uint32_t direct_cin_block(const Geometry& g) {
   const uint64_t rows = uint64_t{g.oh - 1} * g.sh + uint64_t{g.kh - 1} * g.dh + 1;
   return rows * direct_row_bytes(g) <= kDirectBandBytes ? cpu::direct_cin_block(g.kh, g.kw, g.cin) : g.cin;
 }
-// The problem's: Winograd, patch and AVX-512 direct kernels take no chunks.
+// The problem's: Winograd, patch, AVX-512 direct and narrow kernels take no chunks.
 uint32_t direct_cin_block(const Problem& pr) {
-  return pr.winograd || pr.direct_avx512 || pr.g.transposed ? pr.g.cin : direct_cin_block(pr.g);
+  return pr.winograd || pr.direct_avx512 || pr.narrow || pr.g.transposed ? pr.g.cin : direct_cin_block(pr.g);
 }
 
 // The AVX-512 direct kernel's bands: pixels of the whole batch per band, as many
@@ -1460,6 +1479,20 @@ void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArg
     bands = std::clamp<uint64_t>((want + args.groups - 1) / args.groups, bands, (pixels + tile_rows - 1) / tile_rows);
   args.band_rows = static_cast<uint32_t>((pixels + bands - 1) / bands);
   args.bands = static_cast<uint32_t>((pixels + args.band_rows - 1) / args.band_rows);
+}
+
+// The narrow kernel's tasks: bands of the batch's pixels, kDirectTasksPerWorker
+// per worker, of at least kNarrowMinBandPixels.
+constexpr uint64_t kNarrowMinBandPixels = 256;
+void narrow_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs& args) {
+  const Geometry& g = pr.g;
+  const uint64_t pixels = uint64_t{g.n} * g.oh * g.ow;
+  const uint64_t band = std::max(kNarrowMinBandPixels, (pixels + threads * kDirectTasksPerWorker - 1) /
+                                                           (threads * kDirectTasksPerWorker));
+  args.band_rows = static_cast<uint32_t>(std::min(pixels, band));
+  args.bands = static_cast<uint32_t>((pixels + args.band_rows - 1) / args.band_rows);
+  args.groups = 1;
+  args.group_blocks = (g.cout + 15) / 16;
 }
 
 // The AVX2 kernels' tasks (launch_direct): bands of output rows per image
@@ -1596,23 +1629,27 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
-  if (pr.direct_avx512)
+  if (pr.narrow)
+    narrow_tasks(pr, threads, args);
+  else if (pr.direct_avx512)
     direct_avx512_tasks(pr, threads, args);
   else
     direct_avx2_tasks(pr, threads, args);
   const bool wino = pr.winograd, patches = g.transposed;
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
-    prog.kernel = pr.direct_avx512 ? cpu::avx512::direct_conv_kernel
+    prog.kernel = pr.narrow          ? cpu::avx512::narrow_conv_kernel
+                  : pr.direct_avx512 ? cpu::avx512::direct_conv_kernel
                   : patches          ? cpu::avx2::patch_transpose_kernel
                   : wino             ? cpu::avx2::winograd_f2_kernel
                                      : cpu::avx2::direct_conv_kernel;
-    prog.kernel_name = pr.direct_avx512 ? "f32_conv2d__direct_avx512"
+    prog.kernel_name = pr.narrow          ? "f32_conv2d__narrow_avx512"
+                       : pr.direct_avx512 ? "f32_conv2d__direct_avx512"
                        : patches          ? "f32_conv_transpose2d__patches_avx2"
                        : wino             ? "f32_conv2d__winograd_f2_avx2"
                                           : "f32_conv2d__direct_avx2";
     // The AVX-512 kernel's bands span the batch; the AVX2 kernels' are per image.
-    prog.num_tasks = (pr.direct_avx512 ? 1 : g.n) * args.bands * args.groups;
+    prog.num_tasks = (pr.direct_avx512 || pr.narrow ? 1 : g.n) * args.bands * args.groups;
     prog.grain = 1;
     return prog;
   };
@@ -1635,7 +1672,8 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
   TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());  // (cout, cin, kh, kw)
   const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = direct_cin_block(pr);
   std::vector<float> m(uint64_t{blocks} * taps * g.cin * 16, 0.0f);
-  for (uint32_t o = 0; o < g.cout; ++o)
+  if (pr.narrow) m.assign(v.begin(), v.end());  // (cout, cin): the narrow kernel's rows
+  for (uint32_t o = 0; o < g.cout && !pr.narrow; ++o)
     for (uint32_t c = 0; c < g.cin; ++c) {
       const uint32_t c0 = c / cb * cb, cbk = std::min(cb, g.cin - c0);
       float* chunk = m.data() + (uint64_t{o / 16} * g.cin + c0) * taps * 16;

@@ -736,6 +736,85 @@ TEST(Conv2d, DirectAvx512Kernel) {
   ASSERT_OK(disable_profiler(*dev));
 }
 
+// The narrow kernel (1x1 stride-1 float32 convs with one or two output
+// channels, on AVX-512): input channels under, at and over a vector, with a
+// masked tail; maps whose pixels end mid-chunk and mid-group (16 values),
+// several bands, batches; activations in the float math table; block-float
+// weights, rows in L1 (staged), a residual with an activation after the
+// add. Three output channels, a stride, bfloat16 rows or padding go
+// elsewhere. Same tolerance as every float32 conv.
+TEST(Conv2d, NarrowKernel) {
+  if (kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Case cases[] = {
+      {1, 7, 9, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
+      {1, 11, 13, 3, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},
+      {1, 33, 47, 16, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SIGMOID},
+      {2, 23, 19, 17, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU},
+      {1, 60, 80, 32, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SIGMOID},
+      {3, 5, 7, 100, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::GELU},
+      {1, 1, 1, 64, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
+  };
+  auto kernel = [&]() -> std::string {
+    auto prof = read_profile(*dev);
+    if (prof.ok())
+      for (const OpTiming& t : prof->ops)
+        if (t.kernel_name.starts_with("f32_conv2d") || t.kernel_name.starts_with("bf16_conv2d")) return t.kernel_name;
+    return "";
+  };
+  for (const Case& c : cases) {
+    ASSERT_OK(enable_profiler(*dev));
+    check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+    EXPECT_EQ(kernel(), "f32_conv2d__narrow_avx512");
+  }
+  ASSERT_OK(enable_profiler(*dev));
+  check_case(*dev, cases[3], DataType::FLOAT32, DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG);
+  EXPECT_EQ(kernel(), "f32_conv2d__narrow_avx512");
+  ASSERT_OK(enable_profiler(*dev));
+  check_case(*dev, cases[1], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);
+  EXPECT_EQ(kernel(), "f32_conv2d__narrow_avx512");
+  // A residual, and an activation after the add.
+  {
+    const Case& cs = cases[3];
+    const Conv2dParams p = to_params(cs);
+    Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c, 5, 0.2f),
+                                                       Shape{cs.k, cs.c, 1, 1}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
+    const Shape out{cs.n, cs.h, cs.w, cs.k};
+    Tensor res = testing::random_tensor(out, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
+    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
+    ASSERT_OK(enable_profiler(*dev));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, b, p, Conv2dResidual{dres, {UnaryOpType::RELU6}},
+                                                              {.weights_dtype = DataType::FLOAT32}));
+    EXPECT_EQ(kernel(), "f32_conv2d__narrow_avx512");
+    ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+    ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, w, b, p, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(out));
+    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {UnaryOpType::RELU6},
+                                                         DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+    testing::expect_conv_close(got, ref, DataType::FLOAT32);
+  }
+  // Three channels, a stride, padding, bfloat16 rows: other kernels.
+  const std::pair<Case, DataType> others[] = {
+      {{1, 11, 13, 8, 3, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, DataType::FLOAT32},
+      {{1, 11, 13, 8, 1, 1, 1, 2, 1, 1, {0, 0, 0, 0}}, DataType::FLOAT32},
+      {{1, 11, 13, 8, 1, 1, 1, 1, 1, 1, {1, 1, 1, 1}}, DataType::FLOAT32},
+      {{1, 11, 13, 8, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, DataType::BFLOAT16},
+  };
+  for (const auto& [c, in] : others) {
+    ASSERT_OK(enable_profiler(*dev));
+    check_case(*dev, c, in, in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
+    const std::string k = kernel();  // reading the profile clears it
+    EXPECT_NE(k, "f32_conv2d__narrow_avx512");
+    EXPECT_FALSE(k.empty());
+  }
+  ASSERT_OK(disable_profiler(*dev));
+}
+
 TEST(Conv2d, ChannelSplitOnlyForManyWeights) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const Case few{1, 28, 28, 96, 576, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU6};

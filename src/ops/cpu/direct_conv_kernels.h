@@ -108,6 +108,20 @@ constexpr uint32_t kDirectTileRows = 6, kDirectTileBlocks = 4;
 // kx, cin) order, in float32 FMAs; then activation, residual and its
 // activation, as the AVX2 kernel.
 Status direct_conv_kernel(const void* args, uint32_t begin, uint32_t end);
+
+// 1x1 convs with at most kNarrowMaxCout output channels (a segmentation or
+// score head), float32 rows in and out, stride 1, no padding: each output
+// value is one dot product of the pixel's input row with the weight row of
+// its channel, over all cin in float32 FMAs (16 lanes, then summed across
+// them: an order other than the reference's, so results differ by a few
+// ulps of the partial sums), plus the bias; then activation, residual and
+// its activation as the direct kernel. Weights: [cout][cin] float32. A task
+// is a band of band_rows output pixels of the whole batch. With more output
+// channels oneDNN's blocked kernels, padded to 16 (see conv2d.cc), were as
+// fast or faster: 32 -> 4 0.43 against 0.40 ms, 24 -> 3 0.48 against 0.34,
+// 64 -> 8 0.20 against 0.18 (240x320 and 120x160 maps).
+constexpr uint32_t kNarrowMaxCout = 2;
+Status narrow_conv_kernel(const void* args, uint32_t begin, uint32_t end);
 }  // namespace avx512
 
 }  // namespace tessera::cpu
