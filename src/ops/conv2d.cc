@@ -473,18 +473,19 @@ bool is_direct_avx512(const Problem& pr) {
          uint64_t{g.cin} * g.cout * g.kh * g.kw >= kDirectAvx512MinWeights;
 }
 
-// Float32 1x1 convs of stride 1 with at most cpu::avx512::kNarrowMaxCout
-// output channels (a segmentation head's scores) on AVX-512 CPUs run
-// Tessera's narrow kernel: the blocked kernels compute 16 channels at least,
-// and the Vanilla UNet's 32 -> 1 head (sigmoid, 480x640) took 4.0 ms in the
-// model on oneDNN's brgconv_1x1 with its channels padded to 16.
+// 1x1 convs of stride 1 with at most cpu::avx512::kNarrowMaxCout output
+// channels (a segmentation head's scores) over float32 or bfloat16 rows on
+// AVX-512 CPUs run Tessera's narrow kernel: the blocked kernels compute 16
+// channels at least, and the Vanilla UNet's 32 -> 1 head (sigmoid, 480x640)
+// took 4.0 ms in the model on oneDNN's brgconv_1x1 with its channels padded
+// to 16 (bfloat16: 2.0 ms).
 bool is_narrow(const Problem& pr) {
   const Geometry& g = pr.g;
+  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
   return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
          g.groups == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pad_t == 0 && g.pad_b == 0 &&
-         g.pad_l == 0 && g.pad_r == 0 && g.cout <= cpu::avx512::kNarrowMaxCout && pr.compute == DataType::FLOAT32 &&
-         pr.output.dtype == DataType::FLOAT32 &&
-         (pr.residual == nullptr || pr.residual->tensor.dtype() == DataType::FLOAT32);
+         g.pad_l == 0 && g.pad_r == 0 && g.cout <= cpu::avx512::kNarrowMaxCout && rows(pr.compute) &&
+         rows(pr.output.dtype) && (pr.residual == nullptr || rows(pr.residual->tensor.dtype()));
 }
 
 // MobileNetV2's narrow pointwise convs (24 output channels) ran at 120-150
@@ -1643,7 +1644,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
                   : patches          ? cpu::avx2::patch_transpose_kernel
                   : wino             ? cpu::avx2::winograd_f2_kernel
                                      : cpu::avx2::direct_conv_kernel;
-    prog.kernel_name = pr.narrow          ? "f32_conv2d__narrow_avx512"
+    prog.kernel_name = pr.narrow          ? (args.src_bf16 ? "bf16_conv2d__narrow_avx512" : "f32_conv2d__narrow_avx512")
                        : pr.direct_avx512 ? "f32_conv2d__direct_avx512"
                        : patches          ? "f32_conv_transpose2d__patches_avx2"
                        : wino             ? "f32_conv2d__winograd_f2_avx2"

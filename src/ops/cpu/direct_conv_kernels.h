@@ -110,9 +110,10 @@ constexpr uint32_t kDirectTileRows = 6, kDirectTileBlocks = 4;
 Status direct_conv_kernel(const void* args, uint32_t begin, uint32_t end);
 
 // 1x1 convs with at most kNarrowMaxCout output channels (a segmentation or
-// score head), float32 rows in and out, stride 1, no padding: each output
-// value is one dot product of the pixel's input row with the weight row of
-// its channel, over all cin in float32 FMAs (16 lanes, then summed across
+// score head), float32 or bfloat16 rows (widened as read, rounded to
+// nearest even as written), stride 1, no padding: each output value is one
+// dot product of the pixel's input row with the weight row of its channel,
+// over all cin in float32 FMAs (16 lanes, then summed across
 // them: an order other than the reference's, so results differ by a few
 // ulps of the partial sums), plus the bias; then activation, residual and
 // its activation as the direct kernel. Weights: [cout][cin] float32. A task

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 
+#include "avx512_util.h"
 #include "direct_conv_kernels.h"
+#include "tessera/numerics/bfloat16.h"
 
 namespace tessera::cpu::avx512 {
 
@@ -40,10 +42,19 @@ inline __m512 sum_lanes16(const __m512 (&v)[16]) {
   return _mm512_permutexvar_ps(order, s);
 }
 
+// Input channels [16 * c, 16 * c + 16) of a float32 or bfloat16 row, masked.
+template <bool kBf16>
+inline __m512 load_row(const std::byte* row, uint32_t c, __mmask16 m) {
+  if constexpr (kBf16)
+    return load_bf16(reinterpret_cast<const uint16_t*>(row) + 16 * c, m);
+  else
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + 16 * c);
+}
+
 // 16 values of P channels each (P = 1 or 2) of 16 / P pixels, the
 // first `pixels` of them real: each pixel's input row is read once, each
 // vector of it feeding its P dot products.
-template <uint32_t P>
+template <uint32_t P, bool kBf16>
 inline __m512 dot16(const std::byte* src, uint64_t stride, uint32_t pixels, const float* w, uint32_t cin) {
   const uint32_t full = cin / 16;
   const __mmask16 tail = static_cast<__mmask16>((1u << (cin % 16)) - 1);
@@ -52,13 +63,13 @@ inline __m512 dot16(const std::byte* src, uint64_t stride, uint32_t pixels, cons
     __m512 s[P];
     for (uint32_t k = 0; k < P; ++k) s[k] = _mm512_setzero_ps();
     if (i < pixels) {
-      const float* x = reinterpret_cast<const float*>(src + i * stride);
+      const std::byte* x = src + i * stride;
       for (uint32_t c = 0; c < full; ++c) {
-        const __m512 xv = _mm512_loadu_ps(x + 16 * c);
+        const __m512 xv = load_row<kBf16>(x, c, 0xffff);
         for (uint32_t k = 0; k < P; ++k) s[k] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + k * cin + 16 * c), s[k]);
       }
       if (tail) {
-        const __m512 xv = _mm512_maskz_loadu_ps(tail, x + 16 * full);
+        const __m512 xv = load_row<kBf16>(x, full, tail);
         for (uint32_t k = 0; k < P; ++k)
           s[k] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(tail, w + k * cin + 16 * full), s[k]);
       }
@@ -68,7 +79,7 @@ inline __m512 dot16(const std::byte* src, uint64_t stride, uint32_t pixels, cons
   return sum_lanes16(acc);
 }
 
-template <uint32_t P>
+template <uint32_t P, bool kBf16>
 void run_bands(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
   const uint64_t pixels = uint64_t{a.n} * a.oh * a.ow;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
@@ -82,20 +93,27 @@ void run_bands(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
       const uint32_t m = static_cast<uint32_t>(std::min<uint64_t>(kChunkPixels, p1 - q));
       for (uint32_t i = 0; i < m; i += 16 / P) {
         const __m512 sums =
-            dot16<P>(a.src.base + (q + i) * in_stride, in_stride, std::min(16 / P, m - i), a.weights, a.cin);
+            dot16<P, kBf16>(a.src.base + (q + i) * in_stride, in_stride, std::min(16 / P, m - i), a.weights, a.cin);
         _mm512_store_ps(buf + i * P, _mm512_add_ps(_mm512_load_ps(bias + i * P), sums));
       }
       if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, buf, m * P);
       if (a.res.base) {
         for (uint32_t i = 0; i < m; ++i) {
-          const float* r = reinterpret_cast<const float*>(a.res.base + (q + i) * res_stride);
-          for (uint32_t k = 0; k < P; ++k) buf[i * P + k] += r[k];
+          const std::byte* r = a.res.base + (q + i) * res_stride;
+          for (uint32_t k = 0; k < P; ++k)
+            buf[i * P + k] += a.res_bf16 ? bfloat16_to_float(reinterpret_cast<const uint16_t*>(r)[k])
+                                         : reinterpret_cast<const float*>(r)[k];
         }
         if (a.res_activation.op != UnaryOpType::IDENTITY) a.math.unary(a.res_activation, buf, m * P);
       }
       for (uint32_t i = 0; i < m; ++i) {
-        float* o = reinterpret_cast<float*>(a.dst.base + (q + i) * out_stride);
-        for (uint32_t k = 0; k < P; ++k) o[k] = buf[i * P + k];
+        std::byte* o = a.dst.base + (q + i) * out_stride;
+        for (uint32_t k = 0; k < P; ++k) {
+          if (a.dst_bf16)
+            reinterpret_cast<uint16_t*>(o)[k] = float_to_bfloat16(buf[i * P + k]);
+          else
+            reinterpret_cast<float*>(o)[k] = buf[i * P + k];
+        }
       }
     }
   }
@@ -105,13 +123,13 @@ void run_bands(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
 
 Status narrow_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DirectConvArgs*>(raw);
-  if (a.src_bf16 || a.dst_bf16 || a.res_bf16 || a.cout > kNarrowMaxCout || a.kh != 1 || a.kw != 1)
-    return internal_error("narrow_conv_kernel: float32 1x1 convs with at most {} output channels, found {} -> {} {}x{}",
+  if (a.cout > kNarrowMaxCout || a.kh != 1 || a.kw != 1)
+    return internal_error("narrow_conv_kernel: 1x1 convs with at most {} output channels, found {} -> {} {}x{}",
                           kNarrowMaxCout, a.cin, a.cout, a.kh, a.kw);
   if (a.cout == 1)
-    run_bands<1>(a, begin, end);
+    a.src_bf16 ? run_bands<1, true>(a, begin, end) : run_bands<1, false>(a, begin, end);
   else
-    run_bands<2>(a, begin, end);
+    a.src_bf16 ? run_bands<2, true>(a, begin, end) : run_bands<2, false>(a, begin, end);
   return Status();
 }
 
