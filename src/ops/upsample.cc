@@ -1,6 +1,7 @@
 #include "tessera/ops/upsample.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "cpu/rows.h"
 #include "cpu/upsample_kernels.h"
@@ -34,12 +35,37 @@ struct UpsampleArgs {
   const Sample* ys;  // oh entries, then ow entries (in the program's plan)
   bool use_rows;     // bilinear over evenly spaced rows: cpu::avx2::bilinear_rows
   cpu::BilinearRowsArgs rows;
+  uint64_t nearest_in_stride, nearest_out_stride;  // nearest over evenly spaced rows (else 0): nearest_rows
+  uint32_t pixel_bytes;
 };
+
+// Nearest over evenly spaced pixel rows, one output row per task: an output
+// row whose source row is its predecessor's (every row but the first of
+// each input row at an integer scale) copies that row whole, when the same
+// task wrote it; other rows copy their pixels one by one. Copying pixel by
+// pixel through the paged rows took the PP-OCR detector's 60x80x96 -> 2x
+// 0.68 ms (13.5 GB/s) inside the model.
+void nearest_rows(const UpsampleArgs& a, uint32_t begin, uint32_t end) {
+  const Sample* xs = a.ys + a.oh;
+  const uint64_t is = a.nearest_in_stride, os = a.nearest_out_stride;
+  const uint64_t row_bytes = (uint64_t{a.ow} - 1) * os + a.pixel_bytes;
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t n = t / a.oh, oy = t % a.oh;
+    std::byte* out = a.out.base + uint64_t{t} * a.ow * os;
+    if (t > begin && oy > 0 && a.ys[oy].i0 == a.ys[oy - 1].i0) {
+      std::memcpy(out, out - a.ow * os, row_bytes);
+      continue;
+    }
+    const std::byte* in = a.in.base + (uint64_t{n} * a.h + a.ys[oy].i0) * a.w * is;
+    for (uint32_t ox = 0; ox < a.ow; ++ox) std::memcpy(out + ox * os, in + uint64_t{xs[ox].i0} * is, a.pixel_bytes);
+  }
+}
 
 // One task = one output row (n, oy).
 Status upsample_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const UpsampleArgs*>(raw);
   if (a.use_rows) return cpu::avx2::bilinear_rows(a.rows, begin, end), ok_status();
+  if (a.nearest_out_stride) return nearest_rows(a, begin, end), ok_status();
   const Sample* xs = a.ys + a.oh;
   alignas(64) float p00[kTileElements], p01[kTileElements], p10[kTileElements], p11[kTileElements];
   for (uint32_t t = begin; t < end; ++t) {
@@ -118,7 +144,12 @@ StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& p) {
   // pages) on a CPU with AVX2: the register kernel, in place.
   const uint64_t in_stride = args.in.uniform_row_stride(), out_stride = args.out.uniform_row_stride();
   args.use_rows = !args.nearest && kernel_isa() != KernelIsa::kScalar && in_stride && out_stride;
-  const char* kernel_name = args.nearest    ? "any_upsample_nearest__generic"
+  if (args.nearest && in_stride && out_stride) {
+    args.nearest_in_stride = in_stride, args.nearest_out_stride = out_stride;
+    args.pixel_bytes = s[3] * element_size(input.dtype());
+  }
+  const char* kernel_name = args.nearest_out_stride ? "any_upsample_nearest__rows"
+                            : args.nearest          ? "any_upsample_nearest__generic"
                             : args.use_rows ? (input.dtype() == DataType::BFLOAT16 ? "bf16_upsample_bilinear__avx2_rows"
                                                                                    : "f32_upsample_bilinear__avx2_rows")
                                             : "any_upsample_bilinear__generic";

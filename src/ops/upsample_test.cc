@@ -4,6 +4,7 @@
 #include "tessera/ops/upsample.h"
 
 #include "tessera/base/cpu_features.h"
+#include "tessera/device/profiler.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -40,6 +41,8 @@ TEST(Upsample, MatchesReference) {
       cases.push_back({Shape{1, 8, 8, 1100}, {.scale_h = 0.5f, .scale_w = 0.75f, .mode = mode, .align_corners = ac}});
       cases.push_back({Shape{1, 1, 1, 16}, {.scale_h = 4, .scale_w = 4, .mode = mode, .align_corners = ac}});
     }
+  // Nearest rows copied whole from their predecessor, over several images.
+  cases.push_back({Shape{3, 7, 5, 24}, {.scale_h = 2, .scale_w = 2, .mode = UpsampleMode::NEAREST}});
   for (const Case& c : cases)
     for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
       SCOPED_TRACE(fmt::format("{} {}", c.p.descriptor(c.shape), data_type_name(dt)));
@@ -62,6 +65,25 @@ TEST(Upsample, MatchesReference) {
           }
     }
   set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
+// Nearest over evenly spaced rows runs the row kernel; here with 3.7 MB of
+// output, so that its tasks come in chunks that start mid-image (a row there
+// cannot copy its predecessor, which another worker writes), at an 8x scale.
+TEST(Upsample, NearestRowKernel) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  ASSERT_OK(enable_profiler(*dev));
+  const UpsampleParams p{.scale_h = 8, .scale_w = 8, .mode = UpsampleMode::NEAREST};
+  Tensor h = testing::random_tensor(Shape{2, 15, 20, 24}, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
+  ASSERT_OK_AND_ASSIGN(Tensor ref, reference::upsample(h, p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor in, to_device(h, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor out, upsample(in, p));
+  ASSERT_OK_AND_ASSIGN(Tensor got, out.cpu());
+  EXPECT_EQ(testing::host_bytes(got), testing::host_bytes(ref));
+  ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+  ASSERT_EQ(prof.ops.size(), 1u);
+  EXPECT_EQ(prof.ops[0].kernel_name, "any_upsample_nearest__rows");
+  ASSERT_OK(disable_profiler(*dev));
 }
 
 TEST(Upsample, Errors) {
