@@ -12,6 +12,7 @@
 #include "tessera/base/cpu_features.h"
 #include "tessera/ops/eltwise.h"
 #include "tessera/ops/reference.h"
+#include "tessera/device/profiler.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -228,6 +229,27 @@ TEST(Binary, BroadcastingMatchesReference) {
         }
   }
   set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
+// Evenly spaced float rows broadcast through FloatMath::fused row by row;
+// a column broadcast (shape [..., 1]) through the per-tile path.
+TEST(Binary, BroadcastRowKernel) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const std::pair<Shape, const char*> cases[] = {{Shape{1, 1, 1, 24}, "any_mul_broadcast__avx512_rows"},
+                                                 {Shape{1, 30, 40, 1}, "any_mul_broadcast__avx512"}};
+  for (const auto& [bs, name] : cases) {
+    ASSERT_OK(enable_profiler(*dev));
+    ASSERT_OK_AND_ASSIGN(Tensor a, to_device(testing::random_tensor(Shape{1, 30, 40, 24}, DataType::FLOAT32,
+                                                                    Layout::ROW_MAJOR, 5), *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor b, to_device(testing::random_tensor(bs, DataType::FLOAT32, Layout::ROW_MAJOR, 6), *dev));
+    ASSERT_OK(mul(a, b).status());
+    ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+    ASSERT_EQ(prof.ops.size(), 1u);
+    if (kernel_isa() == KernelIsa::kAvx512) {
+      EXPECT_EQ(prof.ops[0].kernel_name, name);
+    }
+  }
+  ASSERT_OK(disable_profiler(*dev));
 }
 
 TEST(Binary, BroadcastIntoShardedOperand) {

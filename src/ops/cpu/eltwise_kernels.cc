@@ -103,6 +103,17 @@ KernelFn select_eltwise_kernel(const EltwiseArgs& g, std::string_view op_name, s
 
 Status broadcast_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
   const auto& g = *static_cast<const BroadcastArgs*>(raw);
+  if (g.out_row_stride) {
+    for (uint32_t r = row_begin; r < row_end; ++r) {
+      uint32_t ra = 0, rb = 0;
+      ops::broadcast_indices(r, g.num_lead, g.lead, g.a_stride, g.b_stride, &ra, &rb);
+      const FusedOperand a{g.a.base + ra * g.a_row_stride, g.a_type == DataType::BFLOAT16},
+          b{g.b.base + rb * g.b_row_stride, g.b_type == DataType::BFLOAT16},
+          out{g.out.base + r * g.out_row_stride, g.out_type == DataType::BFLOAT16};
+      g.math.fused(a, &b, out, g.binary_op, g.activation, g.cols);
+    }
+    return Status();
+  }
   alignas(64) float fa[kTileElements], fb[kTileElements];
   for (uint32_t r = row_begin; r < row_end; ++r) {
     uint32_t ra = 0, rb = 0;

@@ -55,6 +55,10 @@ struct BroadcastArgs {
   uint32_t a_stride[kMaxLead], b_stride[kMaxLead];
   uint32_t cols;
   bool a_col_broadcast, b_col_broadcast;
+  // Float32 / bfloat16 rows, evenly spaced in all three, none broadcast along
+  // the row (math.fused set): each row in one FloatMath::fused pass, in
+  // place. Their byte strides, else 0.
+  uint64_t a_row_stride, b_row_stride, out_row_stride;
 };
 
 Status broadcast_kernel(const void* args, uint32_t row_begin, uint32_t row_end);
