@@ -102,6 +102,40 @@ TEST_P(CompiledModelTest, SmallCnnMatchesTheHostReference) {
 
 INSTANTIATE_TEST_SUITE_P(Batch, CompiledModelTest, ::testing::Values(1, 3));
 
+// A detection head: Conv -> Reshape [N, A * B, H, W] to [N, A, B, H, W] ->
+// Transpose (0, 1, 3, 4, 2) -> Sigmoid. The reshape is a view of the conv's
+// NHWC rows and the transpose one permute (one layout conversion: the input
+// to the conv); with the reshape's result also a graph output, it is taken
+// plainly (a second conversion). Both match the host reference.
+TEST(CompiledModel, DetectionHeadSplitTransposeMatchesTheHostReference) {
+  for (bool split_is_output : {false, true})
+    for (int64_t batch : {1, 2}) {
+      SCOPED_TRACE(fmt::format("batch {} split output {}", batch, split_is_output));
+      testing_onnx::ModelBuilder b(13);
+      b.input("x", {batch, 4, 6, 5});
+      b.random_initializer("w", {6, 4, 1, 1}, 0.5f, 1);
+      b.random_initializer("bias", {6}, 0.1f, 2);
+      b.int_initializer("shape", {batch, 2, 3, 6, 5});
+      b.node("Conv", {"x", "w", "bias"}, {"c"});
+      b.node("Reshape", {"c", "shape"}, {"split"});
+      auto* t = b.node("Transpose", {"split"}, {"t"});
+      b.ints(t, "perm", {0, 1, 3, 4, 2});
+      b.node("Sigmoid", {"t"}, {"y"});
+      b.output("y");
+      if (split_is_output) b.output("split");
+      ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+      const graph::HostTensor x = input_for(g.value(g.inputs[0]).dims, 3);
+      const auto want = reference(g, x);
+      ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+      ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+      EXPECT_EQ(model->report().layout_conversions, split_is_output ? 2 : 1) << model->report().to_string();
+      const Tensor xs[] = {device_input(x, *dev)};
+      ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+      ASSERT_EQ(outs.size(), want.size());
+      for (size_t k = 0; k < outs.size(); ++k) expect_close(outs[k], want[k], 0.99999, 1e-4);
+    }
+}
+
 TEST(CompiledModel, RunsThroughTheTracedPipelineWithoutAllocating) {
   ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn().bytes()));
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 20, .num_command_queues = 2}));
