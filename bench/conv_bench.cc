@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
               std::thread::hardware_concurrency(), cpu_features().to_string().c_str(), f32_peak, bf16_peak,
               bench::has_bf16_dot() ? "" : " (no BF16 dot instruction: bfloat16 computes in float32, FP32 peak)",
               ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, one Conv+Relu "
-                                 "model per layer, NCHW float32, median of session.run.");
+                                 "model per layer, NCHW float32, median of its profiled kernel time (layout reorders "
+                                 "left out).");
   auto dev = open_device({}).value();
   struct Set {
     const char *name, *title;

@@ -161,7 +161,8 @@ int main(int argc, char** argv) {
               "BF16 dot peak %.0f GFLOP/s%s.%s\n\n",
               threads, bw.copy, fma, dot,
               bench::has_bf16_dot() ? "" : " (no BF16 dot instruction: bfloat16 computes in float32, FP32 peak)",
-              ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, NCHW float32.");
+              ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, NCHW float32, "
+                                 "median of its profiled kernel time (layout reorders left out).");
   std::printf("| set | layer | f32 ms | f32 %% of floor | bf16 ms | bf16 %% of floor |%s\n", ort.empty() ? "" : " ORT f32 ms | f32 vs ORT |");
   std::printf("|---|---|---|---|---|---|%s\n", ort.empty() ? "" : "---|---|");
   auto dev = value_or_die(open_device({}));
