@@ -23,8 +23,8 @@ constexpr uint32_t kChunkPixels = 64;
 
 // Lane j of the result: the sum of v[j]'s 16 lanes. Halves, then quarters,
 // then pairs and single lanes of pairs of vectors are added (45 shuffles and
-// adds for 16 sums, where one _mm512_reduce_add_ps costs 8), leaving sum j at
-// position 4 * (j % 4) + j / 4.
+// adds for 16 sums, where one _mm512_reduce_add_ps costs 8 for one), which
+// leaves sum j at position 4 * (j % 4) + j / 4; one permute orders them.
 inline __m512 sum_lanes16(const __m512 (&v)[16]) {
   __m512 h[8], q[4], p[2];
   for (int i = 0; i < 8; ++i)
