@@ -65,6 +65,15 @@ void check_case(Device& dev, const Case& cs, DataType in_type, DataType w_type, 
   EXPECT_EQ(testing::host_bytes(again_t), testing::host_bytes(got_t));
 }
 
+// The kernel of the first conv2d launch in the device's profile, or "" (reading the profile clears it).
+std::string conv_kernel_run(Device& dev) {
+  auto prof = read_profile(dev);
+  if (prof.ok())
+    for (const OpTiming& t : prof->ops)
+      if (t.kernel_name.starts_with("f32_conv2d") || t.kernel_name.starts_with("bf16_conv2d")) return t.kernel_name;
+  return "";
+}
+
 const Case kCases[] = {
     {1, 9, 11, 8, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
     {1, 14, 14, 64, 32, 1, 1, 1, 1, 1, {0, 0, 0, 0}},                       // pointwise
@@ -708,13 +717,7 @@ TEST(Conv2d, DirectAvx512Kernel) {
       {2, 13, 13, 128, 260, 3, 3, 2, 1, 1, {1, 1, 1, 1}},
       {1, 9, 8, 64, 520, 5, 5, 1, 2, 1, {4, 3, 4, 3}, UnaryOpType::SILU},
   };
-  auto kernel = [&]() -> std::string {
-    auto prof = read_profile(*dev);
-    if (prof.ok())
-      for (const OpTiming& t : prof->ops)
-        if (t.kernel_name.starts_with("f32_conv2d")) return t.kernel_name;
-    return "";
-  };
+  auto kernel = [&] { return conv_kernel_run(*dev); };
   for (const Case& c : cases) {
     ASSERT_OK(enable_profiler(*dev));
     check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
@@ -759,13 +762,7 @@ TEST(Conv2d, NarrowKernel) {
       {3, 5, 7, 100, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::GELU},
       {1, 1, 1, 64, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
   };
-  auto kernel = [&]() -> std::string {
-    auto prof = read_profile(*dev);
-    if (prof.ok())
-      for (const OpTiming& t : prof->ops)
-        if (t.kernel_name.starts_with("f32_conv2d") || t.kernel_name.starts_with("bf16_conv2d")) return t.kernel_name;
-    return "";
-  };
+  auto kernel = [&] { return conv_kernel_run(*dev); };
   for (const Case& c : cases) {
     ASSERT_OK(enable_profiler(*dev));
     check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
