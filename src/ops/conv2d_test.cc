@@ -74,6 +74,14 @@ std::string conv_kernel_run(Device& dev) {
   return "";
 }
 
+// check_case with the profiler on, then the kernel it ran.
+void expect_conv_kernel(Device& dev, const Case& c, DataType in, DataType w, const MemoryConfig& mc,
+                        std::string_view kernel) {
+  ASSERT_OK(enable_profiler(dev));
+  check_case(dev, c, in, w, mc);
+  EXPECT_EQ(conv_kernel_run(dev), kernel);
+}
+
 const Case kCases[] = {
     {1, 9, 11, 8, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
     {1, 14, 14, 64, 32, 1, 1, 1, 1, 1, {0, 0, 0, 0}},                       // pointwise
@@ -717,18 +725,12 @@ TEST(Conv2d, DirectAvx512Kernel) {
       {2, 13, 13, 128, 260, 3, 3, 2, 1, 1, {1, 1, 1, 1}},
       {1, 9, 8, 64, 520, 5, 5, 1, 2, 1, {4, 3, 4, 3}, UnaryOpType::SILU},
   };
-  auto kernel = [&] { return conv_kernel_run(*dev); };
-  for (const Case& c : cases) {
-    ASSERT_OK(enable_profiler(*dev));
-    check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
-    EXPECT_EQ(kernel(), "f32_conv2d__direct_avx512");
-  }
-  ASSERT_OK(enable_profiler(*dev));
-  check_case(*dev, cases[1], DataType::FLOAT32, DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG);
-  EXPECT_EQ(kernel(), "f32_conv2d__direct_avx512");
-  ASSERT_OK(enable_profiler(*dev));
-  check_case(*dev, cases[2], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);
-  EXPECT_EQ(kernel(), "f32_conv2d__direct_avx512");
+  for (const Case& c : cases)
+    expect_conv_kernel(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG, "f32_conv2d__direct_avx512");
+  expect_conv_kernel(*dev, cases[1], DataType::FLOAT32, DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG,
+                     "f32_conv2d__direct_avx512");
+  expect_conv_kernel(*dev, cases[2], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG,
+                     "f32_conv2d__direct_avx512");
   // 529 pixels, 128 Ki weights, a 3x3 on a 14x14 map: oneDNN's.
   const Case others[] = {
       {1, 23, 23, 512, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
@@ -738,7 +740,7 @@ TEST(Conv2d, DirectAvx512Kernel) {
   for (const Case& c : others) {
     ASSERT_OK(enable_profiler(*dev));
     check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
-    EXPECT_NE(kernel(), "f32_conv2d__direct_avx512");
+    EXPECT_NE(conv_kernel_run(*dev), "f32_conv2d__direct_avx512");
   }
   ASSERT_OK(disable_profiler(*dev));
 }
@@ -762,24 +764,15 @@ TEST(Conv2d, NarrowKernel) {
       {3, 5, 7, 100, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::GELU},
       {1, 1, 1, 64, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}},
   };
-  auto kernel = [&] { return conv_kernel_run(*dev); };
-  for (const Case& c : cases) {
-    ASSERT_OK(enable_profiler(*dev));
-    check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
-    EXPECT_EQ(kernel(), "f32_conv2d__narrow_avx512");
-  }
-  ASSERT_OK(enable_profiler(*dev));
-  check_case(*dev, cases[3], DataType::FLOAT32, DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG);
-  EXPECT_EQ(kernel(), "f32_conv2d__narrow_avx512");
-  ASSERT_OK(enable_profiler(*dev));
-  check_case(*dev, cases[1], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);
-  EXPECT_EQ(kernel(), "f32_conv2d__narrow_avx512");
+  for (const Case& c : cases)
+    expect_conv_kernel(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG, "f32_conv2d__narrow_avx512");
+  expect_conv_kernel(*dev, cases[3], DataType::FLOAT32, DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG,
+                     "f32_conv2d__narrow_avx512");
+  expect_conv_kernel(*dev, cases[1], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG,
+                     "f32_conv2d__narrow_avx512");
   for (const Case& c : {cases[2], cases[3], cases[5]})
-    for (DataType w : {DataType::BFLOAT16, DataType::BFLOAT8_B}) {
-      ASSERT_OK(enable_profiler(*dev));
-      check_case(*dev, c, DataType::BFLOAT16, w, DRAM_MEMORY_CONFIG);
-      EXPECT_EQ(kernel(), "bf16_conv2d__narrow_avx512");
-    }
+    for (DataType w : {DataType::BFLOAT16, DataType::BFLOAT8_B})
+      expect_conv_kernel(*dev, c, DataType::BFLOAT16, w, DRAM_MEMORY_CONFIG, "bf16_conv2d__narrow_avx512");
   // A residual, and an activation after the add.
   {
     const Case& cs = cases[3];
@@ -787,7 +780,8 @@ TEST(Conv2d, NarrowKernel) {
     Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
     ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c, 5, 0.2f),
                                                        Shape{cs.k, cs.c, 1, 1}, DataType::FLOAT32));
-    ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor b,
+                         Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
     const Shape out{cs.n, cs.h, cs.w, cs.k};
     Tensor res = testing::random_tensor(out, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
     ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
@@ -795,7 +789,7 @@ TEST(Conv2d, NarrowKernel) {
     ASSERT_OK(enable_profiler(*dev));
     ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, b, p, Conv2dResidual{dres, {UnaryOpType::RELU6}},
                                                               {.weights_dtype = DataType::FLOAT32}));
-    EXPECT_EQ(kernel(), "f32_conv2d__narrow_avx512");
+    EXPECT_EQ(conv_kernel_run(*dev), "f32_conv2d__narrow_avx512");
     ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
     ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
     ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, w, b, p, DataType::FLOAT32));
@@ -815,7 +809,7 @@ TEST(Conv2d, NarrowKernel) {
   for (const auto& [c, in] : others) {
     ASSERT_OK(enable_profiler(*dev));
     check_case(*dev, c, in, in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
-    const std::string k = kernel();  // reading the profile clears it
+    const std::string k = conv_kernel_run(*dev);  // reading the profile clears it
     EXPECT_EQ(k.find("narrow"), std::string::npos) << k;
     EXPECT_FALSE(k.empty());
   }
