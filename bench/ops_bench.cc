@@ -4,9 +4,10 @@
 // against the two-thread copy bandwidth (bytes read + written per call),
 // transposed convolutions against the FP32 FMA / BF16 dot peaks. With --ort,
 // ONNX Runtime's time for the same one-layer model (bench/ops_vs_ort.sh)
-// is printed beside Tessera's float32 time.
+// is printed beside Tessera's float32 time. With --kernels each row ends
+// with the kernels one call of each dtype launched (from the device profiler).
 //
-//   bench_ops [--layers bench/layers/op_layers.txt] [--ort ORT_TIMES] [--quick]
+//   bench_ops [--layers bench/layers/op_layers.txt] [--ort ORT_TIMES] [--quick] [--kernels]
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "harness.h"
 #include "peak.h"
 #include "tessera/base/cpu_features.h"
+#include "tessera/device/profiler.h"
 #include "tessera/ops/conv2d.h"
 #include "tessera/ops/conv_transpose2d.h"
 #include "tessera/ops/eltwise.h"
@@ -144,11 +146,13 @@ Prepared prepare(Device& dev, const Layer& l, DataType dt) {
 int main(int argc, char** argv) {
   std::string layers_path = "bench/layers/op_layers.txt", ort_path;
   int reps = 21;
+  bool kernels = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") reps = 5;
     else if (a == "--layers" && i + 1 < argc) layers_path = argv[++i];
     else if (a == "--ort" && i + 1 < argc) ort_path = argv[++i];
+    else if (a == "--kernels") kernels = true;
   }
   const auto layers = read_layers(layers_path);
   const auto ort = ort_path.empty() ? std::map<std::string, double>{} : bench::read_ort(ort_path);
@@ -169,6 +173,7 @@ int main(int argc, char** argv) {
   for (const Layer& l : layers) {
     std::printf("| %s | %s |", l.set.c_str(), l.name.c_str());
     double f32_s = 0;
+    std::string launched;
     for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
       Prepared p = prepare(*dev, l, dt);
       p.run();
@@ -184,13 +189,21 @@ int main(int argc, char** argv) {
       const double pct = compute ? 100 * p.flops / s / 1e9 / (dt == DataType::FLOAT32 ? fma : dot)
                                  : 100 * p.bytes / s / 1e9 / bw.copy;
       std::printf(" %.3f | %.0f%% %s |", s * 1e3, pct, compute ? "peak" : "bw");
+      if (kernels) {
+        CHECK_OK(enable_profiler(*dev));
+        p.run();
+        const DeviceProfile profile = value_or_die(read_profile(*dev));
+        CHECK_OK(disable_profiler(*dev));
+        launched += std::string(launched.empty() ? " " : " / ") + std::string(data_type_name(dt)) + ":";
+        for (const OpTiming& op : profile.ops) launched += " " + op.kernel_name;
+      }
     }
     if (!ort.empty()) {
       auto it = ort.find(l.set + "." + l.name);
       if (it != ort.end()) std::printf(" %.3f | %.2fx |", it->second, it->second / 1e3 / f32_s);
       else std::printf(" - | - |");
     }
-    std::printf("\n");
+    std::printf("%s\n", launched.empty() ? "" : (launched + " |").c_str());
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include "tessera/ops/eltwise.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "tessera/base/cpu_features.h"
 #include "tessera/ops/data_movement.h"
@@ -109,6 +110,34 @@ TEST(Eltwise, SpecialValues) {
     EXPECT_EQ(out[6], INFINITY);
     EXPECT_EQ(out[7], 0.0f);
   }
+}
+
+// float32 -> bfloat16 rounding in the fast kernels (a hardware conversion,
+// with an exact path for vectors holding denormals, which it would flush)
+// against the reference's: ties to even, the largest finite values rounding
+// to infinity, NaN payloads quieted, denormals kept or rounded up to the
+// smallest normal. The odd values sit among ordinary ones, so whole vectors
+// take each path.
+TEST(Eltwise, RoundsToBfloat16LikeTheReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const uint32_t odd[] = {0x3f808000, 0x3f818000, 0xbf808000, 0x3f80c000, 0x7f7fffff, 0xff7fffff, 0x7f7f7fff,
+                          0x7f800001, 0xff800001, 0x7fc00001, 0x7fbfffff, 0x00000001, 0x807fffff, 0x007fffff,
+                          0x00008000, 0x00018000, 0x80000000, 0x7f800000};
+  std::vector<float> v(100);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i)) * 300.0f;
+  for (size_t k = 0; k < std::size(odd); ++k) std::memcpy(&v[(k * 37) % 64], &odd[k], sizeof(float));
+  ASSERT_OK_AND_ASSIGN(Tensor h, Tensor::from_vector(v, Shape{100}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor zero, Tensor::from_vector(std::vector<float>(100, 0.0f), Shape{100}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor dz, to_device(zero, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor cast, typecast(d, DataType::BFLOAT16));
+  ASSERT_OK_AND_ASSIGN(Tensor sum, add(d, dz, {.dtype = DataType::BFLOAT16}));
+  ASSERT_OK_AND_ASSIGN(Tensor expected_cast, reference::typecast(h, DataType::BFLOAT16));
+  ASSERT_OK_AND_ASSIGN(Tensor expected_sum, reference::add(h, zero, DataType::BFLOAT16));
+  ASSERT_OK_AND_ASSIGN(Tensor cast_h, cast.cpu());
+  ASSERT_OK_AND_ASSIGN(Tensor sum_h, sum.cpu());
+  EXPECT_EQ(testing::host_bytes(cast_h), testing::host_bytes(expected_cast));
+  EXPECT_EQ(testing::host_bytes(sum_h), testing::host_bytes(expected_sum));
 }
 
 TEST(Typecast, IntegerConversions) {
