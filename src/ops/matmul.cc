@@ -185,17 +185,25 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
   plan->transpose_b = params.transpose_b;
   if (bias) plan->bias_bytes = element_size(plan->kernel_bias);
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
-  // A classifier's head: rows read in place, float32 throughout, one batch.
+  // A classifier's head: rows read in place, float32 or bfloat16, one batch.
+  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
+  bool dense_bias = true;
+  if (bias) {
+    TS_ASSIGN_OR_RETURN(TensorAccess bia, make_access(*bias));
+    dense_bias = onednn::dense_row_stride(bia) != 0 && bia.rows == 1 && rows(bias->dtype());
+  }
   if (kernel_isa() != KernelIsa::kScalar && plan->m <= cpu::kGemvMaxRows && plan->transpose_b &&
-      plan->batches == 1 && plan->in_type == DataType::FLOAT32 && plan->b_type == DataType::FLOAT32 &&
-      plan->out_type == DataType::FLOAT32 && !plan->stage_a && !plan->stage_b && !plan->stage_dst &&
-      (!bias || !plan->stage_bias)) {
+      plan->batches == 1 && rows(plan->in_type) && rows(plan->b_type) && rows(plan->out_type) &&
+      aa.uniform_row_stride() != 0 && ba.uniform_row_stride() != 0 && da.uniform_row_stride() != 0 && dense_bias) {
     plan->gemv = true;
+    plan->lda = aa.uniform_row_stride() / aa.unit_bytes;
+    plan->ldb = ba.uniform_row_stride() / ba.unit_bytes;
+    plan->ldd = da.uniform_row_stride() / da.unit_bytes;
     // Four blocks per worker, so that a stalled vCPU's blocks go to the other.
     plan->gemv_cols = std::max<uint32_t>(16, (plan->n + 4 * threads - 1) / (4 * threads) + 15) / 16 * 16;
     Program prog;
     prog.kernel = kernel_isa() == KernelIsa::kAvx512 ? cpu::avx512::gemv_kernel : cpu::avx2::gemv_kernel;
-    prog.kernel_name = fmt::format("f32_matmul__gemv_{}", kernel_isa_name(kernel_isa()));
+    prog.kernel_name = fmt::format("{}_matmul__gemv_{}", short_dtype_name(plan->b_type), kernel_isa_name(kernel_isa()));
     prog.num_tasks = (plan->n + plan->gemv_cols - 1) / plan->gemv_cols;
     prog.grain = 1;
     prog.plan = plan;
@@ -348,13 +356,17 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(b));
     TS_ASSIGN_OR_RETURN(TensorAccess ya, make_access(out));
     cpu::GemvArgs g{};
-    g.a = reinterpret_cast<const float*>(aa.base);
-    g.b = reinterpret_cast<const float*>(ba.base);
+    g.a = aa.base;
+    g.b = ba.base;
     if (bias) {
       TS_ASSIGN_OR_RETURN(TensorAccess bias_a, make_access(*bias));
-      g.bias = reinterpret_cast<const float*>(bias_a.base);
+      g.bias = bias_a.base;
+      g.bias_bf16 = bias->dtype() == DataType::BFLOAT16;
     }
-    g.y = reinterpret_cast<float*>(ya.base);
+    g.y = ya.base;
+    g.a_bf16 = a.dtype() == DataType::BFLOAT16;
+    g.b_bf16 = b.dtype() == DataType::BFLOAT16;
+    g.y_bf16 = out.dtype() == DataType::BFLOAT16;
     g.m = plan_of->m, g.k = plan_of->k, g.n = plan_of->n, g.cols_per_task = plan_of->gemv_cols;
     g.lda = plan_of->lda, g.ldb = plan_of->ldb, g.ldy = plan_of->ldd;
     g.math = cpu::select_float_math();

@@ -58,11 +58,13 @@ TEST(Matmul, MatchesReference) {
         }
 }
 
-// Few rows against transposed float32 weights (a classifier's head) run
-// Tessera's gemv kernel on every vector kernel set (oneDNN's below): 1 to 8
-// rows (blocks of 4 or 2 and the rows left), K with and without a vector tail, N with
-// and without a tail of fewer than four columns and over several column
-// blocks, bias or none, activations; same tolerance as above.
+// Few rows against transposed weights (a classifier's head) run Tessera's
+// gemv kernel on every vector kernel set (oneDNN's below): 1 to 8 rows
+// (blocks of 4 or 2 and the rows left), K with and without a vector tail, N
+// with and without a tail of fewer than four columns and over several column
+// blocks, bias or none, activations; float32 and bfloat16 operands (the
+// bias and output follow the activations, weights alike or float32 beside
+// bfloat16 activations where matmul takes those); same tolerances as above.
 TEST(Matmul, GemvKernel) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const KernelIsa native = kernel_isa();
@@ -76,33 +78,42 @@ TEST(Matmul, GemvKernel) {
                      {1, 16, 1, false, UnaryOpType::IDENTITY},     {1, 1, 5, true, UnaryOpType::GELU},
                      {8, 1280, 1000, true, UnaryOpType::IDENTITY}, {5, 33, 19, true, UnaryOpType::RELU},
                      {7, 64, 6, false, UnaryOpType::IDENTITY},     {6, 2048, 17, true, UnaryOpType::IDENTITY}};
+  struct Types {
+    DataType a, b;
+  };
+  const Types types[] = {{DataType::FLOAT32, DataType::FLOAT32},
+                         {DataType::BFLOAT16, DataType::BFLOAT16},
+                         {DataType::BFLOAT16, DataType::FLOAT32}};
   ASSERT_OK(enable_profiler(*dev));
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
     if (isa > native) continue;
     set_kernel_isa_limit(isa);
-    for (const G& c : cases) {
-      SCOPED_TRACE(fmt::format("{} x {} x {} bias={} {} {}", c.m, c.k, c.n, c.bias, unary_op_name(c.act),
-                               kernel_isa_name(isa)));
-      Tensor ha = testing::random_tensor(Shape{c.m, c.k}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
-      Tensor hb = testing::random_tensor(Shape{c.n, c.k}, DataType::FLOAT32, Layout::ROW_MAJOR, 2);
-      std::optional<Tensor> hbias;
-      if (c.bias) hbias = testing::random_tensor(Shape{c.n}, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
-      const MatmulParams params{.transpose_b = true, .activation = UnaryWithParam{c.act}};
-      ASSERT_OK_AND_ASSIGN(Tensor want, reference::matmul(ha, hb, hbias, params, DataType::FLOAT32));
-      ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev));
-      ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev));
-      std::optional<Tensor> bias;
-      if (c.bias) {
-        ASSERT_OK_AND_ASSIGN(bias, to_device(*hbias, *dev));
+    for (const Types& ty : types)
+      for (const G& c : cases) {
+        if (ty.a != ty.b && matmul_weights_dtype(ty.a) != ty.b) continue;  // mixed only where the CPU takes it
+        SCOPED_TRACE(fmt::format("{} x {} x {} bias={} {} {} {}x{}", c.m, c.k, c.n, c.bias, unary_op_name(c.act),
+                                 kernel_isa_name(isa), data_type_name(ty.a), data_type_name(ty.b)));
+        Tensor ha = testing::random_tensor(Shape{c.m, c.k}, ty.a, Layout::ROW_MAJOR, 1);
+        Tensor hb = testing::random_tensor(Shape{c.n, c.k}, ty.b, Layout::ROW_MAJOR, 2);
+        std::optional<Tensor> hbias;
+        if (c.bias) hbias = testing::random_tensor(Shape{c.n}, ty.a, Layout::ROW_MAJOR, 3);
+        const MatmulParams params{.transpose_b = true, .activation = UnaryWithParam{c.act}};
+        ASSERT_OK_AND_ASSIGN(Tensor want, reference::matmul(ha, hb, hbias, params, ty.a));
+        ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev));
+        std::optional<Tensor> bias;
+        if (c.bias) {
+          ASSERT_OK_AND_ASSIGN(bias, to_device(*hbias, *dev));
+        }
+        ASSERT_OK(read_profile(*dev).status());
+        ASSERT_OK_AND_ASSIGN(Tensor y, linear(a, b, bias, params));
+        EXPECT_EQ(y.dtype(), ty.a);
+        testing::expect_allclose(y.cpu().value(), want, testing::rounding_tolerance(ty.a, 0), 16e-6 * c.k);
+        ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+        ASSERT_FALSE(prof.ops.empty());
+        EXPECT_EQ(prof.ops.back().kernel_name.find("gemv") != std::string::npos, isa != KernelIsa::kScalar)
+            << prof.ops.back().kernel_name;
       }
-      ASSERT_OK(read_profile(*dev).status());
-      ASSERT_OK_AND_ASSIGN(Tensor y, linear(a, b, bias, params));
-      testing::expect_allclose(y.cpu().value(), want, 0, 16e-6 * c.k);
-      ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
-      ASSERT_FALSE(prof.ops.empty());
-      EXPECT_EQ(prof.ops.back().kernel_name.find("gemv") != std::string::npos, isa != KernelIsa::kScalar)
-          << prof.ops.back().kernel_name;
-    }
   }
   set_kernel_isa_limit(native);
   ASSERT_OK(disable_profiler(*dev));

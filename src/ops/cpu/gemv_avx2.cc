@@ -1,10 +1,15 @@
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "gemv_kernels.h"
+#include "tessera/numerics/bfloat16.h"
 
 namespace tessera::cpu::avx2 {
 
 namespace {
+typedef uint16_t H __attribute__((vector_size(8 * sizeof(uint16_t))));
+typedef uint32_t W __attribute__((vector_size(8 * sizeof(uint32_t))));
 #include "gemv_impl.h"
 typedef float V __attribute__((vector_size(8 * sizeof(float))));
 }  // namespace
