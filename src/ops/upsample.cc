@@ -33,7 +33,8 @@ struct UpsampleArgs {
   bool nearest;
   uint32_t h, w, c, oh, ow;
   const Sample* ys;  // oh entries, then ow entries (in the program's plan)
-  bool use_rows;     // bilinear over evenly spaced rows: cpu::avx2::bilinear_rows
+  // Bilinear over evenly spaced rows: cpu::avx512 or cpu::avx2::bilinear_rows, else null.
+  void (*bilinear_rows)(const cpu::BilinearRowsArgs&, uint32_t, uint32_t);
   cpu::BilinearRowsArgs rows;
   uint64_t nearest_in_stride, nearest_out_stride;  // nearest over evenly spaced rows (else 0): nearest_rows
   uint32_t pixel_bytes;
@@ -64,7 +65,7 @@ void nearest_rows(const UpsampleArgs& a, uint32_t begin, uint32_t end) {
 // One task = one output row (n, oy).
 Status upsample_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const UpsampleArgs*>(raw);
-  if (a.use_rows) return cpu::avx2::bilinear_rows(a.rows, begin, end), ok_status();
+  if (a.bilinear_rows) return a.bilinear_rows(a.rows, begin, end), ok_status();
   if (a.nearest_out_stride) return nearest_rows(a, begin, end), ok_status();
   const Sample* xs = a.ys + a.oh;
   alignas(64) float p00[kTileElements], p01[kTileElements], p10[kTileElements], p11[kTileElements];
@@ -141,18 +142,22 @@ StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& p) {
   args.nearest = p.mode == UpsampleMode::NEAREST;
   args.h = s[1], args.w = s[2], args.c = s[3], args.oh = oh, args.ow = ow;
   // Bilinear over evenly spaced pixel rows (packed, or one bank of padded
-  // pages) on a CPU with AVX2: the register kernel, in place.
+  // pages) on a CPU with AVX2 or AVX-512: that ISA's register kernel, in place.
   const uint64_t in_stride = args.in.uniform_row_stride(), out_stride = args.out.uniform_row_stride();
-  args.use_rows = !args.nearest && kernel_isa() != KernelIsa::kScalar && in_stride && out_stride;
+  if (!args.nearest && kernel_isa() != KernelIsa::kScalar && in_stride && out_stride)
+    args.bilinear_rows = kernel_isa() == KernelIsa::kAvx512 ? cpu::avx512::bilinear_rows : cpu::avx2::bilinear_rows;
   if (args.nearest && in_stride && out_stride) {
     args.nearest_in_stride = in_stride, args.nearest_out_stride = out_stride;
     args.pixel_bytes = s[3] * element_size(input.dtype());
   }
   const char* kernel_name = args.nearest_out_stride ? "any_upsample_nearest__rows"
                             : args.nearest          ? "any_upsample_nearest__generic"
-                            : args.use_rows ? (input.dtype() == DataType::BFLOAT16 ? "bf16_upsample_bilinear__avx2_rows"
-                                                                                   : "f32_upsample_bilinear__avx2_rows")
-                                            : "any_upsample_bilinear__generic";
+                            : !args.bilinear_rows   ? "any_upsample_bilinear__generic"
+                            : input.dtype() == DataType::BFLOAT16
+                                ? (kernel_isa() == KernelIsa::kAvx512 ? "bf16_upsample_bilinear__avx512_rows"
+                                                                      : "bf16_upsample_bilinear__avx2_rows")
+                                : (kernel_isa() == KernelIsa::kAvx512 ? "f32_upsample_bilinear__avx512_rows"
+                                                                      : "f32_upsample_bilinear__avx2_rows");
   const std::string key =
       fmt::format("{}:{}->{}:{}", p.descriptor(s), input.spec().to_string(), out_spec.to_string(), kernel_name);
   auto compile = [&]() -> StatusOr<Program> {

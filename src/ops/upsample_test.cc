@@ -86,6 +86,38 @@ TEST(Upsample, NearestRowKernel) {
   ASSERT_OK(disable_profiler(*dev));
 }
 
+// Bilinear over evenly spaced rows runs the widest row kernel the CPU has,
+// float32 and bfloat16 (channel counts with and without a vector tail), with
+// results equal across the AVX-512 and AVX2 kernels (the same fused
+// multiply-adds in the same order).
+TEST(Upsample, BilinearRowKernel) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const KernelIsa native = kernel_isa();
+  const UpsampleParams p{.scale_h = 2, .scale_w = 2, .mode = UpsampleMode::BILINEAR};
+  ASSERT_OK(enable_profiler(*dev));
+  for (uint32_t c : {64u, 21u})
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      SCOPED_TRACE(fmt::format("{} channels {}", c, data_type_name(dt)));
+      Tensor h = testing::random_tensor(Shape{2, 6, 9, c}, dt, Layout::ROW_MAJOR, 4);
+      ASSERT_OK_AND_ASSIGN(Tensor in, to_device(h, *dev));
+      std::vector<std::vector<std::byte>> results;
+      for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2}) {
+        if (isa > native) continue;
+        set_kernel_isa_limit(isa);
+        ASSERT_OK_AND_ASSIGN(Tensor out, upsample(in, p));
+        ASSERT_OK_AND_ASSIGN(Tensor got, out.cpu());
+        results.push_back(testing::host_bytes(got));
+        ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+        ASSERT_EQ(prof.ops.size(), 1u);
+        EXPECT_EQ(prof.ops[0].kernel_name, fmt::format("{}_upsample_bilinear__{}_rows", short_dtype_name(dt),
+                                                       kernel_isa_name(isa)));
+      }
+      for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[i], results[0]);
+    }
+  set_kernel_isa_limit(native);
+  ASSERT_OK(disable_profiler(*dev));
+}
+
 TEST(Upsample, Errors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   ASSERT_OK_AND_ASSIGN(
