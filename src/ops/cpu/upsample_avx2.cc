@@ -54,33 +54,22 @@ inline float load1(const std::byte* p, uint32_t c) {
 
 template <bool kBf16>
 void bilinear_rows_t(const BilinearRowsArgs& a, uint32_t begin, uint32_t end) {
-  for (uint32_t t = begin; t < end; ++t) {
-    const uint32_t n = t / a.oh, oy = t % a.oh;
-    const UpsampleSample& sy = a.ys[oy];
-    const std::byte* top = a.in + (uint64_t{n} * a.h + sy.i0) * a.w * a.in_stride;
-    const std::byte* bottom = a.in + (uint64_t{n} * a.h + sy.i1) * a.w * a.in_stride;
-    std::byte* out = a.out + (uint64_t{n} * a.oh + oy) * a.ow * a.out_stride;
-    const __m256 wy = _mm256_set1_ps(sy.w1);
-    for (uint32_t ox = 0; ox < a.ow; ++ox, out += a.out_stride) {
-      const UpsampleSample& sx = a.xs[ox];
-      const std::byte* px[4] = {top + sx.i0 * a.in_stride, top + sx.i1 * a.in_stride, bottom + sx.i0 * a.in_stride,
-                                bottom + sx.i1 * a.in_stride};
-      const __m256 wx = _mm256_set1_ps(sx.w1);
-      uint32_t c = 0;
-      for (; c + 32 <= a.c; c += 32) blend<kBf16, 4>(px, c, wx, wy, out);
-      for (; c + 8 <= a.c; c += 8) blend<kBf16, 1>(px, c, wx, wy, out);
-      for (; c < a.c; ++c) {  // the last c % 8 channels
-        const float p00 = load1<kBf16>(px[0], c), p01 = load1<kBf16>(px[1], c);
-        const float p10 = load1<kBf16>(px[2], c), p11 = load1<kBf16>(px[3], c);
-        const float t0 = std::fma(sx.w1, p01 - p00, p00), b0 = std::fma(sx.w1, p11 - p10, p10);
-        const float v = std::fma(sy.w1, b0 - t0, t0);
-        if constexpr (kBf16)
-          reinterpret_cast<uint16_t*>(out)[c] = float_to_bfloat16(v);
-        else
-          reinterpret_cast<float*>(out)[c] = v;
-      }
+  for_each_bilinear_pixel(a, begin, end, [&](const std::byte* const* px, float wx1, float wy1, std::byte* out) {
+    const __m256 wx = _mm256_set1_ps(wx1), wy = _mm256_set1_ps(wy1);
+    uint32_t c = 0;
+    for (; c + 32 <= a.c; c += 32) blend<kBf16, 4>(px, c, wx, wy, out);
+    for (; c + 8 <= a.c; c += 8) blend<kBf16, 1>(px, c, wx, wy, out);
+    for (; c < a.c; ++c) {  // the last c % 8 channels
+      const float p00 = load1<kBf16>(px[0], c), p01 = load1<kBf16>(px[1], c);
+      const float p10 = load1<kBf16>(px[2], c), p11 = load1<kBf16>(px[3], c);
+      const float t0 = std::fma(wx1, p01 - p00, p00), b0 = std::fma(wx1, p11 - p10, p10);
+      const float v = std::fma(wy1, b0 - t0, t0);
+      if constexpr (kBf16)
+        reinterpret_cast<uint16_t*>(out)[c] = float_to_bfloat16(v);
+      else
+        reinterpret_cast<float*>(out)[c] = v;
     }
-  }
+  });
 }
 
 }  // namespace

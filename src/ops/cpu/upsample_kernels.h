@@ -31,6 +31,27 @@ struct BilinearRowsArgs {
   const UpsampleSample *ys, *xs;
 };
 
+// f(px, wx, wy, out) for every output pixel of tasks [begin, end) (task t:
+// image t / oh, output row t % oh): px the four input pixels p00, p01, p10,
+// p11, wx and wy their weights (UpsampleSample::w1), out the output pixel.
+// The row kernels' shared walk.
+template <class F>
+inline void for_each_bilinear_pixel(const BilinearRowsArgs& a, uint32_t begin, uint32_t end, F&& f) {
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t n = t / a.oh, oy = t % a.oh;
+    const UpsampleSample& sy = a.ys[oy];
+    const std::byte* top = a.in + (uint64_t{n} * a.h + sy.i0) * a.w * a.in_stride;
+    const std::byte* bottom = a.in + (uint64_t{n} * a.h + sy.i1) * a.w * a.in_stride;
+    std::byte* out = a.out + (uint64_t{n} * a.oh + oy) * a.ow * a.out_stride;
+    for (uint32_t ox = 0; ox < a.ow; ++ox, out += a.out_stride) {
+      const UpsampleSample& sx = a.xs[ox];
+      const std::byte* px[4] = {top + sx.i0 * a.in_stride, top + sx.i1 * a.in_stride, bottom + sx.i0 * a.in_stride,
+                                bottom + sx.i1 * a.in_stride};
+      f(px, sx.w1, sy.w1, out);
+    }
+  }
+}
+
 namespace avx2 {
 // The generic kernel (four row reads into float buffers and a row write per
 // output pixel) ran at 19% of the copy bandwidth on the AVX2 VM: 60x80x64
