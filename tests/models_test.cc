@@ -89,7 +89,7 @@ TEST_P(Bfloat16Test, BatchOneMatchesTheReference) { check(GetParam(), 1, "bfloat
 
 INSTANTIATE_TEST_SUITE_P(Models, Bfloat16Test, kCases, [](const auto& info) { return info.param.name; });
 
-TEST(ModelOptions, UnknownPrecisionOrFidelityIsAnError) {
+TEST(ModelOptions, UnknownPrecisionFidelityOrMicroBatchIsAnError) {
   ModelOptions bad_precision{.precision = "float16"};
   EXPECT_ERROR(compile_options_for(bad_precision), StatusCode::kInvalidArgument,
                "--dtype 'float16': expected float32, bfloat16 or bfloat8_b");
@@ -101,6 +101,20 @@ TEST(ModelOptions, UnknownPrecisionOrFidelityIsAnError) {
   lofi.math_fidelity = "LoFi";
   ASSERT_OK_AND_ASSIGN(runtime::CompileOptions c, compile_options_for(lofi));
   EXPECT_EQ(c.math_fidelity, MathFidelity::LoFi);
+  EXPECT_FALSE(c.micro_batch.has_value());  // automatic
+  for (const char* bad : {"", "0", "-2", "two", "1234567"}) {
+    ModelOptions m;
+    m.micro_batch = bad;
+    EXPECT_ERROR(compile_options_for(m), StatusCode::kInvalidArgument,
+                 fmt::format("--micro-batch '{}': expected auto, off or a positive number of images", bad));
+  }
+  ModelOptions off, two;
+  off.micro_batch = "off";
+  two.micro_batch = "2";
+  ASSERT_OK_AND_ASSIGN(c, compile_options_for(off));
+  EXPECT_EQ(c.micro_batch, 0u);
+  ASSERT_OK_AND_ASSIGN(c, compile_options_for(two));
+  EXPECT_EQ(c.micro_batch, 2u);
 }
 
 // float32 with HiFi2: the 3x3 stride-1 convs run Winograd, still PCC >= 0.999.

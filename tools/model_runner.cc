@@ -32,6 +32,14 @@ StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& option
     if (math_fidelity_name(f) == options.math_fidelity) c.math_fidelity = f, known = true;
   if (!known)
     return invalid_argument_error("--math-fidelity '{}': expected LoFi, HiFi2, HiFi3 or HiFi4", options.math_fidelity);
+  if (options.micro_batch == "off") {
+    c.micro_batch = 0;
+  } else if (options.micro_batch != "auto") {
+    const std::string& m = options.micro_batch;
+    if (m.empty() || m.size() > 6 || m.find_first_not_of("0123456789") != std::string::npos || std::stoul(m) == 0)
+      return invalid_argument_error("--micro-batch '{}': expected auto, off or a positive number of images", m);
+    c.micro_batch = static_cast<uint32_t>(std::stoul(m));
+  }
   return c;
 }
 

@@ -18,9 +18,10 @@ struct ModelOptions {
   std::vector<int64_t> input_shape;   // the first input's full shape, when given (dynamic H, W)
   bool optimize = true;
   std::string math_fidelity = "HiFi4";  // LoFi | HiFi2 | HiFi3 | HiFi4 (below HiFi4: Winograd 3x3 convs)
+  std::string micro_batch = "auto";     // auto | off | images per group (runtime::CompileOptions::micro_batch)
 };
 
-// INVALID_ARGUMENT for an unknown precision or math fidelity name.
+// INVALID_ARGUMENT for an unknown precision, math fidelity or micro-batch setting.
 StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& options);
 
 struct LoadedModel {

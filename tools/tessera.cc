@@ -35,6 +35,7 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 struct Common {
   std::string model, dtype = "float32", config = "trace,2cq", device = "cpu", math_fidelity = "HiFi4";
+  std::string micro_batch = "auto";
   int64_t batch = 1;
   std::string shape;  // "1x3x480x640"
   int workers = 0;
@@ -44,6 +45,7 @@ struct Common {
 StatusOr<ModelOptions> model_options(const Common& c) {
   ModelOptions o{.precision = c.dtype, .batch = c.batch};
   o.math_fidelity = c.math_fidelity;
+  o.micro_batch = c.micro_batch;
   if (!c.shape.empty()) {
     std::stringstream ss(c.shape);
     std::string item;
@@ -86,6 +88,7 @@ void print_report(const LoadedModel& m, const Common& c) {
               verbose ? "" : " (--verbose lists each plan)");
   if (verbose)
     for (const auto& p : r.conv_plans) std::printf("  %s\n", p.c_str());
+  for (const auto& m : r.micro_batches) std::printf("micro-batched: %s\n", m.c_str());
 }
 
 // The seeds' PCC rule against a reference output: 0.999 in float32, 0.99
@@ -352,6 +355,8 @@ int main(int argc, char** argv) {
     s->add_option("--math-fidelity", c.math_fidelity,
                   "HiFi4 (exact) | HiFi3 | HiFi2 | LoFi: below HiFi4 float32 3x3 convs may run Winograd")
         ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
+    s->add_option("--micro-batch", c.micro_batch,
+                  "auto | off | N: run the early layers N images at a time where the batch spills the cache");
     s->add_option("--shape", c.shape, "the input's shape, NxCxHxW (models with dynamic H, W)");
     s->add_option("--config", c.config, "pipeline: trace|notrace, 1cq|2cq, io (pipelined I/O)");
     s->add_option("--device", c.device, "cpu | wormhole_b0")->check(CLI::IsMember({"cpu", "wormhole_b0"}));

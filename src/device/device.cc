@@ -508,6 +508,14 @@ Buffer::Buffer(std::shared_ptr<Device> device, BufferType type, uint64_t address
 
 Buffer::~Buffer() { deallocate(); }
 
+std::shared_ptr<Buffer> Buffer::view(std::shared_ptr<Buffer> parent, uint64_t offset, uint64_t size_per_bank) {
+  if (!parent || offset > parent->size_per_bank_ || size_per_bank > parent->size_per_bank_ - offset) return nullptr;
+  auto v = std::make_shared<Buffer>(parent->device_, parent->type_, parent->address_ + offset, size_per_bank);
+  v->allocated_ = false;
+  v->parent_ = std::move(parent);
+  return v;
+}
+
 void Buffer::deallocate() {
   if (!allocated_) return;
   allocated_ = false;

@@ -226,5 +226,129 @@ TEST(CompiledModel, BadOptionsAndInputsAreErrors) {
   EXPECT_THAT(model->run(host).status().message(), HasSubstr("on the host"));
 }
 
+// A residual CNN at batch 4 whose maps spill a small cache budget for the
+// whole batch but fit it per group: its early layers run in groups of
+// images (CompileOptions::micro_batch), and every grouping gives what the
+// whole batch gives, through run() and the traced two-queue Pipeline
+// (which allocates nothing on replay).
+testing_onnx::ModelBuilder residual_cnn(int64_t batch) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {batch, 3, 16, 16});
+  b.random_initializer("w1", {8, 3, 3, 3}, 0.3f, 1);
+  b.random_initializer("w2", {8, 8, 3, 3}, 0.2f, 2);
+  b.random_initializer("w3", {8, 8, 1, 1}, 0.3f, 3);
+  b.random_initializer("w4", {16, 8, 3, 3}, 0.2f, 4);
+  b.random_initializer("fc_w", {10, 24}, 0.3f, 5);
+  auto* c1 = b.node("Conv", {"x", "w1"}, {"c1"});
+  b.ints(c1, "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c1"}, {"r1"});
+  auto* c2 = b.node("Conv", {"r1", "w2"}, {"c2"});
+  b.ints(c2, "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c2"}, {"r2"});
+  b.node("Conv", {"r2", "w3"}, {"c3"});
+  b.node("Add", {"c3", "r1"}, {"res"});
+  b.node("Relu", {"res"}, {"r3"});
+  auto* mp = b.node("MaxPool", {"r3"}, {"mp"});
+  b.ints(mp, "kernel_shape", {2, 2});
+  b.ints(mp, "strides", {2, 2});
+  auto* c4 = b.node("Conv", {"mp", "w4"}, {"c4"});
+  b.ints(c4, "pads", {1, 1, 1, 1});
+  auto* cat = b.node("Concat", {"c4", "mp"}, {"cat"});
+  b.i(cat, "axis", 1);
+  b.node("GlobalAveragePool", {"cat"}, {"gap"});
+  b.node("Flatten", {"gap"}, {"flat"});
+  auto* fc = b.node("Gemm", {"flat", "fc_w"}, {"logits"});
+  b.i(fc, "transB", 1);
+  b.output("logits");
+  return b;
+}
+
+TEST(CompiledModel, MicroBatchedRunsMatchTheWholeBatch) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(residual_cnn(4).bytes()));
+  const graph::HostTensor x = input_for(g.value(g.inputs[0]).dims, 5);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 20, .num_command_queues = 2}));
+  const Tensor xs[] = {device_input(x, *dev)};
+  // Per image: at most 24 KB an op; for the batch of 4, up to 96 KB.
+  constexpr uint64_t kBudget = 32 << 10;
+  ASSERT_OK_AND_ASSIGN(auto whole, CompiledModel::compile(g, *dev, {.micro_batch = 0, .micro_batch_cache_bytes = kBudget}));
+  EXPECT_TRUE(whole->report().micro_batches.empty());
+  ASSERT_OK_AND_ASSIGN(auto whole_out, whole->run(xs));
+  expect_close(whole_out[0], want[0], 0.99999, 1e-4);
+  ASSERT_OK_AND_ASSIGN(Tensor whole_host, whole_out[0].cpu());
+  ASSERT_OK_AND_ASSIGN(const auto whole_values, whole_host.to_vector());
+  for (std::optional<uint32_t> per : {std::optional<uint32_t>(1), std::optional<uint32_t>(2), std::optional<uint32_t>()}) {
+    SCOPED_TRACE(per ? fmt::format("{} per group", *per) : std::string("automatic"));
+    // Two images per group: 48 KB for the residual conv.
+    const uint64_t budget = per == 2u ? kBudget + (24 << 10) : kBudget;
+    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {.micro_batch = per, .micro_batch_cache_bytes = budget}));
+    const auto& runs = model->report().micro_batches;
+    ASSERT_EQ(runs.size(), 1u) << model->report().to_string();
+    if (per) {
+      EXPECT_THAT(runs[0], HasSubstr(fmt::format("groups of {} image(s)", *per)));
+    }
+    EXPECT_THAT(model->report().to_string(), HasSubstr("micro-batched: nodes"));
+    EXPECT_EQ(model->report().conv_flops, whole->report().conv_flops);
+    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+    ASSERT_OK_AND_ASSIGN(Tensor host, outs[0].cpu());
+    ASSERT_OK_AND_ASSIGN(auto got, host.to_vector());
+    ASSERT_EQ(got.size(), whole_values.size());
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], whole_values[k], 1e-5f * (1 + std::fabs(whole_values[k])));
+    // The caller's input is untouched (no kernel wrote over it in place).
+    ASSERT_OK_AND_ASSIGN(Tensor in_back, xs[0].cpu());
+    EXPECT_EQ(in_back.to_vector().value(), x.f);
+  }
+  // Through the traced two-queue Pipeline: replays allocate nothing.
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {.micro_batch = 1, .micro_batch_cache_bytes = kBudget}));
+  std::vector<Tensor> inputs;
+  std::vector<graph::HostTensor> refs;
+  for (uint32_t s = 0; s < 3; ++s) {
+    const graph::HostTensor xi = input_for({4, 3, 16, 16}, 30 + s);
+    refs.push_back(reference(g, xi)[0]);
+    inputs.push_back(Tensor::from_vector(xi.f, Shape{4, 3, 16, 16}, DataType::FLOAT32).value());
+  }
+  ASSERT_OK_AND_ASSIGN(auto pipe, cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2},
+                                                                    model->pipeline_model(), *dev, DRAM_MEMORY_CONFIG,
+                                                                    DRAM_MEMORY_CONFIG));
+  ASSERT_OK(pipe->compile(inputs[0]));
+  const MemoryRegionStats before = dev->memory_stats(BufferType::DRAM);
+  ASSERT_OK(pipe->enqueue(inputs));
+  ASSERT_OK_AND_ASSIGN(auto pouts, pipe->pop_all());
+  EXPECT_EQ(dev->memory_stats(BufferType::DRAM).allocated_bytes, before.allocated_bytes);
+  ASSERT_EQ(pouts.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) expect_close(*pouts[i].tensor, refs[i], 0.99999, 1e-4);
+  ASSERT_OK(pipe->cleanup());
+  // bfloat16 activations, micro-batched.
+  ASSERT_OK_AND_ASSIGN(auto lp, CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT16,
+                                                                 .weights_dtype = DataType::BFLOAT16,
+                                                                 .micro_batch = 2,
+                                                                 .micro_batch_cache_bytes = kBudget / 2}));
+  EXPECT_EQ(lp->report().micro_batches.size(), 1u) << lp->report().to_string();
+  ASSERT_OK_AND_ASSIGN(auto lo, lp->run(xs));
+  expect_close(lo[0], want[0], 0.999, 0);
+}
+
+// Where micro-batching does not apply, or is asked for wrongly.
+TEST(CompiledModel, MicroBatchingLimits) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(residual_cnn(4).bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  // A group size that does not divide the batch.
+  auto bad = CompiledModel::compile(g, *dev, {.micro_batch = 3});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("micro_batch 3 does not divide the batch of 4 images"));
+  // The whole batch per group, or maps that fit the default budget: nothing to do.
+  for (std::optional<uint32_t> per : {std::optional<uint32_t>(4), std::optional<uint32_t>()}) {
+    ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(g, *dev, {.micro_batch = per}));
+    EXPECT_TRUE(m->report().micro_batches.empty()) << m->report().to_string();
+  }
+  // Batch 1, and the emulated Wormhole (automatic: off), even with a tiny budget.
+  ASSERT_OK_AND_ASSIGN(graph::Graph one, importer::import_onnx_bytes(residual_cnn(1).bytes()));
+  ASSERT_OK_AND_ASSIGN(auto m1, CompiledModel::compile(one, *dev, {.micro_batch_cache_bytes = 1 << 10}));
+  EXPECT_TRUE(m1->report().micro_batches.empty());
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0", .l1_small_size = 16384}));
+  ASSERT_OK_AND_ASSIGN(auto mw, CompiledModel::compile(g, *wh, {.micro_batch_cache_bytes = 32 << 10}));
+  EXPECT_TRUE(mw->report().micro_batches.empty());
+}
+
 }  // namespace
 }  // namespace tessera::runtime

@@ -69,6 +69,39 @@ StatusOr<Tensor> Tensor::view(const Shape& shape) const {
   return t;
 }
 
+StatusOr<Tensor> Tensor::batch_view(uint32_t first, uint32_t count) const {
+  const Shape& s = spec_.shape;
+  if (s.rank() == 0 || spec_.layout != Layout::ROW_MAJOR || spec_.memory_config.is_sharded())
+    return failed_precondition_error("batch_view: {} is not a ROW_MAJOR interleaved tensor with a batch dim",
+                                     spec_.to_string());
+  if (count == 0 || first > s[0] || count > s[0] - first)
+    return out_of_range_error("batch_view: items [{}, {}) of {}, which has {}", first, uint64_t{first} + count,
+                              spec_.to_string(), s[0]);
+  std::vector<uint32_t> dims(s.dims().begin(), s.dims().end());
+  dims[0] = count;
+  Tensor t = *this;
+  t.spec_.shape = Shape(std::span<const uint32_t>(dims));
+  const uint64_t rows_per_item = s.volume() / s[0] / s[-1];  // ROW_MAJOR pages: one row each
+  if (!buffer_) {
+    const uint64_t offset = first * rows_per_item * s[-1] * spec_.unit_bytes();
+    t.host_ = std::shared_ptr<std::byte[]>(host_, host_.get() + offset);
+    return t;
+  }
+  const Device& dev = buffer_->device();
+  const uint32_t banks = spec_.memory_config.buffer_type == BufferType::DRAM ? dev.descriptor().num_dram_banks
+                                                                             : dev.descriptor().num_cores();
+  const uint64_t first_row = first * rows_per_item;
+  if (first_row % banks != 0)
+    return failed_precondition_error("batch_view: item {} of {} starts at row {}, not the start of a round of {} banks",
+                                     first, spec_.to_string(), first_row, banks);
+  const uint64_t page = align_up(uint64_t{spec_.unit_cols()} * spec_.unit_bytes(), dev.alignment(buffer_->type()));
+  t.buffer_ = Buffer::view(buffer_, first_row / banks * page,
+                           t.spec_.device_bytes_per_bank(dev.descriptor(), dev.alignment(buffer_->type())));
+  if (!t.buffer_) return internal_error("batch_view: items [{}, {}) lie outside the buffer of {}", first,
+                                        uint64_t{first} + count, spec_.to_string());
+  return t;
+}
+
 Tensor allocate_tensor_on_host(const TensorSpec& spec) {
   Tensor t;
   t.spec_ = spec;

@@ -2,6 +2,8 @@
 // native cpu device and the emulated wormhole_b0.
 #include <gtest/gtest.h>
 
+#include <gmock/gmock.h>
+
 #include <cstring>
 
 #include "tessera/tensor/access.h"
@@ -120,6 +122,84 @@ TEST(Transfer, InvalidSpecsAndMismatchesAreRefused) {
   EXPECT_ERROR(copy_device_to_host_tensor(d, wrong), StatusCode::kInvalidArgument, "does not match");
   EXPECT_ERROR(copy_host_to_device_tensor(host, host), StatusCode::kInvalidArgument, "expected a device tensor");
   EXPECT_ERROR(copy_host_to_device_tensor(d, d), StatusCode::kInvalidArgument, "expected a host tensor");
+}
+
+// Batch views share the tensor's storage: reads see the right images,
+// writes land in the parent, the view keeps the parent alive and frees
+// nothing; out-of-range, sharded, TILE and misaligned views are refused.
+TEST(Transfer, BatchViewsShareStorage) {
+  for (std::string_view desc : {"cpu", "wormhole_b0"}) {
+    SCOPED_TRACE(desc);
+    ASSERT_OK_AND_ASSIGN(auto dev, open_device({.descriptor = std::string(desc)}));
+    for (const Shape& shape : {Shape{5, 3, 7, 4}, Shape{6, 24, 16}, Shape{4, 3}}) {
+      SCOPED_TRACE(shape.to_string());
+      const uint64_t per = shape.volume() / shape[0];
+      std::vector<float> values(shape.volume());
+      for (size_t k = 0; k < values.size(); ++k) values[k] = static_cast<float>(k);
+      ASSERT_OK_AND_ASSIGN(Tensor host, Tensor::from_vector(values, shape, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor whole, to_device(host, *dev));
+      const uint32_t banks = dev->descriptor().num_dram_banks;
+      for (uint32_t first = 0; first < shape[0]; ++first) {
+        const uint32_t count = std::min<uint32_t>(2, shape[0] - first);
+        auto view = whole.batch_view(first, count);
+        if ((first * per / shape[-1]) % banks != 0) {  // rows of the first item start mid-round
+          EXPECT_EQ(view.status().code(), StatusCode::kFailedPrecondition);
+          continue;
+        }
+        ASSERT_OK(view.status());
+        EXPECT_EQ(view->shape()[0], count);
+        ASSERT_OK_AND_ASSIGN(Tensor got, view->cpu());
+        ASSERT_OK_AND_ASSIGN(auto v, got.to_vector());
+        for (size_t k = 0; k < v.size(); ++k) ASSERT_EQ(v[k], values[first * per + k]);
+        // The host tensor's views too.
+        ASSERT_OK_AND_ASSIGN(Tensor hv, host.batch_view(first, count));
+        ASSERT_OK_AND_ASSIGN(auto hvv, hv.to_vector());
+        EXPECT_EQ(hvv, v);
+      }
+      // A write through a view lands in the parent's images.
+      if (((shape[0] - 1) * per / shape[-1]) % banks == 0) {
+        ASSERT_OK_AND_ASSIGN(Tensor last, whole.batch_view(shape[0] - 1, 1));
+        std::vector<float> ones(per, -1.0f);
+        std::vector<uint32_t> d(shape.dims().begin(), shape.dims().end());
+        d[0] = 1;
+        ASSERT_OK_AND_ASSIGN(Tensor src, Tensor::from_vector(ones, Shape(std::span<const uint32_t>(d)), DataType::FLOAT32));
+        ASSERT_OK(copy_host_to_device_tensor(src, last));
+        ASSERT_OK_AND_ASSIGN(Tensor back, whole.cpu());
+        ASSERT_OK_AND_ASSIGN(auto b, back.to_vector());
+        for (size_t k = 0; k < b.size(); ++k) ASSERT_EQ(b[k], k < (shape[0] - 1) * per ? values[k] : -1.0f);
+      }
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(Tensor whole, to_device(testing::random_tensor(Shape{4, 8, 16}, DataType::FLOAT32,
+                                                                      Layout::ROW_MAJOR, 3), *dev));
+  // The view keeps the parent's memory: the parent's last handle goes, the view still reads.
+  ASSERT_OK_AND_ASSIGN(Tensor want, whole.cpu());
+  ASSERT_OK_AND_ASSIGN(Tensor view, whole.batch_view(2, 2));
+  const uint64_t used = dev->memory_stats(BufferType::DRAM).allocated_bytes;
+  whole = Tensor();
+  EXPECT_EQ(dev->memory_stats(BufferType::DRAM).allocated_bytes, used);
+  deallocate(view);  // a view frees nothing
+  EXPECT_EQ(dev->memory_stats(BufferType::DRAM).allocated_bytes, used);
+  ASSERT_OK_AND_ASSIGN(Tensor got, view.cpu());
+  const auto want_bytes = testing::host_bytes(want);
+  EXPECT_EQ(testing::host_bytes(got), std::vector<std::byte>(want_bytes.begin() + 2 * 8 * 16 * 4, want_bytes.end()));
+  view = Tensor();
+  EXPECT_LT(dev->memory_stats(BufferType::DRAM).allocated_bytes, used);
+  // Refused views.
+  ASSERT_OK_AND_ASSIGN(Tensor t, to_device(testing::random_tensor(Shape{4, 8, 16}, DataType::FLOAT32,
+                                                                  Layout::ROW_MAJOR, 4), *dev));
+  EXPECT_EQ(t.batch_view(3, 2).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(t.batch_view(0, 0).status().code(), StatusCode::kOutOfRange);
+  EXPECT_THAT(t.batch_view(5, 1).status().message(), ::testing::HasSubstr("items [5, 6) of f32[4,8,16]"));
+  ASSERT_OK_AND_ASSIGN(Tensor tiles, to_device(testing::random_tensor(Shape{4, 32, 32}, DataType::FLOAT32,
+                                                                      Layout::TILE, 5), *dev));
+  EXPECT_EQ(tiles.batch_view(0, 1).status().code(), StatusCode::kFailedPrecondition);
+  const MemoryConfig sharded{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                             ShardSpec{CoreRangeSet(CoreRange({0, 0}, {0, 0})), {32, 16}, ShardOrientation::ROW_MAJOR}};
+  ASSERT_OK_AND_ASSIGN(Tensor sh, to_device(testing::random_tensor(Shape{4, 8, 16}, DataType::FLOAT32,
+                                                                   Layout::ROW_MAJOR, 6), *dev, sharded));
+  EXPECT_EQ(sh.batch_view(0, 1).status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

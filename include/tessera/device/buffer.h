@@ -30,14 +30,18 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
+  // `size_per_bank` bytes from `offset` bytes into every bank of `parent`;
+  // nullptr when that range is not inside the parent.
+  static std::shared_ptr<Buffer> view(std::shared_ptr<Buffer> parent, uint64_t offset, uint64_t size_per_bank);
+
   Device& device() const { return *device_; }
   BufferType type() const { return type_; }
   uint64_t address() const { return address_; }
   uint64_t size_per_bank() const { return size_per_bank_; }
-  bool is_allocated() const { return allocated_; }
+  bool is_allocated() const { return parent_ ? parent_->is_allocated() : allocated_; }
   // Host memory of this buffer in bank `bank` (a DRAM bank or a core index).
   std::byte* bank_data(uint32_t bank) const;
-  // Returns the memory to the allocator; later calls are no-ops.
+  // Returns the memory to the allocator; later calls, and calls on a view, are no-ops.
   void deallocate();
 
  private:
@@ -45,6 +49,7 @@ class Buffer {
   BufferType type_;
   uint64_t address_, size_per_bank_;
   bool allocated_ = true;
+  std::shared_ptr<Buffer> parent_;  // set for views
 };
 
 }  // namespace tessera

@@ -52,6 +52,22 @@ struct CompileOptions {
   // stride-1 convs may run oneDNN's Winograd kernel (conv2d.cc's
   // allows_winograd): ~1.7x faster, relative error ~1e-5 instead of ~1e-7.
   MathFidelity math_fidelity = MathFidelity::HiFi4;
+  // Micro-batching: a run of per-image ops (convs, pools, element-wise ops,
+  // channel concats) between two points where one tensor alone is live runs
+  // `micro_batch` images at a time, each group's output gathered into the
+  // batch, where the whole batch's tensors spill the cache and a group's fit
+  // (runtime::kMicroBatchCacheBytes per op: its inputs and output). The
+  // early stages of a classifier at batch 8 keep their maps in the cache
+  // between layers this way; their weights are small, so reading them once
+  // per group costs little. nullopt: one image per group wherever that
+  // applies (not on emulated descriptors, whose L1 plans are per batch);
+  // 0: off; k: k images per group (k must divide the batch; k >= the batch
+  // is off).
+  std::optional<uint32_t> micro_batch;
+  // Micro-batching's cache budget: an op takes part when its inputs and
+  // output are at most this many bytes per group and over it for the whole
+  // batch. Half of this machine's 32 MB L3 by default.
+  uint64_t micro_batch_cache_bytes = uint64_t{16} << 20;
 };
 
 struct CompileReport {
@@ -62,6 +78,8 @@ struct CompileReport {
   uint64_t conv_flops = 0;             // 2 * MACs of Conv / ConvTranspose / MatMul / Gemm per run
   // Per conv: "<node>: <plan>", e.g. "conv1: L1 HEIGHT_SHARDED on 64 cores, act_block 480x64 ... (applied)".
   std::vector<std::string> conv_plans;
+  // Per micro-batched run of nodes: "nodes 'conv1' .. 'layer2.3/relu_2' (34): 8 groups of 1 image".
+  std::vector<std::string> micro_batches;
   std::string to_string() const;
 };
 

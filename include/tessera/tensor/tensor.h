@@ -48,6 +48,13 @@ class Tensor {
   // then copies.
   StatusOr<Tensor> view(const Shape& shape) const;
 
+  // Items [first, first + count) of dim 0 (images of a batch), sharing this
+  // tensor's storage: ROW_MAJOR and not sharded, and on a device the item
+  // `first` must start a round of the region's banks (always so with one
+  // bank, as on the cpu device). FAILED_PRECONDITION otherwise, OUT_OF_RANGE
+  // past dim 0. Writes through the view land in this tensor.
+  StatusOr<Tensor> batch_view(uint32_t first, uint32_t count) const;
+
   // Reads a device tensor into a new host tensor on `cq_id`.
   StatusOr<Tensor> cpu(bool blocking = true, uint8_t cq_id = 0) const;
 
