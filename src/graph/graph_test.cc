@@ -182,9 +182,12 @@ std::vector<HostTensor> run_host(const Graph& g, const HostTensor& x) {
       for (float& f : (*outs)[0].f) f = static_cast<float>(f / (1 + std::exp(-double{f})));
     }
     const std::string act = n.attr_string("tessera_activation", "");
+    const float scale = n.attr_float("tessera_activation_scale", 1.0f), shift = n.attr_float("tessera_activation_shift", 0.0f);
     for (float& f : (*outs)[0].f) {
       if (act == "relu") f = std::max(f, 0.0f);
       else if (act == "silu") f = static_cast<float>(f / (1 + std::exp(-double{f})));
+      else if (act == "hardswish") f = f * std::min(std::max(f + 3.0f, 0.0f), 6.0f) / 6.0f;
+      f = f * scale + shift;
     }
     for (size_t k = 0; k < n.outputs.size(); ++k) vals[static_cast<size_t>(n.outputs[k])] = (*outs)[k];
   }
@@ -212,7 +215,7 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 7u);
+  ASSERT_EQ(reports.size(), 8u);
   EXPECT_EQ(reports[0].rewrites, 0);  // no bias add
   EXPECT_EQ(reports[1].rewrites, 1);  // batch norm folded
   EXPECT_EQ(reports[2].rewrites, 0);  // no scale
@@ -313,6 +316,70 @@ TEST(Passes, FoldScaleMulThenBiasAdd) {
   ASSERT_EQ(after.size(), 1u);
   ASSERT_EQ(after[0].f.size(), before[0].f.size());
   for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-4) << k;
+}
+
+// Conv + activation, then a scalar Mul and Add (or Sub): the affine joins
+// the conv's activation; a per-channel Mul, a Mul read twice and an affine
+// after a conv without an activation (folded into its weights instead) stay.
+TEST(Passes, FuseActivationAffine) {
+  Graph g;
+  const int x = value(g, "x", {1, 2, 4, 4});
+  g.inputs = {x};
+  auto weights = [&](const std::string& name, float phase) {
+    const int w = constant(g, name, {2, 2, 3, 3}, std::vector<float>(36, 0.f));
+    for (size_t k = 0; k < 36; ++k) g.value(w).constant->f[k] = std::cos(static_cast<float>(k) + phase) * 0.5f;
+    return w;
+  };
+  const int w1 = weights("w1", 0), w2 = weights("w2", 1), w3 = weights("w3", 2);
+  const int s = constant(g, "s", {}, {1.5f}), b = constant(g, "b", {1}, {-0.25f}), d = constant(g, "d", {1}, {0.75f});
+  const int pc = constant(g, "pc", {1, 2, 1, 1}, {0.5f, 2.0f});
+  const int c1 = value(g, "c1"), h1 = value(g, "h1"), m1 = value(g, "m1"), a1 = value(g, "a1");
+  const int c2 = value(g, "c2"), r2 = value(g, "r2"), s2 = value(g, "s2");
+  const int c3 = value(g, "c3"), r3 = value(g, "r3"), p3 = value(g, "p3"), y = value(g, "y"), z = value(g, "z");
+  auto conv = [&](int in, int w, int out, const std::string& name) {
+    Node n = node("Conv", {in, w}, {out}, name);
+    n.attrs["pads"] = Attribute{.kind = Attribute::Kind::INTS, .ints = {1, 1, 1, 1}};
+    g.nodes.push_back(n);
+  };
+  conv(x, w1, c1, "conv1");
+  g.nodes.push_back(node("HardSwish", {c1}, {h1}, "hs"));
+  g.nodes.push_back(node("Mul", {s, h1}, {m1}, "mul"));  // the scalar first
+  g.nodes.push_back(node("Add", {m1, b}, {a1}, "add"));
+  conv(a1, w2, c2, "conv2");
+  g.nodes.push_back(node("Relu", {c2}, {r2}, "relu2"));
+  g.nodes.push_back(node("Sub", {r2, d}, {s2}, "sub"));
+  conv(s2, w3, c3, "conv3");
+  g.nodes.push_back(node("Relu", {c3}, {r3}, "relu3"));
+  g.nodes.push_back(node("Mul", {r3, pc}, {p3}, "per_channel"));
+  g.nodes.push_back(node("Add", {p3, s2}, {y}, "join"));
+  g.nodes.push_back(node("Mul", {y, s}, {z}, "last"));  // y is read by the output too
+  g.outputs = {z, y};
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  const HostTensor xin = sine_input();
+  const auto before = run_host(g, xin);
+  const auto reports = optimize(g);
+  EXPECT_EQ(reports[6].pass, "fuse_activation_affine");
+  EXPECT_EQ(reports[6].rewrites, 2);
+  int fused = 0;
+  for (const Node& n : g.nodes) {
+    if (!n.has_attr("tessera_activation_scale")) continue;
+    ++fused;
+    if (n.name == "conv1") {
+      EXPECT_EQ(n.attr_string("tessera_activation", ""), "hardswish");
+      EXPECT_FLOAT_EQ(n.attr_float("tessera_activation_scale", 0), 1.5f);
+      EXPECT_FLOAT_EQ(n.attr_float("tessera_activation_shift", 0), -0.25f);
+    } else {
+      EXPECT_EQ(n.name, "conv2");
+      EXPECT_FLOAT_EQ(n.attr_float("tessera_activation_scale", 0), 1.0f);
+      EXPECT_FLOAT_EQ(n.attr_float("tessera_activation_shift", 0), -0.75f);
+    }
+  }
+  EXPECT_EQ(fused, 2);
+  const auto after = run_host(g, xin);
+  ASSERT_EQ(after.size(), 2u);
+  for (size_t o = 0; o < 2; ++o)
+    for (size_t k = 0; k < before[o].f.size(); ++k) EXPECT_NEAR(after[o].f[k], before[o].f[k], 1e-5) << o << " " << k;
 }
 
 }  // namespace

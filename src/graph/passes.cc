@@ -418,6 +418,57 @@ PassReport fuse_residual_adds(Graph& g) {
   return r;
 }
 
+PassReport fuse_activation_affine(Graph& g) {
+  PassReport r{"fuse_activation_affine"};
+  auto consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  // The scalar constant of a Mul / Add / Sub node reading `v` (x op c, or
+  // c op x for Mul and Add), or nullopt.
+  auto scalar_of = [&](const Node& n, int v) -> std::optional<double> {
+    if (n.inputs.size() != 2 || n.outputs.size() != 1) return std::nullopt;
+    for (int side = 0; side < 2; ++side) {
+      const int x = n.inputs[static_cast<size_t>(side)], c = n.inputs[static_cast<size_t>(1 - side)];
+      if (x != v || !g.is_constant(c) || g.value(c).constant->volume() != 1 ||
+          g.value(c).type != ElemType::FLOAT32 || g.value(x).dims != g.value(n.outputs[0]).dims)
+        continue;
+      if (n.op_type == "Sub" && side == 1) continue;  // c - x
+      return g.value(c).constant->at(0);
+    }
+    return std::nullopt;
+  };
+  for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
+    if (dead[ci] || g.nodes[ci].op_type != "Conv" || g.nodes[ci].attr_string("tessera_activation", "").empty() ||
+        g.nodes[ci].has_attr("tessera_activation_scale") || g.nodes[ci].inputs.size() > 3)
+      continue;
+    double scale = 1, shift = 0;
+    int out = g.nodes[ci].outputs[0];
+    std::vector<int> fused;
+    for (const bool want_mul : {true, false}) {
+      const int reader = sole_reader(g, consumers, out);
+      if (reader < 0) break;
+      const Node& n = g.nodes[static_cast<size_t>(reader)];
+      const bool mul = n.op_type == "Mul";
+      if (mul != want_mul || (!mul && n.op_type != "Add" && n.op_type != "Sub")) continue;
+      const std::optional<double> c = scalar_of(n, out);
+      if (!c) break;
+      if (mul) scale = *c;
+      else shift = n.op_type == "Sub" ? -*c : *c;
+      fused.push_back(reader);
+      out = n.outputs[0];
+    }
+    if (fused.empty()) continue;
+    Node& conv = g.nodes[ci];
+    conv.attrs["tessera_activation_scale"] = float_attr(static_cast<float>(scale));
+    conv.attrs["tessera_activation_shift"] = float_attr(static_cast<float>(shift));
+    conv.outputs[0] = out;
+    for (int f : fused) dead[static_cast<size_t>(f)] = true;
+    ++r.rewrites;
+    consumers = g.consumers();
+  }
+  drop_nodes(g, dead);
+  return r;
+}
+
 std::vector<PassReport> optimize(Graph& g) {
   std::vector<PassReport> reports;
   reports.push_back(fold_bias_add(g));
@@ -428,6 +479,7 @@ std::vector<PassReport> optimize(Graph& g) {
   reports.push_back(again);
   reports.push_back(fuse_sigmoid_mul(g));
   reports.push_back(fuse_activations(g));
+  reports.push_back(fuse_activation_affine(g));
   reports.push_back(fuse_residual_adds(g));
   g.remove_dead_nodes();
   return reports;

@@ -1,5 +1,7 @@
 #include "tessera/ops/activation.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 namespace tessera {
@@ -29,7 +31,16 @@ bool is_transcendental(UnaryOpType op) {
   }
 }
 
-double apply_activation(const UnaryWithParam& a, double x) {
+std::string activation_name(const UnaryWithParam& a) {
+  std::string s(unary_op_name(a.op));
+  if (a.op == UnaryOpType::LEAKY_RELU) s += "(" + fmt::format("{}", a.param) + ")";
+  if (a.has_affine()) s += fmt::format("*{}+{}", a.scale, a.shift);
+  return s;
+}
+
+namespace {
+
+double apply_plain(const UnaryWithParam& a, double x) {
   switch (a.op) {
     case UnaryOpType::IDENTITY: return x;
     case UnaryOpType::RELU: return x < 0 ? 0 : x;
@@ -46,6 +57,13 @@ double apply_activation(const UnaryWithParam& a, double x) {
     case UnaryOpType::SQRT: return std::sqrt(x);
   }
   return x;
+}
+
+}  // namespace
+
+double apply_activation(const UnaryWithParam& a, double x) {
+  const double y = apply_plain(a, x);
+  return a.has_affine() ? y * a.scale + a.shift : y;
 }
 
 }  // namespace tessera

@@ -555,7 +555,7 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   }
   if (residual) {
     pr.residual = residual;
-    pr.key += fmt::format(":+{}:{}", residual->tensor.spec().to_string(), unary_op_name(residual->activation.op));
+    pr.key += fmt::format(":+{}:{}", residual->tensor.spec().to_string(), activation_name(residual->activation));
     pr.weights_key += ":+residual";  // oneDNN may pick another kernel, and packing, with the sum post-op
   }
   pr.direct = is_direct_avx2(pr);
@@ -717,7 +717,8 @@ dnnl::primitive_desc make_pd(ConvPlan& plan, const Geometry& g, const memory::de
   // SiLU without a residual after it runs as Tessera's vector activation over
   // each shard's output (still in the cache) on AVX2-only CPUs: oneDNN 2.6's
   // jit:avx2 swish post-op cost about 1 ns per element in YOLO's 1x1 convs.
-  const bool own_silu = g.activation.op == UnaryOpType::SILU && !plan.residual && kernel_isa() == KernelIsa::kAvx2;
+  const bool own_silu = g.activation.op == UnaryOpType::SILU && !g.activation.has_affine() && !plan.residual &&
+                        kernel_isa() == KernelIsa::kAvx2;
   if (own_silu || !onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
   if (plan.residual && !plan.own_residual) {
     po.append_sum(1.f);
@@ -2036,7 +2037,7 @@ StatusOr<Conv2dResult> with_residual(const Tensor& input, const Conv2dParams& p,
   // (they fall back to its reference kernel: minutes per frame for YOLO's
   // bottlenecks), so on AVX2-only CPUs an activation before the add fuses
   // only into Tessera's direct kernel.
-  const bool avx2_fusable = kernel_isa() != KernelIsa::kAvx2 || p.activation.op == UnaryOpType::IDENTITY ||
+  const bool avx2_fusable = kernel_isa() != KernelIsa::kAvx2 || p.activation.is_identity() ||
                             direct_avx2_shape(false, p.groups, p.kernel_size[0], p.kernel_size[1], p.in_channels, in, out);
   const bool fusable = !depthwise && config.output_layout == Layout::ROW_MAJOR && !is_block_float(out) &&
                        !config.output_memory_config.value_or(input.memory_config()).is_sharded() &&

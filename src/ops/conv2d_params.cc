@@ -59,7 +59,7 @@ std::string Conv2dParams::descriptor() const {
   return fmt::format("conv2d:n{}h{}w{}c{}k{}:r{}x{}s{}x{}p{}x{}x{}x{}d{}x{}g{}:{}", batch_size, input_height,
                      input_width, in_channels, out_channels, kernel_size[0], kernel_size[1], stride[0], stride[1],
                      padding[0], padding[1], padding[2], padding[3], dilation[0], dilation[1], groups,
-                     unary_op_name(activation.op));
+                     activation_name(activation));
 }
 
 }  // namespace tessera

@@ -23,6 +23,7 @@ struct Case {
   uint32_t n, h, w, c, k, kh, kw, stride, dilation, groups;
   std::array<uint32_t, 4> pad;
   UnaryOpType act = UnaryOpType::IDENTITY;
+  float scale = 1.0f, shift = 0.0f;  // the activation's affine
 };
 
 Conv2dParams to_params(const Case& c) {
@@ -37,7 +38,7 @@ Conv2dParams to_params(const Case& c) {
   p.dilation = {c.dilation, c.dilation};
   p.padding = c.pad;
   p.groups = c.groups;
-  p.activation = {c.act, 0.1f};
+  p.activation = {c.act, 0.1f, c.scale, c.shift};
   return p;
 }
 
@@ -105,6 +106,42 @@ TEST(Conv2d, MatchesReferenceFloat32AndBfloat16) {
     check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
     check_case(*dev, c, DataType::BFLOAT16, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
   }
+}
+
+// An affine after the activation (y * scale + shift, PP-LCNet's learnable
+// affine blocks) on every kernel family, on each ISA set: oneDNN (its
+// eltwise_linear post-op), the depthwise kernels, the direct kernels, the
+// narrow kernel, Winograd and the activations oneDNN lacks (applied after);
+// with a residual added after it. Against the reference kernel, whose
+// activation applies the same affine in double.
+TEST(Conv2d, ActivationAffineOnEveryKernel) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Case cases[] = {
+      {1, 9, 11, 8, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSWISH, 1.5f, 0.25f},
+      {1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}, UnaryOpType::HARDSWISH, -0.75f, 0.5f},  // depthwise
+      {1, 13, 13, 48, 48, 3, 3, 2, 1, 48, {1, 1, 1, 1}, UnaryOpType::RELU6, 0.5f, 0.0f},        // depthwise s2
+      {1, 20, 22, 96, 96, 5, 5, 1, 1, 96, {2, 2, 2, 2}, UnaryOpType::HARDSWISH, 1.25f, -0.5f},  // depthwise 5x5
+      {1, 4, 4, 1024, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU, 2.0f, -1.0f},     // direct (AVX-512)
+      {1, 20, 24, 32, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SIGMOID, 0.5f, 0.125f},   // narrow
+      {1, 14, 14, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU, 1.0f, 0.75f},      // direct (AVX2)
+      {1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID, 3.0f, -1.0f},   // applied after
+  };
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+    set_kernel_isa_limit(isa);
+    SCOPED_TRACE(kernel_isa_name(kernel_isa()));
+    for (const Case& c : cases) {
+      check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+      check_case(*dev, c, DataType::BFLOAT16, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
+    }
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+  // Winograd (HiFi2) with the affine: a case of WinogradBelowHiFi4.
+  const Conv2dParams wp = to_params({1, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU, 0.5f, 1.0f});
+  // The affine is part of the program key: the same conv without it is another program.
+  Conv2dParams plain = wp;
+  plain.activation = plain.activation.without_affine();
+  EXPECT_NE(plain.descriptor(), wp.descriptor());
+  EXPECT_THAT(wp.descriptor(), ::testing::EndsWith(":silu*0.5+1"));
 }
 
 // With float32 compute and the AVX-512 set, 3x3 depthwise convolutions of
@@ -381,6 +418,12 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       {{1, 7, 7, 256, 272, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::FLOAT32},
       // ... and an activation before the add there (through the float math table).
       {{1, 6, 5, 272, 1024, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY,
+       DataType::FLOAT32, DataType::FLOAT32},
+      // An activation with an affine before the add: oneDNN's post-ops, then the AVX-512 direct kernel's
+      // float math table (the affine keeps relu out of its registers).
+      {{1, 14, 14, 32, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::HARDSWISH, 1.5f, -0.25f}, UnaryOpType::RELU,
+       DataType::FLOAT32, DataType::FLOAT32},
+      {{1, 7, 9, 512, 520, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU, 0.5f, 0.25f}, UnaryOpType::RELU6,
        DataType::FLOAT32, DataType::FLOAT32},
       // A strided 1x1 downsample with the block's residual, split by rows (ResNet's stage entries).
       {{1, 18, 17, 32, 64, 1, 1, 2, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
@@ -881,6 +924,7 @@ TEST(Conv2d, WinogradBelowHiFi4) {
       {1, 20, 30, 128, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                    // segments of tiles
       {1, 23, 17, 16, 24, 3, 3, 1, 1, 1, {2, 0, 0, 1}, UnaryOpType::RELU6},  // asymmetric padding
       {1, 96, 80, 64, 16, 3, 3, 1, 1, 1, {0, 0, 0, 0}},                     // no padding, several bands
+      {1, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU, 0.5f, 1.0f},  // an affine after silu
   };
   for (size_t i = 0; i < std::size(cases); ++i) check_winograd(*dev, i, cases[i]);
   // bfloat16 rows on AVX2-only CPUs: Tessera's Winograd kernel widens them as

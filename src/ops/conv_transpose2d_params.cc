@@ -52,7 +52,7 @@ std::string ConvTranspose2dParams::descriptor() const {
   return fmt::format("conv_transpose2d:n{}h{}w{}c{}k{}:r{}x{}s{}x{}p{}x{}op{}x{}d{}x{}g{}:{}", batch_size,
                      input_height, input_width, in_channels, out_channels, kernel_size[0], kernel_size[1], stride[0],
                      stride[1], padding[0], padding[1], output_padding[0], output_padding[1], dilation[0], dilation[1],
-                     groups, unary_op_name(activation.op));
+                     groups, activation_name(activation));
 }
 
 namespace reference {

@@ -23,8 +23,8 @@ Status check_float_input(const Tensor& t, std::string_view op, std::string_view 
 }
 
 std::string activation_suffix(const UnaryWithParam& act) {
-  if (act.op == UnaryOpType::IDENTITY) return "";
-  return fmt::format("+{}({})", unary_op_name(act.op), act.param);
+  if (act.is_identity()) return "";
+  return "+" + activation_name(act);
 }
 
 // The smallest chunk worth a core of its own (see op_common.h).

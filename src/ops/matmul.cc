@@ -344,7 +344,7 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   // The kernel set is in the key: the gemv kernel is chosen by it.
   const std::string key = fmt::format("{}:{},{}{}{}->{}:{}({}):{}", op, a.spec().to_string(), b.spec().to_string(),
                                       params.transpose_b ? "^T" : "", bias ? "," + bias->spec().to_string() : "",
-                                      out_spec.to_string(), unary_op_name(act.op), act.param,
+                                      out_spec.to_string(), activation_name(act), act.param,
                                       kernel_isa_name(kernel_isa()));
   TS_ASSIGN_OR_RETURN(const Program* prog,
                       device.program_cache().get_or_compile(key, device.may_compile_programs(params.cq_id), [&] {

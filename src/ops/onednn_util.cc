@@ -17,6 +17,11 @@ uint64_t dense_row_stride(const TensorAccess& a) {
 
 bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {
   using A = dnnl::algorithm;
+  if (a.has_affine()) {
+    if (!append_activation(po, a.without_affine())) return false;
+    po.append_eltwise(1.f, A::eltwise_linear, a.scale, a.shift);
+    return true;
+  }
   switch (a.op) {
     case UnaryOpType::IDENTITY: return true;
     case UnaryOpType::RELU: po.append_eltwise(1.f, A::eltwise_relu, 0.f, 0.f); return true;

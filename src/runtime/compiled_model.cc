@@ -53,7 +53,8 @@ std::optional<UnaryWithParam> activation_of(const Node& n) {
   if (name.empty()) return std::nullopt;
   auto op = parse_unary_op(name);
   if (!op) return std::nullopt;
-  return UnaryWithParam{*op, n.attr_float("tessera_activation_param", 0.0f)};
+  return UnaryWithParam{*op, n.attr_float("tessera_activation_param", 0.0f),
+                        n.attr_float("tessera_activation_scale", 1.0f), n.attr_float("tessera_activation_shift", 0.0f)};
 }
 
 // A unary node that runs on the device's unary kernel, or nullopt.

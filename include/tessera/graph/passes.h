@@ -6,6 +6,8 @@
 //       tessera_activation = "relu" | "relu6" | "silu" | "sigmoid" | "tanh" |
 //                            "leaky_relu" | "hardswish" | "hardsigmoid" | ...
 //       tessera_activation_param (leaky_relu's slope)
+//       tessera_activation_scale, tessera_activation_shift (Conv: an affine
+//           after the activation, see fuse_activation_affine)
 //   Conv with a fourth input: a residual added after its activation,
 //       then tessera_residual_activation (+ _param): Add(Conv(x), r) fused.
 //   SiLU: x * sigmoid(x) (op type "SiLU", one input).
@@ -49,6 +51,12 @@ PassReport fuse_activations(Graph& g);
 // `param` receives leaky_relu's slope.
 std::string fusable_activation(const Graph& g, const Node& n, float* param);
 
+// Conv with a fused activation whose output only a Mul by a scalar constant
+// reads, then (or instead) only an Add or Sub of a scalar constant: the
+// affine joins the conv's activation (tessera_activation_scale / _shift,
+// y = act(x) * scale + shift in the conv's own pass; PP-LCNet's learnable
+// affine blocks after each hard-swish). Runs after fuse_activations.
+PassReport fuse_activation_affine(Graph& g);
 // Add(Conv(x), r) of same-shaped 4D values, the conv's output read by the
 // Add alone: the conv adds r itself (ops/conv2d.h's conv2d_with_residual),
 // with the Add's fused activation after. Runs after fuse_activations.

@@ -9,9 +9,12 @@
 //   hardswish   x * min(max(x + 3, 0), 6) / 6
 //   hardsigmoid min(max(x / 6 + 1/2, 0), 1)
 //   mish        x * tanh(softplus(x))     exp, sqrt
+// then, with an affine, y * scale + shift in the same pass (a learnable
+// affine after the activation, as PP-LCNet's).
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace tessera {
@@ -35,9 +38,17 @@ enum class UnaryOpType : uint8_t {
 struct UnaryWithParam {
   UnaryOpType op = UnaryOpType::IDENTITY;
   float param = 0.0f;  // leaky_relu slope (torch default 0.01 when built by name)
+  float scale = 1.0f, shift = 0.0f;  // then y * scale + shift
+
+  bool has_affine() const { return scale != 1.0f || shift != 0.0f; }
+  // Nothing to apply: the identity with no affine.
+  bool is_identity() const { return op == UnaryOpType::IDENTITY && !has_affine(); }
+  UnaryWithParam without_affine() const { return {op, param}; }
 };
 
 std::string_view unary_op_name(UnaryOpType op);  // "relu", "leaky_relu", ...
+// What keys kernels and programs: "relu", "leaky_relu(0.1)", "hardswish*1.5+0.25".
+std::string activation_name(const UnaryWithParam& a);
 std::optional<UnaryOpType> parse_unary_op(std::string_view name);
 
 double apply_activation(const UnaryWithParam& a, double x);

@@ -127,7 +127,7 @@ TS_VINLINE __m256 clamp_keep_nan(__m256 v, float lo, float hi) {
 }
 
 template <class F>
-void with_activation(const UnaryWithParam& act, F&& f) {
+void with_plain_activation(const UnaryWithParam& act, F&& f) {
   const __m256 zero = _mm256_setzero_ps();
   switch (act.op) {
     case UnaryOpType::IDENTITY: return f([](__m256 v) { return v; });
@@ -155,6 +155,15 @@ void with_activation(const UnaryWithParam& act, F&& f) {
         return _mm256_min_ps(set(1.0f), _mm256_max_ps(t, zero));
       });
   }
+}
+
+// Calls f with the vector functor of `act`; an affine after the activation
+// is one FMA in the same functor.
+template <class F>
+void with_activation(const UnaryWithParam& act, F&& f) {
+  if (!act.has_affine()) return with_plain_activation(act, f);
+  const __m256 scale = set(act.scale), shift = set(act.shift);
+  with_plain_activation(act, [&](auto g) { f([=](__m256 v) { return _mm256_fmadd_ps(g(v), scale, shift); }); });
 }
 
 }  // namespace tessera::cpu::avx2

@@ -80,9 +80,10 @@ inline __m512 clamp_keep_nan(__m512 v, float lo, float hi) {
   return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, set(hi), _CMP_GT_OQ), set(hi));
 }
 
-// Calls f with the vector functor of `act` (one dispatch per call, not per vector).
+// Calls f with the vector functor of the activation alone (one dispatch per
+// call, not per vector).
 template <class F>
-void with_activation(const UnaryWithParam& act, F&& f) {
+void with_plain_activation(const UnaryWithParam& act, F&& f) {
   const __m512 zero = _mm512_setzero_ps();
   switch (act.op) {
     case UnaryOpType::IDENTITY: return f([](__m512 v) { return v; });
@@ -112,6 +113,14 @@ void with_activation(const UnaryWithParam& act, F&& f) {
         return _mm512_min_ps(set(1.0f), _mm512_max_ps(t, zero));
       });
   }
+}
+
+// The same with the affine after the activation: one FMA in the same functor.
+template <class F>
+void with_activation(const UnaryWithParam& act, F&& f) {
+  if (!act.has_affine()) return with_plain_activation(act, f);
+  const __m512 scale = set(act.scale), shift = set(act.shift);
+  with_plain_activation(act, [&](auto g) { f([=](__m512 v) { return _mm512_fmadd_ps(g(v), scale, shift); }); });
 }
 
 inline __m512 load(const void* p, bool bf16, size_t i, __mmask16 m) {

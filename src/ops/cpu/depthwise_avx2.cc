@@ -197,7 +197,7 @@ void channels(const DepthwiseArgs& a, uint32_t p, std::byte* const* out, Compute
     const uint32_t vec = cw / 8 * 8;
     if (vec) compute(c0, vec, tile, cw);
     if (vec < cw) compute(c0 + vec, cw - vec, tile + vec, cw);
-    if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, tile, uint64_t{p} * cw);
+    if (!a.activation.is_identity()) a.math.unary(a.activation, tile, uint64_t{p} * cw);
     for (uint32_t j = 0; j < p; ++j) convert_from_float(tile + j * cw, out[j] + c0 * eo, a.dst_type, cw);
   }
 }

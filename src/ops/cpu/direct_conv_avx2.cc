@@ -167,14 +167,14 @@ inline void store_pixel(std::byte* out, const float* px, uint32_t ocs) {
 // none): activation, residual, its activation, store.
 void finish(const DirectConvArgs& a, float* px, uint32_t n, uint32_t ocs, std::byte* out, const std::byte* res,
             uint64_t step, uint64_t res_step) {
-  if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, px, uint64_t{n} * 16);
+  if (!a.activation.is_identity()) a.math.unary(a.activation, px, uint64_t{n} * 16);
   if (res) {
     if (a.res_bf16) {
       for (uint32_t j = 0; j < n; ++j) add_residual<uint16_t>(px + j * 16, res + j * res_step, ocs);
     } else {
       for (uint32_t j = 0; j < n; ++j) add_residual<float>(px + j * 16, res + j * res_step, ocs);
     }
-    if (a.res_activation.op != UnaryOpType::IDENTITY) a.math.unary(a.res_activation, px, uint64_t{n} * 16);
+    if (!a.res_activation.is_identity()) a.math.unary(a.res_activation, px, uint64_t{n} * 16);
   }
   if (a.dst_bf16) {
     for (uint32_t j = 0; j < n; ++j) store_pixel_bf16(out + j * step, px + j * 16, ocs);
@@ -428,7 +428,7 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
           if (nruns == 1) {
             finish(a, tile, rw, runs[0].count, at(runs[0], x), nullptr, a.kw * out_stride, 0);
           } else {  // the block straddles taps: each run to its own pixels
-            if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, tile, uint64_t{rw} * 16);
+            if (!a.activation.is_identity()) a.math.unary(a.activation, tile, uint64_t{rw} * 16);
             for (uint32_t r = 0; r < nruns; ++r) {
               std::byte* o = at(runs[r], x);
               for (uint32_t j = 0; j < rw; ++j, o += a.kw * out_stride) {

@@ -27,8 +27,8 @@ constexpr uint32_t kTileBlocks = kDirectTileBlocks;
 // at 16 steps (1 KB ahead per stream); 32 steps and prefetching on every tile did no better.
 constexpr uint32_t kPrefetchSteps = 16;
 
-inline bool in_registers(UnaryOpType op) {
-  return op == UnaryOpType::IDENTITY || op == UnaryOpType::RELU || op == UnaryOpType::RELU6;
+inline bool in_registers(const UnaryWithParam& a) {
+  return !a.has_affine() && (a.op == UnaryOpType::IDENTITY || a.op == UnaryOpType::RELU || a.op == UnaryOpType::RELU6);
 }
 // relu / relu6 on registers (identity: v), NaN kept as FloatMath keeps it.
 inline __m512 clamp(UnaryOpType op, __m512 v) {
@@ -84,7 +84,7 @@ void tile(const DirectConvArgs& a, const Tile& t) {
     }
   }
   auto mask = [&](uint32_t j) { return j + 1 == NB ? t.last_mask : __mmask16(0xFFFF); };
-  if (in_registers(a.activation.op) && in_registers(a.res_activation.op)) {
+  if (in_registers(a.activation) && in_registers(a.res_activation)) {
     for (uint32_t i = 0; i < MR; ++i)
       for (uint32_t j = 0; j < NB; ++j) {
         __m512 v = clamp(a.activation.op, acc[i][j]);
@@ -98,13 +98,13 @@ void tile(const DirectConvArgs& a, const Tile& t) {
   alignas(64) float buf[MR][NB * 16];
   for (uint32_t i = 0; i < MR; ++i)
     for (uint32_t j = 0; j < NB; ++j) _mm512_store_ps(&buf[i][16 * j], acc[i][j]);
-  if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, &buf[0][0], MR * NB * 16);
+  if (!a.activation.is_identity()) a.math.unary(a.activation, &buf[0][0], MR * NB * 16);
   if (t.res[0]) {
     for (uint32_t i = 0; i < MR; ++i)
       for (uint32_t j = 0; j < NB; ++j)
         _mm512_store_ps(&buf[i][16 * j], _mm512_add_ps(_mm512_load_ps(&buf[i][16 * j]),
                                                        _mm512_maskz_loadu_ps(mask(j), t.res[i] + 16 * j)));
-    if (a.res_activation.op != UnaryOpType::IDENTITY) a.math.unary(a.res_activation, &buf[0][0], MR * NB * 16);
+    if (!a.res_activation.is_identity()) a.math.unary(a.res_activation, &buf[0][0], MR * NB * 16);
   }
   for (uint32_t i = 0; i < MR; ++i)
     for (uint32_t j = 0; j < NB; ++j)

@@ -89,7 +89,7 @@ Status gemv_t(const GemvArgs& a, uint32_t begin, uint32_t end) {
     uint32_t c = c0;
     for (; c + 4 <= c1; c += 4) columns<V, kLanes, kA, kB, kRows, 4>(a, c, out + (c - c0), cols);
     for (; c < c1; ++c) columns<V, kLanes, kA, kB, kRows, 1>(a, c, out + (c - c0), cols);  // the last, one at a time
-    if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, out, uint64_t{a.m} * cols);
+    if (!a.activation.is_identity()) a.math.unary(a.activation, out, uint64_t{a.m} * cols);
     for (uint32_t r = 0; r < a.m; ++r) {
       const float* row = out + uint64_t{r} * cols;
       if (a.y_bf16)

@@ -96,7 +96,7 @@ void run_bands(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
             dot16<P, kBf16>(a.src.base + (q + i) * in_stride, in_stride, std::min(16 / P, m - i), a.weights, a.cin);
         _mm512_store_ps(buf + i * P, _mm512_add_ps(_mm512_load_ps(bias + i * P), sums));
       }
-      if (a.activation.op != UnaryOpType::IDENTITY) a.math.unary(a.activation, buf, m * P);
+      if (!a.activation.is_identity()) a.math.unary(a.activation, buf, m * P);
       if (a.res.base) {
         for (uint32_t i = 0; i < m; ++i) {
           const std::byte* r = a.res.base + (q + i) * res_stride;
@@ -104,7 +104,7 @@ void run_bands(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
             buf[i * P + k] += a.res_bf16 ? bfloat16_to_float(reinterpret_cast<const uint16_t*>(r)[k])
                                          : reinterpret_cast<const float*>(r)[k];
         }
-        if (a.res_activation.op != UnaryOpType::IDENTITY) a.math.unary(a.res_activation, buf, m * P);
+        if (!a.res_activation.is_identity()) a.math.unary(a.res_activation, buf, m * P);
       }
       for (uint32_t i = 0; i < m; ++i) {
         std::byte* o = a.dst.base + (q + i) * out_stride;
