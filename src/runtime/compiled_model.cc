@@ -246,7 +246,8 @@ struct CompiledModel::Impl {
   size_t lowering = 0;  // the node being lowered
 
   // ---- running
-  Status run_steps(size_t begin, size_t end, Slots& s, uint8_t cq);
+  // Steps [begin, end); micro-batched runs group by group, unless `group` (a run's own steps, one group).
+  Status run_steps(size_t begin, size_t end, Slots& s, uint8_t cq, bool group = false);
   Status run_micro_batch(const MicroBatch& mb, Slots& s, uint8_t cq);
 };
 
@@ -1231,10 +1232,10 @@ uint64_t CompiledModel::Impl::per_run(size_t ni, uint64_t work) const {
   return work;
 }
 
-Status CompiledModel::Impl::run_steps(size_t begin, size_t end, Slots& s, uint8_t cq) {
+Status CompiledModel::Impl::run_steps(size_t begin, size_t end, Slots& s, uint8_t cq, bool group) {
   for (size_t i = begin; i < end;) {
     auto mb = std::find_if(micro_batches.begin(), micro_batches.end(), [&](const MicroBatch& m) { return m.begin == i; });
-    if (mb != micro_batches.end() && !(mb->begin == begin && mb->end == end)) {
+    if (!group && mb != micro_batches.end()) {
       TS_RETURN_IF_ERROR(run_micro_batch(*mb, s, cq));
       i = mb->end;
       continue;
@@ -1256,7 +1257,7 @@ Status CompiledModel::Impl::run_micro_batch(const MicroBatch& mb, Slots& s, uint
     // Held here as well as in the slot, so no kernel writes over the input in place.
     TS_ASSIGN_OR_RETURN(Tensor part, whole.batch_view(grp * mb.per, mb.per));
     s[static_cast<size_t>(mb.in_part)] = part;
-    TS_RETURN_IF_ERROR(run_steps(mb.begin, mb.end, s, cq));
+    TS_RETURN_IF_ERROR(run_steps(mb.begin, mb.end, s, cq, /*group=*/true));
     TS_ASSIGN_OR_RETURN(Tensor result, get(s, mb.out_part));
     if (!out) {
       TensorSpec spec = result.spec();

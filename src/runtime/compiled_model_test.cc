@@ -341,6 +341,30 @@ TEST(CompiledModel, MicroBatchingLimits) {
     ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(g, *dev, {.micro_batch = per}));
     EXPECT_TRUE(m->report().micro_batches.empty()) << m->report().to_string();
   }
+  // A run that spans the whole graph (its output is the graph's).
+  {
+    testing_onnx::ModelBuilder b(13);
+    b.input("x", {4, 3, 12, 12});
+    b.random_initializer("w", {8, 3, 3, 3}, 0.3f, 1);
+    b.random_initializer("w2", {8, 8, 3, 3}, 0.2f, 2);
+    b.random_initializer("w3", {1, 8, 1, 1}, 0.3f, 3);
+    auto* c = b.node("Conv", {"x", "w"}, {"c"});
+    b.ints(c, "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c"}, {"r"});
+    auto* c2 = b.node("Conv", {"r", "w2"}, {"c2"});
+    b.ints(c2, "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c2"}, {"r2"});
+    b.node("Conv", {"r2", "w3"}, {"y"});  // a small output: its copy costs little
+    b.output("y");
+    ASSERT_OK_AND_ASSIGN(graph::Graph whole, importer::import_onnx_bytes(b.bytes()));
+    const graph::HostTensor x = input_for({4, 3, 12, 12}, 9);
+    const auto want = reference(whole, x);
+    ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(whole, *dev, {.micro_batch = 1, .micro_batch_cache_bytes = 8 << 10}));
+    ASSERT_EQ(m->report().micro_batches.size(), 1u) << m->report().to_string();
+    const Tensor xs[] = {device_input(x, *dev)};
+    ASSERT_OK_AND_ASSIGN(auto outs, m->run(xs));
+    expect_close(outs[0], want[0], 0.99999, 1e-4);
+  }
   // Batch 1, and the emulated Wormhole (automatic: off), even with a tiny budget.
   ASSERT_OK_AND_ASSIGN(graph::Graph one, importer::import_onnx_bytes(residual_cnn(1).bytes()));
   ASSERT_OK_AND_ASSIGN(auto m1, CompiledModel::compile(one, *dev, {.micro_batch_cache_bytes = 1 << 10}));
