@@ -33,7 +33,7 @@ bool is_transcendental(UnaryOpType op) {
 
 std::string activation_name(const UnaryWithParam& a) {
   std::string s(unary_op_name(a.op));
-  if (a.op == UnaryOpType::LEAKY_RELU) s += "(" + fmt::format("{}", a.param) + ")";
+  if (a.op == UnaryOpType::LEAKY_RELU) s += fmt::format("({})", a.param);
   if (a.has_affine()) s += fmt::format("*{}+{}", a.scale, a.shift);
   return s;
 }

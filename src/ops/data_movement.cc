@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "onednn_util.h"
 #include "op_common.h"
 #include "tessera/base/aligned.h"
 #include "tessera/numerics/convert.h"
@@ -106,9 +107,7 @@ Status copy_kernel(const void* args, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const CopyArgs*>(args);
   // Rows back to back on both sides: one copy of the range (unit by unit,
   // 64-byte rows of 16 float32 channels copied at 12 GB/s).
-  if (a.src.kind != TensorAccess::Kind::kInterleavedTiles && a.dst.kind != TensorAccess::Kind::kInterleavedTiles &&
-      a.src.is_packed() && a.dst.is_packed()) {
-    const uint64_t row = uint64_t{a.src.cols} * a.src.unit_bytes;
+  if (const uint64_t row = onednn::dense_row_stride(a.src); row && onednn::dense_row_stride(a.dst) == row) {
     std::memcpy(a.dst.base + begin * row, a.src.base + begin * row, (end - begin) * row);
     return Status();
   }

@@ -1054,9 +1054,9 @@ bool per_image_op(const Node& n) {
 // group. A cut is a point between two nodes where one value alone is live
 // (made before, read after): a run of nodes between two cuts reads only the
 // first cut's value and leaves only the second's, so it can run group by
-// group. Runs are the longest chains of such intervals whose ops are
-// per-image and fit the cache per group, trimmed to start and end at an
-// interval with an op that spills it for the whole batch.
+// group. Within each longest chain of such intervals whose ops are
+// per-image and fit the cache per group, the run is the stretch of whole
+// intervals with the largest estimated saving (below), if positive.
 std::vector<CompiledModel::Impl::MicroBatch> CompiledModel::Impl::find_micro_batches(uint32_t per) const {
   const size_t k = g.nodes.size();
   const int64_t batch = g.value(g.inputs[0]).dims.empty() ? 0 : g.value(g.inputs[0]).dims[0];

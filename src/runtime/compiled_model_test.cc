@@ -136,34 +136,45 @@ TEST(CompiledModel, DetectionHeadSplitTransposeMatchesTheHostReference) {
     }
 }
 
-TEST(CompiledModel, RunsThroughTheTracedPipelineWithoutAllocating) {
-  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn().bytes()));
-  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 20, .num_command_queues = 2}));
-  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+// Three frames of `dims` (seeds from `seed`) through the traced two-queue
+// Pipeline, the first output of each against the host reference (`list`:
+// the model has several outputs, which come as a list); replays allocate
+// no device memory.
+void expect_traced_pipeline_matches(CompiledModel& model, Device& dev, const graph::Graph& g,
+                                    const std::vector<int64_t>& dims, uint32_t seed, bool list) {
+  std::vector<uint32_t> d(dims.begin(), dims.end());
+  const Shape shape{std::span<const uint32_t>(d)};
   std::vector<Tensor> inputs;
   std::vector<graph::HostTensor> refs;
   for (uint32_t s = 0; s < 3; ++s) {
-    const graph::HostTensor x = input_for({1, 3, 16, 16}, 10 + s);
+    const graph::HostTensor x = input_for(dims, seed + s);
     refs.push_back(reference(g, x)[0]);
-    inputs.push_back(Tensor::from_vector(x.f, Shape{1, 3, 16, 16}, DataType::FLOAT32).value());
+    inputs.push_back(Tensor::from_vector(x.f, shape, DataType::FLOAT32).value());
   }
   ASSERT_OK_AND_ASSIGN(auto pipe, cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2},
-                                                                    model->pipeline_model(), *dev, DRAM_MEMORY_CONFIG,
+                                                                    model.pipeline_model(), dev, DRAM_MEMORY_CONFIG,
                                                                     DRAM_MEMORY_CONFIG));
   ASSERT_OK(pipe->compile(inputs[0]));
-  const MemoryRegionStats before = dev->memory_stats(BufferType::DRAM);
+  const MemoryRegionStats before = dev.memory_stats(BufferType::DRAM);
   ASSERT_OK(pipe->enqueue(inputs));
   ASSERT_OK_AND_ASSIGN(auto outs, pipe->pop_all());
   // Replays reuse the captured buffers: no new device memory.
-  const MemoryRegionStats after = dev->memory_stats(BufferType::DRAM);
+  const MemoryRegionStats after = dev.memory_stats(BufferType::DRAM);
   EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
   EXPECT_EQ(after.num_buffers, before.num_buffers);
   ASSERT_EQ(outs.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
-    ASSERT_FALSE(outs[i].is_tensor());  // two graph outputs: a list
-    expect_close(*outs[i].list[0].tensor, refs[i], 0.99999, 1e-4);
+    ASSERT_EQ(outs[i].is_tensor(), !list);
+    expect_close(list ? *outs[i].list[0].tensor : *outs[i].tensor, refs[i], 0.99999, 1e-4);
   }
   ASSERT_OK(pipe->cleanup());
+}
+
+TEST(CompiledModel, RunsThroughTheTracedPipelineWithoutAllocating) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn().bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 20, .num_command_queues = 2}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  expect_traced_pipeline_matches(*model, *dev, g, {1, 3, 16, 16}, 10, /*list=*/true);  // two graph outputs
 }
 
 // On the emulated Wormhole the per-conv plan shards the small convs in L1
@@ -300,24 +311,7 @@ TEST(CompiledModel, MicroBatchedRunsMatchTheWholeBatch) {
   }
   // Through the traced two-queue Pipeline: replays allocate nothing.
   ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {.micro_batch = 1, .micro_batch_cache_bytes = kBudget}));
-  std::vector<Tensor> inputs;
-  std::vector<graph::HostTensor> refs;
-  for (uint32_t s = 0; s < 3; ++s) {
-    const graph::HostTensor xi = input_for({4, 3, 16, 16}, 30 + s);
-    refs.push_back(reference(g, xi)[0]);
-    inputs.push_back(Tensor::from_vector(xi.f, Shape{4, 3, 16, 16}, DataType::FLOAT32).value());
-  }
-  ASSERT_OK_AND_ASSIGN(auto pipe, cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2},
-                                                                    model->pipeline_model(), *dev, DRAM_MEMORY_CONFIG,
-                                                                    DRAM_MEMORY_CONFIG));
-  ASSERT_OK(pipe->compile(inputs[0]));
-  const MemoryRegionStats before = dev->memory_stats(BufferType::DRAM);
-  ASSERT_OK(pipe->enqueue(inputs));
-  ASSERT_OK_AND_ASSIGN(auto pouts, pipe->pop_all());
-  EXPECT_EQ(dev->memory_stats(BufferType::DRAM).allocated_bytes, before.allocated_bytes);
-  ASSERT_EQ(pouts.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) expect_close(*pouts[i].tensor, refs[i], 0.99999, 1e-4);
-  ASSERT_OK(pipe->cleanup());
+  expect_traced_pipeline_matches(*model, *dev, g, {4, 3, 16, 16}, 30, /*list=*/false);
   // bfloat16 activations, micro-batched.
   ASSERT_OK_AND_ASSIGN(auto lp, CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT16,
                                                                  .weights_dtype = DataType::BFLOAT16,
