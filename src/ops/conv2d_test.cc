@@ -419,6 +419,9 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       // ... and an activation before the add there (through the float math table).
       {{1, 6, 5, 272, 1024, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY,
        DataType::FLOAT32, DataType::FLOAT32},
+      // ... over weights in chunks (2048 input channels: partial sums between two chunks).
+      {{1, 7, 7, 2048, 528, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::RELU,
+       DataType::FLOAT32, DataType::FLOAT32},
       // An activation with an affine before the add: oneDNN's post-ops, then the AVX-512 direct kernel's
       // float math table (the affine keeps relu out of its registers).
       {{1, 14, 14, 32, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::HARDSWISH, 1.5f, -0.25f}, UnaryOpType::RELU,
@@ -745,7 +748,9 @@ TEST(Conv2d, DirectAvx2Kernel) {
 // pixels by 1 to 4 blocks of 16 channels, output channels not a multiple of
 // 16 (masked stores), odd input channels, batches, several bands (2048 input
 // channels: 32 pixels per band; channel groups that do not divide over the
-// two workers, and a single group: more bands), activations in registers
+// two workers, and a single group: more bands), weights in chunks with
+// partial sums between them (more than 1024 taps x input channels: the 3x3
+// 512 -> 512, the 2048-channel 1x1s), activations in registers
 // (relu, relu6) and through the float math table (silu, gelu), block-float
 // weights, rows in L1 (staged); 529 pixels, 128 Ki weights or a 3x3 on a
 // 14x14 map go to oneDNN. Residuals: see ResidualMatchesConvThenAdd. Same

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "avx512_activation.h"
+#include "tessera/base/aligned.h"
 #include "direct_conv_kernels.h"
 
 namespace tessera::cpu::avx512 {
@@ -26,6 +27,12 @@ constexpr uint32_t kTileBlocks = kDirectTileBlocks;
 // medians, three alternated pairs: the 1x1 launches 0.5 ms less in all
 // at 16 steps (1 KB ahead per stream); 32 steps and prefetching on every tile did no better.
 constexpr uint32_t kPrefetchSteps = 16;
+// Chunks of steps whose weights, for kTileBlocks blocks, take at most
+// kChunkBytes: the chunk's tiles read them from the L2 (ResNet-50's 3x3
+// 512 -> 512 holds 1.2 MB per four blocks, more than the L2), while the
+// chunk's second to fifth tiles prefetch the next chunk, a block each.
+constexpr uint64_t kChunkBytes = 256 * 1024;
+constexpr _mm_hint kNextHint = _MM_HINT_T1;
 
 inline bool in_registers(const UnaryWithParam& a) {
   return !a.has_affine() && (a.op == UnaryOpType::IDENTITY || a.op == UnaryOpType::RELU || a.op == UnaryOpType::RELU6);
@@ -45,43 +52,62 @@ struct Tile {
   const float* weights;               // the tile's first block: [taps][cin][16] per block, blocks taps * cin * 16 apart
   const float* bias;
   __mmask16 last_mask;  // channels of the tile's last block
-  bool prefetch;        // the weights are cold: prefetch them kPrefetchSteps ahead
+  // Steps [s0, s1) of the taps * cin (tap, input channel) steps: one chunk.
+  // The first chunk starts from the bias, the others from `partial`; all but
+  // the last store their sums there (MR rows of kTileBlocks * 16 floats).
+  uint32_t s0, s1;
+  bool first, last;
+  float* partial;
+  bool prefetch;             // the weights are cold: prefetch them kPrefetchSteps ahead
+  const float* prefetch_next;  // or null: a stream of the next chunk's weights, one line per step
 };
 
-// MR pixels x NB blocks: bias, then taps * cin FMAs per accumulator in (tap,
-// input channel) order, then activation, residual and its activation; stores
-// masked to the output's channels.
+// MR pixels x NB blocks over one chunk of steps: bias or partial sums, then
+// one FMA per step and accumulator in (tap, input channel) order; then, on
+// the last chunk, activation, residual and its activation, stored masked to
+// the output's channels, or else the sums to `partial`.
 template <uint32_t MR, uint32_t NB>
 void tile(const DirectConvArgs& a, const Tile& t) {
+  constexpr uint32_t kPartialStride = kTileBlocks * 16;
   __m512 acc[MR][NB];
   for (uint32_t j = 0; j < NB; ++j) {
     const __m512 b = _mm512_loadu_ps(t.bias + 16 * j);
-    for (uint32_t i = 0; i < MR; ++i) acc[i][j] = b;
+    for (uint32_t i = 0; i < MR; ++i)
+      acc[i][j] = t.first ? b : _mm512_load_ps(t.partial + i * kPartialStride + 16 * j);
   }
   // Claim the tile's output lines now (a prefetch for writing) so that their
   // reads for ownership run under the FMAs: the output of a model's layer is
   // cold, and stores that miss at the end of every tile filled the store
   // queue (ResNet-50 batch 1, per-launch medians, four alternated rounds: the
   // six 14x14 256->1024 launches 0.08-0.32 ms less in all).
-  for (uint32_t i = 0; i < MR; ++i)
-    for (uint32_t j = 0; j < NB; ++j) _m_prefetchw(t.out[i] + 16 * j);
-  const uint32_t taps = a.kh * a.kw;
-  const uint64_t block_step = uint64_t{taps} * a.cin * 16;
-  const float* w = t.weights;
-  for (uint32_t tap = 0; tap < taps; ++tap) {
+  if (t.last)
+    for (uint32_t i = 0; i < MR; ++i)
+      for (uint32_t j = 0; j < NB; ++j) _m_prefetchw(t.out[i] + 16 * j);
+  const uint64_t block_step = uint64_t{a.kh} * a.kw * a.cin * 16;
+  const float* w = t.weights + uint64_t{t.s0} * 16;
+  const float* next = t.prefetch_next;
+  for (uint32_t s = t.s0; s < t.s1;) {
+    const uint32_t tap = s / a.cin, k0 = s % a.cin, k1 = std::min(a.cin, k0 + (t.s1 - s));
     const float* in[MR];
     for (uint32_t i = 0; i < MR; ++i) in[i] = t.in[i][tap];
-    for (uint32_t k = 0; k < a.cin; ++k, w += 16) {
+    for (uint32_t k = k0; k < k1; ++k, w += 16) {
       __m512 wv[NB];
       for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + j * block_step);
       if (t.prefetch)
         for (uint32_t j = 0; j < NB; ++j)
           _mm_prefetch(reinterpret_cast<const char*>(w + j * block_step + 16 * kPrefetchSteps), _MM_HINT_T0);
+      if (next) _mm_prefetch(reinterpret_cast<const char*>(next), kNextHint), next += 16;
       for (uint32_t i = 0; i < MR; ++i) {
         const __m512 x = _mm512_set1_ps(in[i][k]);
         for (uint32_t j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
       }
     }
+    s += k1 - k0;
+  }
+  if (!t.last) {
+    for (uint32_t i = 0; i < MR; ++i)
+      for (uint32_t j = 0; j < NB; ++j) _mm512_store_ps(t.partial + i * kPartialStride + 16 * j, acc[i][j]);
+    return;
   }
   auto mask = [&](uint32_t j) { return j + 1 == NB ? t.last_mask : __mmask16(0xFFFF); };
   if (in_registers(a.activation) && in_registers(a.res_activation)) {
@@ -134,6 +160,7 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
   thread_local std::vector<const float*> rows;
   thread_local std::vector<float> zeros;
+  thread_local std::vector<float> partial;  // the band's partial sums between chunks (+ 16: aligned to 64 bytes)
   if (zeros.size() < a.cin) zeros.assign(a.cin, 0.0f);
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t group = t % a.groups, band = t / a.groups;
@@ -157,25 +184,55 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
         }
       }
     }
-    // Blocks of four 16-channel blocks (their weights stay in the L2 while
-    // the band's pixels run past them), six pixels at a time.
+    // Blocks of four 16-channel blocks, chunk by chunk of their weights
+    // (each chunk's weights stay in the L2 while the band's pixels run past
+    // them), up to six pixels at a time in tiles as even as whole tiles
+    // allow (49 pixels: four of 6 and five of 5, not eight of 6 and one
+    // whose tile re-read all the weights for one pixel).
+    const uint64_t count = p1 - p0, tiles = (count + kTileRows - 1) / kTileRows;
+    const uint64_t steps = uint64_t{taps} * a.cin;
+    const uint64_t chunk_steps = kChunkBytes / (kTileBlocks * 64);
+    const uint64_t chunks = tiles > 1 ? (steps + chunk_steps - 1) / chunk_steps : 1;
+    const uint64_t per_chunk = (steps + chunks - 1) / chunks;
+    if (chunks > 1 && partial.size() < count * kTileBlocks * 16 + 16) partial.resize(count * kTileBlocks * 16 + 16);
+    float* const partial0 = reinterpret_cast<float*>(align_up(reinterpret_cast<uintptr_t>(partial.data()), 64));
+    const uint64_t block_step = steps * 16;
     for (uint32_t b = b0; b < b1; b += kTileBlocks) {
       const uint32_t nb = std::min(kTileBlocks, b1 - b);
       const uint32_t last = std::min(16u, a.cout - (b + nb - 1) * 16);
       Tile tl{};
-      tl.weights = a.weights + uint64_t{b} * taps * a.cin * 16;
+      tl.weights = a.weights + uint64_t{b} * block_step;
       tl.bias = a.bias + uint64_t{b} * 16;
       tl.last_mask = static_cast<__mmask16>((1u << last) - 1);
-      for (uint64_t p = p0; p < p1; p += kTileRows) {
-        const uint32_t mr = static_cast<uint32_t>(std::min<uint64_t>(kTileRows, p1 - p));
-        tl.prefetch = p == p0;
-        for (uint32_t i = 0; i < mr; ++i) {
-          tl.in[i] = rows.data() + (p + i - p0) * taps;
-          tl.out[i] = reinterpret_cast<float*>(a.dst.base + (p + i) * out_stride) + uint64_t{b} * 16;
-          tl.res[i] = a.res.base ? reinterpret_cast<const float*>(a.res.base + (p + i) * res_stride) + uint64_t{b} * 16
-                                 : nullptr;
+      for (uint64_t c = 0; c < chunks; ++c) {
+        tl.s0 = static_cast<uint32_t>(c * per_chunk);
+        tl.s1 = static_cast<uint32_t>(std::min(steps, (c + 1) * per_chunk));
+        tl.first = c == 0, tl.last = c + 1 == chunks;
+        // The next chunk: this block group's, or the next group's first.
+        const float* next = nullptr;
+        uint32_t next_blocks = 0;
+        if (!tl.last) {
+          next = tl.weights + uint64_t{tl.s1} * 16, next_blocks = nb;
+        } else if (b + kTileBlocks < b1) {
+          next = tl.weights + kTileBlocks * block_step, next_blocks = std::min(kTileBlocks, b1 - b - kTileBlocks);
         }
-        kTiles[mr - 1][nb - 1](a, tl);
+        uint64_t p = p0;
+        for (uint64_t i = 0; i < tiles; ++i) {
+          const uint32_t mr = static_cast<uint32_t>(count / tiles + (i < count % tiles));
+          tl.prefetch = i == 0;
+          // Tiles 1..next_blocks stream one block of the next chunk each
+          // (one line per step of their own chunk).
+          tl.prefetch_next = next && i >= 1 && i <= next_blocks ? next + (i - 1) * block_step : nullptr;
+          tl.partial = partial0 + (p - p0) * kTileBlocks * 16;
+          for (uint32_t r = 0; r < mr; ++r) {
+            tl.in[r] = rows.data() + (p + r - p0) * taps;
+            tl.out[r] = reinterpret_cast<float*>(a.dst.base + (p + r) * out_stride) + uint64_t{b} * 16;
+            tl.res[r] = a.res.base ? reinterpret_cast<const float*>(a.res.base + (p + r) * res_stride) + uint64_t{b} * 16
+                                   : nullptr;
+          }
+          kTiles[mr - 1][nb - 1](a, tl);
+          p += mr;
+        }
       }
     }
   }

@@ -102,11 +102,15 @@ constexpr uint32_t kDirectTileRows = 6, kDirectTileBlocks = 4;
 // is (band, group), group fastest: bands * groups tasks. Weights as above
 // with cin_block == cin ([kh][kw][cin][16] per 16-channel block). A task
 // lists each of its pixels' input rows per tap (zeros in the padding), then
-// computes six pixels by four blocks at a time (24 accumulators; each weight
-// load feeds six FMAs, each broadcast input value four) and writes its block
-// columns of the output rows in place. Accumulation: bias, then taps in (ky,
-// kx, cin) order, in float32 FMAs; then activation, residual and its
-// activation, as the AVX2 kernel.
+// computes up to six pixels by four blocks at a time (24 accumulators; each
+// weight load feeds six FMAs, each broadcast input value four; a band's
+// tiles as even as whole tiles allow) and writes its block columns of the
+// output rows in place. Where four blocks' weights exceed 256 KB, it runs
+// them in chunks of (tap, input channel) steps, all tiles per chunk, with
+// the partial sums in a per-worker buffer, and prefetches the next chunk
+// while the current one runs. Accumulation: bias, then taps in (ky, kx, cin)
+// order, in float32 FMAs (the same order chunked or not); then activation,
+// residual and its activation, as the AVX2 kernel.
 Status direct_conv_kernel(const void* args, uint32_t begin, uint32_t end);
 
 // 1x1 convs with at most kNarrowMaxCout output channels (a segmentation or
