@@ -11,7 +11,10 @@ order Tessera runs them. Where the two put a block's residual add on
 different convs (layer1.0: ONNX Runtime on conv3, Tessera on the
 downsample), compare the pair's sum.
 
-    /usr/bin/python3 bench/resnet50_layers_vs_ort.py [BATCH] [ROUNDS]
+    /usr/bin/python3 bench/resnet50_layers_vs_ort.py [BATCH] [ROUNDS] [TESSERA BENCH OPTIONS]
+
+At batch 8, pass `--micro-batch off`: micro-batched launches repeat per
+group of images and do not line up with ONNX Runtime's nodes.
 """
 import statistics
 import subprocess
@@ -41,7 +44,7 @@ def main():
     ours, theirs, desc = [], [], []
     for _ in range(rounds):
         subprocess.run(['./build/release/tessera', 'bench', model, '--iterations', str(iters), '--input', inp,
-                        '--profile', '/tmp/tessera_layers.json'], capture_output=True, check=True)
+                        '--profile', '/tmp/tessera_layers.json'] + sys.argv[3:], capture_output=True, check=True)
         lines = subprocess.run(['/usr/bin/python3', 'bench/profile_summary.py', '/tmp/tessera_layers.json',
                                 '--in-order'], capture_output=True, text=True, check=True).stdout.splitlines()
         launches = lines[-(len(order) + 1):][1:]  # the input permute first
