@@ -473,6 +473,23 @@ bool is_direct_avx512(const Problem& pr) {
          uint64_t{g.cin} * g.cout * g.kh * g.kw >= kDirectAvx512MinWeights;
 }
 
+// Transposed convs whose kernel equals their stride, float32, without a
+// residual, whose output channels fill whole 16-channel blocks and whose
+// weights are kDirectAvx512MinWeights or more, run
+// cpu::avx512::patch_transpose_kernel on AVX-512 CPUs (see there). bench_ops,
+// three runs each, against oneDNN's batched matmul: the UNet's upconv4 (512 ->
+// 256, 512 Ki weights) 2.54-2.75 against 3.70-3.74 ms; upconv3 (256 -> 128,
+// 128 Ki) 2.83-2.98 against 2.77, and upconv1 (64 -> 32, two blocks per tap)
+// 4.65-5.08 against 3.35-3.52: those stay on oneDNN.
+bool is_patch_avx512(const Problem& pr) {
+  const Geometry& g = pr.g;
+  return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && g.transposed &&
+         g.kh == g.sh && g.kw == g.sw && g.dh == 1 && g.dw == 1 && g.groups == 1 && g.pad_t == 0 && g.pad_b == 0 &&
+         g.pad_l == 0 && g.pad_r == 0 && g.oh == g.h * g.sh && g.ow == g.w * g.sw && g.cout % 16 == 0 &&
+         pr.compute == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 && pr.residual == nullptr &&
+         uint64_t{g.cin} * g.cout * g.kh * g.kw >= kDirectAvx512MinWeights;
+}
+
 // 1x1 convs of stride 1 with at most cpu::avx512::kNarrowMaxCout output
 // channels (a segmentation head's scores) over float32 or bfloat16 rows on
 // AVX-512 CPUs run Tessera's narrow kernel: the blocked kernels compute 16
@@ -566,7 +583,7 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
     pr.direct = pr.narrow = true;
     pr.key += ":narrow";
     pr.weights_key += ":narrow";
-  } else if (is_direct_avx512(pr)) {
+  } else if (is_direct_avx512(pr) || is_patch_avx512(pr)) {
     pr.direct = pr.direct_avx512 = true;
     pr.key += ":direct512";
     pr.weights_key += ":direct512";
@@ -1467,11 +1484,13 @@ MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense);
 // band reads all of them, so bands are few where groups divide evenly.
 void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs& args) {
   const Geometry& g = pr.g;
-  const uint64_t pixels = uint64_t{g.n} * g.oh * g.ow;
+  // Patches: input pixels, and blocks of kh * kw * cout columns.
+  const uint64_t pixels = g.transposed ? uint64_t{g.n} * g.h * g.w : uint64_t{g.n} * g.oh * g.ow;
+  const uint32_t cols = g.transposed ? g.kh * g.kw * g.cout : g.cout;
   const uint32_t tile_rows = cpu::avx512::kDirectTileRows, tile_blocks = cpu::avx512::kDirectTileBlocks;
   const uint64_t fit =
       std::min(pixels, std::max<uint64_t>(kDirectAvx512BandBytes / (uint64_t{g.cin} * sizeof(float)), tile_rows));
-  const uint32_t want = threads * kDirectTasksPerWorker, blocks = (g.cout + 15) / 16;
+  const uint32_t want = threads * kDirectTasksPerWorker, blocks = (cols + 15) / 16;
   const uint32_t tiles = (blocks + tile_blocks - 1) / tile_blocks;
   uint64_t bands = (pixels + fit - 1) / fit;
   const uint32_t groups = std::min<uint32_t>(tiles, std::max<uint64_t>(1, (want + bands - 1) / bands));
@@ -1641,12 +1660,12 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
     prog.kernel = pr.narrow          ? cpu::avx512::narrow_conv_kernel
-                  : pr.direct_avx512 ? cpu::avx512::direct_conv_kernel
+                  : pr.direct_avx512 ? (patches ? cpu::avx512::patch_transpose_kernel : cpu::avx512::direct_conv_kernel)
                   : patches          ? cpu::avx2::patch_transpose_kernel
                   : wino             ? cpu::avx2::winograd_f2_kernel
                                      : cpu::avx2::direct_conv_kernel;
     prog.kernel_name = pr.narrow          ? (args.src_bf16 ? "bf16_conv2d__narrow_avx512" : "f32_conv2d__narrow_avx512")
-                       : pr.direct_avx512 ? "f32_conv2d__direct_avx512"
+                       : pr.direct_avx512 ? (patches ? "f32_conv_transpose2d__patches_avx512" : "f32_conv2d__direct_avx512")
                        : patches          ? "f32_conv_transpose2d__patches_avx2"
                        : wino             ? "f32_conv2d__winograd_f2_avx2"
                                           : "f32_conv2d__direct_avx2";

@@ -111,6 +111,47 @@ TEST(ConvTranspose2d, PatchKernelOnAvx2) {
   set_kernel_isa_limit(native);
 }
 
+// On AVX-512 CPUs, float32 transposed convs whose kernel equals their stride,
+// with output channels in whole 16-channel blocks and 256 Ki weights or more,
+// run Tessera's AVX-512 patch kernel: tiles of 1 to 4 blocks within one
+// tap's columns (cout 32: two per tap; 48: three; 240: 4, 4, 4, 3), odd
+// input channels, weights in chunks (more than 1024 input channels), a 3x3
+// stride-3 kernel, batches, activations in registers and through the float
+// math table, block-float weights, one to five workers. bfloat16 rows and a
+// smaller conv take the matmul.
+TEST(ConvTranspose2d, PatchKernelOnAvx512) {
+  if (kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  auto ran_patches = [](Device& dev) {
+    bool ran = false;
+    const DeviceProfile prof = read_profile(dev).value();
+    for (const OpTiming& t : prof.ops) ran |= t.kernel_name == "f32_conv_transpose2d__patches_avx512";
+    return ran;
+  };
+  for (int workers : {2, 1, 5}) {
+    ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = workers}));
+    for (const auto& p : {params(1, 6, 8, 512, 256, 2, 2, 0), params(2, 5, 7, 257, 256, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU),
+                          params(1, 4, 5, 128, 240, 3, 3, 0, 0, 1, 1, UnaryOpType::SILU),
+                          params(1, 3, 4, 1400, 48, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU6),
+                          params(1, 10, 12, 2048, 32, 2, 2, 0)}) {
+      ASSERT_OK(enable_profiler(*dev));
+      check(*dev, p, DataType::FLOAT32, DataType::FLOAT32);
+      EXPECT_TRUE(ran_patches(*dev)) << p.descriptor();
+      if (workers == 2) {
+        check(*dev, p, DataType::FLOAT32, DataType::BFLOAT8_B);
+        EXPECT_TRUE(ran_patches(*dev)) << p.descriptor();
+        check(*dev, p, DataType::BFLOAT16, DataType::BFLOAT16);
+        EXPECT_FALSE(ran_patches(*dev)) << p.descriptor();
+      }
+      ASSERT_OK(disable_profiler(*dev));
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  ASSERT_OK(enable_profiler(*dev));
+  check(*dev, params(1, 8, 10, 256, 128, 2, 2, 0), DataType::FLOAT32, DataType::FLOAT32);  // 128 Ki weights
+  EXPECT_FALSE(ran_patches(*dev));
+  ASSERT_OK(disable_profiler(*dev));
+}
+
 TEST(ConvTranspose2d, BlockFloatWeights) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   for (DataType wt : {DataType::BFLOAT8_B, DataType::BFLOAT4_B}) check(*dev, kCases[0], DataType::BFLOAT16, wt);

@@ -49,7 +49,8 @@ struct Tile {
   const float* const* in[kTileRows];  // each pixel's input rows, one per tap (zeros in the padding)
   float* out[kTileRows];              // output row of each pixel, at the tile's first channel
   const float* res[kTileRows];        // residual rows likewise, or null
-  const float* weights;               // the tile's first block: [taps][cin][16] per block, blocks taps * cin * 16 apart
+  const float* weights;               // the tile's first block: [taps][cin][16] per block, blocks block_step apart
+  uint64_t block_step;                // taps * cin * 16 (patches: cin * 16)
   const float* bias;
   __mmask16 last_mask;  // channels of the tile's last block
   // Steps [s0, s1) of the taps * cin (tap, input channel) steps: one chunk.
@@ -83,7 +84,7 @@ void tile(const DirectConvArgs& a, const Tile& t) {
   if (t.last)
     for (uint32_t i = 0; i < MR; ++i)
       for (uint32_t j = 0; j < NB; ++j) _m_prefetchw(t.out[i] + 16 * j);
-  const uint64_t block_step = uint64_t{a.kh} * a.kw * a.cin * 16;
+  const uint64_t block_step = t.block_step;
   const float* w = t.weights + uint64_t{t.s0} * 16;
   const float* next = t.prefetch_next;
   for (uint32_t s = t.s0; s < t.s1;) {
@@ -150,18 +151,34 @@ constexpr auto tile_table(std::integer_sequence<uint32_t, R...>, std::integer_se
 constexpr auto kTiles =
     tile_table(std::make_integer_sequence<uint32_t, kTileRows>{}, std::make_integer_sequence<uint32_t, kTileBlocks>{});
 
-}  // namespace
-
-Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
-  const auto& a = *static_cast<const DirectConvArgs*>(raw);
-  const uint32_t blocks = (a.cout + 15) / 16, taps = a.kh * a.kw;
-  const uint64_t pixels = uint64_t{a.n} * a.oh * a.ow, map = uint64_t{a.oh} * a.ow;
+// The direct kernel (kPatches false) and the patch transpose kernel (true:
+// each input pixel one "tap" of cin steps, columns kh * kw * cout scattered
+// to their output pixels). Tiles never straddle a tap's columns.
+template <bool kPatches>
+Status run(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
+  const uint32_t cols = kPatches ? a.kh * a.kw * a.cout : a.cout, blocks = (cols + 15) / 16;
+  const uint32_t taps = kPatches ? 1 : a.kh * a.kw;
+  const uint64_t pixels = kPatches ? uint64_t{a.n} * a.h * a.w : uint64_t{a.n} * a.oh * a.ow;
+  const uint64_t map = uint64_t{a.oh} * a.ow, in_map = uint64_t{a.h} * a.w;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
   const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
   thread_local std::vector<const float*> rows;
   thread_local std::vector<float> zeros;
   thread_local std::vector<float> partial;  // the band's partial sums between chunks (+ 16: aligned to 64 bytes)
   if (zeros.size() < a.cin) zeros.assign(a.cin, 0.0f);
+  // Output pixel p's row at column block b (patches: input pixel p, whose
+  // column n = (ky * kw + kx) * cout + c goes to output pixel (y * kh + ky,
+  // x * kw + kx), channel c).
+  auto out_at = [&](uint64_t p, uint32_t b) {
+    if constexpr (kPatches) {
+      const uint32_t tap = b * 16 / a.cout, c = b * 16 % a.cout;
+      const uint64_t img = p / in_map, y = p % in_map / a.w, x = p % a.w;
+      const uint64_t o = (img * a.oh + y * a.kh + tap / a.kw) * a.ow + x * a.kw + tap % a.kw;
+      return reinterpret_cast<float*>(a.dst.base + o * out_stride) + c;
+    } else {
+      return reinterpret_cast<float*>(a.dst.base + p * out_stride) + uint64_t{b} * 16;
+    }
+  };
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t group = t % a.groups, band = t / a.groups;
     const uint64_t p0 = uint64_t{band} * a.band_rows, p1 = std::min(pixels, p0 + a.band_rows);
@@ -169,10 +186,14 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
     if (p0 >= p1 || b0 >= b1) continue;
     // The band's input rows, per pixel and tap: output pixel (y, x) reads
     // input pixel (y * sh - pad_t + ky * dh, x * sw - pad_l + kx * dw) of its
-    // image, or zeros in the padding.
+    // image, or zeros in the padding (patches: input pixel p).
     rows.resize((p1 - p0) * taps);
     const float** at = rows.data();
     for (uint64_t p = p0; p < p1; ++p) {
+      if constexpr (kPatches) {
+        *at++ = reinterpret_cast<const float*>(a.src.base + p * in_stride);
+        continue;
+      }
       const uint64_t img = p / map, y = p % map / a.ow, x = p % a.ow;
       for (uint32_t ky = 0; ky < a.kh; ++ky) {
         const int64_t iy = int64_t(y * a.sh) - a.pad_t + int64_t{ky} * a.dh;
@@ -197,11 +218,17 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
     if (chunks > 1 && partial.size() < count * kTileBlocks * 16 + 16) partial.resize(count * kTileBlocks * 16 + 16);
     float* const partial0 = reinterpret_cast<float*>(align_up(reinterpret_cast<uintptr_t>(partial.data()), 64));
     const uint64_t block_step = steps * 16;
-    for (uint32_t b = b0; b < b1; b += kTileBlocks) {
-      const uint32_t nb = std::min(kTileBlocks, b1 - b);
-      const uint32_t last = std::min(16u, a.cout - (b + nb - 1) * 16);
+    // Blocks from b in one tile: up to four, within one tap's columns.
+    auto tile_blocks = [&](uint32_t b) {
+      const uint32_t n = std::min(kTileBlocks, b1 - b);
+      return kPatches ? std::min(n, (b * 16 / a.cout + 1) * a.cout / 16 - b) : n;
+    };
+    for (uint32_t b = b0, nb; b < b1; b += nb) {
+      nb = tile_blocks(b);
+      const uint32_t last = std::min(16u, cols - (b + nb - 1) * 16);
       Tile tl{};
       tl.weights = a.weights + uint64_t{b} * block_step;
+      tl.block_step = block_step;
       tl.bias = a.bias + uint64_t{b} * 16;
       tl.last_mask = static_cast<__mmask16>((1u << last) - 1);
       for (uint64_t c = 0; c < chunks; ++c) {
@@ -213,8 +240,8 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
         uint32_t next_blocks = 0;
         if (!tl.last) {
           next = tl.weights + uint64_t{tl.s1} * 16, next_blocks = nb;
-        } else if (b + kTileBlocks < b1) {
-          next = tl.weights + kTileBlocks * block_step, next_blocks = std::min(kTileBlocks, b1 - b - kTileBlocks);
+        } else if (b + nb < b1) {
+          next = tl.weights + nb * block_step, next_blocks = tile_blocks(b + nb);
         }
         uint64_t p = p0;
         for (uint64_t i = 0; i < tiles; ++i) {
@@ -226,7 +253,7 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
           tl.partial = partial0 + (p - p0) * kTileBlocks * 16;
           for (uint32_t r = 0; r < mr; ++r) {
             tl.in[r] = rows.data() + (p + r - p0) * taps;
-            tl.out[r] = reinterpret_cast<float*>(a.dst.base + (p + r) * out_stride) + uint64_t{b} * 16;
+            tl.out[r] = out_at(p + r, b);
             tl.res[r] = a.res.base ? reinterpret_cast<const float*>(a.res.base + (p + r) * res_stride) + uint64_t{b} * 16
                                    : nullptr;
           }
@@ -237,6 +264,16 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
     }
   }
   return Status();
+}
+
+}  // namespace
+
+Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  return run<false>(*static_cast<const DirectConvArgs*>(raw), begin, end);
+}
+
+Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  return run<true>(*static_cast<const DirectConvArgs*>(raw), begin, end);
 }
 
 }  // namespace tessera::cpu::avx512
