@@ -86,8 +86,9 @@ bool DeviceDescriptor::is_usable(CoreCoord c) const {
 }
 
 std::string DeviceDescriptor::to_string() const {
-  return fmt::format("{}: {}x{} cores, {} B L1 per core, {} DRAM bank(s) of {} MiB, host cores {}, isa [{}]{}", name,
-                     grid.x, grid.y, l1_size_per_core, num_dram_banks, dram_bank_size >> 20, host_cores, isa,
+  const std::string shared = shared_cache_size ? fmt::format(", {} MiB shared cache", shared_cache_size >> 20) : "";
+  return fmt::format("{}: {}x{} cores, {} B L1 per core{}, {} DRAM bank(s) of {} MiB, host cores {}, isa [{}]{}", name,
+                     grid.x, grid.y, l1_size_per_core, shared, num_dram_banks, dram_bank_size >> 20, host_cores, isa,
                      emulated ? " (emulated)" : "");
 }
 
@@ -119,10 +120,14 @@ StatusOr<DeviceDescriptor> native_cpu_descriptor() {
         break;
       }
     }
+    // The shared cache: the first L3 (all cores of this VM share one).
+    uint64_t shared = 0;
+    if (hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_L3CACHE, 0); o && o->attr) shared = o->attr->cache.size;
     int numa = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE));
     hwloc_topology_destroy(topo);
     d.grid = {static_cast<uint32_t>(cores), 1};
     d.l1_size_per_core = l1 ? l1 : (1u << 20);
+    d.shared_cache_size = shared;
     if (const char* env = std::getenv("TESSERA_CPU_L1_SIZE")) {
       TS_ASSIGN_OR_RETURN(d.l1_size_per_core, parse_l1_size(env));
     }

@@ -17,6 +17,11 @@ TEST(Descriptor, NativeCpuIsReadFromTheMachine) {
   EXPECT_GT(d.dram_bank_size, 0u);
   EXPECT_FALSE(d.emulated);
   EXPECT_NE(d.to_string().find("cpu:"), std::string::npos);
+  // The shared cache (L3) where hwloc finds one, named in the line.
+  if (d.shared_cache_size) {
+    EXPECT_GE(d.shared_cache_size, uint64_t{1} << 20);
+    EXPECT_NE(d.to_string().find(" MiB shared cache"), std::string::npos) << d.to_string();
+  }
 }
 
 TEST(Descriptor, L1SizeOverride) {
@@ -39,6 +44,7 @@ TEST(Descriptor, WormholeMatchesTheOriginal) {
   EXPECT_EQ(d.num_dram_banks, 12u);
   EXPECT_EQ(d.dram_bank_size, uint64_t{1} << 30);
   EXPECT_TRUE(d.emulated);
+  EXPECT_EQ(d.shared_cache_size, 0u);
   EXPECT_ERROR(find_device_descriptor("grayskull"), StatusCode::kInvalidArgument, "unknown device descriptor");
 }
 

@@ -1073,6 +1073,10 @@ std::vector<CompiledModel::Impl::MicroBatch> CompiledModel::Impl::find_micro_bat
   std::vector<bool> fits(k), spills(k);
   std::vector<uint64_t> whole(k), weights(k);  // bytes each node moves over the whole batch; its constants' bytes
   const uint64_t wes = opt.weights_dtype == DataType::FLOAT32 ? 4 : 2;  // block floats: about 1, counted as 2
+  const uint64_t shared = device->descriptor().shared_cache_size;
+  const uint64_t budget = opt.micro_batch_cache_bytes ? opt.micro_batch_cache_bytes
+                          : shared                    ? shared / 2
+                                                      : uint64_t{16} << 20;
   for (size_t ni = 0; ni < k; ++ni) {
     const Node& n = g.nodes[ni];
     bool ok = per_image_op(n) && batched(n.outputs[0]);
@@ -1091,8 +1095,8 @@ std::vector<CompiledModel::Impl::MicroBatch> CompiledModel::Impl::find_micro_bat
       group += bytes(v, per);
       whole[ni] += bytes(v, batch);
     }
-    fits[ni] = ok && group <= opt.micro_batch_cache_bytes;
-    spills[ni] = whole[ni] > opt.micro_batch_cache_bytes;
+    fits[ni] = ok && group <= budget;
+    spills[ni] = whole[ni] > budget;
   }
   // Cuts: positions p (before node p) where one batched value alone is live.
   std::vector<int> made(g.values.size(), -1), last(g.values.size(), -1);

@@ -25,6 +25,10 @@ struct DeviceDescriptor {
   std::string name;                     // "cpu" or "wormhole_b0"
   CoreCoord grid;                       // compute grid size: x columns, y rows
   uint64_t l1_size_per_core = 0;        // bytes
+  // Bytes of the cache the cores share (the CPU's L3, from hwloc; 0 where
+  // there is none or it is unknown). Not part of the seeds' descriptor:
+  // compile-time choices such as micro-batching size themselves by it.
+  uint64_t shared_cache_size = 0;
   uint32_t num_dram_banks = 0;
   uint64_t dram_bank_size = 0;          // bytes per bank
   uint32_t l1_alignment = 16;           // bytes; buffer addresses and pages

@@ -66,8 +66,10 @@ struct CompileOptions {
   std::optional<uint32_t> micro_batch;
   // Micro-batching's cache budget: an op takes part when its inputs and
   // output are at most this many bytes per group and over it for the whole
-  // batch. Half of this machine's 32 MB L3 by default.
-  uint64_t micro_batch_cache_bytes = uint64_t{16} << 20;
+  // batch. 0: half the device's shared cache
+  // (DeviceDescriptor::shared_cache_size; 16 MB where it is unknown),
+  // measured on a 32 MB L3.
+  uint64_t micro_batch_cache_bytes = 0;
 };
 
 struct CompileReport {
