@@ -990,8 +990,12 @@ bool splits_channels(const Geometry& g, uint32_t threads, bool residual) {
 // ms each, six pairs. At batch 1 the same maps (1.6 MB, still in the cache
 // from the conv that wrote the residual) lost (0.26 -> 0.28 ms), as did the
 // 14x14x1024 maps at either batch size (0.32 -> 0.37 ms at batch 1, mixed
-// at batch 8): they stay on the post-op.
-constexpr uint64_t kOwnResidualImageBytes = 2 << 20;
+// at batch 8): they stay on the post-op. Since micro-batching runs stage 1
+// two images at a time (6.4 MB of 56x56x256 rows, in the L3), its 64->256
+// convs are faster on the post-op too (kOwnResidualImageBytes 2 -> 4 MB; sums
+// of the three launches per batch, alternated builds: batch 8 7.3-7.9 ->
+// 7.0-7.8 ms in 4 of 5 rounds, batch 1 0.95-0.97 -> 0.87-0.89 ms in 3 of 4).
+constexpr uint64_t kOwnResidualImageBytes = 4 << 20;
 constexpr uint64_t kOwnResidualBatchBytes = 8 << 20;
 
 // Which 1x1 convs run in pixel chunks (ConvPlan::chunked): strided ones
