@@ -1475,6 +1475,12 @@ uint32_t direct_cin_block(const Problem& pr) {
 // as keep a band's input rows within kDirectAvx512BandBytes (the L2 keeps them
 // while four blocks of weights stream past), in equal bands.
 constexpr uint64_t kDirectAvx512BandBytes = 256 * 1024;
+// ... and at least this many pixels: every band re-reads its group's weights
+// (ResNet-50's 7x7 2048 -> 512 at batch 8, 32-pixel bands: 13 bands over 392
+// pixels). Per-launch sums, three alternated rounds: its two launches
+// 3.68-3.78 -> 3.38-3.46 ms at batch 8 (64-pixel bands), 0.51 -> 0.49 ms at
+// batch 1; 128-pixel bands for 1024 input channels lost at batch 1.
+constexpr uint64_t kDirectAvx512MinBandPixels = 64;
 
 MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense);
 
@@ -1493,7 +1499,8 @@ void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArg
   const uint32_t cols = g.transposed ? g.kh * g.kw * g.cout : g.cout;
   const uint32_t tile_rows = cpu::avx512::kDirectTileRows, tile_blocks = cpu::avx512::kDirectTileBlocks;
   const uint64_t fit =
-      std::min(pixels, std::max<uint64_t>(kDirectAvx512BandBytes / (uint64_t{g.cin} * sizeof(float)), tile_rows));
+      std::min(pixels, std::max<uint64_t>(kDirectAvx512BandBytes / (uint64_t{g.cin} * sizeof(float)),
+                                          kDirectAvx512MinBandPixels));
   const uint32_t want = threads * kDirectTasksPerWorker, blocks = (cols + 15) / 16;
   const uint32_t tiles = (blocks + tile_blocks - 1) / tile_blocks;
   uint64_t bands = (pixels + fit - 1) / fit;

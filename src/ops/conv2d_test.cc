@@ -746,9 +746,9 @@ TEST(Conv2d, DirectAvx2Kernel) {
 // kernel: 1x1s without padding, and 2x2 to 7x7 kernels on maps of at most 64
 // pixels (padding, strides, dilation, asymmetric padding). Tiles of 1 to 6
 // pixels by 1 to 4 blocks of 16 channels, output channels not a multiple of
-// 16 (masked stores), odd input channels, batches, several bands (2048 input
-// channels: 32 pixels per band; channel groups that do not divide over the
-// two workers, and a single group: more bands), weights in chunks with
+// 16 (masked stores), odd input channels, batches, several bands (512 input
+// channels at batch 8: 128 pixels per band; channel groups that do not
+// divide over the two workers, and a single group: more bands), weights in chunks with
 // partial sums between them (more than 1024 taps x input channels: the 3x3
 // 512 -> 512, the 2048-channel 1x1s), activations in registers
 // (relu, relu6) and through the float math table (silu, gelu), block-float
