@@ -64,6 +64,34 @@ TEST(MaxPool2d, NanPropagatesAndTiesKeepTheFirst) {
   set_avx512_kernels_enabled(true);
 }
 
+// NaN, infinities and signed zeros sprinkled over random values, through
+// windows inside the image and at its borders (3x3/2 with padding, 2x2/2,
+// 3x3/1 dilated): bit for bit the reference's choice (NaN wins, the first of
+// equal values is kept) on every ISA path, float32 and bfloat16. A window
+// holding an infinity takes the kernels' exact path too.
+TEST(MaxPool2d, SpecialValuesMatchTheReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (const Pool2dParams& p : {pool(2, 23, 21, 67, 3, 2, 1), pool(1, 16, 18, 40, 2, 2), pool(1, 15, 14, 20, 3, 1, 1, 2)}) {
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      const Shape shape{p.batch_size, p.input_height, p.input_width, p.channels};
+      std::vector<float> x = testing::random_values(shape.volume(), 5);
+      const float special[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f};
+      for (size_t i = 0; i < x.size(); i += 7 + i % 13) x[i] = special[i % 6];
+      ASSERT_OK_AND_ASSIGN(Tensor h, Tensor::from_vector(x, shape, dt));
+      ASSERT_OK_AND_ASSIGN(Tensor ref, reference::max_pool2d(h, p, dt));
+      for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+        set_kernel_isa_limit(isa);
+        SCOPED_TRACE(fmt::format("{} {} isa={}", p.descriptor(), data_type_name(dt), kernel_isa_name(kernel_isa())));
+        ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor out, max_pool2d(d, p));
+        ASSERT_OK_AND_ASSIGN(Tensor got, out.cpu());
+        EXPECT_EQ(testing::host_bytes(got), testing::host_bytes(ref));
+      }
+      set_avx512_kernels_enabled(true);
+    }
+  }
+}
+
 struct Case {
   Pool2dParams p;
 };

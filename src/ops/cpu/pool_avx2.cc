@@ -9,10 +9,14 @@
 namespace tessera::cpu::avx2 {
 
 namespace {
-// max(v, m) keeps m on ties and when m is NaN; then a NaN v replaces it
+// max(v, m) keeps m on ties and when m is NaN (the first NaN wins, as in the
+// reference); then a NaN v replaces a number
 // (the scalar nan_max, as in pool_avx512.cc).
-inline __m256 nan_max(__m256 m, __m256 v) { return _mm256_blendv_ps(_mm256_max_ps(v, m), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)); }
-inline float nan_max(float m, float v) { return std::isnan(v) || (!std::isnan(m) && v > m) ? v : m; }
+inline __m256 nan_max(__m256 m, __m256 v) {
+  const __m256 take_nan = _mm256_and_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), _mm256_cmp_ps(m, m, _CMP_ORD_Q));
+  return _mm256_blendv_ps(_mm256_max_ps(v, m), v, take_nan);
+}
+inline float nan_max(float m, float v) { return !std::isnan(m) && (std::isnan(v) || v > m) ? v : m; }
 inline __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
 inline float add(float a, float b) { return a + b; }
 

@@ -8,7 +8,8 @@
 namespace tessera::cpu {
 
 namespace {
-inline float nan_max(float m, float v) { return std::isnan(v) || (!std::isnan(m) && v > m) ? v : m; }
+// The first NaN wins, as in the reference; ties keep m.
+inline float nan_max(float m, float v) { return !std::isnan(m) && (std::isnan(v) || v > m) ? v : m; }
 
 void max_accumulate_f32(float* acc, const void* x, size_t n) {
   const float* p = static_cast<const float*>(x);

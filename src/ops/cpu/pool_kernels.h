@@ -1,6 +1,7 @@
 // max and sum over pooling windows, vectorised over channels (internal).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -62,19 +63,43 @@ struct PoolRowsArgs {
 
 // f(px, taps, count, out) for every output pixel of tasks [begin, end) (task
 // t: image t / oh, output row t % oh): px[0..taps) the window's valid input
-// pixels, count its average's divisor (PoolWindow::visit), out the output
-// pixel. The pool_rows kernels' shared walk.
+// pixels in (ky, kx) order, count its average's divisor (PoolWindow::visit),
+// out the output pixel. The pool_rows kernels' shared walk. Windows wholly
+// inside the image take their taps from offsets computed once per call (an
+// add per tap; PoolWindow::visit's bounds checks per tap were most of the
+// stem pool's instructions), the others from visit.
 template <class F>
 inline void for_each_output_pixel(const PoolRowsArgs& a, uint32_t begin, uint32_t end, F&& f) {
   const std::byte* px[kPoolRowsMaxTaps];
+  int64_t offset[kPoolRowsMaxTaps];
+  const PoolWindow& w = a.win;
+  const uint32_t taps = w.kh * w.kw;
+  for (uint32_t ky = 0, i = 0; ky < w.kh; ++ky)
+    for (uint32_t kx = 0; kx < w.kw; ++kx, ++i)
+      offset[i] = (int64_t{ky} * w.dh * w.w + int64_t{kx} * w.dw) * static_cast<int64_t>(a.in_stride);
+  // Output columns [ox0, ox1) have windows inside the image's width.
+  const int64_t span_x = int64_t{w.kw - 1} * w.dw, span_y = int64_t{w.kh - 1} * w.dh;
+  const int64_t ox0 = std::min<int64_t>(a.ow, (w.pw + w.sw - 1) / w.sw);
+  const int64_t last = int64_t{w.w} - 1 - span_x + w.pw;  // the last window start inside, padded coordinates
+  const int64_t ox1 = last < 0 ? ox0 : std::max<int64_t>(ox0, std::min<int64_t>(a.ow, last / w.sw + 1));
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t n = t / a.oh, oy = t % a.oh;
-    for (uint32_t ox = 0; ox < a.ow; ++ox) {
-      uint32_t taps = 0;
-      const uint32_t count = a.win.visit(oy, ox, [&](uint32_t iy, uint32_t ix) {
-        px[taps++] = a.in + ((uint64_t{n} * a.win.h + iy) * a.win.w + ix) * a.in_stride;
+    const int64_t iy = int64_t{oy} * w.sh - w.ph;
+    const bool inside_y = iy >= 0 && iy + span_y < w.h;
+    std::byte* out = a.out + (uint64_t{n} * a.oh + oy) * a.ow * a.out_stride;
+    for (uint32_t ox = 0; ox < a.ow; ++ox, out += a.out_stride) {
+      if (inside_y && ox >= ox0 && ox < ox1) {
+        const std::byte* p0 =
+            a.in + ((uint64_t{n} * w.h + static_cast<uint64_t>(iy)) * w.w + uint64_t{ox} * w.sw - w.pw) * a.in_stride;
+        for (uint32_t i = 0; i < taps; ++i) px[i] = p0 + offset[i];
+        f(px, taps, taps, out);
+        continue;
+      }
+      uint32_t valid = 0;
+      const uint32_t count = w.visit(oy, ox, [&](uint32_t y, uint32_t x) {
+        px[valid++] = a.in + ((uint64_t{n} * w.h + y) * w.w + x) * a.in_stride;
       });
-      f(px, taps, count, a.out + ((uint64_t{n} * a.oh + oy) * a.ow + ox) * a.out_stride);
+      f(px, valid, count, out);
     }
   }
 }
