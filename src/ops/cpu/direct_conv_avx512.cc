@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "avx512_activation.h"
-#include "tessera/base/aligned.h"
 #include "direct_conv_kernels.h"
+#include "tessera/base/aligned.h"
 
 namespace tessera::cpu::avx512 {
 
