@@ -6,8 +6,12 @@
 // ONNX Runtime's time for the same one-layer model (bench/ops_vs_ort.sh)
 // is printed beside Tessera's float32 time. With --kernels each row ends
 // with the kernels one call of each dtype launched (from the device profiler).
+// By default each call is an eager launch (validation, allocation, program
+// cache lookup, enqueue); with --replay the ten calls of a repetition are
+// captured once in a trace and replayed back to back, as a model's launches
+// run in the Pipeline.
 //
-//   bench_ops [--layers bench/layers/op_layers.txt] [--ort ORT_TIMES] [--quick] [--kernels]
+//   bench_ops [--layers bench/layers/op_layers.txt] [--ort ORT_TIMES] [--quick] [--kernels] [--replay]
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -146,13 +150,14 @@ Prepared prepare(Device& dev, const Layer& l, DataType dt) {
 int main(int argc, char** argv) {
   std::string layers_path = "bench/layers/op_layers.txt", ort_path;
   int reps = 21;
-  bool kernels = false;
+  bool kernels = false, replay = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") reps = 5;
     else if (a == "--layers" && i + 1 < argc) layers_path = argv[++i];
     else if (a == "--ort" && i + 1 < argc) ort_path = argv[++i];
     else if (a == "--kernels") kernels = true;
+    else if (a == "--replay") replay = true;
   }
   const auto layers = read_layers(layers_path);
   const auto ort = ort_path.empty() ? std::map<std::string, double>{} : bench::read_ort(ort_path);
@@ -167,9 +172,10 @@ int main(int argc, char** argv) {
               bench::has_bf16_dot() ? "" : " (no BF16 dot instruction: bfloat16 computes in float32, FP32 peak)",
               ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, NCHW float32, "
                                  "median of its profiled kernel time (layout reorders left out).");
+  if (replay) std::printf("Timed as traced replays of ten calls each (`--replay`).\n\n");
   std::printf("| set | layer | f32 ms | f32 %% of floor | bf16 ms | bf16 %% of floor |%s\n", ort.empty() ? "" : " ORT f32 ms | f32 vs ORT |");
   std::printf("|---|---|---|---|---|---|%s\n", ort.empty() ? "" : "---|---|");
-  auto dev = value_or_die(open_device({}));
+  auto dev = value_or_die(open_device({.trace_region_size = replay ? size_t{64} << 20 : 0}));
   for (const Layer& l : layers) {
     std::printf("| %s | %s |", l.set.c_str(), l.name.c_str());
     double f32_s = 0;
@@ -178,10 +184,20 @@ int main(int argc, char** argv) {
       Prepared p = prepare(*dev, l, dt);
       p.run();
       CHECK_OK(synchronize_device(*dev));
-      auto t = time_it(reps, [&] {
+      bench::Timing t;
+      if (replay) {
+        const TraceId tid = value_or_die(begin_trace_capture(*dev, 0));
         for (int i = 0; i < 10; ++i) p.run();
-        CHECK_OK(synchronize_device(*dev));
-      });
+        CHECK_OK(end_trace_capture(*dev, tid, 0));
+        CHECK_OK(execute_trace(*dev, tid, 0, true));
+        t = time_it(reps, [&] { CHECK_OK(execute_trace(*dev, tid, 0, true)); });
+        CHECK_OK(release_trace(*dev, tid));
+      } else {
+        t = time_it(reps, [&] {
+          for (int i = 0; i < 10; ++i) p.run();
+          CHECK_OK(synchronize_device(*dev));
+        });
+      }
       const double s = t.median_s / 10;
       if (dt == DataType::FLOAT32) f32_s = s;
       // Compute-bound layers against the compute peak, the rest against copy bandwidth.
