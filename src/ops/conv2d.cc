@@ -407,10 +407,14 @@ bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t k
 // is_patch_transpose) run cpu::avx2::patch_transpose_kernel there: on
 // 30x40 to 240x320 maps oneDNN's gemm ran their batched matmul rows (M = W)
 // at 50-85 GFLOP/s (and PP-OCR's 24 -> 1 upconv, N = 2, at 13 ms).
+// A transposed conv whose kernel equals its stride, without padding,
+// dilation or groups: each input pixel maps onto its own kh x kw output patch.
+bool patch_shape(const Geometry& g) {
+  return g.transposed && g.kh == g.sh && g.kw == g.sw && g.dh == 1 && g.dw == 1 && g.groups == 1 && g.pad_t == 0 &&
+         g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 && g.oh == g.h * g.sh && g.ow == g.w * g.sw;
+}
 bool patch_transpose_avx2_shape(const Geometry& g, DataType in, DataType out) {
-  return kernel_isa() == KernelIsa::kAvx2 && g.transposed && g.kh == g.sh && g.kw == g.sw && g.dh == 1 &&
-         g.dw == 1 && g.groups == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 &&
-         g.oh == g.h * g.sh && g.ow == g.w * g.sw && (in == DataType::FLOAT32 || in == DataType::BFLOAT16) &&
+  return kernel_isa() == KernelIsa::kAvx2 && patch_shape(g) && (in == DataType::FLOAT32 || in == DataType::BFLOAT16) &&
          (out == DataType::FLOAT32 || out == DataType::BFLOAT16);
 }
 bool is_direct_avx2(const Problem& pr) {
@@ -483,10 +487,8 @@ bool is_direct_avx512(const Problem& pr) {
 // 4.65-5.08 against 3.35-3.52: those stay on oneDNN.
 bool is_patch_avx512(const Problem& pr) {
   const Geometry& g = pr.g;
-  return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && g.transposed &&
-         g.kh == g.sh && g.kw == g.sw && g.dh == 1 && g.dw == 1 && g.groups == 1 && g.pad_t == 0 && g.pad_b == 0 &&
-         g.pad_l == 0 && g.pad_r == 0 && g.oh == g.h * g.sh && g.ow == g.w * g.sw && g.cout % 16 == 0 &&
-         pr.compute == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 && pr.residual == nullptr &&
+  return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && patch_shape(g) &&
+         g.cout % 16 == 0 && pr.compute == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 && pr.residual == nullptr &&
          uint64_t{g.cin} * g.cout * g.kh * g.kw >= kDirectAvx512MinWeights;
 }
 

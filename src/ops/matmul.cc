@@ -342,10 +342,9 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   TS_ASSIGN_OR_RETURN(Tensor out, allocate_tensor_on_device(out_spec, device));
   const UnaryWithParam act = params.activation.value_or(UnaryWithParam{});
   // The kernel set is in the key: the gemv kernel is chosen by it.
-  const std::string key = fmt::format("{}:{},{}{}{}->{}:{}({}):{}", op, a.spec().to_string(), b.spec().to_string(),
+  const std::string key = fmt::format("{}:{},{}{}{}->{}:{}:{}", op, a.spec().to_string(), b.spec().to_string(),
                                       params.transpose_b ? "^T" : "", bias ? "," + bias->spec().to_string() : "",
-                                      out_spec.to_string(), activation_name(act), act.param,
-                                      kernel_isa_name(kernel_isa()));
+                                      out_spec.to_string(), activation_name(act), kernel_isa_name(kernel_isa()));
   TS_ASSIGN_OR_RETURN(const Program* prog,
                       device.program_cache().get_or_compile(key, device.may_compile_programs(params.cq_id), [&] {
                         return compile(device, plan, a, b, bias, out, params);
