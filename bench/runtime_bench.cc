@@ -1,16 +1,19 @@
 // Runtime benchmarks of the device layer, each beside its anchor, in one run:
-//   1. dispatch overhead: a chain of 100 small ops, eager vs traced replay;
+//   1. dispatch overhead: a chain of 100 small ops, eager vs traced replay,
+//      and the worker pool's cost of splitting a launch over two threads;
 //   2. host <-> device transfer bandwidth vs memcpy of the same bytes;
 //   3. tilize, bfloat8_b / bfloat4_b pack and unpack throughput vs this
 //      machine's memory bandwidth (read, write, copy), 1 thread and all cores.
 //
 //   bench_runtime [--quick]
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
 
 #include "harness.h"
 #include "tessera/base/cpu_features.h"
+#include "tessera/base/thread_pool.h"
 #include "tessera/numerics/block_float.h"
 #include "tessera/numerics/convert.h"
 #include "tessera/numerics/tilize.h"
@@ -54,6 +57,35 @@ void dispatch_overhead(int reps) {
   };
   row("eager (validate, allocate, cache lookup, enqueue, run)", eager);
   row("traced replay (execute_trace)", traced);
+}
+
+// The pool alone: parallel_for over two chunks of busy work, one per thread,
+// beside the same work run on the caller alone. The difference is what a
+// launch split over two workers pays for the split (the second worker's
+// pick-up and the join).
+void pool_launch(int reps) {
+  std::printf("\n## Pool launch: two chunks of busy work on a 2-thread pool vs the caller alone\n\n");
+  std::printf("| work per chunk (us) | one thread us (median) | two threads us (median) | min..max | overhead us |\n");
+  std::printf("|---|---|---|---|---|\n");
+  ThreadPool pool(2);
+  auto busy = [](double us) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() < us) {
+    }
+  };
+  for (double us : {0.0, 1.0, 2.0, 4.0, 8.0}) {
+    auto fn = [&](uint32_t b, uint32_t e) { busy(us * (e - b)); };
+    auto time_calls = [&](uint32_t grain) {
+      // 200 calls back to back per repetition, as a trace replay launches.
+      return time_it(reps, [&] {
+        for (int i = 0; i < 200; ++i) pool.parallel_for(2, grain, fn);
+      });
+    };
+    const bench::Timing one = time_calls(2), two = time_calls(1);
+    const double k = 1e6 / 200;
+    std::printf("| %.0f | %.2f | %.2f | %.2f..%.2f | %.2f |\n", us, one.median_s * k, two.median_s * k, two.min_s * k,
+                two.max_s * k, two.median_s * k - us);
+  }
 }
 
 void transfers(int reps) {
@@ -206,6 +238,7 @@ int main(int argc, char** argv) {
   const int reps = quick ? 5 : 21;
   std::printf("# Tessera runtime benchmarks (%s)\n", cpu_features().to_string().c_str());
   dispatch_overhead(reps);
+  pool_launch(reps);
   transfers(reps);
   numerics(reps);
   pools(reps);

@@ -41,26 +41,32 @@ void ThreadPool::parallel_for(uint32_t n, uint32_t grain, FunctionRef<void(uint3
     return;
   }
   Job job{fn, n, grain, chunks};
-  bool wake;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    job.link = jobs_;
-    jobs_ = &job;
-    generation_.fetch_add(1, std::memory_order_release);
-    wake = sleepers_ > 0;
-  }
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  lock_spinning(lock);
+  job.link = jobs_;
+  jobs_ = &job;
+  generation_.fetch_add(1, std::memory_order_release);
+  const bool wake = sleepers_ > 0;
+  lock.unlock();
   if (wake) wake_.notify_all();
   run_chunks(job);
   // Wait until every chunk is done; spin first, as the workers are finishing.
   spin_until([&] { return job.done.load(std::memory_order_acquire) >= chunks; }, std::chrono::microseconds(20));
-  std::unique_lock<std::mutex> lock(mu_);
-  // Unlink so no new worker joins, then wait for the ones inside.
+  lock_spinning(lock);
+  // Unlink so no new worker joins, then wait for the ones inside: spinning
+  // (they leave right after their last chunk), then asleep.
   for (Job** p = &jobs_; *p; p = &(*p)->link) {
     if (*p == &job) {
       *p = job.link;
       break;
     }
   }
+  if (job.active_workers.load() == 0) return;
+  lock.unlock();
+  if (spin_until([&] { return job.active_workers.load(std::memory_order_acquire) == 0; },
+                 std::chrono::microseconds(20)))
+    return;
+  lock_spinning(lock);
   if (job.active_workers.load() != 0) {
     job.caller_sleeping = true;
     released_.wait(lock, [&] { return job.active_workers.load() == 0; });
@@ -89,7 +95,7 @@ void ThreadPool::worker_loop() {
       lock.unlock();
       const bool launched = spin_until(
           [&] { return generation_.load(std::memory_order_acquire) != seen; }, std::chrono::microseconds(50));
-      lock.lock();
+      lock_spinning(lock);
       if (launched || generation_.load(std::memory_order_relaxed) != seen || stopping_) continue;
       ++sleepers_;
       wake_.wait(lock);
@@ -99,8 +105,11 @@ void ThreadPool::worker_loop() {
     job->active_workers.fetch_add(1);
     lock.unlock();
     run_chunks(*job);
-    lock.lock();
-    if (job->active_workers.fetch_sub(1) == 1 && job->caller_sleeping) released_.notify_all();
+    lock_spinning(lock);
+    // The job is the caller's: once the count reaches zero the caller may
+    // return (it spins on the count without mu_), so read its flag first.
+    const bool caller_sleeping = job->caller_sleeping;
+    if (job->active_workers.fetch_sub(1, std::memory_order_acq_rel) == 1 && caller_sleeping) released_.notify_all();
   }
 }
 

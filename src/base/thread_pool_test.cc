@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
 #include <thread>
 
@@ -37,6 +38,27 @@ TEST(ThreadPool, ConcurrentCallersShareWorkers) {
   a.join();
   b.join();
   EXPECT_EQ(sum.load(), 2u * 200u * 4950u);
+}
+
+// A worker still inside its chunk long after the caller's own chunks are done
+// (a preempted vCPU): the caller stops spinning, sleeps, and returns only
+// once the worker has left the job, whose state lives on the caller's stack.
+TEST(ThreadPool, CallerWaitsForASlowWorker) {
+  ThreadPool pool(2);
+  for (int r = 0; r < 20; ++r) {
+    std::atomic<int> finished{0};
+    std::atomic<std::thread::id> first{};
+    auto fn = [&](uint32_t, uint32_t) {
+      std::thread::id none{};
+      // Whichever thread claims a chunk second finishes at once; the other
+      // sleeps well past the caller's spin budgets.
+      if (first.compare_exchange_strong(none, std::this_thread::get_id()))
+        std::this_thread::sleep_for(std::chrono::milliseconds(r % 2 ? 2 : 0));
+      finished.fetch_add(1);
+    };
+    pool.parallel_for(2, 1, fn);
+    EXPECT_EQ(finished.load(), 2) << "round " << r;
+  }
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ CommandQueue::CommandQueue(uint8_t id, ThreadPool& pool, ProfileSink* profile)
 CommandQueue::~CommandQueue() { stop(); }
 
 uint64_t CommandQueue::push(Command&& cmd) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  lock_spinning(lock);
   not_full_.wait(lock, [&] { return enqueued_ - taken_ < kCapacity || stopping_; });  // rare: 1024 in flight
   if (stopping_) return 0;
   ring_[enqueued_ % kCapacity] = std::move(cmd);
@@ -131,7 +132,7 @@ void CommandQueue::loop() {
       lock.unlock();
       const uint64_t taken = taken_;  // only this thread writes taken_
       spin_until([&] { return enqueued_mirror_.load(std::memory_order_acquire) > taken; }, kSpinMicros);
-      lock.lock();
+      lock_spinning(lock);
       loop_sleeping_ = true;
       not_empty_.wait(lock, [&] { return taken_ < enqueued_ || stopping_; });
       loop_sleeping_ = false;
@@ -144,7 +145,7 @@ void CommandQueue::loop() {
     not_full_.notify_one();
     Status s = poisoned ? Status() : execute(cmd);
     cmd = Command();  // release captured host state before signalling completion
-    lock.lock();
+    lock_spinning(lock);
     if (!s.ok() && error_.ok()) {
       error_ = s;
       error_sequence_ = seq;

@@ -7,7 +7,9 @@
 // workers. No allocation happens on this path.
 //
 // Idle workers spin for about 50 us before they sleep, so back-to-back
-// launches (a trace replay) do not pay a futex wake-up per launch.
+// launches (a trace replay) do not pay a futex wake-up per launch; the
+// pool's mutex is taken spinning too, and a caller waits for its workers to
+// leave its job spinning before it sleeps.
 //
 // Thread-safety: all methods may be called from any thread. The destructor
 // must not race with parallel_for.
