@@ -1363,12 +1363,20 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
 // 7x7x960 8-10 against 23 us, 14x14x576 16 against 30; against oneDNN
 // 2.6's brdgmm: 28x28x192 17-20 against 22-26, 112x112x32 49-62 against
 // 65-72, a batch of 8 56x56x144 505-648 against 579-622. Stride 2 on 56x56 and larger inputs lost (56x56x144: 25-35
-// against 23-26 us), and with bfloat16 compute oneDNN's was faster on
-// every layer (14x14x576 15 against 30 us), so those stay on oneDNN. On
-// AVX2-only CPUs, every map with bfloat16 rows in or out: oneDNN's
+// against 23-26 us), so those stay on oneDNN. With bfloat16 compute, the
+// same shapes where a launch has at most kDepthwiseBf16MaxPixels output
+// pixels. MobileNetV2 bfloat16 at batch 1, per-launch sums, three
+// alternated rounds (bench/RESULTS.md, twenty-first run): 7x7x960
+// 0.016-0.017 ms against oneDNN's brdgmm's 0.023-0.024 over its three
+// launches; on 14x14 and 28x28 maps oneDNN's was faster in the model
+// (14x14x384 0.027-0.028 against 0.030-0.031), though not in bench_ops
+// (28x28x192 17 against 24-25 us, 14x14x384 9-10 against 13), and on
+// 56x56 maps everywhere.
+// On AVX2-only CPUs, every map with bfloat16 rows in or out: oneDNN's
 // jit:avx2 runs those through float32 staging copies, and Tessera's AVX2 kernel took 1.0-2.4x less time on MobileNetV2's layers
 // (same process, alternating; 112x112x96/2: 145-162 against 313-424 us).
 // Float32 stays on oneDNN's, which ran 1.2-2x faster than Tessera's there.
+constexpr uint64_t kDepthwiseBf16MaxPixels = 7 * 7;
 bool is_depthwise(const Problem& pr) {
   const Geometry& g = pr.g;
   if (g.transposed || g.groups != g.cin || g.cout != g.cin || g.groups < 2) return false;
@@ -1376,9 +1384,33 @@ bool is_depthwise(const Problem& pr) {
   if (kernel_isa() == KernelIsa::kAvx2)
     return rows(pr.input.dtype) && rows(pr.output.dtype) &&
            (pr.input.dtype == DataType::BFLOAT16 || pr.output.dtype == DataType::BFLOAT16);
-  if (kernel_isa() != KernelIsa::kAvx512 || pr.compute != DataType::FLOAT32) return false;
+  if (kernel_isa() != KernelIsa::kAvx512) return false;
+  if (pr.compute != DataType::FLOAT32 &&
+      (pr.compute != DataType::BFLOAT16 || uint64_t{g.n} * g.oh * g.ow > kDepthwiseBf16MaxPixels))
+    return false;
   const bool direct_stride1 = g.kw == 3 && g.dw == 1 && g.dh == 1 && g.sw == 1;
   return direct_stride1 || g.oh * g.ow <= 14 * 14;
+}
+
+// The depthwise kernel's chunks of output rows, sized by the float32 values
+// they read and write (the kernel computes in float32: bfloat16 rows halve
+// the bytes, not the FMAs): four per worker from kDepthwiseManyChunksBytes;
+// under it one per worker at most, each of kDepthwiseChunkBytes or more.
+// Before, the reordering ops' 256 KB chunks of bytes left MobileNetV2's
+// 7x7x960 in bfloat16 (188 KB) to one worker. Smaller chunks split each
+// worker's rows: 14x14x384 in seven chunks of two rows took 0.044 ms over
+// its four launches in the model, against 0.029 in two of seven (the
+// rows a worker's row pairs share stay in its own cache).
+constexpr uint64_t kDepthwiseChunkBytes = 64 * 1024;
+constexpr uint64_t kDepthwiseManyChunksBytes = 2 * 1024 * 1024;
+uint32_t depthwise_grain(const Geometry& g, uint32_t threads) {
+  const uint64_t rows = uint64_t{g.n} * g.oh;
+  const uint64_t values = uint64_t{g.n} * (uint64_t{g.h} * g.w + uint64_t{g.oh} * g.ow) * g.cin;
+  const uint64_t bytes = values * sizeof(float);
+  const uint64_t chunks = bytes >= kDepthwiseManyChunksBytes
+                              ? 4 * uint64_t{threads}
+                              : std::clamp<uint64_t>(bytes / kDepthwiseChunkBytes, 1, threads);
+  return static_cast<uint32_t>((rows + chunks - 1) / chunks);
 }
 
 StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
@@ -1408,8 +1440,7 @@ StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2
     prog.kernel = avx2 ? cpu::avx2::depthwise_kernel : cpu::avx512::depthwise_kernel;
     prog.kernel_name = fmt::format("{}_depthwise2d__{}", short_dtype_name(input.dtype()), avx2 ? "avx2" : "avx512");
     prog.num_tasks = g.n * g.oh;
-    prog.grain = ops::default_grain(device, prog.num_tasks, pr.input.storage_bytes() + pr.output.storage_bytes(),
-                                    ops::kMinChunkBytesReordering);
+    prog.grain = depthwise_grain(g, device.workers().num_threads());
     return prog;
   };
   const std::string key = pr.key + ":" + std::string(kernel_isa_name(kernel_isa()));

@@ -147,7 +147,8 @@ TEST(Conv2d, ActivationAffineOnEveryKernel) {
 // With float32 compute and the AVX-512 set, 3x3 depthwise convolutions of
 // stride 1, and 3x3 ones of stride 2 up to 14x14 outputs, run Tessera's
 // direct AVX-512 path, other shapes up to 14x14 outputs its staged path
-// (the portable loop past 7x7), the others oneDNN's; on AVX2-only CPUs every one
+// (the portable loop past 7x7), the others oneDNN's; with bfloat16 compute
+// the same up to 7x7 output pixels a launch; on AVX2-only CPUs every one
 // with bfloat16 rows in or out runs Tessera's AVX2 kernel; below AVX2,
 // oneDNN's. Each ISA set in turn, over: strides, dilation, asymmetric
 // padding, odd and > 1024 channel counts, batches, every activation class,
@@ -177,6 +178,18 @@ TEST(Conv2d, DepthwiseOwnKernel) {
     for (const Case& c : cases)
       for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16})
         check_case(*dev, c, in, in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG);
+    if (isa == KernelIsa::kAvx512) {
+      // bfloat16 compute: Tessera's kernel up to 7x7 output pixels per
+      // launch (7x7x1100), oneDNN's past them (14x14x37).
+      for (const auto& [c, own] : {std::pair{cases[2], true}, std::pair{cases[0], false}}) {
+        ASSERT_OK(enable_profiler(*dev));
+        check_case(*dev, c, DataType::BFLOAT16, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
+        ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+        ASSERT_OK(disable_profiler(*dev));
+        ASSERT_FALSE(prof.ops.empty());
+        EXPECT_EQ(prof.ops.back().kernel_name == "bf16_depthwise2d__avx512", own) << prof.ops.back().kernel_name;
+      }
+    }
     // Input and output rows spread over the L1 banks (no uniform row
     // stride: Tessera's kernels find each pixel's address per unit).
     check_case(*dev, cases[0], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG);
