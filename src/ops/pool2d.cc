@@ -98,7 +98,11 @@ StatusOr<Tensor> pool2d(const Tensor& input, const Pool2dParams& p, bool average
       uint64_t{args.win.kh} * args.win.kw <= cpu::kPoolRowsMaxTaps) {
     const bool avx512 = kernel_isa() == KernelIsa::kAvx512;
     args.pool_rows = avx512 ? cpu::avx512::pool_rows : cpu::avx2::pool_rows;
-    args.rows = {args.in.base, args.out.base, in_stride, out_stride, bf16, average, args.c, oh, ow, args.win};
+    // Prefetching pays where each worker's share of the input outgrows its
+    // cache (see kPoolPrefetchBytes).
+    const uint64_t threads = static_cast<uint64_t>(device.workers().num_threads());
+    const bool prefetch = input.spec().storage_bytes() / threads > device.descriptor().l1_size_per_core;
+    args.rows = {args.in.base, args.out.base, in_stride, out_stride, bf16, average, args.c, oh, ow, args.win, prefetch};
     static const char* const names[2][2][2] = {
         {{"f32_max_pool2d__avx2_rows", "bf16_max_pool2d__avx2_rows"},
          {"f32_avg_pool2d__avx2_rows", "bf16_avg_pool2d__avx2_rows"}},
