@@ -33,6 +33,9 @@ namespace {
 
 using namespace tessera;
 using bench::time_it;
+
+// Each row and dtype runs this long before it is timed (bench::settle).
+constexpr double kSettleSeconds = 0.15;
 using bench::value_or_die;
 
 struct Layer {
@@ -190,13 +193,16 @@ int main(int argc, char** argv) {
         for (int i = 0; i < 10; ++i) p.run();
         CHECK_OK(end_trace_capture(*dev, tid, 0));
         CHECK_OK(execute_trace(*dev, tid, 0, true));
+        bench::settle(kSettleSeconds, [&] { CHECK_OK(execute_trace(*dev, tid, 0, true)); });
         t = time_it(reps, [&] { CHECK_OK(execute_trace(*dev, tid, 0, true)); });
         CHECK_OK(release_trace(*dev, tid));
       } else {
-        t = time_it(reps, [&] {
+        auto ten_calls = [&] {
           for (int i = 0; i < 10; ++i) p.run();
           CHECK_OK(synchronize_device(*dev));
-        });
+        };
+        bench::settle(kSettleSeconds, ten_calls);
+        t = time_it(reps, ten_calls);
       }
       const double s = t.median_s / 10;
       if (dt == DataType::FLOAT32) f32_s = s;
