@@ -4,7 +4,11 @@
 // errors, and closing with work in flight. Also run under TSan.
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <set>
 #include <thread>
+
+#include "tessera/base/affinity.h"
 
 #include "tessera/ops/eltwise.h"
 #include "tessera/ops/reference.h"
@@ -95,6 +99,40 @@ TEST(Queue, TwoQueuePipelineKeepsEveryInputWithItsOutput) {
 }
 
 Status failing_kernel(const void*, uint32_t, uint32_t) { return internal_error("kernel fault injected by test"); }
+
+// The CPU each chunk's thread is pinned to (-1: not pinned), per chunk.
+struct PlacementArgs {
+  std::mutex* mu;
+  std::set<int>* seen;
+};
+Status placement_kernel(const void* raw, uint32_t, uint32_t) {
+  const auto& a = *static_cast<const PlacementArgs*>(raw);
+  std::this_thread::sleep_for(std::chrono::microseconds(300));  // both threads take chunks
+  std::lock_guard<std::mutex> lock(*a.mu);
+  a.seen->insert(current_thread_pinned_cpu());
+  return Status();
+}
+
+// By default a launch's threads (the queue's and the pool worker) each run
+// pinned to their own physical core; with pin_threads off, the OS places them.
+TEST(Queue, LaunchThreadsArePinnedToDistinctCores) {
+  const std::vector<int>& cores = physical_core_cpus();
+  if (cores.size() < 2) GTEST_SKIP() << "one physical core: nothing to pin apart";
+  for (bool pin : {true, false}) {
+    SCOPED_TRACE(pin ? "pinned" : "unpinned");
+    ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2, .pin_threads = pin}));
+    std::mutex mu;
+    std::set<int> seen;
+    const PlacementArgs args{&mu, &seen};
+    const Program p{"test:placement", "placement", placement_kernel, 64, 1};
+    ASSERT_OK(dev->enqueue_program(0, p, &args, sizeof(args)));
+    ASSERT_OK(synchronize_device(*dev));
+    if (pin)
+      EXPECT_EQ(seen, (std::set<int>{cores[0], cores[1]}));
+    else
+      EXPECT_EQ(seen, (std::set<int>{-1}));
+  }
+}
 
 TEST(Queue, ErrorsAreStickyAndNothingDeadlocks) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.num_command_queues = 2}));

@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "conformance.h"
 #include "model_runner.h"
@@ -40,6 +41,7 @@ struct Common {
   std::string shape;  // "1x3x480x640"
   int workers = 0;
   bool verbose = false;
+  bool no_pin = false;
 };
 
 StatusOr<ModelOptions> model_options(const Common& c) {
@@ -67,7 +69,8 @@ StatusOr<std::shared_ptr<Device>> open(const Common& c) {
                       .l1_small_size = 16384,
                       .trace_region_size = 8 << 20,
                       .num_command_queues = 2,
-                      .worker_threads = c.workers});
+                      .worker_threads = c.workers,
+                      .pin_threads = !c.no_pin});
 }
 
 void print_report(const LoadedModel& m, const Common& c) {
@@ -221,8 +224,10 @@ Status print_profile(const DeviceProfile& p, int replays, const std::string& pat
 }
 
 Status cmd_bench(const Common& c, int iterations, const std::string& input, const std::string& reference,
-                 const std::string& profile_path) {
+                 const std::string& profile_path, double interval_ms) {
   if (iterations < 1) return invalid_argument_error("--iterations {}: expected at least 1", iterations);
+  if (!(interval_ms >= 0) || interval_ms > 60000)
+    return invalid_argument_error("--interval {}: expected milliseconds in 0..60000", interval_ms);
   TS_ASSIGN_OR_RETURN(auto device, open(c));
   TS_ASSIGN_OR_RETURN(ModelOptions mo, model_options(c));
   std::optional<Tensor> first;  // --input: frame 0 (the others random)
@@ -252,10 +257,15 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   TS_RETURN_IF_ERROR(pipe->compile(inputs[0]));
   const double pipeline_compile_ms = ms_since(t0);
   TS_RETURN_IF_ERROR(pipe->preallocate_output_tensors_on_host(inputs.size()));
-  // Latency: one frame at a time, enqueue to outputs on the host.
+  // Latency: one frame at a time, enqueue to outputs on the host; with
+  // --interval, each frame starts that long after the last one started (a
+  // camera's frame rate), the device idle in between.
   std::vector<double> lat;
   Progress lp("latency", iterations);
+  auto next = Clock::now();
   for (int i = 0; i < iterations; ++i) {
+    if (interval_ms > 0) std::this_thread::sleep_until(next);
+    next = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(interval_ms));
     t0 = Clock::now();
     TS_RETURN_IF_ERROR(pipe->enqueue(std::span<const Tensor>(&inputs[static_cast<size_t>(i)], 1)));
     TS_RETURN_IF_ERROR(pipe->pop_all().status());
@@ -305,8 +315,9 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
                                                        : "no trace",
               iterations, pipeline_compile_ms);
   std::printf("  end to end:  %8.2f FPS (%.2f ms per batch)\n", frames / e2e_ms * 1e3, e2e_ms / iterations);
-  std::printf("  latency:     p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  (one batch at a time)\n", percentile(lat, 50),
-              percentile(lat, 90), percentile(lat, 99));
+  const std::string pace = interval_ms > 0 ? fmt::format("one batch every {:g} ms", interval_ms) : "one batch at a time";
+  std::printf("  latency:     p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  (%s)\n", percentile(lat, 50), percentile(lat, 90),
+              percentile(lat, 99), pace.c_str());
   std::printf("  device only: %8.2f FPS (%.2f ms per batch, trace replays back to back; %.0f GFLOP/s)\n",
               frames / device_ms * 1e3, device_ms / iterations,
               m.model->report().conv_flops / (device_ms / iterations) / 1e6);
@@ -362,6 +373,7 @@ int main(int argc, char** argv) {
     s->add_option("--device", c.device, "cpu | wormhole_b0")->check(CLI::IsMember({"cpu", "wormhole_b0"}));
     s->add_option("--workers", c.workers, "worker threads (0: one per physical core)");
     s->add_flag("--verbose", c.verbose, "list every conv's placement plan");
+    s->add_flag("--no-pin", c.no_pin, "leave the device's threads to the OS (default: each pinned to its own core)");
   };
   std::string input, output, reference;
   bool random = false;
@@ -380,6 +392,9 @@ int main(int argc, char** argv) {
   bench->add_option("--input", bench_input, "frame 0 from this .npy (its shape sets the model's)")->check(CLI::ExistingFile);
   bench->add_option("--reference", bench_reference, "check frame 0's output against this .npy (PCC)")
       ->check(CLI::ExistingFile);
+  double interval_ms = 0;
+  bench->add_option("--interval", interval_ms,
+                    "latency frames start this many ms apart, the device idle in between (0: back to back)");
   std::string profile_path;
   bench->add_option("--profile", profile_path, "kernel time per op, median over up to 10 replays; a Chrome trace to this file ('-': none)");
   std::string dir = kDefaultNodeTestDir, filter;
@@ -397,7 +412,7 @@ int main(int argc, char** argv) {
   }
   tessera::Status s;
   if (*run) s = cmd_run(c, input, random, output, reference);
-  else if (*bench) s = cmd_bench(c, iterations, bench_input, bench_reference, profile_path);
+  else if (*bench) s = cmd_bench(c, iterations, bench_input, bench_reference, profile_path, interval_ms);
   else s = cmd_conformance(dir, filter, min_rate, quiet);
   if (!s.ok()) {
     std::fprintf(stderr, "tessera: %s\n", s.to_string().c_str());

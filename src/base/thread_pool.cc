@@ -2,12 +2,19 @@
 
 #include <chrono>
 
+#include "tessera/base/affinity.h"
 #include "tessera/base/spin.h"
 
 namespace tessera {
 
-ThreadPool::ThreadPool(int num_threads) {
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+ThreadPool::ThreadPool(int num_threads, std::vector<int> worker_cpus) {
+  for (int i = 1; i < num_threads; ++i) {
+    const int cpu = worker_cpus.empty() ? -1 : worker_cpus[static_cast<size_t>(i - 1) % worker_cpus.size()];
+    workers_.emplace_back([this, cpu] {
+      if (cpu >= 0) pin_current_thread(cpu);  // a placement hint: unpinned, the worker still runs
+      worker_loop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -1,5 +1,6 @@
 #include "command_queue.h"
 
+#include "tessera/base/affinity.h"
 #include "tessera/base/spin.h"
 
 #include <algorithm>
@@ -28,9 +29,12 @@ Status run_program(ThreadPool& pool, const Program& p, const void* args) {
   return first.ok() ? first : first.annotate(p.key);
 }
 
-CommandQueue::CommandQueue(uint8_t id, ThreadPool& pool, ProfileSink* profile)
+CommandQueue::CommandQueue(uint8_t id, ThreadPool& pool, ProfileSink* profile, int cpu)
     : id_(id), pool_(pool), profile_(profile), ring_(kCapacity) {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this, cpu] {
+    if (cpu >= 0) pin_current_thread(cpu);  // a placement hint: unpinned, the queue still runs
+    loop();
+  });
 }
 
 CommandQueue::~CommandQueue() { stop(); }

@@ -61,7 +61,8 @@ struct ProfileSink {
 
 class CommandQueue {
  public:
-  CommandQueue(uint8_t id, ThreadPool& pool, ProfileSink* profile = nullptr);
+  // cpu >= 0: the queue's thread pins itself to that logical CPU (affinity.h).
+  CommandQueue(uint8_t id, ThreadPool& pool, ProfileSink* profile = nullptr, int cpu = -1);
   ~CommandQueue();
 
   uint8_t id() const { return id_; }

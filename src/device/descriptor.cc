@@ -101,6 +101,27 @@ StatusOr<uint64_t> parse_l1_size(std::string_view text) {
   return v;
 }
 
+const std::vector<int>& physical_core_cpus() {
+  static const std::vector<int> cpus = [] {
+    std::vector<int> v;
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0) return v;
+    if (hwloc_topology_load(topo) == 0) {
+      // The topology holds only the CPUs this process is allowed (hwloc's
+      // default), so a restricted process (taskset, cgroups) pins within them.
+      const int cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+      for (int i = 0; i < cores; ++i) {
+        hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, static_cast<unsigned>(i));
+        if (hwloc_obj_t pu = hwloc_get_obj_inside_cpuset_by_type(topo, core->cpuset, HWLOC_OBJ_PU, 0))
+          v.push_back(static_cast<int>(pu->os_index));
+      }
+    }
+    hwloc_topology_destroy(topo);
+    return v;
+  }();
+  return cpus;
+}
+
 StatusOr<DeviceDescriptor> native_cpu_descriptor() {
   static const StatusOr<DeviceDescriptor> cached = []() -> StatusOr<DeviceDescriptor> {
     hwloc_topology_t topo;

@@ -162,9 +162,17 @@ StatusOr<std::shared_ptr<Device>> open_device(const DeviceParams& params) {
       desc.num_cores());
 
   int workers = params.worker_threads ? params.worker_threads : static_cast<int>(desc.host_cores);
-  dev->workers_ = std::make_unique<ThreadPool>(workers);
+  // The queue threads (each the first thread of its launches) on the first
+  // core, worker i on core i: no two of a launch's threads share a core.
+  const std::vector<int>& cores = physical_core_cpus();
+  const bool pin = params.pin_threads && cores.size() >= 2;
+  std::vector<int> worker_cpus;
+  if (pin)
+    for (int i = 1; i < workers; ++i) worker_cpus.push_back(cores[static_cast<size_t>(i) % cores.size()]);
+  dev->workers_ = std::make_unique<ThreadPool>(workers, std::move(worker_cpus));
   for (int q = 0; q < params.num_command_queues; ++q)
-    im.queues.push_back(std::make_unique<CommandQueue>(static_cast<uint8_t>(q), *dev->workers_, &im.profile));
+    im.queues.push_back(std::make_unique<CommandQueue>(static_cast<uint8_t>(q), *dev->workers_, &im.profile,
+                                                       pin ? cores[0] : -1));
   return dev;
 }
 

@@ -42,7 +42,10 @@ class FunctionRef<R(A...)> {
 class ThreadPool {
  public:
   // `num_threads` counts the caller: num_threads - 1 workers are started.
-  explicit ThreadPool(int num_threads);
+  // With `worker_cpus`, worker i (1 .. num_threads - 1) pins itself to
+  // logical CPU worker_cpus[(i - 1) % size] (see affinity.h); a CPU the OS
+  // refuses leaves that worker unpinned.
+  explicit ThreadPool(int num_threads, std::vector<int> worker_cpus = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -50,6 +50,10 @@ struct DeviceDescriptor {
 };
 
 StatusOr<DeviceDescriptor> native_cpu_descriptor();
+// One logical CPU (the OS's index) per physical core this process may run
+// on, in hwloc's order: where a device pins its threads. Empty where hwloc
+// cannot read the topology.
+const std::vector<int>& physical_core_cpus();
 // TESSERA_CPU_L1_SIZE's value: a decimal byte count in 4096..2^32.
 StatusOr<uint64_t> parse_l1_size(std::string_view text);
 DeviceDescriptor wormhole_b0_descriptor();

@@ -62,6 +62,10 @@ struct DeviceParams {
   uint64_t trace_region_size = 0;   // bytes per DRAM bank reserved as TRACE
   int num_command_queues = 1;       // 1 or 2
   int worker_threads = 0;           // 0: one per physical core
+  // Pin the command-queue threads to the first physical core and pool worker
+  // i to core i (modulo the cores; see tessera/base/affinity.h for why).
+  // Off, or on a single core, the OS places them.
+  bool pin_threads = true;
 };
 
 using TraceId = uint32_t;
