@@ -30,6 +30,46 @@ TEST(Queue, RunsCommandsInOrder) {
   }
 }
 
+// A ring held full (its first command blocked) by two host threads pushing
+// 3000 commands each: they wait, then go on once the ring drains to half
+// (CommandQueue::push); every command runs once, each thread's in order.
+TEST(Queue, FullRingWaitsAndLosesNothing) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  std::atomic<bool> gate{false};
+  ASSERT_OK(dev->enqueue_host_command(0, "gate", [&] {
+    while (!gate.load()) std::this_thread::yield();
+    return Status();
+  }, false));
+  std::vector<int> seen[2];
+  std::mutex mu;
+  std::atomic<int> pushed{0};
+  auto producer = [&](int id) {
+    for (int i = 0; i < 3000; ++i) {
+      Status s = dev->enqueue_host_command(0, "push", [&, id, i] {
+        std::lock_guard<std::mutex> lock(mu);
+        seen[id].push_back(i);
+        return Status();
+      }, false);
+      if (!s.ok()) return;
+      pushed.fetch_add(1);
+    }
+  };
+  std::thread a(producer, 0), b(producer, 1);
+  // The ring fills (1024 commands in flight) and both producers wait.
+  while (pushed.load() < 1000) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_LT(pushed.load(), 1030);
+  gate.store(true);
+  a.join();
+  b.join();
+  ASSERT_OK(synchronize_device(*dev));
+  EXPECT_EQ(pushed.load(), 6000);
+  for (const auto& v : seen) {
+    ASSERT_EQ(v.size(), 3000u);
+    for (int i = 0; i < 3000; ++i) ASSERT_EQ(v[static_cast<size_t>(i)], i);
+  }
+}
+
 // cq 1 produces step i, records an event; cq 0 waits on it and must see step
 // i done; and the other way round, thousands of times, both queues busy.
 TEST(Queue, CrossQueueEventWaitsUnderStress) {

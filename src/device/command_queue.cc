@@ -42,7 +42,15 @@ CommandQueue::~CommandQueue() { stop(); }
 uint64_t CommandQueue::push(Command&& cmd) {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   lock_spinning(lock);
-  not_full_.wait(lock, [&] { return enqueued_ - taken_ < kCapacity || stopping_; });  // rare: 1024 in flight
+  if (enqueued_ - taken_ >= kCapacity) {
+    // A full ring: wait until it is half empty, so that a host thread
+    // enqueuing faster than the device runs wakes once per kCapacity / 2
+    // commands, not once per command beside the device's threads (per-op
+    // eager loops of 8000 small launches ran at half speed in that state).
+    ++push_waiters_;
+    not_full_.wait(lock, [&] { return enqueued_ - taken_ <= kCapacity / 2 || stopping_; });
+    --push_waiters_;
+  }
   if (stopping_) return 0;
   ring_[enqueued_ % kCapacity] = std::move(cmd);
   uint64_t seq = ++enqueued_;
@@ -87,6 +95,7 @@ void CommandQueue::stop() {
     stopping_ = true;
   }
   not_empty_.notify_all();
+  not_full_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -145,8 +154,9 @@ void CommandQueue::loop() {
     Command cmd = std::move(ring_[taken_ % kCapacity]);
     uint64_t seq = ++taken_;
     bool poisoned = !error_.ok();
+    const bool wake_pushers = push_waiters_ > 0 && enqueued_ - taken_ <= kCapacity / 2;
     lock.unlock();
-    not_full_.notify_one();
+    if (wake_pushers) not_full_.notify_all();
     Status s = poisoned ? Status() : execute(cmd);
     cmd = Command();  // release captured host state before signalling completion
     lock_spinning(lock);

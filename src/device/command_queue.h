@@ -97,6 +97,7 @@ class CommandQueue {
   // costs several microseconds on a VM).
   std::atomic<uint64_t> enqueued_mirror_{0}, completed_mirror_{0};
   bool loop_sleeping_ = false;
+  int push_waiters_ = 0;  // threads in push waiting for a half-empty ring
   mutable int progress_waiters_ = 0;
   // The least sequence a sleeping waiter waits for: the loop wakes waiters
   // when it completes that one, not after every command (a host thread in
