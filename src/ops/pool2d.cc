@@ -134,6 +134,7 @@ StatusOr<Tensor> pool2d(const Tensor& input, const Pool2dParams& p, bool average
 struct GlobalPoolArgs {
   TensorAccess in, out;
   cpu::SumAccumulateFn accumulate;
+  bool rows_in_registers;  // AVX-512 and evenly spaced pixel rows: cpu::avx512::sum_rows
   DataType dtype;
   uint32_t hw, c, width, chunks;  // chunks of `width` (<= kGlobalPoolWidth) channels per image
 };
@@ -147,9 +148,16 @@ Status global_pool_kernel(const void* raw, uint32_t begin, uint32_t end) {
   alignas(64) float acc[kGlobalPoolWidth];
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t n = t / a.chunks, c0 = (t % a.chunks) * a.width, cn = std::min(a.width, a.c - c0);
-    std::fill_n(acc, cn, 0.0f);
     uint32_t run = 0;
-    for (uint32_t i = 0; i < a.hw; ++i) a.accumulate(acc, a.in.unit(n * a.hw + i, c0, &run), cn);
+    if (a.rows_in_registers) {
+      const uint64_t stride = a.in.uniform_row_stride();
+      const bool bf16 = a.dtype == DataType::BFLOAT16;
+      const std::byte* first = a.in.base + uint64_t{n} * a.hw * stride + uint64_t{c0} * (bf16 ? 2 : 4);
+      cpu::avx512::sum_rows(acc, first, stride, a.hw, cn, bf16);
+    } else {
+      std::fill_n(acc, cn, 0.0f);
+      for (uint32_t i = 0; i < a.hw; ++i) a.accumulate(acc, a.in.unit(n * a.hw + i, c0, &run), cn);
+    }
     for (uint32_t i = 0; i < cn; ++i) acc[i] /= static_cast<float>(a.hw);
     convert_from_float(acc, a.out.unit(n, c0, &run), a.dtype, cn);
   }
@@ -180,6 +188,11 @@ StatusOr<Tensor> global_avg_pool2d(const Tensor& input, uint8_t cq_id) {
   TS_ASSIGN_OR_RETURN(args.out, make_access(out));
   const char* kernel_name = nullptr;
   args.accumulate = cpu::select_sum_accumulate(input.dtype() == DataType::BFLOAT16, &kernel_name);
+  // The register path: each vector of 16 channels summed over the pixels in
+  // a register, where the accumulate path loads, adds and stores a stack
+  // buffer per pixel.
+  args.rows_in_registers = kernel_isa() == KernelIsa::kAvx512 && args.in.uniform_row_stride() != 0 &&
+                           (input.dtype() == DataType::FLOAT32 || input.dtype() == DataType::BFLOAT16);
   args.dtype = input.dtype();
   args.hw = s[1] * s[2];
   args.c = s[3];

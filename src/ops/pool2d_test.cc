@@ -219,6 +219,20 @@ TEST(GlobalAvgPool2d, MatchesReference) {
       }
   }
   set_avx512_kernels_enabled(true);
+  // AVX-512, evenly spaced rows (DRAM) sum each vector in a register; rows
+  // spread over the L1 banks take the per-pixel accumulate path. The sums
+  // are the same, bit for bit.
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+  for (const Shape& s : {Shape{1, 7, 7, 2048}, Shape{2, 3, 5, 37}, Shape{2, 2, 3, 4100}})
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      SCOPED_TRACE(fmt::format("{} {}", s.to_string(), data_type_name(dt)));
+      Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 5);
+      ASSERT_OK_AND_ASSIGN(Tensor in_dram, to_device(h, *dev, DRAM_MEMORY_CONFIG));
+      ASSERT_OK_AND_ASSIGN(Tensor in_l1, to_device(h, *dev, L1_MEMORY_CONFIG));
+      ASSERT_OK_AND_ASSIGN(Tensor a, global_avg_pool2d(in_dram));
+      ASSERT_OK_AND_ASSIGN(Tensor b, global_avg_pool2d(in_l1));
+      EXPECT_EQ(testing::host_bytes(a.cpu().value()), testing::host_bytes(b.cpu().value()));
+    }
   ASSERT_OK_AND_ASSIGN(Tensor flat, to_device(testing::random_tensor(Shape{4, 8}, DataType::FLOAT32,
                                                                       Layout::ROW_MAJOR, 1), *dev));
   EXPECT_ERROR(global_avg_pool2d(flat), StatusCode::kInvalidArgument, "expected an (N, H, W, C) input, found [4,8]");

@@ -93,6 +93,31 @@ void pool_rows(const PoolRowsArgs& a, uint32_t begin, uint32_t end) {
   return a.average ? pool_rows_t<false, true>(a, begin, end) : pool_rows_t<false, false>(a, begin, end);
 }
 
+namespace {
+template <bool kBf16, int V>
+void sum_columns(float* acc, const std::byte* first, uint64_t stride, uint32_t rows, uint32_t c0, __mmask16 m) {
+  constexpr size_t es = kBf16 ? 2 : 4;
+  __m512 s[V];
+  for (int j = 0; j < V; ++j) s[j] = _mm512_setzero_ps();
+  const std::byte* p = first + c0 * es;
+  for (uint32_t r = 0; r < rows; ++r, p += stride)
+    for (int j = 0; j < V; ++j) s[j] = _mm512_add_ps(s[j], load<kBf16>(p + j * 16 * es, j == V - 1 ? m : 0xffff));
+  for (int j = 0; j < V; ++j) storeu_ps(acc + c0 + j * 16, j == V - 1 ? m : 0xffff, s[j]);
+}
+template <bool kBf16>
+void sum_rows_t(float* acc, const std::byte* first, uint64_t stride, uint32_t rows, uint32_t n) {
+  uint32_t c = 0;
+  for (; c + 64 <= n; c += 64) sum_columns<kBf16, 4>(acc, first, stride, rows, c, 0xffff);
+  for (; c + 16 <= n; c += 16) sum_columns<kBf16, 1>(acc, first, stride, rows, c, 0xffff);
+  if (c < n) sum_columns<kBf16, 1>(acc, first, stride, rows, c, tail_mask(n - c));
+}
+}  // namespace
+
+void sum_rows(float* acc, const std::byte* first, uint64_t stride, uint32_t rows, uint32_t n, bool bf16) {
+  if (bf16) sum_rows_t<true>(acc, first, stride, rows, n);
+  else sum_rows_t<false>(acc, first, stride, rows, n);
+}
+
 void max_accumulate_f32(float* acc, const void* x, size_t n) { accumulate_f32(acc, x, n, nan_max); }
 void max_accumulate_bf16(float* acc, const void* x, size_t n) { accumulate_bf16(acc, x, n, nan_max); }
 void sum_accumulate_f32(float* acc, const void* x, size_t n) { accumulate_f32(acc, x, n, add); }
