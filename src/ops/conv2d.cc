@@ -1410,7 +1410,7 @@ uint32_t depthwise_grain(const Geometry& g, uint32_t threads) {
   const uint64_t chunks = bytes >= kDepthwiseManyChunksBytes
                               ? 4 * uint64_t{threads}
                               : std::clamp<uint64_t>(bytes / kDepthwiseChunkBytes, 1, threads);
-  return static_cast<uint32_t>((rows + chunks - 1) / chunks);
+  return static_cast<uint32_t>(div_up(rows, chunks));
 }
 
 StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,

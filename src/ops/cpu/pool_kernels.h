@@ -72,11 +72,12 @@ struct PoolRowsArgs {
 // With a.prefetch, each output pixel inside the image prefetches the input
 // rows its window is first to read, this far ahead of its taps: the
 // hardware's prefetchers kept the UNet's 2x2 pools (39 MB of float32 in,
-// from DRAM) to 50 GB/s. Per-launch sums in the models, alternated rounds:
-// the UNet's four pools 1.68-2.32 -> 1.22-1.44 ms (bfloat16 0.80-0.85 ->
-// 0.69-0.80), ResNet-50's stem pool 0.052-0.078 -> 0.041-0.046 ms. YOLO's
-// 5x5 stride-1 pools on 20x20 maps, whose input stays in the L2, went 4-10%
-// slower: pool2d sets a.prefetch only past the workers' caches.
+// from DRAM) to 50 GB/s. Per-launch sums in the models, old and new builds
+// alternated (bench/RESULTS.md, twenty-first run): ResNet-50's stem pool
+// 0.050-0.064 -> 0.037-0.042 ms; the UNet's four pools 1.68-2.44 -> 1.82-2.12
+// ms (bfloat16 0.80-0.85 -> 0.69-0.80). YOLO's 5x5 stride-1 pools on 20x20
+// maps, whose input stays in the L2, went 4-10% slower prefetched: pool2d
+// sets a.prefetch only past the workers' caches.
 inline constexpr uint64_t kPoolPrefetchBytes = 4096;
 
 template <class F>
