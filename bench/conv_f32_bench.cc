@@ -7,8 +7,12 @@
 // columns share the VM's drift. --workers N opens the device with N worker
 // threads: one worker takes the second vCPU's stalls out of a comparison.
 // --activation NAME fuses NAME instead of relu (YOLO's convs fuse silu).
+// --kernel-time reports the device profiler's time per call instead (the
+// launches' kernel-only time, without the host's dispatch: what ONNX
+// Runtime's profiler reports for its node, the anchor in
+// bench/conv_vs_ort_rounds.py).
 //
-//   bench_conv_f32 bench/layers/conv_layers.txt [SET] [--hifi2] [--workers N] [--activation NAME]
+//   bench_conv_f32 bench/layers/conv_layers.txt [SET] [--hifi2] [--workers N] [--activation NAME] [--kernel-time]
 //
 // Layer lines as in bench_conv (set name h w c k r stride count [groups]; padding
 // r/2, fused ReLU unless --activation, random input, float32 weights).
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "tessera/device/profiler.h"
 #include "tessera/ops/conv2d.h"
 #include "tessera/tessera.h"
 
@@ -48,6 +53,7 @@ double seconds(const std::function<void()>& body) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   const bool hifi2 = std::erase(args, "--hifi2") > 0;
+  const bool kernel_time = std::erase(args, "--kernel-time") > 0;
   int workers = 0;
   if (auto it = std::find(args.begin(), args.end(), "--workers"); it != args.end()) {
     if (it + 1 == args.end() || (workers = std::atoi((it + 1)->c_str())) <= 0) {
@@ -67,7 +73,12 @@ int main(int argc, char** argv) {
     args.erase(it, it + 2);
   }
   if (args.empty() || args.size() > 2) {
-    std::fprintf(stderr, "usage: bench_conv_f32 LAYERS [SET] [--hifi2] [--workers N] [--activation NAME]\n");
+    std::fprintf(stderr,
+                 "usage: bench_conv_f32 LAYERS [SET] [--hifi2] [--workers N] [--activation NAME] [--kernel-time]\n");
+    return 2;
+  }
+  if (hifi2 && kernel_time) {
+    std::fprintf(stderr, "bench_conv_f32: --kernel-time times one fidelity; leave out --hifi2\n");
     return 2;
   }
   const std::vector<bench::ConvLayer> layers =
@@ -108,8 +119,25 @@ int main(int argc, char** argv) {
     };
     Rounds a, b;
     for (int round = -2; round < 30; ++round) {  // two warm-up rounds
+      if (kernel_time && round == 0) CHECK_OK(enable_profiler(*dev));
       const double ta = seconds(calls(first, cfg)), tb = hifi2 ? seconds(calls(second, cfg2)) : 0;
       if (round >= 0) a.s.push_back(ta / 5), b.s.push_back(tb / 5);
+    }
+    if (kernel_time) {  // per call: the sum of its launches' kernel-only times
+      const DeviceProfile profile = bench::value_or_die(read_profile(*dev));
+      CHECK_OK(disable_profiler(*dev));
+      const size_t calls_timed = 30 * 5, per_call = profile.ops.size() / calls_timed;
+      if (per_call == 0 || profile.ops.size() % calls_timed != 0 || profile.dropped != 0) {
+        std::fprintf(stderr, "bench_conv_f32: the profiler recorded %zu launches for %zu calls\n", profile.ops.size(),
+                     calls_timed);
+        return 1;
+      }
+      a.s.clear();
+      for (size_t i = 0; i < calls_timed; ++i) {
+        double us = 0;
+        for (size_t j = 0; j < per_call; ++j) us += profile.ops[i * per_call + j].duration_us();
+        a.s.push_back(us / 1e6);
+      }
     }
     const double gflop = 2.0 * k * cg * r * r * first.output_height * first.output_width / 1e9;
     const double ma = a.median();

@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
-"""Per-layer float32 conv2d, Tessera beside ONNX Runtime, in alternating rounds.
+"""Per-layer float32 conv2d, Tessera beside ONNX Runtime, alternated layer by layer.
 
 bench/conv_vs_ort.sh times ONNX Runtime's one-layer models first and Tessera's
 layers after, minutes apart; on this VM a layer's speed drifts by several
-percent between such windows, as much as the two engines differ on layers
-that both run at the FMA peak. This script alternates the two passes ROUNDS
-times (ONNX Runtime, Tessera, ONNX Runtime, ...), each pass over the whole
-layer file, and prints per layer the median over rounds of each engine's
-GFLOP/s and of their ratio, with its range.
+percent between such windows (and the whole VM runs up to twice as slow for
+seconds at a time), as much as the two engines differ on layers that both run
+at the FMA peak. So this script times each layer with both engines back to
+back, within about a second, in an order that alternates from layer to layer
+and round to round, ROUNDS times, and prints per layer the median over rounds
+of each engine's GFLOP/s and of their ratio, with its range (each ratio from
+one pair of back-to-back timings). Both engines' times are kernel-only, by
+their own profilers: ONNX Runtime's median Conv node time over REPS runs
+(bench/ort/time_models.js; its binding's per-run overhead is not the
+layer's), and Tessera's median launch time per call over 150 back-to-back
+calls (bench_conv_f32 --kernel-time; the host's dispatch, 3-5 us per call,
+is not counted either).
 
     /usr/bin/python3 bench/conv_vs_ort_rounds.py [ROUNDS] [SET ...]
-    e.g. /usr/bin/python3 bench/conv_vs_ort_rounds.py 3 resnet50 unet
+    e.g. /usr/bin/python3 bench/conv_vs_ort_rounds.py 5 resnet50 unet
 
 Needs what bench/conv_vs_ort.sh sets up (run it once first): python3-onnx,
-node with bench/ort/node_modules, build/release/bench_conv.
+node with bench/ort/node_modules, build/release/bench_conv_f32.
 """
 import os
 import re
@@ -23,49 +30,58 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ROW = re.compile(r"^\| (\S+) \(x\d+\) \| [\d.]+ \| (\d+) \(")
+ROW = re.compile(r"^\| (\S+) \| ([\d.]+) \| (\d+) \| ([\d.]+) \|$")
+REPS = "15"
+
+
+def ort_ms(layer_file, models):
+    out = subprocess.run(["node", "bench/ort/time_models.js", layer_file, models, REPS], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.split()[1])
+
+
+def tessera_ms(layer_file):
+    out = subprocess.run(["./build/release/bench_conv_f32", layer_file, "--kernel-time"], cwd=ROOT, check=True, capture_output=True,
+                         text=True).stdout
+    for line in out.splitlines():
+        m = ROW.match(line)
+        if m:
+            return float(m.group(2))
+    sys.exit(f"bench_conv_f32 printed no layer row:\n{out}")
 
 
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     sets = set(sys.argv[2:]) or {"resnet50", "unet"}
     with tempfile.TemporaryDirectory() as work:
+        lines = [line for line in open(os.path.join(ROOT, "bench/layers/conv_layers.txt"))
+                 if line.strip() and not line.startswith("#") and line.split()[0] in sets]
         layers = os.path.join(work, "layers.txt")
-        with open(os.path.join(ROOT, "bench/layers/conv_layers.txt")) as f, open(layers, "w") as out:
-            for line in f:
-                if line.startswith("#") or not line.strip() or line.split()[0] in sets:
-                    out.write(line)
+        with open(layers, "w") as out:
+            out.writelines(lines)
         models = os.path.join(work, "models")
         subprocess.run(["/usr/bin/python3", "bench/ort/make_conv_models.py", layers, models], cwd=ROOT, check=True,
                        stdout=subprocess.DEVNULL)
-        gflop = {}
-        for line in open(layers):
+        gflop, files = {}, {}
+        for i, line in enumerate(lines):
             p = line.split()
-            if line.startswith("#") or len(p) < 9:
-                continue
             h, w, c, k, r, s = map(int, p[2:8])
             groups = int(p[9]) if len(p) > 9 else 1
             oh, ow = (h + 2 * (r // 2) - r) // s + 1, (w + 2 * (r // 2) - r) // s + 1
-            gflop[f"{p[0]}.{p[1]}"] = 2.0 * oh * ow * k * (c // groups) * r * r / 1e9
+            key = f"{p[0]}.{p[1]}"
+            gflop[key] = 2.0 * oh * ow * k * (c // groups) * r * r / 1e9
+            files[key] = os.path.join(work, f"layer{i}.txt")
+            with open(files[key], "w") as f:
+                f.write(line)
         tess, ort = {}, {}
         for i in range(rounds):
-            ort_file = os.path.join(work, f"ort{i}.txt")
-            with open(ort_file, "w") as f:
-                subprocess.run(["node", "bench/ort/time_models.js", layers, models, "15"], cwd=ROOT, check=True,
-                               stdout=f)
-            for line in open(ort_file):
-                key, ms = line.split()
-                ort.setdefault(key, []).append(gflop[key] / (float(ms) / 1e3))
-            out = subprocess.run(["./build/release/bench_conv", "--layers", layers], cwd=ROOT, check=True,
-                                 capture_output=True, text=True).stdout
-            current = None
-            for line in out.splitlines():
-                if line.startswith("## "):
-                    current = {"ResNet-50": "resnet50", "Vanilla UNet": "unet", "MobileNetV2": "mobilenet_v2"}.get(
-                        line[3:].split(",")[0])
-                m = ROW.match(line)
-                if m and current:
-                    tess.setdefault(f"{current}.{m.group(1)}", []).append(float(m.group(2)))
+            for j, key in enumerate(gflop):
+                # Which engine goes first alternates by layer and by round.
+                engines = [("ort", lambda: ort_ms(files[key], models)), ("tessera", lambda: tessera_ms(files[key]))]
+                if (i + j) % 2:
+                    engines.reverse()
+                for name, run in engines:
+                    (ort if name == "ort" else tess).setdefault(key, []).append(gflop[key] / (run() / 1e3))
             print(f"round {i + 1} of {rounds} done", file=sys.stderr)
     print(f"| layer | Tessera f32 GFLOP/s | ONNX Runtime f32 GFLOP/s | Tessera / ORT, median (range) over {rounds} rounds |")
     print("|---|---|---|---|")
