@@ -915,6 +915,27 @@ TEST(Conv2d, LargeMapsTakeSeveralRowShardsPerWorker) {
   }
 }
 
+// A bfloat16 1x1 conv whose row shards' oneDNN kernel takes another weight
+// layout than the whole problem's (MobileNetV2's 14x14 96 -> 576) still
+// splits its rows over the workers: its weights are packed in the shards'
+// layout (conv2d.cc, whole_problem_weights). A batch split by images keeps
+// the whole problem's layout. Both match the reference, the prepared weights
+// reused bit for bit.
+TEST(Conv2d, Bfloat16RowShardsPackTheirOwnLayout) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Case one{1, 14, 14, 96, 576, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU6};
+  const Case two{2, 14, 14, 96, 576, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU6};
+  for (const Case* c : {&one, &two}) {
+    ASSERT_OK(enable_profiler(*dev));
+    check_case(*dev, *c, DataType::BFLOAT16, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
+    const std::string kernel = conv_kernel_run(*dev);
+    if (cpu_features().has_avx512_kernels() && kernel_isa() == KernelIsa::kAvx512) {
+      EXPECT_TRUE(kernel.starts_with("bf16_conv2d__onednn_brgconv_1x1") && kernel.ends_with("_x2")) << kernel;
+    }
+  }
+  ASSERT_OK(disable_profiler(*dev));
+}
+
 }  // namespace
 }  // namespace tessera
 
