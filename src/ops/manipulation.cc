@@ -320,6 +320,33 @@ void transpose_dense(const std::byte* in_bytes, std::byte* out_bytes, uint32_t c
         }
       }
     }
+    // 2-byte units (a bfloat16 image): eight pixels at a time, the rows
+    // interleaved by unpacks and each pixel's four lanes stored 8 bytes wide
+    // the same way. The scalar loop took 0.050 ms for MobileNetV2's
+    // 224x224x3 bfloat16 input, three times the float32 one's 0.016.
+    if constexpr (sizeof(T) == 2) {
+      if (c >= 2 && i0 == 0 && i1 == c) {
+        const uint16_t* r[4];
+        for (uint32_t i = 0; i < 4; ++i) r[i] = reinterpret_cast<const uint16_t*>(in) + uint64_t{std::min(i, c - 1)} * p;
+        auto* d = reinterpret_cast<uint16_t*>(out);
+        for (; j + 8 < j1; j += 8) {
+          const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + j)),
+                        r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + j)),
+                        r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + j)),
+                        r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[3] + j));
+          // (r0, r1) and (r2, r3) pairs per pixel, then four lanes per pixel: pixels 0-1, 2-3, 4-5, 6-7.
+          const __m128i lo01 = _mm_unpacklo_epi16(r0, r1), hi01 = _mm_unpackhi_epi16(r0, r1);
+          const __m128i lo23 = _mm_unpacklo_epi16(r2, r3), hi23 = _mm_unpackhi_epi16(r2, r3);
+          const __m128i px[4] = {_mm_unpacklo_epi32(lo01, lo23), _mm_unpackhi_epi32(lo01, lo23),
+                                 _mm_unpacklo_epi32(hi01, hi23), _mm_unpackhi_epi32(hi01, hi23)};
+          uint16_t* o = d + uint64_t{j} * c;
+          for (uint32_t k = 0; k < 4; ++k) {
+            _mm_storel_epi64(reinterpret_cast<__m128i*>(o + (2 * k) * c), px[k]);
+            _mm_storel_epi64(reinterpret_cast<__m128i*>(o + (2 * k + 1) * c), _mm_unpackhi_epi64(px[k], px[k]));
+          }
+        }
+      }
+    }
 #endif
     for (; j < j1; ++j)
       for (uint32_t i = i0; i < i1; ++i) out[uint64_t{j} * c + i] = in[uint64_t{i} * p + j];

@@ -110,12 +110,14 @@ TEST(Permute, GroupSwapRunsTheTransposeKernel) {
 
 // Dense rows both ways take tiles: square ones (4x4 register transposes for
 // 4-byte types), or long runs of pixels when there are at most four
-// channels. Odd sizes across several tiles, both directions, every dtype.
+// channels (register interleaves for 4- and 2-byte types, eight pixels at a
+// time for 2-byte ones: runs of 24 and 17 pixels). Odd sizes across several
+// tiles, both directions, every dtype.
 TEST(Permute, DenseGroupSwapRunsTheTileKernel) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const MemoryConfig dram{TensorMemoryLayout::INTERLEAVED, BufferType::DRAM, std::nullopt};
   for (const Shape& s : {Shape{1, 80, 9, 255}, Shape{2, 67, 3, 131}, Shape{1, 5, 13, 7}, Shape{2, 3, 71, 67},
-                         Shape{1, 4, 3, 5}, Shape{1, 2, 9, 2}})
+                         Shape{1, 4, 3, 5}, Shape{1, 2, 9, 2}, Shape{1, 3, 4, 6}, Shape{3, 3, 17, 1}})
     for (const auto& perm : {std::vector<int>{0, 3, 1, 2}, std::vector<int>{0, 2, 3, 1}})
       for (DataType dt : kTypes) {
         SCOPED_TRACE(fmt::format("{} ({}) {}", s.to_string(), fmt::join(perm, ","), data_type_name(dt)));
