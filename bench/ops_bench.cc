@@ -9,9 +9,14 @@
 // By default each call is an eager launch (validation, allocation, program
 // cache lookup, enqueue); with --replay the ten calls of a repetition are
 // captured once in a trace and replayed back to back, as a model's launches
-// run in the Pipeline.
+// run in the Pipeline. With --kernel-time each call's time is the device
+// profiler's: the sum of its launches' kernel-only times, without the host's
+// dispatch (on two vCPUs the host thread that dispatches eager calls shares
+// them with the kernels' threads) or the queue's hand-offs. That is what
+// ONNX Runtime's column reports for its node (its profiler's kernel time).
 //
 //   bench_ops [--layers bench/layers/op_layers.txt] [--ort ORT_TIMES] [--quick] [--kernels] [--replay]
+//             [--kernel-time]
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -153,7 +158,7 @@ Prepared prepare(Device& dev, const Layer& l, DataType dt) {
 int main(int argc, char** argv) {
   std::string layers_path = "bench/layers/op_layers.txt", ort_path;
   int reps = 21;
-  bool kernels = false, replay = false;
+  bool kernels = false, replay = false, kernel_time = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") reps = 5;
@@ -161,6 +166,7 @@ int main(int argc, char** argv) {
     else if (a == "--ort" && i + 1 < argc) ort_path = argv[++i];
     else if (a == "--kernels") kernels = true;
     else if (a == "--replay") replay = true;
+    else if (a == "--kernel-time") kernel_time = true;
   }
   const auto layers = read_layers(layers_path);
   const auto ort = ort_path.empty() ? std::map<std::string, double>{} : bench::read_ort(ort_path);
@@ -176,6 +182,8 @@ int main(int argc, char** argv) {
               ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, NCHW float32, "
                                  "median of its profiled kernel time (layout reorders left out).");
   if (replay) std::printf("Timed as traced replays of ten calls each (`--replay`).\n\n");
+  if (kernel_time)
+    std::printf("Times are kernel-only: the device profiler's launch times per call, medians (`--kernel-time`).\n\n");
   std::printf("| set | layer | f32 ms | f32 %% of floor | bf16 ms | bf16 %% of floor |%s\n", ort.empty() ? "" : " ORT f32 ms | f32 vs ORT |");
   std::printf("|---|---|---|---|---|---|%s\n", ort.empty() ? "" : "---|---|");
   auto dev = value_or_die(open_device({.trace_region_size = replay ? size_t{64} << 20 : 0}));
@@ -204,7 +212,33 @@ int main(int argc, char** argv) {
         bench::settle(kSettleSeconds, ten_calls);
         t = time_it(reps, ten_calls);
       }
-      const double s = t.median_s / 10;
+      double s = t.median_s / 10;
+      if (kernel_time) {  // the same calls again, profiled: per call, the sum of its launches' durations
+        CHECK_OK(enable_profiler(*dev));
+        const int calls = reps * 10;
+        if (replay) {
+          const TraceId tid = value_or_die(begin_trace_capture(*dev, 0));
+          for (int i = 0; i < 10; ++i) p.run();
+          CHECK_OK(end_trace_capture(*dev, tid, 0));
+          (void)value_or_die(read_profile(*dev));  // the capture's own launches are not timed
+          for (int r = 0; r < reps; ++r) CHECK_OK(execute_trace(*dev, tid, 0, true));
+          CHECK_OK(release_trace(*dev, tid));
+        } else {
+          for (int i = 0; i < calls; ++i) p.run();
+        }
+        const DeviceProfile profile = value_or_die(read_profile(*dev));
+        CHECK_OK(disable_profiler(*dev));
+        const size_t per_call = profile.ops.size() / static_cast<size_t>(calls);
+        if (per_call == 0 || profile.ops.size() % static_cast<size_t>(calls) != 0 || profile.dropped != 0) {
+          std::fprintf(stderr, "bench_ops: %s recorded %zu launches for %d calls\n", l.name.c_str(), profile.ops.size(),
+                       calls);
+          return 1;
+        }
+        std::vector<double> per(static_cast<size_t>(calls), 0.0);
+        for (size_t i = 0; i < profile.ops.size(); ++i) per[i / per_call] += profile.ops[i].duration_us() * 1e-6;
+        std::sort(per.begin(), per.end());
+        s = per[per.size() / 2];
+      }
       if (dt == DataType::FLOAT32) f32_s = s;
       // Compute-bound layers against the compute peak, the rest against copy bandwidth.
       const bool compute = l.op == "convT";
