@@ -784,6 +784,25 @@ dnnl::primitive_desc whole_problem(ConvPlan& plan, const Problem& pr) {
 }
 
 
+// The packed weight layout: the one oneDNN picks for the whole problem, so
+// the prepared weights depend only on what their key names (geometry, dtypes,
+// a residual or not, Winograd or not), not on how a plan splits the work.
+// Except for row shards that run only oneDNN's reference kernel on it (see
+// compile's attempts): their own layout, the same on every plan of the key
+// on a device (the shards follow from the geometry and the worker count).
+memory::desc whole_problem_weights(ConvPlan& plan, const Problem& pr) { return whole_problem(plan, pr).weights_desc(); }
+
+// The weight layout oneDNN picks for the first of the plan's shards.
+memory::desc first_shard_weights(ConvPlan& plan, const Problem& pr) {
+  const Geometry g = kernel_geometry(pr);
+  const ConvShard& sh = *plan.shards.at(0);
+  const memory::desc any(weights_user_desc(g, pr.kernel).dims(), dnnl_type(pr.kernel), memory::format_tag::any);
+  const memory::desc bias({static_cast<memory::dim>(g.cout)}, memory::data_type::f32, memory::format_tag::x);
+  return make_pd(plan, g, rows_desc(sh.mb, sh.in_rows, g.w, g.cin, pr.kernel), any, bias,
+                 rows_desc(sh.mb, sh.out_rows, g.ow, g.cout, pr.dst_dtype), sh.pad_top, sh.pad_bottom)
+      .weights_desc();
+}
+
 // ConvPlan::chunked: a chunk's output (and its input) stays in the L2
 // beside the weights: 256 KB of output rows per chunk. ResNet-50's stage-1
 // 64->256 1x1 with its residual, batch 8, two threads, buffers from DRAM,
@@ -939,64 +958,6 @@ uint32_t row_shards(const Geometry& g, uint32_t threads) {
   return static_cast<uint32_t>(std::clamp<uint64_t>(fit, threads, uint64_t{threads} * kRowShardsPerWorker));
 }
 
-// whole_problem_weights' choice between the whole problem's layout and its
-// row shards' (see there).
-memory::desc row_shard_weights(ConvPlan& plan, const Problem& pr, const Geometry& g, uint32_t threads,
-                               const memory::desc& whole) {
-  // The row shards' shapes (split into plan.shards, removed again).
-  std::vector<std::pair<memory::desc, memory::desc>> shapes;  // src, dst
-  std::vector<std::pair<int64_t, int64_t>> pads;
-  for (const ConvShard* sh : split_rows(plan, g, row_shards(g, threads))) {
-    shapes.emplace_back(rows_desc(sh->mb, sh->in_rows, g.w, g.cin, pr.kernel),
-                        rows_desc(sh->mb, sh->out_rows, g.ow, g.cout, pr.dst_dtype));
-    pads.emplace_back(sh->pad_top, sh->pad_bottom);
-  }
-  plan.shards.clear();
-  if (shapes.size() < 2) return whole;
-  const memory::desc bias({static_cast<memory::dim>(g.cout)}, memory::data_type::f32, memory::format_tag::x);
-  auto runs_on = [&](size_t i, const memory::desc& w) {
-    return std::string(make_pd(plan, g, shapes[i].first, w, bias, shapes[i].second, pads[i].first, pads[i].second)
-                           .impl_info_str());
-  };
-  auto refs = [](const std::string& impl) { return impl.starts_with("ref"); };
-  bool shards_take_whole = true;
-  for (size_t i = 0; i < shapes.size(); ++i) shards_take_whole = shards_take_whole && !refs(runs_on(i, whole));
-  if (shards_take_whole) return whole;
-  const memory::desc any(weights_user_desc(g, pr.kernel).dims(), dnnl_type(pr.kernel), memory::format_tag::any);
-  const memory::desc theirs =
-      make_pd(plan, g, shapes[0].first, any, bias, shapes[0].second, pads[0].first, pads[0].second).weights_desc();
-  for (size_t i = 0; i < shapes.size(); ++i)
-    if (refs(runs_on(i, theirs))) return whole;
-  return theirs;
-}
-
-// The packed weight layout of plans that do not split channels: the one
-// oneDNN picks for the whole problem, so the prepared weights depend only on
-// what their key names (geometry, dtypes, a residual or not, Winograd or
-// not) and on the device's worker count, not on how a plan splits the work.
-// Except where the device splits the problem by rows (one image, fewer than
-// its workers) and the row shards run only oneDNN's reference kernel on the
-// whole problem's layout: then the shards' own layout, where they all run a
-// real kernel on it. oneDNN's bfloat16 brgconv_1x1 blocks 64 output channels
-// for MobileNetV2's 14x14 96 -> 576 convs and 48 for their 7x14 halves, and
-// takes neither layout for the other shape; with the whole problem's layout
-// the plan fell back to one shard and the convs ran on one thread (0.044 ms
-// each, no faster than float32 on two). A plan that still ran the whole
-// problem would run it on the reference kernel, but every plan of these
-// shapes splits rows: it is the same split on every plan of the key.
-memory::desc whole_problem_weights(ConvPlan& plan, const Problem& pr, uint32_t threads) {
-  const memory::desc whole = whole_problem(plan, pr).weights_desc();
-  const Geometry g = kernel_geometry(pr);
-  if (threads <= 1 || g.n >= threads || uint64_t{g.oh} * g.ow < kMinPixelsToSplit || !plan.shards.empty())
-    return whole;
-  try {
-    return row_shard_weights(plan, pr, g, threads, whole);
-  } catch (const dnnl::error&) {  // a shard oneDNN cannot describe: the split fails later, on its own
-    plan.shards.clear();
-    return whole;
-  }
-}
-
 // Below this many weights (256 KB in float32) every worker keeps all of them
 // in its own L2 (1 MB here), so a row split costs no extra weight traffic.
 constexpr uint64_t kMinWeightsToSplitChannels = 64 * 1024;
@@ -1138,12 +1099,24 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   plan->stride_h = g.sh;
   plan->stride_w = g.sw;
   plan->cout_padded = pr.cout_padded;
-  std::vector<std::pair<Split, bool>> attempts;
+  // A row split whose shards run only oneDNN's reference kernel on the whole
+  // problem's weight layout is tried again with the shards' own layout
+  // (shard_layout). oneDNN's bfloat16 brgconv_1x1 blocks MobileNetV2's 14x14
+  // 96 -> 576 convs by 64 output channels and their 7x14 row shards by 48,
+  // and takes neither layout for the other shape: the convs fell back to one
+  // shard, on one worker, no faster than float32 on two (three launches
+  // 0.133-0.135 -> 0.069-0.071 ms, alternated builds).
+  struct Attempt {
+    Split split;
+    bool chunked, shard_layout;
+  };
+  std::vector<Attempt> attempts;
   for (Split split : order) {
-    if (chunks.chunked && split != Split::kChannels) attempts.emplace_back(split, true);
-    if (!pr.cout_padded) attempts.emplace_back(split, false);
+    if (chunks.chunked && split != Split::kChannels) attempts.push_back({split, true, false});
+    if (!pr.cout_padded) attempts.push_back({split, false, false});
+    if (!pr.cout_padded && split == Split::kRows && !plan->winograd) attempts.push_back({split, false, true});
   }
-  for (auto [split, chunked] : attempts) {
+  for (auto [split, chunked, shard_layout] : attempts) {
     plan->chunked = false;  // the packing is the whole problem's, with the residual's sum post-op
     plan->own_residual = false;
     plan->shards.clear();
@@ -1158,7 +1131,7 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
         made = !split_channels(*plan, g, threads).empty();
       } else {
         if (!plan->winograd) {
-          const memory::desc w = whole_problem_weights(*plan, pr, threads);
+          const memory::desc w = whole_problem_weights(*plan, pr);
           plan->packing.push_back({0, kernel_geometry(pr).cout, w, 0});
           plan->packed_bytes = w.get_size();
         }
@@ -1169,6 +1142,11 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
         if (split == Split::kImages) split_images(*plan, g, threads, image_bytes);
         else if (split == Split::kRows) made = !split_rows(*plan, g, row_shards(g, threads)).empty();
         else split_rows(*plan, g, 1);
+        if (made && shard_layout) {
+          const memory::desc w = first_shard_weights(*plan, pr);
+          plan->packing.at(0).desc = w;
+          plan->packed_bytes = w.get_size();
+        }
       }
       if (!made) throw dnnl::error(dnnl_unimplemented, "the split leaves a shard without work");
       build_primitives(*plan, pr);
