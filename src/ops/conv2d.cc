@@ -783,7 +783,6 @@ dnnl::primitive_desc whole_problem(ConvPlan& plan, const Problem& pr) {
                  rows_desc(g.n, g.oh, g.ow, g.cout, pr.dst_dtype), g.pad_t, g.pad_b);
 }
 
-
 // The packed weight layout: the one oneDNN picks for the whole problem, so
 // the prepared weights depend only on what their key names (geometry, dtypes,
 // a residual or not, Winograd or not), not on how a plan splits the work.

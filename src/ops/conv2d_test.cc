@@ -918,7 +918,7 @@ TEST(Conv2d, LargeMapsTakeSeveralRowShardsPerWorker) {
 // A bfloat16 1x1 conv whose row shards' oneDNN kernel takes another weight
 // layout than the whole problem's (MobileNetV2's 14x14 96 -> 576) still
 // splits its rows over the workers: its weights are packed in the shards'
-// layout (conv2d.cc, whole_problem_weights). A batch split by images keeps
+// layout (conv2d.cc, compile's shard_layout retry). A batch split by images keeps
 // the whole problem's layout. Both match the reference, the prepared weights
 // reused bit for bit.
 TEST(Conv2d, Bfloat16RowShardsPackTheirOwnLayout) {
