@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "harness.h"
-#include "tessera/device/profiler.h"
 #include "tessera/ops/conv2d.h"
 #include "tessera/tessera.h"
 
@@ -126,17 +125,11 @@ int main(int argc, char** argv) {
     if (kernel_time) {  // per call: the sum of its launches' kernel-only times
       const DeviceProfile profile = bench::value_or_die(read_profile(*dev));
       CHECK_OK(disable_profiler(*dev));
-      const size_t calls_timed = 30 * 5, per_call = profile.ops.size() / calls_timed;
-      if (per_call == 0 || profile.ops.size() % calls_timed != 0 || profile.dropped != 0) {
-        std::fprintf(stderr, "bench_conv_f32: the profiler recorded %zu launches for %zu calls\n", profile.ops.size(),
-                     calls_timed);
+      a.s = bench::kernel_seconds_per_call(profile, 30 * 5);
+      if (a.s.empty()) {
+        std::fprintf(stderr, "bench_conv_f32: the profiler recorded %zu launches for %d calls\n", profile.ops.size(),
+                     30 * 5);
         return 1;
-      }
-      a.s.clear();
-      for (size_t i = 0; i < calls_timed; ++i) {
-        double us = 0;
-        for (size_t j = 0; j < per_call; ++j) us += profile.ops[i * per_call + j].duration_us();
-        a.s.push_back(us / 1e6);
       }
     }
     const double gflop = 2.0 * k * cg * r * r * first.output_height * first.output_width / 1e9;

@@ -19,12 +19,26 @@
 
 #include "tessera/base/status.h"
 #include "tessera/base/thread_pool.h"
+#include "tessera/device/profiler.h"
 
 namespace tessera::bench {
 
 struct Timing {
   double median_s, min_s, max_s;
 };
+
+// Per call, the sum of its launches' kernel-only times in seconds, from a
+// profile of `calls` calls that each launched the same number of kernels
+// (the device profiler's time: what ONNX Runtime's profiler reports for a
+// node). Empty when the profile does not divide into `calls` calls or
+// dropped records.
+inline std::vector<double> kernel_seconds_per_call(const DeviceProfile& profile, size_t calls) {
+  const size_t per_call = calls ? profile.ops.size() / calls : 0;
+  if (per_call == 0 || profile.ops.size() % calls != 0 || profile.dropped != 0) return {};
+  std::vector<double> s(calls, 0.0);
+  for (size_t i = 0; i < profile.ops.size(); ++i) s[i / per_call] += profile.ops[i].duration_us() * 1e-6;
+  return s;
+}
 
 inline Timing time_it(int reps, const std::function<void()>& body, int warmup = 2) {
   for (int i = 0; i < warmup; ++i) body();

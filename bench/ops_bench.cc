@@ -18,6 +18,7 @@
 //   bench_ops [--layers bench/layers/op_layers.txt] [--ort ORT_TIMES] [--quick] [--kernels] [--replay]
 //             [--kernel-time]
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -196,14 +197,14 @@ int main(int argc, char** argv) {
       p.run();
       CHECK_OK(synchronize_device(*dev));
       bench::Timing t;
+      std::optional<TraceId> tid;
       if (replay) {
-        const TraceId tid = value_or_die(begin_trace_capture(*dev, 0));
+        tid = value_or_die(begin_trace_capture(*dev, 0));
         for (int i = 0; i < 10; ++i) p.run();
-        CHECK_OK(end_trace_capture(*dev, tid, 0));
-        CHECK_OK(execute_trace(*dev, tid, 0, true));
-        bench::settle(kSettleSeconds, [&] { CHECK_OK(execute_trace(*dev, tid, 0, true)); });
-        t = time_it(reps, [&] { CHECK_OK(execute_trace(*dev, tid, 0, true)); });
-        CHECK_OK(release_trace(*dev, tid));
+        CHECK_OK(end_trace_capture(*dev, *tid, 0));
+        CHECK_OK(execute_trace(*dev, *tid, 0, true));
+        bench::settle(kSettleSeconds, [&] { CHECK_OK(execute_trace(*dev, *tid, 0, true)); });
+        t = time_it(reps, [&] { CHECK_OK(execute_trace(*dev, *tid, 0, true)); });
       } else {
         auto ten_calls = [&] {
           for (int i = 0; i < 10; ++i) p.run();
@@ -216,29 +217,23 @@ int main(int argc, char** argv) {
       if (kernel_time) {  // the same calls again, profiled: per call, the sum of its launches' durations
         CHECK_OK(enable_profiler(*dev));
         const int calls = reps * 10;
-        if (replay) {
-          const TraceId tid = value_or_die(begin_trace_capture(*dev, 0));
-          for (int i = 0; i < 10; ++i) p.run();
-          CHECK_OK(end_trace_capture(*dev, tid, 0));
-          (void)value_or_die(read_profile(*dev));  // the capture's own launches are not timed
-          for (int r = 0; r < reps; ++r) CHECK_OK(execute_trace(*dev, tid, 0, true));
-          CHECK_OK(release_trace(*dev, tid));
+        if (tid) {
+          for (int r = 0; r < reps; ++r) CHECK_OK(execute_trace(*dev, *tid, 0, true));
         } else {
           for (int i = 0; i < calls; ++i) p.run();
         }
         const DeviceProfile profile = value_or_die(read_profile(*dev));
         CHECK_OK(disable_profiler(*dev));
-        const size_t per_call = profile.ops.size() / static_cast<size_t>(calls);
-        if (per_call == 0 || profile.ops.size() % static_cast<size_t>(calls) != 0 || profile.dropped != 0) {
+        std::vector<double> per = bench::kernel_seconds_per_call(profile, static_cast<size_t>(calls));
+        if (per.empty()) {
           std::fprintf(stderr, "bench_ops: %s recorded %zu launches for %d calls\n", l.name.c_str(), profile.ops.size(),
                        calls);
           return 1;
         }
-        std::vector<double> per(static_cast<size_t>(calls), 0.0);
-        for (size_t i = 0; i < profile.ops.size(); ++i) per[i / per_call] += profile.ops[i].duration_us() * 1e-6;
         std::sort(per.begin(), per.end());
         s = per[per.size() / 2];
       }
+      if (tid) CHECK_OK(release_trace(*dev, *tid));
       if (dt == DataType::FLOAT32) f32_s = s;
       // Compute-bound layers against the compute peak, the rest against copy bandwidth.
       const bool compute = l.op == "convT";
