@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "tessera/base/cpu_features.h"
+#include "tessera/numerics/bfloat16.h"
 #include "tessera/ops/eltwise.h"
 #include "tessera/ops/reference.h"
 #include "tessera/device/profiler.h"
@@ -109,6 +110,43 @@ TEST(Unary, SigmoidFamilyAtExtremes) {
         } else {
           EXPECT_NEAR(got[i], ref[i], 1e-6 + 1e-6 * std::fabs(ref[i])) << "x = " << v[i];
         }
+      }
+    }
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
+// Every bfloat16 value, infinities and NaN included, through each
+// transcendental activation with a bfloat16 result: the AVX-512 path computes
+// these on an exp accurate to bfloat16, not float32. Each result is within one
+// bfloat16 ulp (2^-7 |ref| + 1e-6) of the reference's, NaN where it is NaN,
+// and an infinity only where the reference's is one, or where the reference
+// is within an ulp of bfloat16's largest value.
+TEST(Unary, EveryBfloat16ValueThroughEachTranscendental) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  std::vector<float> v(65536);
+  for (uint32_t b = 0; b < v.size(); ++b) v[b] = bfloat16_to_float(static_cast<uint16_t>(b));
+  Tensor h = Tensor::from_vector(v, Shape{256, 256}, DataType::BFLOAT16).value();
+  const float max_bf16 = bfloat16_to_float(0x7f7f);
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2}) {
+    set_kernel_isa_limit(isa);
+    for (UnaryOpType op : {UnaryOpType::SILU, UnaryOpType::SIGMOID, UnaryOpType::GELU, UnaryOpType::TANH,
+                           UnaryOpType::MISH, UnaryOpType::EXP}) {
+      SCOPED_TRACE(fmt::format("{} isa={}", unary_op_name(op), kernel_isa_name(kernel_isa())));
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::unary(h, {op}, DataType::BFLOAT16));
+      ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor y, unary(d, {op}));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, y.cpu().value().to_vector());
+      ASSERT_OK_AND_ASSIGN(std::vector<float> ref, want.to_vector());
+      int failures = 0;
+      for (size_t i = 0; i < v.size() && failures < 10; ++i) {
+        bool ok;
+        if (std::isnan(ref[i])) ok = std::isnan(got[i]);
+        else if (std::isinf(ref[i]) || std::isinf(got[i]))
+          ok = got[i] == ref[i] || std::fabs(std::isinf(got[i]) ? ref[i] : got[i]) >= max_bf16;
+        else ok = std::fabs(got[i] - ref[i]) <= 1e-6 + std::ldexp(std::fabs(ref[i]), -7);
+        if (!ok) ++failures;
+        EXPECT_TRUE(ok) << "x = " << v[i] << ": " << got[i] << " against " << ref[i];
       }
     }
   }

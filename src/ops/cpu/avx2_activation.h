@@ -25,12 +25,13 @@ TS_VINLINE __m256 blend(__m256 a, __m256 b, __m256 mask) { return _mm256_blendv_
 TS_VINLINE __m256 lt(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 TS_VINLINE __m256 abs_ps(__m256 x) { return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
 
-// 2^n for integer-valued n in [-252, 254].
-TS_VINLINE __m256 pow2(__m256 n) {
+// p 2^n for integer-valued n in [-252, 254], one half of n at a time: 2^n
+// itself overflows at n = 128, where p 2^n (p < 1) may not.
+TS_VINLINE __m256 scale_pow2(__m256 p, __m256 n) {
   const __m256i half = _mm256_cvtps_epi32(_mm256_floor_ps(_mm256_mul_ps(n, set(0.5f))));
   const __m256i rest = _mm256_sub_epi32(_mm256_cvtps_epi32(n), half);
   auto bits = [](__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); };
-  return _mm256_mul_ps(bits(half), bits(rest));
+  return _mm256_mul_ps(_mm256_mul_ps(p, bits(half)), bits(rest));
 }
 
 // e^(x - n ln 2) for integer-valued n = round(x log2 e): Cephes' expf
@@ -51,7 +52,7 @@ TS_VINLINE __m256 exp_reduced(__m256 x, __m256 n) {
 TS_VINLINE __m256 exp_ps(__m256 x) {
   x = _mm256_min_ps(set(89.0f), _mm256_max_ps(set(-104.0f), x));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, set(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 y = _mm256_mul_ps(exp_reduced(x, n), pow2(n));
+  const __m256 y = scale_pow2(exp_reduced(x, n), n);
   return blend(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN in, NaN out
 }
 
