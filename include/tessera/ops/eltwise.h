@@ -20,7 +20,9 @@
 // relu, relu6, leaky_relu, hardsigmoid, sqrt and the arithmetic are exact
 // (bit for bit); the transcendental activations (silu, gelu, sigmoid, tanh,
 // mish, exp, hardswish) on the AVX-512 and AVX2 paths are within 8 float32 ulp plus
-// 1e-6 absolute, hence within one ulp of bfloat16 after rounding.
+// 1e-6 absolute where the result is float32, and within one bfloat16 ulp where
+// it is bfloat16 (the AVX-512 path then computes on an exp accurate to
+// bfloat16, not float32).
 //
 // Each call compiles (once per descriptor, cached on the device) and enqueues
 // one program on `cq_id`; during trace capture it is recorded instead.

@@ -280,12 +280,16 @@ bool applies(const DepthwiseArgs& a) {
 template <int S>
 void run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
   const bool bi = a.src_type == DataType::BFLOAT16, bo = a.dst_type == DataType::BFLOAT16;
-  with_activation(a.activation, [&](auto act) {
-    if (bi && bo) output_rows<S, true, true>(a, begin, end, act);
-    else if (bi) output_rows<S, true, false>(a, begin, end, act);
-    else if (bo) output_rows<S, false, true>(a, begin, end, act);
-    else output_rows<S, false, false>(a, begin, end, act);
-  });
+  if (bo)
+    with_activation<true>(a.activation, [&](auto act) {
+      if (bi) output_rows<S, true, true>(a, begin, end, act);
+      else output_rows<S, false, true>(a, begin, end, act);
+    });
+  else
+    with_activation<false>(a.activation, [&](auto act) {
+      if (bi) output_rows<S, true, false>(a, begin, end, act);
+      else output_rows<S, false, false>(a, begin, end, act);
+    });
 }
 
 }  // namespace direct3
@@ -301,10 +305,10 @@ Status depthwise_kernel(const void* raw, uint32_t begin, uint32_t end) {
   }
   if (a.kh > kMaxK || a.kw > kMaxK || (a.dst_type != DataType::FLOAT32 && a.dst_type != DataType::BFLOAT16))
     return portable::depthwise_kernel(raw, begin, end);
-  with_activation(a.activation, [&](auto act) {
-    if (a.dst_type == DataType::BFLOAT16) depthwise_rows<true>(a, begin, end, act);
-    else depthwise_rows<false>(a, begin, end, act);
-  });
+  if (a.dst_type == DataType::BFLOAT16)
+    with_activation<true>(a.activation, [&](auto act) { depthwise_rows<true>(a, begin, end, act); });
+  else
+    with_activation<false>(a.activation, [&](auto act) { depthwise_rows<false>(a, begin, end, act); });
   return Status();
 }
 
