@@ -89,16 +89,24 @@ TEST(Upsample, NearestRowKernel) {
 // Bilinear over evenly spaced rows runs the widest row kernel the CPU has,
 // float32 and bfloat16 (channel counts with and without a vector tail), with
 // results equal across the AVX-512 and AVX2 kernels (the same fused
-// multiply-adds in the same order).
+// multiply-adds in the same order). The larger maps give the AVX-512 kernel
+// several column strips per row (it keeps each input row's horizontal blends
+// per strip) and tasks that start mid-image; one scale is fractional.
 TEST(Upsample, BilinearRowKernel) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const KernelIsa native = kernel_isa();
-  const UpsampleParams p{.scale_h = 2, .scale_w = 2, .mode = UpsampleMode::BILINEAR};
   ASSERT_OK(enable_profiler(*dev));
-  for (uint32_t c : {64u, 21u})
+  struct RowCase {
+    Shape shape;
+    float scale_h, scale_w;
+  };
+  const RowCase cases[] = {{Shape{2, 6, 9, 64}, 2, 2},    {Shape{2, 6, 9, 21}, 2, 2},  {Shape{2, 40, 45, 64}, 2, 2},
+                           {Shape{1, 7, 9, 600}, 2, 2},   {Shape{3, 11, 70, 17}, 1.5f, 2.5f}};
+  for (const RowCase& rc : cases)
     for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
-      SCOPED_TRACE(fmt::format("{} channels {}", c, data_type_name(dt)));
-      Tensor h = testing::random_tensor(Shape{2, 6, 9, c}, dt, Layout::ROW_MAJOR, 4);
+      const UpsampleParams p{.scale_h = rc.scale_h, .scale_w = rc.scale_w, .mode = UpsampleMode::BILINEAR};
+      SCOPED_TRACE(fmt::format("{} {}", p.descriptor(rc.shape), data_type_name(dt)));
+      Tensor h = testing::random_tensor(rc.shape, dt, Layout::ROW_MAJOR, 4);
       ASSERT_OK_AND_ASSIGN(Tensor in, to_device(h, *dev));
       std::vector<std::vector<std::byte>> results;
       for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2}) {

@@ -62,7 +62,9 @@ void bilinear_rows(const BilinearRowsArgs& a, uint32_t begin, uint32_t end);
 namespace avx512 {
 // The same in 16 lanes: on the AVX-512 CPU here the AVX2 kernel ran a
 // bfloat16 60x80x64 2x upsample no faster than float32 (0.16-0.20 against
-// 0.15-0.18 ms: bound by its conversions, not its bytes).
+// 0.15-0.18 ms: bound by its conversions, not its bytes). Each input row's
+// horizontal blends are made once per strip of output columns and kept for
+// the output rows that read them (upsample_avx512.cc): the same bits.
 void bilinear_rows(const BilinearRowsArgs& a, uint32_t begin, uint32_t end);
 }  // namespace avx512
 
