@@ -156,6 +156,56 @@ TEST(Conv2d, ActivationAffineOnEveryKernel) {
 // pixels is partial, blocks inside the map at both strides, a 5x3 kernel,
 // a 7x7 kernel (the largest the staged path blocks) and a 9x9 one (its
 // portable fallback).
+// bfloat16 results that are float32 denormals: the AVX-512 depthwise kernel
+// rounds with vcvtneps2bf16, which flushes those to zero, and redoes such
+// output rows with the exact rounding. Its results match the reference
+// kernel's within one bfloat16 ulp, denormals kept (one ulp of a bfloat16
+// denormal is 2^-133; a flushed output would be off by up to 2^-126):
+// bfloat16 compute on a 7x7 map (Tessera's kernel), and float32 compute
+// with a bfloat16 output on a 14x14 one.
+TEST(Conv2d, DepthwiseBfloat16KeepsDenormals) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  struct DenormalCase {
+    Case c;
+    DataType in, weights;
+  };
+  const DenormalCase cases[] = {
+      {{1, 7, 7, 96, 96, 3, 3, 1, 1, 96, {1, 1, 1, 1}, UnaryOpType::RELU6}, DataType::BFLOAT16, DataType::BFLOAT16},
+      {{1, 14, 14, 40, 40, 3, 3, 1, 1, 40, {1, 1, 1, 1}, UnaryOpType::IDENTITY}, DataType::FLOAT32, DataType::FLOAT32},
+  };
+  for (const DenormalCase& dc : cases) {
+    const Conv2dParams p = to_params(dc.c);
+    SCOPED_TRACE(p.descriptor());
+    const uint32_t c = dc.c.c;
+    // Inputs around 1e-38 (float32's smallest normal is 1.2e-38) and
+    // weights up to 0.2 (bfloat16 values, so that the reference sees the
+    // weights the kernel does): most outputs are denormal.
+    std::vector<float> xv = testing::random_values(uint64_t{dc.c.h} * dc.c.w * c, 21, 1.0f);
+    for (float& v : xv) v *= 1e-38f;
+    std::vector<float> wv = testing::random_values(uint64_t{c} * 9, 22, 0.2f);
+    for (float& v : wv) v = round_to_bfloat16(v);
+    ASSERT_OK_AND_ASSIGN(Tensor x, Tensor::from_vector(xv, Shape{1, dc.c.h, dc.c.w, c}, dc.in));
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(wv, Shape{c, 1, 3, 3}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+    ASSERT_OK(enable_profiler(*dev));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r,
+                         conv2d(dx, w, std::nullopt, p, {.weights_dtype = dc.weights, .dtype = DataType::BFLOAT16}));
+    ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+    ASSERT_OK(disable_profiler(*dev));
+    ASSERT_FALSE(prof.ops.empty());
+    EXPECT_EQ(prof.ops.back().kernel_name, fmt::format("{}_depthwise2d__avx512", short_dtype_name(dc.in)));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, r.output.cpu().value().to_vector());
+    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(x, w, std::nullopt, p, DataType::BFLOAT16));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+    ASSERT_EQ(got.size(), ref.size());
+    const auto denormals = std::count_if(ref.begin(), ref.end(), [](float f) { return std::fpclassify(f) == FP_SUBNORMAL; });
+    EXPECT_GT(denormals, static_cast<long>(ref.size() / 4));
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_LE(std::fabs(got[i] - ref[i]), std::ldexp(1.0f, -133) + std::ldexp(std::fabs(ref[i]), -7))
+          << "output " << i << ": " << got[i] << " against " << ref[i];
+  }
+}
+
 TEST(Conv2d, DepthwiseOwnKernel) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const Case cases[] = {

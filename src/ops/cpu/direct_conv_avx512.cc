@@ -40,9 +40,7 @@ inline bool in_registers(const UnaryWithParam& a) {
 // relu / relu6 on registers (identity: v), NaN kept as FloatMath keeps it.
 inline __m512 clamp(UnaryOpType op, __m512 v) {
   if (op == UnaryOpType::RELU6) return clamp_keep_nan(v, 0.0f, 6.0f);
-  if (op != UnaryOpType::RELU) return v;
-  const __m512 zero = _mm512_setzero_ps();
-  return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+  return op == UnaryOpType::RELU ? relu_keep_nan(v) : v;
 }
 
 struct Tile {
