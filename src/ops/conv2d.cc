@@ -1394,20 +1394,18 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
 // 7x7x960 8-10 against 23 us, 14x14x576 16 against 30; against oneDNN
 // 2.6's brdgmm: 28x28x192 17-20 against 22-26, 112x112x32 49-62 against
 // 65-72, a batch of 8 56x56x144 505-648 against 579-622. Stride 2 on 56x56 and larger inputs lost (56x56x144: 25-35
-// against 23-26 us), so those stay on oneDNN. With bfloat16 compute, the
-// same shapes where a launch has at most kDepthwiseBf16MaxPixels output
-// pixels. MobileNetV2 bfloat16 at batch 1, per-launch sums, three
-// alternated rounds (bench/RESULTS.md, twenty-first run): 7x7x960
-// 0.016-0.017 ms against oneDNN's brdgmm's 0.023-0.024 over its three
-// launches; on 14x14 and 28x28 maps oneDNN's was faster in the model
-// (14x14x384 0.027-0.028 against 0.030-0.031), though not in bench_ops
-// (28x28x192 17 against 24-25 us, 14x14x384 9-10 against 13), and on
-// 56x56 maps everywhere.
+// against 23-26 us), so those stay on oneDNN. bfloat16 compute takes the
+// same shapes. It took the 7x7 maps alone until the kernel's bfloat16 block
+// rounded without an out-of-line call (avx512_util.h, to_bf16_noting):
+// MobileNetV2 bfloat16 at batch 1, per-launch sums, four alternated rounds
+// (bench/RESULTS.md, twenty-third run), against oneDNN's brdgmm: 112x112x32
+// 0.029-0.030 against 0.036-0.038 ms, 28x28x192 0.022-0.023 against
+// 0.025-0.026, 14x14x384 0.026-0.027 against 0.027-0.028, 56x56x144 and
+// 14x14x576 equal.
 // On AVX2-only CPUs, every map with bfloat16 rows in or out: oneDNN's
 // jit:avx2 runs those through float32 staging copies, and Tessera's AVX2 kernel took 1.0-2.4x less time on MobileNetV2's layers
 // (same process, alternating; 112x112x96/2: 145-162 against 313-424 us).
 // Float32 stays on oneDNN's, which ran 1.2-2x faster than Tessera's there.
-constexpr uint64_t kDepthwiseBf16MaxPixels = 7 * 7;
 bool is_depthwise(const Problem& pr) {
   const Geometry& g = pr.g;
   if (g.transposed || g.groups != g.cin || g.cout != g.cin || g.groups < 2) return false;
@@ -1416,9 +1414,7 @@ bool is_depthwise(const Problem& pr) {
     return rows(pr.input.dtype) && rows(pr.output.dtype) &&
            (pr.input.dtype == DataType::BFLOAT16 || pr.output.dtype == DataType::BFLOAT16);
   if (kernel_isa() != KernelIsa::kAvx512) return false;
-  if (pr.compute != DataType::FLOAT32 &&
-      (pr.compute != DataType::BFLOAT16 || uint64_t{g.n} * g.oh * g.ow > kDepthwiseBf16MaxPixels))
-    return false;
+  if (pr.compute != DataType::FLOAT32 && pr.compute != DataType::BFLOAT16) return false;
   const bool direct_stride1 = g.kw == 3 && g.dw == 1 && g.dh == 1 && g.sw == 1;
   return direct_stride1 || g.oh * g.ow <= 14 * 14;
 }

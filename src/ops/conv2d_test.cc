@@ -229,9 +229,10 @@ TEST(Conv2d, DepthwiseOwnKernel) {
       for (DataType in : {DataType::FLOAT32, DataType::BFLOAT16})
         check_case(*dev, c, in, in == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG);
     if (isa == KernelIsa::kAvx512) {
-      // bfloat16 compute: Tessera's kernel up to 7x7 output pixels per
-      // launch (7x7x1100), oneDNN's past them (14x14x37).
-      for (const auto& [c, own] : {std::pair{cases[2], true}, std::pair{cases[0], false}}) {
+      // bfloat16 compute: Tessera's kernel on the shapes float32 takes it
+      // (7x7x1100, 14x14x37), oneDNN's on stride 2 past 14x14 outputs.
+      const Case stride2{1, 30, 30, 16, 16, 3, 3, 2, 1, 16, {1, 1, 1, 1}, UnaryOpType::RELU6};
+      for (const auto& [c, own] : {std::pair{cases[2], true}, std::pair{cases[0], true}, std::pair{stride2, false}}) {
         ASSERT_OK(enable_profiler(*dev));
         check_case(*dev, c, DataType::BFLOAT16, DataType::BFLOAT16, DRAM_MEMORY_CONFIG);
         ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
