@@ -139,6 +139,25 @@ Prepared prepare(Device& dev, const Layer& l, DataType dt) {
       (void)value_or_die(concat(in, 3));
     };
     p.bytes = 2 * es * l.h * l.w * (l.c + l.p1);
+  } else if (l.op == "permute5") {
+    // A detection head's (1, h, w, anchors, outputs) -> (1, anchors, h, w, outputs).
+    Tensor t = device_tensor(dev, Shape{1, l.h, l.w, l.p1, l.c}, dt);
+    p.run = [=] {
+      const int perm[] = {0, 3, 1, 2, 4};
+      (void)value_or_die(permute(t, perm));
+    };
+    p.bytes = 2 * es * l.h * l.w * l.p1 * l.c;
+  } else if (l.op == "rowconcat") {
+    // A detector's three heads' (1, boxes, outputs) along the boxes: p1
+    // anchors per pixel of h x w, h/2 x w/2 and h/4 x w/4 maps.
+    const uint32_t boxes = l.h * l.w * l.p1;
+    Tensor a = device_tensor(dev, Shape{1, boxes, l.c}, dt), b = device_tensor(dev, Shape{1, boxes / 4, l.c}, dt),
+           c = device_tensor(dev, Shape{1, boxes / 16, l.c}, dt);
+    p.run = [=] {
+      const Tensor in[] = {a, b, c};
+      (void)value_or_die(concat(in, 1));
+    };
+    p.bytes = 2 * es * (boxes + boxes / 4 + boxes / 16) * l.c;
   } else if (l.op == "fc") {
     Tensor a = device_tensor(dev, Shape{1, l.c}, dt);
     // (N, K) weights, as a classifier head's Gemm (transB = 1) from PyTorch.

@@ -56,6 +56,13 @@ def model(op, h, w, c, p1, p2, p3):
     if op == "concat":
         return [helper.make_node("Concat", ["x", "y"], ["out"], axis=1)], {"x": x, "y": [1, p1, h, w]}, \
             [1, c + p1, h, w], []
+    if op == "permute5":
+        return [helper.make_node("Transpose", ["x"], ["out"], perm=[0, 3, 1, 2, 4])], {"x": [1, h, w, p1, c]}, \
+            [1, p1, h, w, c], []
+    if op == "rowconcat":
+        b = h * w * p1
+        return [helper.make_node("Concat", ["x", "y", "z"], ["out"], axis=1)], \
+            {"x": [1, b, c], "y": [1, b // 4, c], "z": [1, b // 16, c]}, [1, b + b // 4 + b // 16, c], []
     if op == "fc":
         # transB = 1, (N, K) weights: how PyTorch's Linear exports a classifier head.
         return [helper.make_node("Gemm", ["x", "W", "B"], ["out"], transB=1)], {"x": [1, c]}, [1, p1], \

@@ -188,6 +188,39 @@ TEST(Concat, EveryDimMatchesReference) {
       }
 }
 
+// A detector's heads: three (1, boxes, 85) tensors along the boxes, and a
+// (1, h, w, anchors, 85) head with its anchors moved in front. Packed rows
+// copy by plain pointers, a concat's source in runs of whole rows; the maps
+// are large enough that the workers' chunks start mid-source. A pad along
+// the boxes mixes runs with filled rows.
+TEST(Concat, DetectorHeadsMatchReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  for (DataType dt : kTypes) {
+    SCOPED_TRACE(data_type_name(dt));
+    std::vector<Tensor> hosts, devs;
+    for (uint32_t boxes : {4800u, 1200u, 300u}) {
+      hosts.push_back(testing::random_tensor(Shape{1, boxes, 85}, dt, Layout::ROW_MAJOR, boxes));
+      ASSERT_OK_AND_ASSIGN(Tensor d, to_device(hosts.back(), *dev));
+      devs.push_back(d);
+    }
+    ASSERT_OK_AND_ASSIGN(Tensor want, reference::concat(hosts, 1));
+    ASSERT_OK_AND_ASSIGN(Tensor y, concat(devs, 1));
+    ASSERT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want));
+
+    const int perm[] = {0, 3, 1, 2, 4};
+    Tensor head = testing::random_tensor(Shape{1, 40, 40, 3, 85}, dt, Layout::ROW_MAJOR, 7);
+    ASSERT_OK_AND_ASSIGN(Tensor want_p, reference::permute(head, perm));
+    ASSERT_OK_AND_ASSIGN(Tensor dh, to_device(head, *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor p, permute(dh, perm));
+    ASSERT_EQ(testing::host_bytes(p.cpu().value()), testing::host_bytes(want_p));
+
+    const std::vector<std::array<uint32_t, 2>> padding = {{0, 0}, {700, 900}, {0, 0}};
+    ASSERT_OK_AND_ASSIGN(Tensor want_pad, reference::pad(hosts[0], padding, 2.5f));
+    ASSERT_OK_AND_ASSIGN(Tensor padded, pad(devs[0], padding, 2.5f));
+    ASSERT_EQ(testing::host_bytes(padded.cpu().value()), testing::host_bytes(want_pad));
+  }
+}
+
 // Along the last dim of row-major DRAM tensors each output row is one copy
 // per input (the whole-rows path); odd widths, several inputs, both dtypes.
 TEST(Concat, LastDimOfDramRowsMatchesReference) {
