@@ -139,6 +139,12 @@ Prepared prepare(Device& dev, const Layer& l, DataType dt) {
       (void)value_or_die(concat(in, 3));
     };
     p.bytes = 2 * es * l.h * l.w * (l.c + l.p1);
+  } else if (l.op == "typecast") {
+    // A model's float32 input cast for bfloat16 compute (the f32 columns), and
+    // back (the bf16 columns).
+    const DataType to = dt == DataType::FLOAT32 ? DataType::BFLOAT16 : DataType::FLOAT32;
+    p.run = [=] { (void)value_or_die(typecast(x, to)); };
+    p.bytes = 6.0 * x_shape.volume();
   } else if (l.op == "permute5") {
     // A detection head's (1, h, w, anchors, outputs) -> (1, anchors, h, w, outputs).
     Tensor t = device_tensor(dev, Shape{1, l.h, l.w, l.p1, l.c}, dt);

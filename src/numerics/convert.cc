@@ -93,6 +93,15 @@ void convert_elements(const std::byte* src, DataType st, std::byte* dst, DataTyp
     std::memcpy(dst, src, is_block_float(st) ? n / kTileElements * tile_size_bytes(st) : n * element_size(st));
     return;
   }
+  // float32 <-> bfloat16 in one pass, not through the float32 buffer below.
+  if (st == DataType::FLOAT32 && dt == DataType::BFLOAT16) {
+    float_to_bfloat16(reinterpret_cast<const float*>(src), reinterpret_cast<uint16_t*>(dst), n);
+    return;
+  }
+  if (st == DataType::BFLOAT16 && dt == DataType::FLOAT32) {
+    bfloat16_to_float(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<float*>(dst), n);
+    return;
+  }
   if (!is_floating(st) && !is_floating(dt)) {
     for (size_t i = 0; i < n; ++i) store_integer(dst, dt, i, saturate_integer(load_integer(src, st, i), dt));
     return;
