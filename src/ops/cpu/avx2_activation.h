@@ -122,9 +122,11 @@ TS_VINLINE __m256 mish_ps(__m256 x) {
   return _mm256_mul_ps(x, _mm256_div_ps(n, _mm256_add_ps(n, set(2.0f))));
 }
 
+// relu and clamps with NaN and -0 kept, one instruction per bound, as in
+// avx512_activation.h: vmaxps / vminps return their second operand (v) when
+// either is NaN or both are zeros.
 TS_VINLINE __m256 clamp_keep_nan(__m256 v, float lo, float hi) {
-  v = blend(v, set(lo), lt(v, set(lo)));
-  return blend(v, set(hi), _mm256_cmp_ps(v, set(hi), _CMP_GT_OQ));
+  return _mm256_min_ps(set(hi), _mm256_max_ps(set(lo), v));
 }
 
 template <class F>
@@ -132,7 +134,7 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
   const __m256 zero = _mm256_setzero_ps();
   switch (act.op) {
     case UnaryOpType::IDENTITY: return f([](__m256 v) { return v; });
-    case UnaryOpType::RELU: return f([=](__m256 v) { return blend(v, zero, lt(v, zero)); });
+    case UnaryOpType::RELU: return f([=](__m256 v) { return _mm256_max_ps(zero, v); });
     case UnaryOpType::RELU6: return f([](__m256 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
     case UnaryOpType::LEAKY_RELU: {
       const __m256 slope = set(act.param);
