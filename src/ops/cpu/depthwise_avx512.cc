@@ -173,10 +173,10 @@ struct Rows {
 // 16 pixels where one row at a time read 60 (from L2: the three rows of a
 // 56x56x144 map do not fit L1, and those reads, not the FMAs, bound it).
 //
-// bfloat16 results are rounded by vcvtneps2bf16 alone (to_bf16_noting) unless
-// kExact; a block that met a float32 denormal notes it in `denormal`, and the
-// caller redoes its output rows with kExact.
-template <int S, int R, bool kEdge, bool kBf16In, bool kBf16Out, bool kExact, class Act>
+// bfloat16 results are rounded by vcvtneps2bf16 alone (to_bf16_noting); a
+// block that met a float32 denormal notes it in `denormal`, and the caller
+// redoes its output rows with the portable loop, which keeps denormals.
+template <int S, int R, bool kEdge, bool kBf16In, bool kBf16Out, class Act>
 void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, uint64_t in_stride,
            std::byte* const* out, uint64_t out_stride, Act act, __mmask16& denormal) {
   constexpr int KW = 3, kCols = (kPixels - 1) * S + KW;
@@ -215,7 +215,7 @@ void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, ui
       _Pragma("GCC unroll 8") for (int j = 0; j < kPixels; ++j) {
         if (kEdge && j >= npx) break;
         std::byte* o = out[r] + j * out_stride;
-        if constexpr (kBf16Out && !kExact)
+        if constexpr (kBf16Out)
           storeu_epi16(reinterpret_cast<uint16_t*>(o) + cb, m, to_bf16_noting(act(acc[r][j]), denormal));
         else
           store(o, kBf16Out, cb, m, act(acc[r][j]));
@@ -225,13 +225,13 @@ void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, ui
 
 // Output rows t .. t + R - 1 of one image (R = 2 only at stride 1 both
 // ways).
-template <int S, int R, bool kBf16In, bool kBf16Out, class Act, bool kExact = false>
-void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act);
-template <int S, int R, bool kBf16In, bool kBf16Out, class Act>
-[[gnu::noinline, gnu::cold]] void output_rows_exact(const DepthwiseArgs& a, uint32_t t, Act act) {
-  output_rows_at<S, R, kBf16In, kBf16Out, Act, true>(a, t, act);
+// (Out of line and not a template: rare, and the kernel's instantiations
+// already make this file the slowest to compile under the sanitizers.)
+[[gnu::noinline, gnu::cold]] void redo_rows_exactly(const DepthwiseArgs& a, uint32_t t, uint32_t rows) {
+  (void)portable::depthwise_kernel(&a, t, t + rows);
 }
-template <int S, int R, bool kBf16In, bool kBf16Out, class Act, bool kExact>
+
+template <int S, int R, bool kBf16In, bool kBf16Out, class Act>
 void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
   constexpr int kCols = (kPixels - 1) * S + 3;
@@ -266,13 +266,13 @@ void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
       for (const std::byte* p = rows.row[q] + lo * in_stride; p < rows.row[q] + hi * in_stride; p += 64)
         _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
     if (npx == kPixels && ix0 >= 0 && ix0 + kCols <= a.w)
-      block<S, R, false, kBf16In, kBf16Out, kExact>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal);
+      block<S, R, false, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal);
     else
-      block<S, R, true, kBf16In, kBf16Out, kExact>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal);
+      block<S, R, true, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal);
   }
-  if constexpr (kBf16Out && !kExact)
+  if constexpr (kBf16Out)
     if (denormal) [[unlikely]]
-      output_rows_exact<S, R, kBf16In, kBf16Out>(a, t, act);
+      redo_rows_exactly(a, t, R);
 }
 
 template <int S, bool kBf16In, bool kBf16Out, class Act>
