@@ -26,6 +26,9 @@ namespace portable {
 namespace {
 
 constexpr uint32_t kMaxK = 7;
+// The rarer transcendentals through one shared instantiation of each kernel
+// (with_plain_activation): this file's compile time.
+constexpr bool kCompactActivations = true;
 constexpr int kPx = 8;  // output pixels per block
 
 // The staged input rows of one worker: kh rows, each blocked by 16 channels
@@ -299,12 +302,12 @@ template <int S>
 void run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
   const bool bi = a.src_type == DataType::BFLOAT16, bo = a.dst_type == DataType::BFLOAT16;
   if (bo)
-    with_activation<true>(a.activation, [&](auto act) {
+    with_activation<true, kCompactActivations>(a.activation, [&](auto act) {
       if (bi) output_rows<S, true, true>(a, begin, end, act);
       else output_rows<S, false, true>(a, begin, end, act);
     });
   else
-    with_activation<false>(a.activation, [&](auto act) {
+    with_activation<false, kCompactActivations>(a.activation, [&](auto act) {
       if (bi) output_rows<S, true, false>(a, begin, end, act);
       else output_rows<S, false, false>(a, begin, end, act);
     });
@@ -324,9 +327,9 @@ Status depthwise_kernel(const void* raw, uint32_t begin, uint32_t end) {
   if (a.kh > kMaxK || a.kw > kMaxK || (a.dst_type != DataType::FLOAT32 && a.dst_type != DataType::BFLOAT16))
     return portable::depthwise_kernel(raw, begin, end);
   if (a.dst_type == DataType::BFLOAT16)
-    with_activation<true>(a.activation, [&](auto act) { depthwise_rows<true>(a, begin, end, act); });
+    with_activation<true, kCompactActivations>(a.activation, [&](auto act) { depthwise_rows<true>(a, begin, end, act); });
   else
-    with_activation<false>(a.activation, [&](auto act) { depthwise_rows<false>(a, begin, end, act); });
+    with_activation<false, kCompactActivations>(a.activation, [&](auto act) { depthwise_rows<false>(a, begin, end, act); });
   return Status();
 }
 
