@@ -144,25 +144,13 @@ TEST(Conv2d, ActivationAffineOnEveryKernel) {
   EXPECT_THAT(wp.descriptor(), ::testing::EndsWith(":silu*0.5+1"));
 }
 
-// With float32 compute and the AVX-512 set, 3x3 depthwise convolutions of
-// stride 1, and 3x3 ones of stride 2 up to 14x14 outputs, run Tessera's
-// direct AVX-512 path, other shapes up to 14x14 outputs its staged path
-// (the portable loop past 7x7), the others oneDNN's; with bfloat16 compute
-// the same up to 7x7 output pixels a launch; on AVX2-only CPUs every one
-// with bfloat16 rows in or out runs Tessera's AVX2 kernel; below AVX2,
-// oneDNN's. Each ISA set in turn, over: strides, dilation, asymmetric
-// padding, odd and > 1024 channel counts, batches, every activation class,
-// both dtypes and block-float weights, rows whose last block of eight
-// pixels is partial, blocks inside the map at both strides, a 5x3 kernel,
-// a 7x7 kernel (the largest the staged path blocks) and a 9x9 one (its
-// portable fallback).
 // bfloat16 results that are float32 denormals: the AVX-512 depthwise kernel
 // rounds with vcvtneps2bf16, which flushes those to zero, and redoes such
 // output rows with the exact rounding. Its results match the reference
 // kernel's within one bfloat16 ulp, denormals kept (one ulp of a bfloat16
 // denormal is 2^-133; a flushed output would be off by up to 2^-126):
-// bfloat16 compute on a 7x7 map (Tessera's kernel), and float32 compute
-// with a bfloat16 output on a 14x14 one.
+// bfloat16 compute on a 7x7 map, and float32 compute with a bfloat16 output
+// on a 14x14 one, both on Tessera's kernel.
 TEST(Conv2d, DepthwiseBfloat16KeepsDenormals) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   struct DenormalCase {
@@ -206,6 +194,18 @@ TEST(Conv2d, DepthwiseBfloat16KeepsDenormals) {
   }
 }
 
+// With float32 compute and the AVX-512 set, 3x3 depthwise convolutions of
+// stride 1, and 3x3 ones of stride 2 up to 14x14 outputs, run Tessera's
+// direct AVX-512 path, other shapes up to 14x14 outputs its staged path
+// (the portable loop past 7x7), the others oneDNN's; with bfloat16 compute
+// the same shapes; on AVX2-only CPUs every one
+// with bfloat16 rows in or out runs Tessera's AVX2 kernel; below AVX2,
+// oneDNN's. Each ISA set in turn, over: strides, dilation, asymmetric
+// padding, odd and > 1024 channel counts, batches, every activation class,
+// both dtypes and block-float weights, rows whose last block of eight
+// pixels is partial, blocks inside the map at both strides, a 5x3 kernel,
+// a 7x7 kernel (the largest the staged path blocks) and a 9x9 one (its
+// portable fallback).
 TEST(Conv2d, DepthwiseOwnKernel) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const Case cases[] = {

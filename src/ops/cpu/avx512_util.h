@@ -72,7 +72,8 @@ constexpr int kDenormalClass = 0x20;  // vfpclassps category
 
 // vcvtneps2bf16 alone, noting in `denormal` the lanes it flushed to zero that
 // to_bf16 keeps (float32 denormals). For kernels that hold many registers:
-// they redo a block with to_bf16 when any lane was noted. to_bf16's
+// they redo what they stored, rounded exactly, when any lane was noted (the
+// depthwise kernel: its output rows, by the portable loop). to_bf16's
 // out-of-line call made GCC spill the bfloat16 depthwise block's
 // accumulators around it (85-130 stack moves per block function, against
 // 4-30 without), and took 15-25% of the block's time on one core.

@@ -226,14 +226,16 @@ void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, ui
   }
 }
 
-// Output rows t .. t + R - 1 of one image (R = 2 only at stride 1 both
-// ways).
-// (Out of line and not a template: rare, and the kernel's instantiations
-// already make this file the slowest to compile under the sanitizers.)
+// Output rows t .. t + rows - 1 again, by the portable loop, which rounds
+// to bfloat16 keeping denormals. Out of line and not a template: rare, and
+// the kernel's instantiations already make this file the slowest to compile
+// under the sanitizers.
 [[gnu::noinline, gnu::cold]] void redo_rows_exactly(const DepthwiseArgs& a, uint32_t t, uint32_t rows) {
   (void)portable::depthwise_kernel(&a, t, t + rows);
 }
 
+// Output rows t .. t + R - 1 of one image (R = 2 only at stride 1 both
+// ways).
 template <int S, int R, bool kBf16In, bool kBf16Out, class Act>
 void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();

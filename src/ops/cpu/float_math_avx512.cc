@@ -22,12 +22,6 @@ void with_binary_op(BinaryOpType op, F&& f) {
   }
 }
 
-template <class F>
-void with_dtype(bool bf16, F&& f) {
-  if (bf16) f(std::true_type{});
-  else f(std::false_type{});
-}
-
 }  // namespace
 
 void unary_f32(const UnaryWithParam& act, float* x, size_t n) {
@@ -58,10 +52,10 @@ template <bool kBf16Out>
   constexpr std::bool_constant<!kBf16Out> other;
   with_activation<kBf16Out>(act, [&](auto f) {
     if (!b) {
-      with_dtype(a.bf16 == kBf16Out, [&](auto is_same) {
-        const auto in = std::conditional_t<decltype(is_same)::value, decltype(same), decltype(other)>{};
-        for_each_vector(n, [&](size_t i, __mmask16 m) { store(out.data, same, i, m, f(load(a.data, in, i, m))); });
-      });
+      if (a.bf16 == kBf16Out)
+        for_each_vector(n, [&](size_t i, __mmask16 m) { store(out.data, same, i, m, f(load(a.data, same, i, m))); });
+      else
+        for_each_vector(n, [&](size_t i, __mmask16 m) { store(out.data, same, i, m, f(load(a.data, other, i, m))); });
       return;
     }
     with_binary_op(op, [&](auto g) {

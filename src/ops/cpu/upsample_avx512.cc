@@ -24,7 +24,7 @@ namespace tessera::cpu::avx512 {
 namespace {
 
 // Two input rows' horizontal blends over one strip of output columns (the
-// two rows an output row reads), each keyed by image * h + input row.
+// two rows an output row reads), each keyed by its row in the image at hand.
 struct BlendedRows {
   std::shared_ptr<std::byte[]> bytes;
   size_t row_floats = 0;
