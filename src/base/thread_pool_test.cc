@@ -40,6 +40,33 @@ TEST(ThreadPool, ConcurrentCallersShareWorkers) {
   EXPECT_EQ(sum.load(), 2u * 200u * 4950u);
 }
 
+// Chunks have homes: with two threads and four chunks the caller runs 0 and
+// 1, the worker 2 and 3, so a launch's rows stay on the core that had them
+// in the last launch (first-come claiming gave the worker chunk 1). The
+// n-th chunk begun waits (up to 10 s) until the (n+1)-th, rounded up to
+// even, has begun too: both threads are inside the job at each step, and
+// neither can run out of its own chunks and take the other's.
+TEST(ThreadPool, ChunksRunOnTheirHomeThread) {
+  ThreadPool pool(2);
+  for (int r = 0; r < 5; ++r) {
+    std::atomic<int> started{0};
+    std::thread::id ran_on[4];
+    auto fn = [&](uint32_t b, uint32_t e) {
+      ASSERT_EQ(e, b + 1);
+      ran_on[b] = std::this_thread::get_id();
+      const int ticket = started.fetch_add(1) + 1, until_started = (ticket + 1) / 2 * 2;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (started.load() < until_started && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    };
+    pool.parallel_for(4, 1, fn);
+    const std::thread::id caller = std::this_thread::get_id();
+    EXPECT_EQ(ran_on[0], caller) << "round " << r;
+    EXPECT_EQ(ran_on[1], caller) << "round " << r;
+    EXPECT_NE(ran_on[2], caller) << "round " << r;
+    EXPECT_EQ(ran_on[3], ran_on[2]) << "round " << r;
+  }
+}
+
 // A worker still inside its chunk long after the caller's own chunks are done
 // (a preempted vCPU): the caller stops spinning, sleeps, and returns only
 // once the worker has left the job, whose state lives on the caller's stack.

@@ -144,7 +144,7 @@ StatusOr<Tensor> tile_convert(const Tensor& input, bool to_tile, const DataMovem
     prog.kernel_name = fmt::format("{}_{}__generic", short_dtype_name(input.dtype()), name);
     prog.num_tasks = tasks;
     prog.grain = ops::default_grain(device, tasks, input.spec().storage_bytes() + spec.storage_bytes(),
-                                    ops::kMinChunkBytesReordering);
+                                    ops::kMinChunkBytesStreaming);
     return prog;
   };
   TS_RETURN_IF_ERROR(ops::launch(device, p.cq_id, key, compile, g));

@@ -38,12 +38,15 @@ inline void broadcast_indices(uint32_t i, uint32_t n, const uint32_t* dims, cons
 
 // Tasks per chunk for `n` tasks that together touch `total_bytes`: about 4
 // chunks per worker thread, but no chunk under `min_chunk_bytes`. Handing a
-// chunk to another core costs a wake-up and, worse, makes that core pull data
-// the queue's core has in its own L2; measured on the 2-core development VM
-// (bench: ops at 1, 4 and 16 MiB), splitting pays from about 1 MiB per chunk
-// for memory-bound element-wise kernels and 256 KiB for tilize/untilize.
-inline constexpr uint64_t kMinChunkBytesStreaming = 1024 * 1024;
-inline constexpr uint64_t kMinChunkBytesReordering = 256 * 1024;
+// chunk to another core costs a wake-up; in a model it pays from about 256
+// KiB per chunk for memory-bound kernels, because the producer left the data
+// in both cores' caches and one core alone copies at half the bandwidth
+// (YOLO bfloat16, alternated builds: its 13 channel concats of 0.4-3.3 MB
+// took 1.16-1.21 -> 0.83-0.93 ms in all against 1 MiB chunks, which ran
+// most of them on one core). The pool's chunk homes (thread_pool.h) keep
+// such splits from costing an op that re-reads data hot in one core's cache
+// (bench/RESULTS.md, twenty-fourth run).
+inline constexpr uint64_t kMinChunkBytesStreaming = 256 * 1024;
 // Element-wise passes whose arithmetic outweighs their bytes: transcendental
 // activations, and bfloat16 operands widened and rounded in registers. On the
 // AVX2 VM a bfloat16 silu over 40x40x256 (1.6 MB moved) ran on one core at

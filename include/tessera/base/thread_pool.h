@@ -6,6 +6,14 @@
 // command queue) may call parallel_for concurrently: their jobs share the
 // workers. No allocation happens on this path.
 //
+// Chunks have homes: participant k (the caller is 0, worker i is i) first
+// runs the k-th of num_threads even runs of chunks, front to back, then
+// takes chunks from the back of the others' runs. So chunk c of a launch
+// runs on the same thread, launch after launch, whenever the threads arrive
+// in time: a memory-bound op then reads rows its producer wrote into the
+// same core's cache, where first-come claiming scattered them over both
+// cores (see bench/RESULTS.md, twenty-fourth run).
+//
 // Idle workers spin for about 50 us before they sleep, so back-to-back
 // launches (a trace replay) do not pay a futex wake-up per launch; the
 // pool's mutex is taken spinning too, and a caller waits for its workers to
@@ -57,17 +65,25 @@ class ThreadPool {
   void parallel_for(uint32_t n, uint32_t grain, FunctionRef<void(uint32_t, uint32_t)> fn);
 
  private:
+  // A run of unclaimed chunks [lo, hi), packed as lo << 32 | hi: its home
+  // thread claims from the front, others from the back.
+  struct alignas(64) Run {
+    std::atomic<uint64_t> range{0};
+  };
+  // Runs per job at most; participants beyond it share runs (k % kMaxRuns).
+  static constexpr uint32_t kMaxRuns = 16;
   struct Job {
     FunctionRef<void(uint32_t, uint32_t)> fn;
-    uint32_t n, grain, chunks;
-    std::atomic<uint32_t> next{0};
+    uint32_t n, grain, chunks, num_runs;
+    Run* runs;  // num_runs of them, on the caller's stack
     std::atomic<uint32_t> done{0};
     std::atomic<int> active_workers{0};  // changed under mu_, read by the spinning caller
     bool caller_sleeping = false;        // guarded by mu_
     Job* link = nullptr;     // guarded by mu_
   };
-  static bool run_chunks(Job& job);
-  void worker_loop();
+  static bool run_chunks(Job& job, uint32_t self);
+  static bool has_chunks(const Job& job);
+  void worker_loop(uint32_t self);
 
   Job* find_job() const;  // a job with unclaimed chunks; mu_ held
 
