@@ -19,6 +19,7 @@
 //             [--kernel-time]
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -62,6 +63,17 @@ std::vector<Layer> read_layers(const std::string& path) {
     Layer l;
     if (!(f >> l.set >> l.name >> l.op >> l.h >> l.w >> l.c >> l.p1 >> l.p2 >> l.p3)) {
       std::fprintf(stderr, "bench_ops: bad line: %s\n", line.c_str());
+      std::exit(1);
+    }
+    // Checked here, before the measurements and the table's first row start.
+    static const std::set<std::string> kOps = {"add_relu", "silu",    "maxpool", "gap",      "dwconv",    "convT",
+                                               "upnearest", "upbilinear", "concat", "typecast", "permute5", "rowconcat",
+                                               "fc"};
+    if (!kOps.count(l.op)) {
+      std::string known;
+      for (const std::string& op : kOps) known += " " + op;
+      std::fprintf(stderr, "bench_ops: unknown op %s in line: %s (expected one of:%s)\n", l.op.c_str(), line.c_str(),
+                   known.c_str());
       std::exit(1);
     }
     v.push_back(l);
@@ -193,6 +205,13 @@ int main(int argc, char** argv) {
     else if (a == "--kernels") kernels = true;
     else if (a == "--replay") replay = true;
     else if (a == "--kernel-time") kernel_time = true;
+    else {
+      std::fprintf(stderr,
+                   "bench_ops: unknown argument %s\nusage: bench_ops [--layers FILE] [--ort ORT_TIMES] [--quick] "
+                   "[--kernels] [--replay] [--kernel-time]\n",
+                   a.c_str());
+      return 2;
+    }
   }
   const auto layers = read_layers(layers_path);
   const auto ort = ort_path.empty() ? std::map<std::string, double>{} : bench::read_ort(ort_path);
