@@ -67,7 +67,9 @@ StatusOr<Tensor> run_eltwise(EltwiseOp op, std::string_view name, const Tensor& 
     args.num_pages = static_cast<uint32_t>((args.total_elements + kFlatPage - 1) / kFlatPage);
   }
 
-  std::string key = fmt::format("{}{}:{}{}->{}:{}{}{}", name, activation_suffix(act), a.spec().to_string(),
+  // A unary's name is its activation's: the key (and the profile) names it once.
+  const std::string what = op == EltwiseOp::kUnary ? activation_name(act) : std::string(name) + activation_suffix(act);
+  std::string key = fmt::format("{}:{}{}->{}:{}{}{}", what, a.spec().to_string(),
                                 b ? "," + b->spec().to_string() : std::string(), short_dtype_name(out_type),
                                 args.math.isa, args.flat ? ":flat" : "", b_scalar ? ":scalar" : "");
   auto compile = [&]() -> StatusOr<Program> {
