@@ -6,8 +6,9 @@
 // command queue) may call parallel_for concurrently: their jobs share the
 // workers. No allocation happens on this path.
 //
-// Chunks have homes: participant k (the caller is 0, worker i is i) first
-// runs the k-th of num_threads even runs of chunks, front to back, then
+// Chunks have homes: a launch's chunks are cut into one even run per thread
+// (fewer when there are fewer chunks, at most kMaxRuns); participant k (the
+// caller is 0, worker i is i) first runs run k % runs, front to back, then
 // takes chunks from the back of the others' runs. So chunk c of a launch
 // runs on the same thread, launch after launch, whenever the threads arrive
 // in time: a memory-bound op then reads rows its producer wrote into the
@@ -70,7 +71,7 @@ class ThreadPool {
   struct alignas(64) Run {
     std::atomic<uint64_t> range{0};
   };
-  // Runs per job at most; participants beyond it share runs (k % kMaxRuns).
+  // Runs per job at most; participants beyond them share runs.
   static constexpr uint32_t kMaxRuns = 16;
   struct Job {
     FunctionRef<void(uint32_t, uint32_t)> fn;
