@@ -65,7 +65,8 @@ std::vector<Layer> read_layers(const std::string& path) {
       std::fprintf(stderr, "bench_ops: bad line: %s\n", line.c_str());
       std::exit(1);
     }
-    // Checked here, before the measurements and the table's first row start.
+    // Checked here, before the measurements and the table's first row start; the
+    // ops prepare() builds (its own fallback error stays for a name added here only).
     static const std::set<std::string> kOps = {"add_relu", "silu",    "maxpool", "gap",      "dwconv",    "convT",
                                                "upnearest", "upbilinear", "concat", "typecast", "permute5", "rowconcat",
                                                "fc"};

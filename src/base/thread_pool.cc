@@ -30,13 +30,15 @@ ThreadPool::~ThreadPool() {
 namespace {
 
 constexpr uint64_t pack(uint32_t lo, uint32_t hi) { return uint64_t{lo} << 32 | hi; }
+constexpr uint32_t lo_of(uint64_t r) { return static_cast<uint32_t>(r >> 32); }
+constexpr uint32_t hi_of(uint64_t r) { return static_cast<uint32_t>(r); }
 
 // The front chunk of `run` (its home thread), or the back one (a thief);
 // false when it is empty.
 bool claim(std::atomic<uint64_t>& run, bool front, uint32_t* chunk) {
   uint64_t r = run.load(std::memory_order_relaxed);
   for (;;) {
-    const uint32_t lo = static_cast<uint32_t>(r >> 32), hi = static_cast<uint32_t>(r);
+    const uint32_t lo = lo_of(r), hi = hi_of(r);
     if (lo >= hi) return false;
     const uint64_t next = front ? pack(lo + 1, hi) : pack(lo, hi - 1);
     if (run.compare_exchange_weak(r, next, std::memory_order_relaxed)) {
@@ -51,7 +53,7 @@ bool claim(std::atomic<uint64_t>& run, bool front, uint32_t* chunk) {
 bool ThreadPool::has_chunks(const Job& job) {
   for (uint32_t k = 0; k < job.num_runs; ++k) {
     const uint64_t r = job.runs[k].range.load(std::memory_order_relaxed);
-    if ((r >> 32) < (r & 0xFFFFFFFFu)) return true;
+    if (lo_of(r) < hi_of(r)) return true;
   }
   return false;
 }
