@@ -203,7 +203,8 @@ TEST(Conv2d, DepthwiseBfloat16KeepsDenormals) {
 // oneDNN's. Each ISA set in turn, over: strides, dilation, asymmetric
 // padding, odd and > 1024 channel counts, batches, every activation class,
 // both dtypes and block-float weights, rows whose last block of eight
-// pixels is partial, blocks inside the map at both strides, a 5x3 kernel,
+// pixels is partial, rows of blocks of seven (widths 7 divides and 8 does
+// not), blocks inside the map at both strides, a 5x3 kernel,
 // a 7x7 kernel (the largest the staged path blocks) and a 9x9 one (its
 // portable fallback).
 TEST(Conv2d, DepthwiseOwnKernel) {
@@ -221,6 +222,8 @@ TEST(Conv2d, DepthwiseOwnKernel) {
       {2, 5, 37, 19, 19, 3, 3, 2, 1, 19, {1, 1, 1, 1}, UnaryOpType::RELU6},  // stride 2, blocks inside
       {2, 9, 29, 40, 40, 3, 3, 1, 1, 40, {0, 0, 1, 1}, UnaryOpType::LEAKY_RELU},
       {1, 16, 20, 24, 24, 5, 3, 1, 1, 24, {2, 2, 1, 1}, UnaryOpType::MISH},
+      {2, 28, 28, 40, 40, 3, 3, 2, 1, 40, {1, 1, 1, 1}, UnaryOpType::RELU6},  // stride 2, 7-pixel blocks (14 wide)
+      {1, 9, 21, 33, 33, 3, 3, 1, 1, 33, {1, 1, 1, 1}, UnaryOpType::SILU},    // 7-pixel blocks, three per row
   };
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
     set_kernel_isa_limit(isa);
