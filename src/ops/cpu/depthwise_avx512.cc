@@ -1,7 +1,7 @@
 // The AVX-512 depthwise kernel. 3x3 kernels of stride 1 or 2 take the
-// direct path (direct3 below). Other shapes: a worker stages the input rows
-// its output rows read as float32, zero-padded on both sides, in a ring of
-// kh rows (each input row staged once for a run of stride-1 output rows), so
+// direct path (depthwise_direct3.h). Other shapes: a worker stages the input
+// rows its output rows read as float32, zero-padded on both sides, in a ring
+// of kh rows (each input row staged once for a run of stride-1 output rows), so
 // every output pixel reads all its taps without bounds checks. Output pixels
 // go in blocks of eight, one accumulator each (eight FMA chains cover the FMA
 // latency on two pipes; four left it latency bound), per 16-channel block;
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "avx512_activation.h"
+#include "depthwise_direct3.h"
 #include "depthwise_kernels.h"
 #include "tessera/base/aligned.h"
 #include "tessera/numerics/convert.h"
@@ -25,10 +26,6 @@ namespace portable {
 
 namespace {
 
-constexpr uint32_t kMaxK = 7;
-// The rarer transcendentals through one shared instantiation of each kernel
-// (with_plain_activation): this file's compile time.
-constexpr bool kCompactActivations = true;
 constexpr int kPx = 8;  // output pixels per block
 
 // The staged input rows of one worker: kh rows, each blocked by 16 channels
@@ -146,185 +143,24 @@ void depthwise_rows(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act ac
   }
 }
 
-// 3x3 kernels of stride 1 or 2, dilation 1, on rows evenly spaced in
-// memory (MobileNet's depthwise layers): taps read straight from the NHWC
-// rows, no staging. A block is P output pixels of one output row (two at
-// stride 1) and 16 channels, P = 7 on rows whose width 7 divides and 8 does
-// not (MobileNet's 28, 14 and 7: 8-pixel blocks computed 16 pixels per 14),
-// 8 elsewhere; each input column the block reads is
-// loaded once per input row and feeds every accumulator that uses it (10
-// loads for 24 FMAs per output row at stride 1, 17 at stride 2). Blocks
-// loop over channels inside, so a block's input columns and its output
-// pixels are contiguous runs of memory. Accumulation order is the portable
-// kernel's: bias, then taps in (ky, kx) order. Blocks that reach past the
-// map's columns (kEdge) read zeros there, as the padding.
-namespace direct3 {
-
-// The input rows R output rows read, in order, with each one's weights
-// (3, C) for each of the output rows (null where it reads none).
-template <int R>
-struct Rows {
-  const std::byte* row[kMaxK + 1];  // pixel 0 of the input row
-  const float* w[kMaxK + 1][R];
-  uint32_t n = 0;
-};
-
-// P output pixels of R output rows, one input row's columns at a time:
-// loaded once (zeros past the map's edges), then the FMAs tap by tap over
-// the P pixels of each output row it feeds. Two output rows of stride 1
-// share two of their four input rows: with P = 8 the block then reads 40
-// columns for 16 pixels where one row at a time read 60 (from L2: the three rows of a
-// 56x56x144 map do not fit L1, and those reads, not the FMAs, bound it).
-//
-// bfloat16 results are rounded by vcvtneps2bf16 alone (to_bf16_noting); a
-// block that met a float32 denormal notes it in `denormal`, and the caller
-// redoes its output rows with the portable loop, which keeps denormals.
-template <int S, int R, int P, bool kEdge, bool kBf16In, bool kBf16Out, class Act>
-void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, uint64_t in_stride,
-           std::byte* const* out, uint64_t out_stride, Act act, __mmask16& denormal) {
-  constexpr int KW = 3, kCols = (P - 1) * S + KW;
-  constexpr uint64_t ei = kBf16In ? 2 : 4;
-  const int64_t w = a.w;
-  for (uint32_t cb = 0; cb < a.c; cb += 16) {
-    const __mmask16 m = tail_mask(a.c - cb);
-    const __m512 bias = _mm512_maskz_loadu_ps(m, a.bias + cb);
-    __m512 acc[R][P];
-    _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r)
-      _Pragma("GCC unroll 8") for (int j = 0; j < P; ++j) acc[r][j] = bias;
-    for (uint32_t q = 0; q < rows.n; ++q) {
-      const std::byte* p = rows.row[q] + cb * ei;
-      __m512 xs[kCols];
-      _Pragma("GCC unroll 32") for (int i = 0; i < kCols; ++i) {
-        const int64_t col = ix0 + i;
-        if (kEdge && (col < 0 || col >= w)) {
-          xs[i] = _mm512_setzero_ps();
-          continue;
-        }
-        const std::byte* at = p + static_cast<uint64_t>(col) * in_stride;
-        xs[i] = kBf16In ? load_bf16(reinterpret_cast<const uint16_t*>(at), m)
-                        : _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(at));
-      }
-      _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r) {
-        const float* wq = rows.w[q][r];
-        if (!wq) continue;
-        _Pragma("GCC unroll 3") for (int kx = 0; kx < KW; ++kx) {
-          const __m512 wv = _mm512_maskz_loadu_ps(m, wq + kx * a.c + cb);
-          _Pragma("GCC unroll 8") for (int j = 0; j < P; ++j)
-            acc[r][j] = _mm512_fmadd_ps(xs[j * S + kx], wv, acc[r][j]);
-        }
-      }
-    }
-    _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r)
-      _Pragma("GCC unroll 8") for (int j = 0; j < P; ++j) {
-        if (kEdge && j >= npx) break;
-        std::byte* o = out[r] + j * out_stride;
-        if constexpr (kBf16Out)
-          storeu_epi16(reinterpret_cast<uint16_t*>(o) + cb, m, to_bf16_noting(act(acc[r][j]), denormal));
-        else
-          store(o, kBf16Out, cb, m, act(acc[r][j]));
-      }
-  }
-}
-
-// Output rows t .. t + rows - 1 again, by the portable loop, which rounds
-// to bfloat16 keeping denormals. Out of line and not a template: rare, and
-// the kernel's instantiations already make this file the slowest to compile
-// under the sanitizers.
-[[gnu::noinline, gnu::cold]] void redo_rows_exactly(const DepthwiseArgs& a, uint32_t t, uint32_t rows) {
-  (void)portable::depthwise_kernel(&a, t, t + rows);
-}
-
-// Output rows t .. t + R - 1 of one image (R = 2 only at stride 1 both
-// ways).
-template <int S, int R, int P, bool kBf16In, bool kBf16Out, class Act>
-void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
-  const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
-  constexpr int kCols = (P - 1) * S + 3;
-  const uint32_t img = t / a.oh, oy = t % a.oh;
-  Rows<R> rows;
-  for (uint32_t q = 0; q < a.kh + R - 1; ++q) {
-    const int64_t iy = int64_t{oy} * a.sh + q - a.pad_t;
-    if (iy < 0 || iy >= a.h) continue;
-    rows.row[rows.n] = a.src.base + (uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w * in_stride;
-    for (int r = 0; r < R; ++r) {
-      const int64_t ky = int64_t{q} - r;
-      rows.w[rows.n][r] = ky >= 0 && ky < a.kh ? a.weights + static_cast<uint64_t>(ky) * 3 * a.c : nullptr;
-    }
-    ++rows.n;
-  }
-  std::byte* out_row[R];
-  for (int r = 0; r < R; ++r) out_row[r] = a.dst.base + (uint64_t{img} * a.oh + oy + r) * a.ow * out_stride;
-  // Input rows no earlier output row read: the last S per output row.
-  const uint32_t fresh = std::min<uint32_t>(rows.n, S * R);
-  __mmask16 denormal = 0;
-  for (uint32_t ox0 = 0; ox0 < a.ow; ox0 += P) {
-    const int64_t ix0 = int64_t{ox0} * S - a.pad_l;
-    const int npx = static_cast<int>(std::min<uint32_t>(P, a.ow - ox0));
-    std::byte* out[R];
-    for (int r = 0; r < R; ++r) out[r] = out_row[r] + uint64_t{ox0} * out_stride;
-    // The next block's columns of the fresh rows, ahead of the hardware: its
-    // prefetchers miss this column-by-channel-block order, and from DRAM (a
-    // batch of 8 56x56x144 maps) the block ran 2-3x slower without.
-    const int64_t lo = std::clamp<int64_t>(ix0 + kCols, 0, a.w);
-    const int64_t hi = std::clamp<int64_t>(ix0 + kCols + P * S, 0, a.w);
-    for (uint32_t q = rows.n - fresh; q < rows.n; ++q)
-      for (const std::byte* p = rows.row[q] + lo * in_stride; p < rows.row[q] + hi * in_stride; p += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-    if (npx == P && ix0 >= 0 && ix0 + kCols <= a.w)
-      block<S, R, P, false, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal);
-    else
-      block<S, R, P, true, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal);
-  }
-  if constexpr (kBf16Out)
-    if (denormal) [[unlikely]]
-      redo_rows_exactly(a, t, R);
-}
-
-template <int S, int P, bool kBf16In, bool kBf16Out, class Act>
-void output_rows(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
-  for (uint32_t t = begin; t < end;) {
-    if (S == 1 && a.sh == 1 && t + 1 < end && (t + 1) % a.oh != 0) {
-      output_rows_at<S, 2, P, kBf16In, kBf16Out>(a, t, act);
-      t += 2;
-    } else {
-      output_rows_at<S, 1, P, kBf16In, kBf16Out>(a, t, act);
-      t += 1;
-    }
-  }
-}
-
-// Whether `a` fits this path.
-bool applies(const DepthwiseArgs& a) {
-  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
-  return a.kh <= kMaxK && a.kw == 3 && a.dw == 1 && a.dh == 1 && (a.sw == 1 || a.sw == 2) && rows(a.src_type) &&
-         rows(a.dst_type) && a.src.uniform_row_stride() && a.dst.uniform_row_stride();
-}
-
-template <int S, int P>
-void run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
-  const bool bi = a.src_type == DataType::BFLOAT16, bo = a.dst_type == DataType::BFLOAT16;
-  if (bo)
-    with_activation<true, kCompactActivations>(a.activation, [&](auto act) {
-      if (bi) output_rows<S, P, true, true>(a, begin, end, act);
-      else output_rows<S, P, false, true>(a, begin, end, act);
-    });
-  else
-    with_activation<false, kCompactActivations>(a.activation, [&](auto act) {
-      if (bi) output_rows<S, P, true, false>(a, begin, end, act);
-      else output_rows<S, P, false, false>(a, begin, end, act);
-    });
-}
-
-}  // namespace direct3
 
 }  // namespace
+
+// The direct path's exact redo (depthwise_direct3.h).
+[[gnu::noinline, gnu::cold]] void direct3::redo_rows_exactly(const DepthwiseArgs& a, uint32_t t, uint32_t rows) {
+  (void)portable::depthwise_kernel(&a, t, t + rows);
+}
 
 Status depthwise_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DepthwiseArgs*>(raw);
   if (direct3::applies(a)) {
-    const bool seven = a.ow % 8 != 0 && a.ow % 7 == 0;
-    if (a.sw == 1) seven ? direct3::run<1, 7>(a, begin, end) : direct3::run<1, 8>(a, begin, end);
-    else seven ? direct3::run<2, 7>(a, begin, end) : direct3::run<2, 8>(a, begin, end);
+    // Blocks of seven at stride 1 with the same dtype in and out (MobileNet's
+    // layers; each block width is a set of instantiations, and this file's
+    // compile time under the sanitizers is the build's longest). Stride 2
+    // measured no gain.
+    const bool seven = a.sw == 1 && a.src_type == a.dst_type && a.ow % 8 != 0 && a.ow % 7 == 0;
+    if (a.sw == 1) seven ? direct3::run_stride1_seven(a, begin, end) : direct3::run<1, 8>(a, begin, end);
+    else direct3::run<2, 8>(a, begin, end);
     return Status();
   }
   if (a.kh > kMaxK || a.kw > kMaxK || (a.dst_type != DataType::FLOAT32 && a.dst_type != DataType::BFLOAT16))
