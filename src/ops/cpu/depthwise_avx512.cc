@@ -143,7 +143,6 @@ void depthwise_rows(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act ac
   }
 }
 
-
 }  // namespace
 
 // The direct path's exact redo (depthwise_direct3.h).
@@ -154,13 +153,14 @@ void depthwise_rows(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act ac
 Status depthwise_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DepthwiseArgs*>(raw);
   if (direct3::applies(a)) {
-    // Blocks of seven at stride 1 with the same dtype in and out (MobileNet's
-    // layers; each block width is a set of instantiations, and this file's
-    // compile time under the sanitizers is the build's longest). Stride 2
-    // measured no gain.
+    // Blocks of seven at stride 1 with the same dtype in and out only
+    // (MobileNet's layers): each block width is another set of
+    // instantiations, the build's longest compile under the sanitizers, and
+    // stride 2 measured no gain.
     const bool seven = a.sw == 1 && a.src_type == a.dst_type && a.ow % 8 != 0 && a.ow % 7 == 0;
-    if (a.sw == 1) seven ? direct3::run_stride1_seven(a, begin, end) : direct3::run<1, 8>(a, begin, end);
-    else direct3::run<2, 8>(a, begin, end);
+    if (seven) direct3::run_stride1_seven(a, begin, end);
+    else if (a.sw == 1) direct3::run<1>(a, begin, end);
+    else direct3::run<2>(a, begin, end);
     return Status();
   }
   if (a.kh > kMaxK || a.kw > kMaxK || (a.dst_type != DataType::FLOAT32 && a.dst_type != DataType::BFLOAT16))

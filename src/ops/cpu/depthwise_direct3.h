@@ -167,23 +167,25 @@ inline bool applies(const DepthwiseArgs& a) {
          rows(a.dst_type) && a.src.uniform_row_stride() && a.dst.uniform_row_stride();
 }
 
-template <int S, int P>
+// Every dtype pair in and out, blocks of eight pixels.
+template <int S>
 void run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
   const bool bi = a.src_type == DataType::BFLOAT16, bo = a.dst_type == DataType::BFLOAT16;
   if (bo)
     with_activation<true, kCompactActivations>(a.activation, [&](auto act) {
-      if (bi) output_rows<S, P, true, true>(a, begin, end, act);
+      if (bi) output_rows<S, 8, true, true>(a, begin, end, act);
       else output_rows<S, 8, false, true>(a, begin, end, act);
     });
   else
     with_activation<false, kCompactActivations>(a.activation, [&](auto act) {
       if (bi) output_rows<S, 8, true, false>(a, begin, end, act);
-      else output_rows<S, P, false, false>(a, begin, end, act);
+      else output_rows<S, 8, false, false>(a, begin, end, act);
     });
 }
 
-// run<1, 7>, compiled in depthwise_seven_avx512.cc beside this file's
-// instantiations (the two compile in parallel).
+// Stride 1, blocks of seven pixels, for `a` with the same dtype in and out
+// (depthwise_kernel checks it): compiled in depthwise_seven_avx512.cc, in
+// parallel with depthwise_avx512.cc's instantiations.
 void run_stride1_seven(const DepthwiseArgs& a, uint32_t begin, uint32_t end);
 
 }  // namespace direct3

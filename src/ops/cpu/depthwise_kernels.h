@@ -3,8 +3,9 @@
 // channel vectors, accumulated in float32 in (ky, kx) order, then the fused
 // activation. The AVX-512 kernel (depthwise_avx512.cc) has two paths: 3x3
 // kernels of stride 1 or 2 on evenly spaced rows read their taps straight
-// from the rows, seven or eight output pixels per block (whichever divides
-// the row), each input column loaded once per kernel row; other shapes stage
+// from the rows, eight output pixels per block (seven at stride 1 on rows
+// that 7 divides and 8 does not), each input column loaded once per kernel
+// row; other shapes stage
 // zero-padded channel-blocked input rows (kernels past 7x7 take the portable
 // loop of depthwise_impl.h).
 // conv2d picks the shapes where each beats oneDNN's (conv2d.cc,

@@ -5,6 +5,13 @@
 
 namespace tessera::cpu::avx512::direct3 {
 
-void run_stride1_seven(const DepthwiseArgs& a, uint32_t begin, uint32_t end) { run<1, 7>(a, begin, end); }
+void run_stride1_seven(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
+  if (a.dst_type == DataType::BFLOAT16)
+    with_activation<true, kCompactActivations>(a.activation,
+                                               [&](auto act) { output_rows<1, 7, true, true>(a, begin, end, act); });
+  else
+    with_activation<false, kCompactActivations>(a.activation,
+                                                [&](auto act) { output_rows<1, 7, false, false>(a, begin, end, act); });
+}
 
 }  // namespace tessera::cpu::avx512::direct3
