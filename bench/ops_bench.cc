@@ -17,6 +17,8 @@
 //
 //   bench_ops [--layers bench/layers/op_layers.txt] [--ort ORT_TIMES] [--quick] [--kernels] [--replay]
 //             [--kernel-time]
+#include <fmt/format.h>
+
 #include <fstream>
 #include <optional>
 #include <set>
@@ -49,6 +51,10 @@ struct Layer {
   std::string set, name, op;
   uint32_t h, w, c, p1, p2, p3;
 };
+
+// Milliseconds to three places, four under 0.1 ms (where one place in the
+// third is 10-30% of a small launch).
+std::string format_ms(double ms) { return ms < 0.1 ? fmt::format("{:.4f}", ms) : fmt::format("{:.3f}", ms); }
 
 std::vector<Layer> read_layers(const std::string& path) {
   std::ifstream in(path);
@@ -284,7 +290,7 @@ int main(int argc, char** argv) {
       const bool compute = l.op == "convT";
       const double pct = compute ? 100 * p.flops / s / 1e9 / (dt == DataType::FLOAT32 ? fma : dot)
                                  : 100 * p.bytes / s / 1e9 / bw.copy;
-      std::printf(" %.3f | %.0f%% %s |", s * 1e3, pct, compute ? "peak" : "bw");
+      std::printf(" %s | %.0f%% %s |", format_ms(s * 1e3).c_str(), pct, compute ? "peak" : "bw");
       if (kernels) {
         CHECK_OK(enable_profiler(*dev));
         p.run();
@@ -296,7 +302,7 @@ int main(int argc, char** argv) {
     }
     if (!ort.empty()) {
       auto it = ort.find(l.set + "." + l.name);
-      if (it != ort.end()) std::printf(" %.3f | %.2fx |", it->second, it->second / 1e3 / f32_s);
+      if (it != ort.end()) std::printf(" %s | %.2fx |", format_ms(it->second).c_str(), it->second / 1e3 / f32_s);
       else std::printf(" - | - |");
     }
     std::printf("%s\n", launched.empty() ? "" : (launched + " |").c_str());

@@ -23,6 +23,42 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
   }
 }
 
+// Launches back to back whose shapes change every time: a worker that
+// arrives after a launch ended must not run a chunk of it, nor miss the
+// next one's, and each launch's arguments must reach the workers intact.
+TEST(ThreadPool, BackToBackLaunchesOfChangingShape) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(200);
+  for (uint32_t i = 0; i < 3000; ++i) {
+    const uint32_t n = 2 + i * 37 % 199, grain = 1 + i % 5, launch = i + 1;
+    auto fn = [&](uint32_t b, uint32_t e) {
+      ASSERT_LE(e, n);
+      ASSERT_LE(e - b, grain);
+      for (uint32_t k = b; k < e; ++k) hits[k].fetch_add(static_cast<int>(launch));
+    };
+    pool.parallel_for(n, grain, fn);
+    for (uint32_t k = 0; k < n; ++k) ASSERT_EQ(hits[k].exchange(0), static_cast<int>(launch)) << "launch " << i << " k=" << k;
+    for (uint32_t k = n; k < hits.size(); ++k) ASSERT_EQ(hits[k].load(), 0) << "launch " << i << " k=" << k;
+  }
+}
+
+// A chunk that launches again: the fast path is its caller's, so the inner
+// launch takes the mutex path, and both complete.
+TEST(ThreadPool, NestedLaunchCompletes) {
+  ThreadPool pool(2);
+  std::atomic<uint64_t> sum{0};
+  auto outer = [&](uint32_t b, uint32_t e) {
+    for (uint32_t i = b; i < e; ++i) {
+      auto inner = [&](uint32_t ib, uint32_t ie) {
+        for (uint32_t k = ib; k < ie; ++k) sum.fetch_add(k);
+      };
+      pool.parallel_for(10, 3, inner);
+    }
+  };
+  for (int r = 0; r < 50; ++r) pool.parallel_for(4, 1, outer);
+  EXPECT_EQ(sum.load(), 50u * 4u * 45u);
+}
+
 TEST(ThreadPool, ConcurrentCallersShareWorkers) {
   ThreadPool pool(2);
   std::atomic<uint64_t> sum{0};
@@ -69,7 +105,7 @@ TEST(ThreadPool, ChunksRunOnTheirHomeThread) {
 
 // A worker still inside its chunk long after the caller's own chunks are done
 // (a preempted vCPU): the caller stops spinning, sleeps, and returns only
-// once the worker has left the job, whose state lives on the caller's stack.
+// once the worker's chunk is done.
 TEST(ThreadPool, CallerWaitsForASlowWorker) {
   ThreadPool pool(2);
   for (int r = 0; r < 20; ++r) {
