@@ -153,7 +153,7 @@ void ThreadPool::parallel_for_fast(uint32_t n, uint32_t grain, uint32_t chunks, 
 // quarter of it is left, its owner far behind (a late start, a preempted
 // vCPU). Taking the last chunks of a thread a little behind moved them to a
 // core that had not produced their input: MobileNetV2's 112x112 layers,
-// 1x1 16 -> 96 and depthwise 32, ran 20% and 75% slower than in the mutex
+// 1x1 16 -> 96 and depthwise 32, ran 20% and 30% slower than in the mutex
 // path, whose workers came too late to take any. The caller takes every
 // chunk left, so a launch never waits on a worker that does not come.
 bool ThreadPool::far_behind(const FastRun& r) {
