@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
     }
     if (!ort.empty()) {
       auto it = ort.find(l.set + "." + l.name);
-      if (it != ort.end()) std::printf(" %s | %.2fx |", format_ms(it->second).c_str(), it->second / 1e3 / f32_s);
+      if (it != ort.end()) std::printf(" %.3f | %.2fx |", it->second, it->second / 1e3 / f32_s);  // whole microseconds
       else std::printf(" - | - |");
     }
     std::printf("%s\n", launched.empty() ? "" : (launched + " |").c_str());
