@@ -34,6 +34,19 @@ constexpr uint64_t pack(uint32_t lo, uint32_t hi) { return uint64_t{lo} << 32 | 
 constexpr uint32_t lo_of(uint64_t r) { return static_cast<uint32_t>(r >> 32); }
 constexpr uint32_t hi_of(uint64_t r) { return static_cast<uint32_t>(r); }
 
+// Run k of num_runs over `chunks`: an even share, packed as a range.
+constexpr uint64_t run_range(uint32_t chunks, uint32_t k, uint32_t num_runs) {
+  return pack(static_cast<uint32_t>(uint64_t{chunks} * k / num_runs),
+              static_cast<uint32_t>(uint64_t{chunks} * (k + 1) / num_runs));
+}
+
+// Runs chunk c of a launch over [0, n) in chunks of `grain`.
+template <class F>
+void run_chunk(const F& fn, uint32_t c, uint32_t grain, uint32_t n) {
+  const uint32_t begin = c * grain;
+  fn(begin, begin + grain < n ? begin + grain : n);
+}
+
 // The front chunk of `run` (its home thread), or the back one (a thief);
 // false when it is empty. A claim acquires the run's last store, and with
 // it what its launcher wrote before it.
@@ -74,8 +87,7 @@ bool ThreadPool::has_chunks(const Job& job) {
 bool ThreadPool::run_chunks(Job& job, uint32_t self) {
   bool ran = false;
   for (uint32_t c; claim_any(job.runs, job.num_runs, self % job.num_runs, &c);) {
-    const uint32_t begin = c * job.grain, end = begin + job.grain < job.n ? begin + job.grain : job.n;
-    job.fn(begin, end);
+    run_chunk(job.fn, c, job.grain, job.n);
     job.done.fetch_add(1, std::memory_order_acq_rel);
     ran = true;
   }
@@ -87,7 +99,7 @@ void ThreadPool::parallel_for(uint32_t n, uint32_t grain, Fn fn) {
   if (grain == 0) grain = 1;
   const uint32_t chunks = (n + grain - 1) / grain;
   if (chunks == 1 || workers_.empty()) {
-    for (uint32_t b = 0; b < n; b += grain) fn(b, b + grain < n ? b + grain : n);
+    for (uint32_t c = 0; c < chunks; ++c) run_chunk(fn, c, grain, n);
     return;
   }
   if (!fast_busy_.exchange(true, std::memory_order_acquire)) {
@@ -112,15 +124,14 @@ void ThreadPool::parallel_for_fast(uint32_t n, uint32_t grain, uint32_t chunks, 
   // and the stores above. Runs the last launch used beyond this one's are
   // emptied.
   for (uint32_t k = 0; k < std::max(num_runs, fast_runs_used_); ++k) {
-    const uint32_t lo = k < num_runs ? static_cast<uint32_t>(uint64_t{chunks} * k / num_runs) : 0;
-    const uint32_t hi = k < num_runs ? static_cast<uint32_t>(uint64_t{chunks} * (k + 1) / num_runs) : 0;
+    const uint64_t range = k < num_runs ? run_range(chunks, k, num_runs) : 0;
     FastRun& run = fast_runs_[k];
     run.fn.store(&fn, std::memory_order_relaxed);
     run.n.store(n, std::memory_order_relaxed);
     run.grain.store(grain, std::memory_order_relaxed);
     run.num_runs.store(num_runs, std::memory_order_relaxed);
-    run.initial.store(hi - lo, std::memory_order_relaxed);
-    run.range.store(pack(lo, hi), std::memory_order_release);
+    run.initial.store(hi_of(range) - lo_of(range), std::memory_order_relaxed);
+    run.range.store(range, std::memory_order_release);
   }
   // The count up by one, and this launch's run count for the last one's in
   // the low bits (only fast launches write those).
@@ -133,10 +144,7 @@ void ThreadPool::parallel_for_fast(uint32_t n, uint32_t grain, uint32_t chunks, 
     wake_.notify_all();
   }
   uint32_t mine = 0;
-  for (uint32_t c; claim_any(fast_runs_, num_runs, 0, &c); ++mine) {
-    const uint32_t begin = c * grain;
-    fn(begin, begin + grain < n ? begin + grain : n);
-  }
+  for (uint32_t c; claim_any(fast_runs_, num_runs, 0, &c); ++mine) run_chunk(fn, c, grain, n);
   const uint32_t theirs = chunks - mine;
   auto finished = [&] { return fast_done_.by_workers.load(std::memory_order_seq_cst) >= theirs; };
   if (spin_until(finished, std::chrono::microseconds(20))) return;
@@ -178,10 +186,8 @@ bool ThreadPool::run_fast_chunks(uint32_t self, uint64_t generation) {
     if (!run) return ran;
     // The claim holds the launch open: these are its arguments.
     const Fn& fn = *run->fn.load(std::memory_order_relaxed);
-    const uint32_t n = run->n.load(std::memory_order_relaxed), grain = run->grain.load(std::memory_order_relaxed);
     num_runs = run->num_runs.load(std::memory_order_relaxed);
-    const uint32_t begin = c * grain;
-    fn(begin, begin + grain < n ? begin + grain : n);
+    run_chunk(fn, c, run->grain.load(std::memory_order_relaxed), run->n.load(std::memory_order_relaxed));
     fast_done_.by_workers.fetch_add(1, std::memory_order_seq_cst);
     if (fast_done_.caller_sleeping.load(std::memory_order_seq_cst)) {
       { std::lock_guard<std::mutex> lock(mu_); }  // the caller holds mu_ from its flag until it waits
@@ -195,10 +201,7 @@ bool ThreadPool::run_fast_chunks(uint32_t self, uint64_t generation) {
 void ThreadPool::parallel_for_mutex(uint32_t n, uint32_t grain, uint32_t chunks, Fn fn) {
   const uint32_t num_runs = std::min<uint32_t>({kMaxRuns, static_cast<uint32_t>(num_threads()), chunks});
   Run runs[kMaxRuns];
-  for (uint32_t k = 0; k < num_runs; ++k)
-    runs[k].range.store(pack(static_cast<uint32_t>(uint64_t{chunks} * k / num_runs),
-                             static_cast<uint32_t>(uint64_t{chunks} * (k + 1) / num_runs)),
-                        std::memory_order_relaxed);
+  for (uint32_t k = 0; k < num_runs; ++k) runs[k].range.store(run_range(chunks, k, num_runs), std::memory_order_relaxed);
   Job job{fn, n, grain, chunks, num_runs, runs};
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   lock_spinning(lock);

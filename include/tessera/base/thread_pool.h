@@ -20,9 +20,10 @@
 // with one compare-and-swap and only then reads the arguments (a claim
 // proves the launch unfinished, so they are still its own), and the caller
 // returns as soon as every chunk is done, without waiting for the workers
-// to leave. bench_runtime measures its cost per launch at 0.2-0.8 us of
-// cross-core traffic, against 0.5-1.9 for the mutex path, in the same runs
-// (bench/RESULTS.md, twenty-sixth run). There a worker takes from another
+// to leave. bench_runtime measures its cost per launch at 0.2-0.3 us of
+// cross-core traffic (0.75-0.85 in the VM's slower mode), against 0.4-0.5
+// (1.6-2.0) for the mutex path, alternated (bench/RESULTS.md, twenty-sixth
+// run). There a worker takes from another
 // thread's run only while more than a quarter of it is left (see
 // far_behind), and the caller takes whatever is left. A second caller
 // meanwhile (another command queue, or a chunk that launches again) takes
