@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "cpu/rows.h"
+#include "cpu/stream_copy.h"
 #include "op_common.h"
 #include "tessera/numerics/convert.h"
 #include "tessera/ops/eltwise.h"
@@ -47,6 +48,9 @@ struct GatherArgs {
   // Every source and the output packed, in the output's dtype: rows copy by
   // plain pointer arithmetic.
   bool packed = false;
+  // Plain copies (whole_rows, packed) by non-temporal stores
+  // (ops::streams_output).
+  bool stream = false;
   alignas(8) std::byte fill[8] = {};  // the fill value in the output dtype (aligned: converted as one)
 };
 
@@ -61,15 +65,22 @@ template <int N>
 Status gather_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
   const auto& g = *static_cast<const GatherArgs<N>*>(raw);
   const uint32_t last = g.rank - 1, width = g.dims[last];
+  auto copy = [&g](std::byte* dst, const std::byte* src, uint64_t n) {
+    if (g.stream)
+      cpu::stream_copy(dst, src, n);
+    else
+      std::memcpy(dst, src, n);
+  };
   if (g.whole_rows) {
     const uint64_t ub = g.out.unit_bytes, out_stride = g.out.uniform_row_stride();
     for (uint32_t r = row_begin; r < row_end; ++r) {
       std::byte* o = g.out.base + r * out_stride;
       for (uint32_t k = 0; k < g.num_src; ++k) {
         const GatherSource& s = g.src[k];
-        std::memcpy(o + s.lo[last] * ub, s.access.base + r * s.access.uniform_row_stride(), g.in_width[k] * ub);
+        copy(o + s.lo[last] * ub, s.access.base + r * s.access.uniform_row_stride(), g.in_width[k] * ub);
       }
     }
+    if (g.stream) cpu::stream_fence();
     return Status();
   }
   // The output row's index over the leading dims: divided out once, then
@@ -111,7 +122,7 @@ Status gather_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
         if (c0 == 0 && n == width && last > 0 && s.stride[last - 1] == n) {
           rows = std::min({s.hi[last - 1] - idx[last - 1], g.dims[last - 1] - idx[last - 1], row_end - r});
         }
-        std::memcpy(g.out.base + (uint64_t{r} * width + c0) * ub, s.access.base + flat * ub, uint64_t{rows} * n * ub);
+        copy(g.out.base + (uint64_t{r} * width + c0) * ub, s.access.base + flat * ub, uint64_t{rows} * n * ub);
       } else if (s.stride[last] == 1) {
         for (uint32_t done = 0; done < n;) {
           const uint64_t f = flat + done;
@@ -154,6 +165,7 @@ Status gather_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
     r += rows;
     step(rows);
   }
+  if (g.stream) cpu::stream_fence();
   return ok_status();
 }
 
@@ -242,11 +254,13 @@ StatusOr<Tensor> run_gather(std::string_view op, std::span<const Tensor> inputs,
     packed = inputs[k].dtype() == out_type && args->src[k].access.is_packed() &&
              args->src[k].access.unit_bytes == args->out.unit_bytes;
   args->packed = packed;
+  // Plain copies read as many bytes as they write.
+  args->stream = (whole || packed) && !fill && ops::streams_output(device, 2 * out_spec.storage_bytes());
   const uint32_t rows = static_cast<uint32_t>(out_shape.volume() / out_shape[-1]);
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
     prog.kernel = gather_kernel<N>;
-    prog.kernel_name = fmt::format("any_{}__{}", op, whole ? "rows" : "gather");
+    prog.kernel_name = fmt::format("any_{}__{}{}", op, whole ? "rows" : "gather", args->stream ? "_streamed" : "");
     prog.num_tasks = rows;
     prog.grain = ops::default_grain(device, rows, out_spec.storage_bytes() * 2, ops::kMinChunkBytesStreaming);
     return prog;

@@ -241,6 +241,38 @@ TEST(Concat, LastDimOfDramRowsMatchesReference) {
     }
 }
 
+// Outputs larger than the shared cache are written by non-temporal stores
+// (ops::streams_output): here, maps just over that size. Odd widths start
+// most rows' pieces off the 16-byte grid, so every piece has a plainly
+// copied head and tail. Along the channels (whole rows) and along the height
+// (runs of whole rows), both dtypes.
+TEST(Concat, LargeOutputsStreamAndMatchReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const uint64_t shared = dev->descriptor().shared_cache_size, streams_over = shared ? shared : uint64_t{16} << 20;
+  for (DataType dt : kTypes)
+    for (int dim : {3, 1}) {
+      SCOPED_TRACE(fmt::format("{} dim {}", data_type_name(dt), dim));
+      // Rows of 128 channels whose read and written bytes just exceed it.
+      const uint64_t row_bytes = 128 * element_size(dt), rows = streams_over / (2 * row_bytes) + 97;
+      std::vector<Tensor> hosts, devs;
+      for (uint32_t c : {61u, 67u}) {
+        const uint32_t part = static_cast<uint32_t>(rows * c / 128 + 1);
+        const Shape s = dim == 3 ? Shape{1, static_cast<uint32_t>(rows / 160 + 1), 160, c} : Shape{1, part, 1, 128};
+        hosts.push_back(testing::random_tensor(s, dt, Layout::ROW_MAJOR, c));
+        ASSERT_OK_AND_ASSIGN(Tensor d, to_device(hosts.back(), *dev));
+        devs.push_back(d);
+      }
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::concat(hosts, dim));
+      ASSERT_OK(enable_profiler(*dev));
+      ASSERT_OK_AND_ASSIGN(Tensor y, concat(devs, dim));
+      ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+      ASSERT_OK(disable_profiler(*dev));
+      ASSERT_EQ(prof.ops.size(), 1u);
+      EXPECT_EQ(prof.ops[0].kernel_name, dim == 3 ? "any_concat__rows_streamed" : "any_concat__gather_streamed");
+      ASSERT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want));
+    }
+}
+
 TEST(Concat, ChannelsOfHeightShardedActivations) {
   // The UNet's skip connection: two (1,1,H*W,C) activations height-sharded
   // on the same cores, concatenated into a height-sharded [h, 2C] output.

@@ -17,4 +17,9 @@ uint32_t default_grain(const Device& device, uint32_t n, uint64_t total_bytes, u
   return static_cast<uint32_t>(std::max<uint64_t>(1, (n + chunks - 1) / chunks));
 }
 
+bool streams_output(const Device& device, uint64_t bytes) {
+  const uint64_t shared = device.descriptor().shared_cache_size;
+  return bytes > (shared ? shared : uint64_t{16} << 20);
+}
+
 }  // namespace tessera::ops

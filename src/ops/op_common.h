@@ -54,5 +54,10 @@ inline constexpr uint64_t kMinChunkBytesStreaming = 256 * 1024;
 // core take half that.
 inline constexpr uint64_t kMinChunkBytesCompute = 128 * 1024;
 uint32_t default_grain(const Device& device, uint32_t n, uint64_t total_bytes, uint64_t min_chunk_bytes);
+// Whether a copy that reads and writes `bytes` in all should write its output
+// with non-temporal stores (cpu/stream_copy.h): when they exceed the cache the
+// cores share (16 MiB where it is unknown), the output would not stay there
+// for the next op anyway.
+bool streams_output(const Device& device, uint64_t bytes);
 
 }  // namespace tessera::ops
