@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,8 +16,10 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "tessera/base/affinity.h"
 #include "tessera/base/status.h"
 #include "tessera/base/thread_pool.h"
 #include "tessera/device/profiler.h"
@@ -131,6 +134,62 @@ inline std::map<std::string, double> read_ort(const std::string& path) {
   while (in >> key >> v) ms[key] = v;
   return ms;
 }
+
+// The VM's placement of its two vCPUs, which the host changes every few
+// seconds: the mean round trip of a cache line between threads pinned to
+// `cpu_a` and `cpu_b`. On the development VM it reads 50-110 ns with both
+// vCPUs in one core complex (copy bandwidth 42-45 GB/s) and about 500 ns
+// with them in two (67-81 GB/s: two links to memory), so memory-bound rows
+// gain from the second placement and short launches lose (bench/RESULTS.md,
+// twenty-seventh run).
+inline double core_round_trip_ns(int cpu_a, int cpu_b, long trips = 20000) {
+  alignas(64) std::atomic<long> ping{0};
+  alignas(64) std::atomic<long> pong{0};
+  double ns = 0;
+  std::thread answer([&] {
+    pin_current_thread(cpu_b);
+    for (long i = 1; i <= trips; ++i) {
+      while (ping.load(std::memory_order_acquire) != i) {
+      }
+      pong.store(i, std::memory_order_release);
+    }
+  });
+  std::thread ask([&] {
+    pin_current_thread(cpu_a);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (long i = 1; i <= trips; ++i) {
+      ping.store(i, std::memory_order_release);
+      while (pong.load(std::memory_order_acquire) != i) {
+      }
+    }
+    ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / trips;
+  });
+  ask.join();
+  answer.join();
+  return ns;
+}
+
+// The two-thread copy bandwidth of the moment, in a few milliseconds: the
+// anchor of one benchmark row, measured right before it, since the VM's
+// placement (core_round_trip_ns) changes the bandwidth between rows. Buffers
+// of `bytes` each, touched once here.
+class CopyProbe {
+ public:
+  explicit CopyProbe(size_t bytes) : a_(bytes / sizeof(float), 1.0f), b_(bytes / sizeof(float), 0.0f) {}
+  double copy_gbs(ThreadPool& pool, int reps = 7) {
+    const size_t n = a_.size();
+    const uint32_t parts = static_cast<uint32_t>(pool.num_threads());
+    auto part = [&](uint32_t s, uint32_t e) {
+      for (uint32_t p = s; p < e; ++p)
+        std::memcpy(&b_[n * p / parts], &a_[n * p / parts], (n * (p + 1) / parts - n * p / parts) * sizeof(float));
+    };
+    const Timing t = time_it(reps, [&] { pool.parallel_for(parts, 1, part); }, 1);
+    return 2.0 * static_cast<double>(n * sizeof(float)) / t.median_s / 1e9;
+  }
+
+ private:
+  std::vector<float> a_, b_;
+};
 
 // Memory bandwidth of this machine with the pool's threads over `bytes`:
 // read (sum), write (memset), copy (memcpy, read + write bytes counted).

@@ -1,7 +1,8 @@
 // Non-conv2d ops over layer shapes of ResNet-50, MobileNetV2, the Vanilla UNet
 // and a YOLO-style detector (bench/layers/op_layers.txt), float32 and
 // bfloat16, each beside its floor measured in the same run: memory-bound ops
-// against the two-thread copy bandwidth (bytes read + written per call),
+// against the two-thread copy bandwidth measured just before the row (bytes
+// read + written per call),
 // transposed convolutions against the FP32 FMA / BF16 dot peaks. With --ort,
 // ONNX Runtime's time for the same one-layer model (bench/ops_vs_ort.sh)
 // is printed beside Tessera's float32 time. With --kernels each row ends
@@ -236,11 +237,23 @@ int main(int argc, char** argv) {
   if (replay) std::printf("Timed as traced replays of ten calls each (`--replay`).\n\n");
   if (kernel_time)
     std::printf("Times are kernel-only: the device profiler's launch times per call, medians (`--kernel-time`).\n\n");
-  std::printf("| set | layer | f32 ms | f32 %% of floor | bf16 ms | bf16 %% of floor |%s\n", ort.empty() ? "" : " ORT f32 ms | f32 vs ORT |");
-  std::printf("|---|---|---|---|---|---|%s\n", ort.empty() ? "" : "---|---|");
+  std::printf("Each memory-bound row's %% is of the copy bandwidth measured just before it (`copy GB/s`): the VM "
+              "moves its two vCPUs between one core complex and two every few seconds, which changes the bandwidth by "
+              "half. `round trip` is a cache line's round trip between the two cores before and after the row "
+              "(about 100 ns: one complex; about 500 ns: two).\n\n");
+  std::printf("| set | layer | f32 ms | f32 %% of floor | bf16 ms | bf16 %% of floor |%s copy GB/s | round trip ns |\n",
+              ort.empty() ? "" : " ORT f32 ms | f32 vs ORT |");
+  std::printf("|---|---|---|---|---|---|%s---|---|\n", ort.empty() ? "" : "---|---|");
+  const std::vector<int>& cpus = physical_core_cpus();
+  auto round_trip = [&]() -> std::string {
+    return cpus.size() >= 2 ? fmt::format("{:.0f}", bench::core_round_trip_ns(cpus[0], cpus[1])) : "-";
+  };
+  bench::CopyProbe probe(size_t{256} << 20);  // as the run's measure: 64 MB read up to 99 GB/s from two L3s
   auto dev = value_or_die(open_device({.trace_region_size = replay ? size_t{64} << 20 : 0}));
   for (const Layer& l : layers) {
     std::printf("| %s | %s |", l.set.c_str(), l.name.c_str());
+    const std::string rt_before = round_trip();
+    const double row_copy = probe.copy_gbs(pool);
     double f32_s = 0;
     std::string launched;
     for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
@@ -289,7 +302,7 @@ int main(int argc, char** argv) {
       // Compute-bound layers against the compute peak, the rest against copy bandwidth.
       const bool compute = l.op == "convT";
       const double pct = compute ? 100 * p.flops / s / 1e9 / (dt == DataType::FLOAT32 ? fma : dot)
-                                 : 100 * p.bytes / s / 1e9 / bw.copy;
+                                 : 100 * p.bytes / s / 1e9 / row_copy;
       std::printf(" %s | %.0f%% %s |", format_ms(s * 1e3).c_str(), pct, compute ? "peak" : "bw");
       if (kernels) {
         CHECK_OK(enable_profiler(*dev));
@@ -305,6 +318,7 @@ int main(int argc, char** argv) {
       if (it != ort.end()) std::printf(" %.3f | %.2fx |", it->second, it->second / 1e3 / f32_s);  // whole microseconds
       else std::printf(" - | - |");
     }
+    std::printf(" %.1f | %s / %s |", row_copy, rt_before.c_str(), round_trip().c_str());
     std::printf("%s\n", launched.empty() ? "" : (launched + " |").c_str());
   }
   return 0;
