@@ -169,59 +169,65 @@ inline double core_round_trip_ns(int cpu_a, int cpu_b, long trips = 20000) {
   return ns;
 }
 
-// The two-thread copy bandwidth of the moment, in a few milliseconds: the
-// anchor of one benchmark row, measured right before it, since the VM's
-// placement (core_round_trip_ns) changes the bandwidth between rows. Buffers
-// of `bytes` each, touched once here.
-class CopyProbe {
+// Memory bandwidth of this machine with a pool's threads over buffers of
+// `bytes` each (touched once, here): read (sum), write (memset), copy
+// (memcpy, read + write bytes counted). Kept for a run, the copy measure is
+// also each benchmark row's anchor, taken right before it, since the VM's
+// placement (core_round_trip_ns) changes the bandwidth between rows.
+class BandwidthProbe {
  public:
-  explicit CopyProbe(size_t bytes) : a_(bytes / sizeof(float), 1.0f), b_(bytes / sizeof(float), 0.0f) {}
-  double copy_gbs(ThreadPool& pool, int reps = 7) {
-    const size_t n = a_.size();
-    const uint32_t parts = static_cast<uint32_t>(pool.num_threads());
-    auto part = [&](uint32_t s, uint32_t e) {
-      for (uint32_t p = s; p < e; ++p)
-        std::memcpy(&b_[n * p / parts], &a_[n * p / parts], (n * (p + 1) / parts - n * p / parts) * sizeof(float));
-    };
-    const Timing t = time_it(reps, [&] { pool.parallel_for(parts, 1, part); }, 1);
-    return 2.0 * static_cast<double>(n * sizeof(float)) / t.median_s / 1e9;
+  explicit BandwidthProbe(size_t bytes) : a_(bytes / sizeof(float), 1.0f), b_(bytes / sizeof(float), 0.0f) {}
+
+  double read_gbs(ThreadPool& pool, int reps, int warmup = 2) {
+    std::vector<double> sums(static_cast<size_t>(pool.num_threads()));
+    const Timing t = time_it(reps, [&] {
+      split(pool, [&](uint32_t p, size_t s, size_t e) {
+        float acc[16] = {};
+        for (size_t i = s; i + 16 <= e; i += 16)
+          for (int k = 0; k < 16; ++k) acc[k] += a_[i + static_cast<size_t>(k)];
+        double sum = 0;
+        for (float x : acc) sum += x;
+        sums[p] = sum;
+      });
+    }, warmup);
+    return bytes() / t.median_s / 1e9;
+  }
+  double write_gbs(ThreadPool& pool, int reps, int warmup = 2) {
+    const Timing t = time_it(reps, [&] {
+      split(pool, [&](uint32_t, size_t s, size_t e) { std::memset(&b_[s], 0, (e - s) * sizeof(float)); });
+    }, warmup);
+    return bytes() / t.median_s / 1e9;
+  }
+  double copy_gbs(ThreadPool& pool, int reps, int warmup = 2) {
+    const Timing t = time_it(reps, [&] {
+      split(pool, [&](uint32_t, size_t s, size_t e) { std::memcpy(&b_[s], &a_[s], (e - s) * sizeof(float)); });
+    }, warmup);
+    return 2.0 * bytes() / t.median_s / 1e9;
   }
 
  private:
-  std::vector<float> a_, b_;
-};
-
-// Memory bandwidth of this machine with the pool's threads over `bytes`:
-// read (sum), write (memset), copy (memcpy, read + write bytes counted).
-struct Bandwidth {
-  double read, write, copy;
-};
-inline Bandwidth measure_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
-  const size_t n = bytes / sizeof(float);
-  std::vector<float> a(n, 1.0f), b(n, 0.0f);
-  const uint32_t parts = static_cast<uint32_t>(pool.num_threads());
-  std::vector<double> sums(parts);
-  auto split = [&](auto fn) {
+  double bytes() const { return static_cast<double>(a_.size() * sizeof(float)); }
+  // fn(part, begin, end) over one even share of the buffers per pool thread.
+  template <class F>
+  void split(ThreadPool& pool, const F& fn) {
+    const size_t n = a_.size();
+    const uint32_t parts = static_cast<uint32_t>(pool.num_threads());
     auto body = [&](uint32_t s, uint32_t e) {
       for (uint32_t p = s; p < e; ++p) fn(p, n * p / parts, n * (p + 1) / parts);
     };
     pool.parallel_for(parts, 1, body);
-  };
-  auto rd = time_it(reps, [&] {
-    split([&](uint32_t p, size_t s, size_t e) {
-      float acc[16] = {};
-      for (size_t i = s; i + 16 <= e; i += 16)
-        for (int k = 0; k < 16; ++k) acc[k] += a[i + static_cast<size_t>(k)];
-      double t = 0;
-      for (float x : acc) t += x;
-      sums[p] = t;
-    });
-  });
-  auto wr = time_it(reps, [&] { split([&](uint32_t, size_t s, size_t e) { std::memset(&b[s], 0, (e - s) * 4); }); });
-  auto cp = time_it(reps, [&] {
-    split([&](uint32_t, size_t s, size_t e) { std::memcpy(&b[s], &a[s], (e - s) * 4); });
-  });
-  return {bytes / rd.median_s / 1e9, bytes / wr.median_s / 1e9, 2.0 * bytes / cp.median_s / 1e9};
+  }
+
+  std::vector<float> a_, b_;
+};
+
+struct Bandwidth {
+  double read, write, copy;
+};
+inline Bandwidth measure_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
+  BandwidthProbe probe(bytes);
+  const double read = probe.read_gbs(pool, reps), write = probe.write_gbs(pool, reps);
+  return {read, write, probe.copy_gbs(pool, reps)};
 }
 
 }  // namespace tessera::bench

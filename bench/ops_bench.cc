@@ -225,12 +225,15 @@ int main(int argc, char** argv) {
   const auto ort = ort_path.empty() ? std::map<std::string, double>{} : bench::read_ort(ort_path);
   const int threads = static_cast<int>(std::thread::hardware_concurrency());
   ThreadPool pool(threads);
-  const bench::Bandwidth bw = bench::measure_bandwidth(pool, size_t{256} << 20, reps);
+  // 256 MB per buffer: in two core complexes (two 32 MB L3s) a 64 MB copy
+  // read up to 99 GB/s.
+  bench::BandwidthProbe probe(size_t{256} << 20);
+  const double run_copy = probe.copy_gbs(pool, reps);
   const double fma = bench::fma_f32_peak_gflops(threads), dot = bench::dot_bf16_peak_gflops(threads);
   std::printf("# Tessera op benchmarks (%s)\n\n", tessera::cpu_features().to_string().c_str());
   std::printf("Measured in this run on %d threads: copy bandwidth (read+write) %.1f GB/s, FP32 FMA peak %.0f GFLOP/s, "
               "BF16 dot peak %.0f GFLOP/s%s.%s\n\n",
-              threads, bw.copy, fma, dot,
+              threads, run_copy, fma, dot,
               bench::has_bf16_dot() ? "" : " (no BF16 dot instruction: bfloat16 computes in float32, FP32 peak)",
               ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, NCHW float32, "
                                  "median of its profiled kernel time (layout reorders left out).");
@@ -248,12 +251,11 @@ int main(int argc, char** argv) {
   auto round_trip = [&]() -> std::string {
     return cpus.size() >= 2 ? fmt::format("{:.0f}", bench::core_round_trip_ns(cpus[0], cpus[1])) : "-";
   };
-  bench::CopyProbe probe(size_t{256} << 20);  // as the run's measure: 64 MB read up to 99 GB/s from two L3s
   auto dev = value_or_die(open_device({.trace_region_size = replay ? size_t{64} << 20 : 0}));
   for (const Layer& l : layers) {
     std::printf("| %s | %s |", l.set.c_str(), l.name.c_str());
     const std::string rt_before = round_trip();
-    const double row_copy = probe.copy_gbs(pool);
+    const double row_copy = probe.copy_gbs(pool, 7, 1);
     double f32_s = 0;
     std::string launched;
     for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
