@@ -3,7 +3,7 @@
 // bfloat16, each beside its floor measured in the same run: memory-bound ops
 // against the two-thread copy bandwidth measured just before the row (bytes
 // read + written per call),
-// transposed convolutions against the FP32 FMA / BF16 dot peaks. With --ort,
+// transposed convolutions against the FP32 FMA / bfloat16 peaks (AMX's where the CPU has it). With --ort,
 // ONNX Runtime's time for the same one-layer model (bench/ops_vs_ort.sh)
 // is printed beside Tessera's float32 time. With --kernels each row ends
 // with the kernels one call of each dtype launched (from the device profiler).
@@ -229,12 +229,12 @@ int main(int argc, char** argv) {
   // read up to 99 GB/s.
   bench::BandwidthProbe probe(size_t{256} << 20);
   const double run_copy = probe.copy_gbs(pool, reps);
-  const double fma = bench::fma_f32_peak_gflops(threads), dot = bench::dot_bf16_peak_gflops(threads);
+  std::string_view bf16_name;
+  const double fma = bench::fma_f32_peak_gflops(threads), dot = bench::bf16_peak_gflops(threads, &bf16_name);
   std::printf("# Tessera op benchmarks (%s)\n\n", tessera::cpu_features().to_string().c_str());
   std::printf("Measured in this run on %d threads: copy bandwidth (read+write) %.1f GB/s, FP32 FMA peak %.0f GFLOP/s, "
-              "BF16 dot peak %.0f GFLOP/s%s.%s\n\n",
-              threads, run_copy, fma, dot,
-              bench::has_bf16_dot() ? "" : " (no BF16 dot instruction: bfloat16 computes in float32, FP32 peak)",
+              "bf16 peak (%.*s) %.0f GFLOP/s.%s\n\n",
+              threads, run_copy, fma, static_cast<int>(bf16_name.size()), bf16_name.data(), dot,
               ort.empty() ? "" : " ONNX Runtime: onnxruntime-node 1.30.0, CPU, 2 intra-op threads, NCHW float32, "
                                  "median of its profiled kernel time (layout reorders left out).");
   if (replay) std::printf("Timed as traced replays of ten calls each (`--replay`).\n\n");

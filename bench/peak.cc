@@ -40,4 +40,15 @@ double dot_bf16_peak_gflops(int threads, uint64_t iterations, int reps) {
   return peak_gflops(dot_bf16_loop_avx512, 12 * 32.0 * 2, threads, iterations, reps);
 }
 
+double amx_bf16_peak_gflops(int threads, uint64_t iterations, int reps) {
+  if (!cpu_features().amx_bf16 || !request_amx_tiles()) return 0;
+  return peak_gflops(amx_bf16_loop, 4 * 16 * 16 * 32 * 2.0, threads, iterations, reps);
+}
+
+double bf16_peak_gflops(int threads, std::string_view* name) {
+  const double amx = amx_bf16_peak_gflops(threads, 500'000, 5);
+  if (name) *name = amx > 0 ? "AMX BF16 tile" : has_bf16_dot() ? "BF16 dot" : "FP32 FMA (no BF16 instruction)";
+  return amx > 0 ? amx : dot_bf16_peak_gflops(threads, 10'000'000, 5);
+}
+
 }  // namespace tessera::bench

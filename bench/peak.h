@@ -14,11 +14,20 @@ namespace tessera::bench {
 double fma_f32_peak_gflops(int threads, uint64_t iterations = 20'000'000, int reps = 7);
 double dot_bf16_peak_gflops(int threads, uint64_t iterations = 20'000'000, int reps = 7);
 bool has_bf16_dot();
+// AMX's BF16 tile multiply, where the CPU and OS have it (0 elsewhere, or when
+// Linux refuses the tile state). oneDNN runs its bfloat16 convolutions and
+// matmuls on it there, so their percentages are of this peak.
+double amx_bf16_peak_gflops(int threads, uint64_t iterations = 1'000'000, int reps = 7);
+// The peak bfloat16 convolutions are measured against: AMX's where it runs,
+// else the BF16 dot product's (else FP32's), and its name.
+double bf16_peak_gflops(int threads, std::string_view* name = nullptr);
 std::string_view peak_isa();  // "avx512", "avx2" or "scalar" (no vector loops: peaks read 0)
 
 // The loops, one file per ISA: 12 chains x lanes x 2 FLOPs per iteration.
 float fma_f32_loop_avx512(uint64_t iterations);  // 16 lanes
 float dot_bf16_loop_avx512(uint64_t iterations);  // 32 bf16 pairs
 float fma_f32_loop_avx2(uint64_t iterations);    // 8 lanes
+float amx_bf16_loop(uint64_t iterations);        // 4 tiles x 16 x 16 x 32 pairs
+bool request_amx_tiles();                        // Linux's per-process permission
 
 }  // namespace tessera::bench

@@ -1,9 +1,28 @@
 #include "tessera/base/cpu_features.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <atomic>
 
 namespace tessera {
+
+namespace {
+
+// CPUID leaf 7's AMX-BF16 and AMX-TILE bits, and the OS's XCR0 tile state
+// (XTILECFG, XTILEDATA). GCC 12's __builtin_cpu_supports has no AMX names.
+bool amx_bf16_enabled() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool bf16 = (d >> 22) & 1, tile = (d >> 24) & 1;
+  if (!bf16 || !tile || !__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return false;  // OSXSAVE
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  constexpr unsigned kTileState = (1u << 17) | (1u << 18);
+  return (lo & kTileState) == kTileState;
+}
+
+}  // namespace
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = [] {
@@ -17,6 +36,7 @@ const CpuFeatures& cpu_features() {
     c.avx512dq = __builtin_cpu_supports("avx512dq");
     c.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
     c.avx512_vnni = __builtin_cpu_supports("avx512vnni");
+    c.amx_bf16 = amx_bf16_enabled();
     return c;
   }();
   return f;
@@ -37,6 +57,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512dq, "avx512dq");
   add(avx512_bf16, "avx512_bf16");
   add(avx512_vnni, "avx512_vnni");
+  add(amx_bf16, "amx_bf16");
   return s;
 }
 

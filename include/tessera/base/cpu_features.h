@@ -18,6 +18,10 @@ struct CpuFeatures {
   bool avx512dq = false;
   bool avx512_bf16 = false;
   bool avx512_vnni = false;
+  // AMX tiles with the BF16 tile multiply, enabled by the OS (XCR0 bits 17 and
+  // 18). A process still asks Linux for the tile state before its first tile
+  // instruction (arch_prctl ARCH_REQ_XCOMP_PERM); oneDNN does so itself.
+  bool amx_bf16 = false;
 
   // The AVX-512 kernel set needs F, BW, VL, DQ and BF16.
   bool has_avx512_kernels() const { return avx512f && avx512bw && avx512vl && avx512dq && avx512_bf16; }
