@@ -358,6 +358,7 @@ struct Problem {
   bool direct = false;      // runs Tessera's AVX2 direct kernel (see is_direct_avx2) or, with
   bool direct_avx512 = false;  // direct_avx512, its AVX-512 one (see is_direct_avx512)
   bool narrow = false;         // direct: the AVX-512 kernel for few output channels (see is_narrow)
+  bool amx_patches = false;    // a transposed conv as a 1x1 conv and a permute (see is_amx_patch)
   uint32_t cout_padded = 0;  // the kernel's output channels when padded (see pads_output_channels), else 0
 };
 
@@ -492,6 +493,36 @@ bool is_patch_avx512(const Problem& pr) {
          uint64_t{g.cin} * g.cout * g.kh * g.kw >= kDirectAvx512MinWeights;
 }
 
+// Transposed convs whose kernel equals their stride (patch_shape), computed
+// in bfloat16 on CPUs with AMX, run as a 1x1 convolution to kh * kw * Cout
+// channels (oneDNN's AMX brgconv_1x1, its weights packed once) and a permute
+// that moves each input pixel's kh output rows into place
+// (amx_patches_with_weights). The batched matmul (launch_patches) calls oneDNN
+// once per input row and ky with M = W, and on AMX oneDNN repacks the plain
+// weights into its tile layout on every call: the UNet's upconvs ran at
+// 350-800 GFLOP/s there (bench/RESULTS.md, twenty-eighth run). Standalone,
+// oneDNN's 1x1 conv and a row-copy permute took 0.32 + 0.08 ms for upconv4
+// (30x40, 512 -> 256) and 1.46 + 1.15 ms for upconv1 (240x320, 64 -> 32),
+// against 3.6 and 3.0 ms for the matmul, and oneDNN's AMX deconvolution
+// 4.4 and 5.2 ms. The matmul repacks per W rows, the permute moves every
+// output byte: bench_ops, alternated builds, four rounds, upconv4 (W = 40)
+// went 3.8-4.1 -> 1.9-2.3 ms, upconv3 (W = 80) 2.8-3.0 -> 1.2-2.1,
+// upconv2 (W = 160) 2.4-2.6 -> 2.2-2.4 and upconv1 (W = 320) 2.7-3.1 ->
+// 3.2-3.6: inputs up to kAmxPatchMaxWidth wide take the 1x1 conv. In the
+// bfloat16 UNet (alternated, six rounds, a slow phase of the VM) the
+// upconvs' launches summed 13.5-15.8 ms before, 10.8-13.3 after.
+constexpr uint32_t kAmxPatchMaxWidth = 128;
+// The permute reads the conv's output as a view, so the device's DRAM rows
+// of kw * Cout values must be dense: one bank, rows a multiple of its
+// alignment (always on the native CPU descriptor; not on wormhole_b0's).
+bool is_amx_patch(const Problem& pr, const Device& device) {
+  const uint64_t row_bytes = uint64_t{pr.g.kw} * pr.g.cout * element_size(pr.output.dtype);
+  return kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && pr.kernel == DataType::BFLOAT16 &&
+         patch_shape(pr.g) && pr.g.w <= kAmxPatchMaxWidth && pr.residual == nullptr &&
+         pr.output.layout == Layout::ROW_MAJOR &&
+         device.descriptor().num_dram_banks == 1 && row_bytes % device.alignment(BufferType::DRAM) == 0;
+}
+
 // 1x1 convs of stride 1 with at most cpu::avx512::kNarrowMaxCout output
 // channels (a segmentation head's scores) over float32 or bfloat16 rows on
 // AVX-512 CPUs run Tessera's narrow kernel: the blocked kernels compute 16
@@ -589,6 +620,11 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
     pr.direct = pr.direct_avx512 = true;
     pr.key += ":direct512";
     pr.weights_key += ":direct512";
+  }
+  if (is_amx_patch(pr, *input.device())) {
+    pr.amx_patches = true;
+    pr.key += ":amx1x1";
+    pr.weights_key += ":amx1x1";
   }
   if (pads_output_channels(pr)) {
     pr.cout_padded = (g.cout + 15) / 16 * 16;
@@ -1819,12 +1855,20 @@ StatusOr<Conv2dResult> winograd_with_weights(const Tensor& input, const Tensor& 
   return launch_direct(input, w, pr, cq_id);
 }
 
+StatusOr<Conv2dResult> amx_patches_with_weights(const Tensor& input, const Tensor& weight,
+                                                const std::optional<Tensor>& bias, const ConvTranspose2dParams& p,
+                                                const Conv2dConfig& config, const Problem& pr, uint8_t cq_id);
+StatusOr<Conv2dResult> launch_amx_patches(const Tensor& input, const PreparedConv2dWeights& w,
+                                          const ConvTranspose2dParams& p, const Conv2dConfig& config,
+                                          const Problem& pr, uint8_t cq_id);
+
 template <class Params>
 StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                          const Params& p, const Conv2dConfig& config, uint8_t cq_id,
                                          const Conv2dResidual* residual = nullptr) {
   TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config, residual));
   if constexpr (std::is_same_v<Params, ConvTranspose2dParams>) {
+    if (pr.amx_patches) return amx_patches_with_weights(input, weight, bias, p, config, pr, cq_id);
     if (is_patch_transpose(p)) return patches_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
   } else {
     if (is_depthwise(pr)) return depthwise_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
@@ -1902,6 +1946,7 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
   if (w.weight.device() != input.device() || !w.weight.is_allocated() || !w.bias.is_allocated())
     return failed_precondition_error("{}: the prepared weights are not allocated on the input's device", op);
   if constexpr (std::is_same_v<Params, ConvTranspose2dParams>) {
+    if (pr.amx_patches) return launch_amx_patches(input, w, p, config, pr, cq_id);
     if (is_patch_transpose(p)) return launch_patches(input, w, p, pr, cq_id);
   } else {
     if (is_depthwise(pr)) return launch_depthwise(input, w, pr, cq_id);
@@ -2092,6 +2137,89 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
     deallocate(in, true);
   }
   return r;
+}
+
+// The 1x1 convolution an AMX patch transpose runs (is_amx_patch): output
+// channel (ky * kw + kx) * Cout + co of pixel (y, x) is output pixel
+// (y * kh + ky, x * kw + kx), channel co. Its weights arrive rounded to the
+// transposed conv's weights dtype, so it keeps them at the compute dtype
+// (exact); its output is dense DRAM rows for the permute to read.
+struct AmxPatchConv {
+  Conv2dParams params;
+  Conv2dConfig config;
+};
+AmxPatchConv amx_patch_conv(const ConvTranspose2dParams& p, const Conv2dConfig& config, DataType compute) {
+  AmxPatchConv c;
+  c.params.batch_size = p.batch_size;
+  c.params.input_height = p.input_height;
+  c.params.input_width = p.input_width;
+  c.params.in_channels = p.in_channels;
+  c.params.out_channels = p.kernel_size[0] * p.kernel_size[1] * p.out_channels;
+  c.params.kernel_size = {1, 1};
+  c.params.activation = p.activation;
+  c.config = config;
+  c.config.weights_dtype = compute;
+  c.config.output_layout = Layout::ROW_MAJOR;
+  c.config.output_memory_config = DRAM_MEMORY_CONFIG;
+  c.config.shard_layout.reset();
+  c.config.slice_config.reset();
+  c.config.deallocate_activation = false;
+  return c;
+}
+
+// The 1x1 conv's (N * H, W, kh, kw * Cout) result permuted to (N * H, kh, W,
+// kw * Cout): byte for byte the (N, OH, OW, Cout) output, in the config's
+// memory config.
+StatusOr<Conv2dResult> place_patches(Conv2dResult r, const Problem& pr, const Conv2dConfig& config, uint8_t cq_id) {
+  const Geometry& g = pr.g;
+  TS_ASSIGN_OR_RETURN(Tensor grid, r.output.view(Shape{g.n * g.h, g.w, g.kh, g.kw * g.cout}));
+  const int perm[] = {0, 2, 1, 3};
+  TS_ASSIGN_OR_RETURN(Tensor placed, permute(grid, perm, {.memory_config = config.output_memory_config, .cq_id = cq_id}));
+  const Shape out_shape{1, 1, g.n * g.oh * g.ow, g.cout};
+  StatusOr<Tensor> v = placed.view(out_shape);
+  if (v.ok()) {
+    r.output = *v;
+  } else {  // rows spread over banks: the bytes must move
+    TS_ASSIGN_OR_RETURN(r.output, reshape(placed, out_shape, {.cq_id = cq_id}));
+  }
+  r.output_height = g.oh;
+  r.output_width = g.ow;
+  return r;
+}
+
+StatusOr<Conv2dResult> amx_patches_with_weights(const Tensor& input, const Tensor& weight,
+                                                const std::optional<Tensor>& bias, const ConvTranspose2dParams& p,
+                                                const Conv2dConfig& config, const Problem& pr, uint8_t cq_id) {
+  const Geometry& g = pr.g;
+  TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv_transpose2d_weights(weight, p, config.weights_dtype, input.dtype()));
+  TS_ASSIGN_OR_RETURN(const std::vector<float> bv, bias_values(bias, g));
+  TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());
+  // (Cin, Cout, kh, kw) -> (kh * kw * Cout, Cin, 1, 1).
+  const uint32_t taps = g.kh * g.kw, cols = taps * g.cout;
+  std::vector<float> m(uint64_t{cols} * g.cin), b(cols);
+  for (uint32_t ci = 0; ci < g.cin; ++ci)
+    for (uint32_t co = 0; co < g.cout; ++co)
+      for (uint32_t k = 0; k < taps; ++k)
+        m[(uint64_t{k} * g.cout + co) * g.cin + ci] = v[(uint64_t{ci} * g.cout + co) * taps + k];
+  for (uint32_t n = 0; n < cols; ++n) b[n] = bv[n % g.cout];
+  TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{cols, g.cin, 1, 1}, DataType::FLOAT32));
+  TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{cols}, DataType::FLOAT32));
+  const AmxPatchConv c = amx_patch_conv(p, config, pr.compute);
+  TS_ASSIGN_OR_RETURN(Conv2dResult r, conv_with_weights(input, mh, bh, c.params, c.config, cq_id));
+  r.weights.key = pr.weights_key;  // the transposed conv's: conv_transpose2d takes them back
+  return place_patches(std::move(r), pr, config, cq_id);
+}
+
+StatusOr<Conv2dResult> launch_amx_patches(const Tensor& input, const PreparedConv2dWeights& w,
+                                          const ConvTranspose2dParams& p, const Conv2dConfig& config,
+                                          const Problem& pr, uint8_t cq_id) {
+  const AmxPatchConv c = amx_patch_conv(p, config, pr.compute);
+  TS_ASSIGN_OR_RETURN(const Problem inner, make_problem(input, c.params, c.config));
+  PreparedConv2dWeights wi = w;
+  wi.key = inner.weights_key;
+  TS_ASSIGN_OR_RETURN(Conv2dResult r, conv_with_prepared(input, wi, c.params, c.config, cq_id));
+  r.weights = w;
+  return place_patches(std::move(r), pr, config, cq_id);
 }
 
 }  // namespace

@@ -152,6 +152,65 @@ TEST(ConvTranspose2d, PatchKernelOnAvx512) {
   ASSERT_OK(disable_profiler(*dev));
 }
 
+// On CPUs with AMX, bfloat16 transposed convs whose kernel equals their
+// stride run as a 1x1 conv to kh * kw * Cout channels (oneDNN's AMX kernel)
+// and a permute into place: the UNet's upconvs, a batch, a 3x3 stride-3
+// kernel, activations, block-float weights, prepared weights reused (check),
+// one to five workers, a float32 result and a height-sharded one. Float32
+// rows, inputs wider than 128 pixels, and devices whose DRAM rows are not dense (wormhole_b0's 12 banks:
+// the permute could not read the conv's result as a view), take the matmul.
+TEST(ConvTranspose2d, PatchesAsOneByOneConvOnAmx) {
+  if (kernel_isa() != KernelIsa::kAvx512 || !cpu_features().amx_bf16) GTEST_SKIP() << "no AMX";
+  // Whether one check's launches ran the permute (the 1x1 path) and no matmul.
+  auto as_conv = [](Device& dev, const ConvTranspose2dParams& p, DataType in, DataType wt) {
+    EXPECT_OK(enable_profiler(dev));
+    check(dev, p, in, wt);
+    bool permute = false, matmul = false;
+    const DeviceProfile prof = read_profile(dev).value();
+    for (const OpTiming& t : prof.ops) {
+      permute |= t.kernel_name.find("permute") != std::string::npos;
+      matmul |= t.kernel_name.find("matmul") != std::string::npos;
+    }
+    EXPECT_OK(disable_profiler(dev));
+    return permute && !matmul;
+  };
+  for (int workers : {2, 1, 5}) {
+    ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = workers}));
+    for (const auto& p : {params(1, 6, 8, 512, 256, 2, 2, 0), params(2, 5, 7, 24, 16, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU),
+                          params(1, 4, 5, 40, 32, 3, 3, 0, 0, 1, 1, UnaryOpType::SILU),
+                          params(1, 9, 11, 64, 32, 2, 2, 0, 0, 1, 1, UnaryOpType::SIGMOID)}) {
+      EXPECT_TRUE(as_conv(*dev, p, DataType::BFLOAT16, DataType::BFLOAT16)) << p.descriptor();
+      if (workers == 2) {
+        EXPECT_TRUE(as_conv(*dev, p, DataType::BFLOAT16, DataType::BFLOAT8_B)) << p.descriptor();
+        EXPECT_FALSE(as_conv(*dev, p, DataType::FLOAT32, DataType::FLOAT32)) << p.descriptor();
+      }
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  EXPECT_FALSE(as_conv(*wh, params(1, 8, 10, 64, 32, 2, 2, 0), DataType::BFLOAT16, DataType::BFLOAT16));
+  // A float32 result, and height shards of the output rows: the same values
+  // as dense bfloat16 rows through the matmul's reference.
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  EXPECT_FALSE(as_conv(*dev, params(1, 3, 130, 32, 16, 2, 2, 0), DataType::BFLOAT16, DataType::BFLOAT16));
+  const auto p = params(1, 8, 10, 64, 32, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU);
+  Tensor x = testing::random_tensor(Shape{1, 8, 10, 64}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(64 * 32 * 4, 2, 0.2f), Shape{64, 32, 2, 2},
+                                                     DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv_transpose2d_weights(w, p, DataType::BFLOAT16, DataType::BFLOAT16));
+  ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv_transpose2d(x, rw, std::nullopt, p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+  ASSERT_OK_AND_ASSIGN(Conv2dResult f32, conv_transpose2d(dx, w, std::nullopt, p, {.dtype = DataType::FLOAT32}));
+  EXPECT_EQ(f32.output.dtype(), DataType::FLOAT32);
+  testing::expect_conv_close(f32.output.cpu().value().to_vector().value(), ref, DataType::BFLOAT16);
+  const MemoryConfig sharded =
+      testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1, CoreRange({0, 0}, {1, 0}), 160, 32);
+  ASSERT_OK_AND_ASSIGN(Conv2dResult sh,
+                       conv_transpose2d(dx, w, std::nullopt, p, {.output_memory_config = sharded}));
+  EXPECT_EQ(sh.output.memory_config(), sharded);
+  testing::expect_conv_close(sh.output.cpu().value().to_vector().value(), ref, DataType::BFLOAT16);
+}
+
 TEST(ConvTranspose2d, BlockFloatWeights) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   for (DataType wt : {DataType::BFLOAT8_B, DataType::BFLOAT4_B}) check(*dev, kCases[0], DataType::BFLOAT16, wt);
