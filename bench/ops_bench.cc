@@ -240,10 +240,10 @@ int main(int argc, char** argv) {
   if (replay) std::printf("Timed as traced replays of ten calls each (`--replay`).\n\n");
   if (kernel_time)
     std::printf("Times are kernel-only: the device profiler's launch times per call, medians (`--kernel-time`).\n\n");
-  std::printf("Each memory-bound row's %% is of the copy bandwidth measured just before it (`copy GB/s`): the VM "
-              "moves its two vCPUs between one core complex and two every few seconds, which changes the bandwidth by "
-              "half. `round trip` is a cache line's round trip between the two cores before and after the row "
-              "(about 100 ns: one complex; about 500 ns: two).\n\n");
+  std::printf("Each memory-bound row's %% is of the copy bandwidth measured just before it (`copy GB/s`): a VM's "
+              "bandwidth moves within seconds (the Zen 5 VM moves its two vCPUs between one core complex and two, "
+              "which changes it by half). `round trip` is a cache line's round trip between the two cores before and "
+              "after the row (Zen 5: about 100 ns in one complex, about 500 ns in two).\n\n");
   std::printf("| set | layer | f32 ms | f32 %% of floor | bf16 ms | bf16 %% of floor |%s copy GB/s | round trip ns |\n",
               ort.empty() ? "" : " ORT f32 ms | f32 vs ORT |");
   std::printf("|---|---|---|---|---|---|%s---|---|\n", ort.empty() ? "" : "---|---|");
