@@ -1347,6 +1347,16 @@ bool is_patch_transpose(const ConvTranspose2dParams& p) {
 StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
                                      uint8_t cq_id);
 
+// A patch transpose's result, whose bytes are the (N, OH, OW, Cout) output,
+// as the (1, 1, N * OH * OW, Cout) rows conv_transpose2d returns: a view, or
+// a copy where its rows are spread over banks.
+StatusOr<Tensor> as_output_rows(const Tensor& t, const Geometry& g, uint8_t cq_id) {
+  const Shape out_shape{1, 1, g.n * g.oh * g.ow, g.cout};
+  StatusOr<Tensor> v = t.view(out_shape);
+  if (v.ok()) return v;
+  return reshape(t, out_shape, {.cq_id = cq_id});
+}
+
 StatusOr<Conv2dResult> launch_patches(const Tensor& input, const PreparedConv2dWeights& w,
                                       const ConvTranspose2dParams& p, const Problem& pr, uint8_t cq_id) {
   if (pr.direct) return launch_direct(input, w, pr, cq_id);
@@ -1356,13 +1366,7 @@ StatusOr<Conv2dResult> launch_patches(const Tensor& input, const PreparedConv2dW
                                        {.dtype = pr.output.dtype, .activation = p.activation,
                                         .memory_config = pr.output.memory_config, .cq_id = cq_id}));
   Conv2dResult r;
-  const Shape out_shape{1, 1, g.n * g.oh * g.ow, g.cout};
-  StatusOr<Tensor> v = y.view(out_shape);
-  if (v.ok()) {
-    r.output = *v;
-  } else {  // rows spread over banks: the bytes must move
-    TS_ASSIGN_OR_RETURN(r.output, reshape(y, out_shape, {.cq_id = cq_id}));
-  }
+  TS_ASSIGN_OR_RETURN(r.output, as_output_rows(y, g, cq_id));
   r.output_height = g.oh;
   r.output_width = g.ow;
   r.weights = w;
@@ -2168,20 +2172,14 @@ AmxPatchConv amx_patch_conv(const ConvTranspose2dParams& p, const Conv2dConfig& 
 }
 
 // The 1x1 conv's (N * H, W, kh, kw * Cout) result permuted to (N * H, kh, W,
-// kw * Cout): byte for byte the (N, OH, OW, Cout) output, in the config's
-// memory config.
-StatusOr<Conv2dResult> place_patches(Conv2dResult r, const Problem& pr, const Conv2dConfig& config, uint8_t cq_id) {
+// kw * Cout): byte for byte the (N, OH, OW, Cout) output, in the problem's
+// output memory config.
+StatusOr<Conv2dResult> place_patches(Conv2dResult r, const Problem& pr, uint8_t cq_id) {
   const Geometry& g = pr.g;
   TS_ASSIGN_OR_RETURN(Tensor grid, r.output.view(Shape{g.n * g.h, g.w, g.kh, g.kw * g.cout}));
   const int perm[] = {0, 2, 1, 3};
-  TS_ASSIGN_OR_RETURN(Tensor placed, permute(grid, perm, {.memory_config = config.output_memory_config, .cq_id = cq_id}));
-  const Shape out_shape{1, 1, g.n * g.oh * g.ow, g.cout};
-  StatusOr<Tensor> v = placed.view(out_shape);
-  if (v.ok()) {
-    r.output = *v;
-  } else {  // rows spread over banks: the bytes must move
-    TS_ASSIGN_OR_RETURN(r.output, reshape(placed, out_shape, {.cq_id = cq_id}));
-  }
+  TS_ASSIGN_OR_RETURN(Tensor placed, permute(grid, perm, {.memory_config = pr.output.memory_config, .cq_id = cq_id}));
+  TS_ASSIGN_OR_RETURN(r.output, as_output_rows(placed, g, cq_id));
   r.output_height = g.oh;
   r.output_width = g.ow;
   return r;
@@ -2207,7 +2205,7 @@ StatusOr<Conv2dResult> amx_patches_with_weights(const Tensor& input, const Tenso
   const AmxPatchConv c = amx_patch_conv(p, config, pr.compute);
   TS_ASSIGN_OR_RETURN(Conv2dResult r, conv_with_weights(input, mh, bh, c.params, c.config, cq_id));
   r.weights.key = pr.weights_key;  // the transposed conv's: conv_transpose2d takes them back
-  return place_patches(std::move(r), pr, config, cq_id);
+  return place_patches(std::move(r), pr, cq_id);
 }
 
 StatusOr<Conv2dResult> launch_amx_patches(const Tensor& input, const PreparedConv2dWeights& w,
@@ -2219,7 +2217,7 @@ StatusOr<Conv2dResult> launch_amx_patches(const Tensor& input, const PreparedCon
   wi.key = inner.weights_key;
   TS_ASSIGN_OR_RETURN(Conv2dResult r, conv_with_prepared(input, wi, c.params, c.config, cq_id));
   r.weights = w;
-  return place_patches(std::move(r), pr, config, cq_id);
+  return place_patches(std::move(r), pr, cq_id);
 }
 
 }  // namespace
