@@ -570,6 +570,20 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   if (!is_floating(input.dtype()) || (input.layout() != Layout::TILE && is_block_float(input.dtype())))
     return unimplemented_error("{}: expected float32 or bfloat16 rows or float tiles, found {} {}", op,
                                data_type_name(input.dtype()), layout_name(input.layout()));
+  // Tiles are read as (1, 1, N*H*W, C): an (N, H, W, C) tensor's tiles pad
+  // each (n, y) slice of W rows to whole tiles, which are other rows.
+  auto flat_tiles = [](const Tensor& t) {
+    const auto& d = t.shape().dims();
+    uint64_t outer = 1;
+    for (size_t i = 0; i + 2 < d.size(); ++i) outer *= d[i];
+    return t.layout() != Layout::TILE || d.size() < 2 || outer == 1 || d[d.size() - 2] % kTileHeight == 0;
+  };
+  for (const Tensor* t : {&input, residual ? &residual->tensor : nullptr})
+    if (t && !flat_tiles(*t))
+      return invalid_argument_error(
+          "{}: expected tiles of (1, 1, N*H*W, C) rows or a width that is a multiple of {}, found tiles of {} (each "
+          "row of {} pixels is padded to whole tiles); reshape the rows to (1, 1, N*H*W, C) before tilizing",
+          op, kTileHeight, t->shape().to_string(), t->shape()[-2]);
   const DataType out = config.dtype.value_or(input.dtype());
   const bool tiled = config.output_layout == Layout::TILE;  // the kernel tilizes its own rows
   if (!is_floating(out) || (!tiled && is_block_float(out)))

@@ -452,6 +452,14 @@ TEST(Conv2d, Errors) {
   auto other = p;
   other.activation = {UnaryOpType::SILU};
   EXPECT_ERROR(conv2d(dx, r.weights, other), StatusCode::kInvalidArgument, "the prepared weights are for");
+  // Tiles of (N, H, W, C) whose W pads to whole tiles are not the pixels' rows.
+  ASSERT_OK_AND_ASSIGN(Tensor tiles, to_layout(dx, Layout::TILE));
+  EXPECT_ERROR(conv2d(tiles, w, std::nullopt, p), StatusCode::kInvalidArgument,
+               "conv2d: expected tiles of (1, 1, N*H*W, C) rows or a width that is a multiple of 32, found tiles of "
+               "[1,9,11,8] (each row of 11 pixels is padded to whole tiles)");
+  ASSERT_OK_AND_ASSIGN(Tensor flat, dx.view(Shape{1, 1, 99, 8}));
+  ASSERT_OK_AND_ASSIGN(Tensor flat_tiles, to_layout(flat, Layout::TILE));
+  ASSERT_OK(conv2d(flat_tiles, w, std::nullopt, p).status());
 }
 
 // The residual form against reference conv + add + activation on the host,
