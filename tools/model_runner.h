@@ -17,7 +17,7 @@ struct ModelOptions {
   int64_t batch = 1;                  // fills symbolic (and the leading) input dims
   std::vector<int64_t> input_shape;   // the first input's full shape, when given (dynamic H, W)
   bool optimize = true;
-  std::string math_fidelity = "HiFi4";  // LoFi | HiFi2 | HiFi3 | HiFi4 (below HiFi4: Winograd 3x3 convs)
+  std::string math_fidelity = "HiFi4";  // LoFi | HiFi2 | HiFi3 | HiFi4 (below HiFi4: Winograd 3x3 convs; LoFi on AMX: bfloat16 operands)
   std::string micro_batch = "auto";     // auto | off | images per group (runtime::CompileOptions::micro_batch)
 };
 

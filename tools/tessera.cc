@@ -364,7 +364,8 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
     s->add_option("--batch", c.batch, "batch size (fills the leading input dim)")->check(CLI::PositiveNumber);
     s->add_option("--math-fidelity", c.math_fidelity,
-                  "HiFi4 (exact) | HiFi3 | HiFi2 | LoFi: below HiFi4 float32 3x3 convs may run Winograd")
+                  "HiFi4 (exact) | HiFi3 | HiFi2 | LoFi: below HiFi4 float32 3x3 convs may run Winograd; "
+                  "LoFi on AMX CPUs computes float32 convs on bfloat16 operands")
         ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
     s->add_option("--micro-batch", c.micro_batch,
                   "auto | off | N: run the early layers N images at a time where the batch spills the cache");

@@ -378,6 +378,22 @@ bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& co
          g.dw == 1 && !residual;
 }
 
+// Float32 convs at math fidelity LoFi on CPUs with AMX compute on bfloat16
+// operands (rounded to nearest even) with float32 accumulation and float32
+// output rows: oneDNN's AMX kernels, the input rows converted as each shard
+// reads them. The original's LoFi multiplies 5-bit by 7-bit significands (one
+// phase of its matrix engine: ../shared/reference/pybuda-predictor-smi.md); bfloat16's 8 by 8
+// bits are at least as exact, as compute_config.h promises for every
+// fidelity. HiFi2 and HiFi3 keep float32 operands (and Winograd, see
+// allows_winograd), HiFi4 is exact. Not for transposed or grouped convs (their
+// bfloat16 paths read bfloat16 rows) or for fewer than 16 output channels
+// (the narrow kernel's heads, bound by reading their input).
+bool lowers_to_bf16(const Geometry& g, DataType input, const Conv2dConfig& config) {
+  return input == DataType::FLOAT32 && config.compute_config.math_fidelity == MathFidelity::LoFi &&
+         kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && onednn::has_bf16_kernels() &&
+         !g.transposed && g.groups == 1 && g.cout >= 16;
+}
+
 // Convolutions Tessera's AVX2 direct kernel runs (cpu/direct_conv_kernels.h)
 // on CPUs with AVX2 but not AVX-512: float32 or bfloat16 in and out (bfloat16
 // computed in float32, as these CPUs have no bfloat16 arithmetic: oneDNN's
@@ -597,6 +613,8 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, config.output_layout,
                          config.output_memory_config.value_or(input.memory_config())};
   pr.compute = input.dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+  const bool lowered = lowers_to_bf16(g, input.dtype(), config);
+  if (lowered) pr.compute = DataType::BFLOAT16;
   // Block-float tiles are packed from rows of the input's precision.
   pr.kernel = onednn::kernel_type(pr.compute);
   pr.dst_precision = out == DataType::FLOAT32 || (is_block_float(out) && input.dtype() == DataType::FLOAT32)
@@ -612,6 +630,7 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.compute),
                                short_dtype_name(pr.dst_dtype), short_dtype_name(config.weights_dtype));
   if (pr.kernel != pr.compute) pr.weights_key += fmt::format(":{}kernel", short_dtype_name(pr.kernel));
+  if (lowered) pr.key += ":lofi";  // the same tensors at HiFi4 are another program
   pr.winograd = allows_winograd(g, pr.compute, config, residual != nullptr && kernel_isa() != KernelIsa::kAvx2);
   if (pr.winograd) {
     pr.key += ":wino";

@@ -1068,6 +1068,102 @@ TEST(Conv2d, WinogradBelowHiFi4) {
   }
 }
 
+// float32 convs at LoFi on AMX CPUs compute on bfloat16-rounded operands
+// (lowers_to_bf16 in conv2d.cc): against the reference kernel run on the
+// input and weights rounded to bfloat16, with float32's tolerance (the
+// products are exact, the sums float32), float32 output rows. Row, channel
+// and image shards, a stem with 3 input channels, strides, dilation,
+// asymmetric padding, channel tails, a residual, block-float weights, tiles
+// in and out, height-sharded output and prepared weights reused; HiFi2 and
+// HiFi4 keep float32 operands, and LoFi's prepared weights are refused there.
+TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
+  if (!cpu_features().amx_bf16 || kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AMX";
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Case cases[] = {
+      {1, 56, 56, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},   // row shards
+      {1, 56, 56, 64, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},   // pointwise
+      {1, 32, 32, 3, 64, 7, 7, 2, 1, 1, {3, 3, 3, 3}, UnaryOpType::RELU},    // stem
+      {1, 7, 7, 256, 256, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},   // output channels
+      {2, 13, 11, 40, 24, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},   // images, odd sizes, tails
+      {1, 17, 19, 16, 48, 3, 3, 1, 2, 1, {2, 0, 1, 2}, UnaryOpType::GELU},   // dilation, asymmetric pad
+      {1, 28, 28, 64, 128, 1, 1, 2, 1, 1, {0, 0, 0, 0}},                     // strided pointwise
+  };
+  Conv2dConfig lofi{.weights_dtype = DataType::FLOAT32};
+  lofi.compute_config.math_fidelity = MathFidelity::LoFi;
+  for (const Case& cs : cases)
+    for (DataType wt : {DataType::FLOAT32, DataType::BFLOAT8_B}) {
+      const Conv2dParams p = to_params(cs);
+      SCOPED_TRACE(fmt::format("{} w={}", p.descriptor(), data_type_name(wt)));
+      Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+      ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 2, 0.2f),
+                                                         Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+      Conv2dConfig cfg = lofi;
+      cfg.weights_dtype = wt;
+      ASSERT_OK(enable_profiler(*dev));
+      ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, b, p, cfg));
+      EXPECT_NE(conv_kernel_run(*dev).find("amx"), std::string::npos);
+      EXPECT_EQ(r.output.dtype(), DataType::FLOAT32);
+      ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+      ASSERT_OK_AND_ASSIGN(Tensor xb, Tensor::from_vector(x.to_vector().value(), x.shape(), DataType::BFLOAT16));
+      ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, wt, DataType::BFLOAT16));
+      ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(xb, rw, b, p, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+      testing::expect_conv_close(got, ref, DataType::FLOAT32);
+      // The prepared weights again: into height-sharded rows from height-sharded input, and into tiles.
+      const uint32_t rows = cs.n * p.output_height() * p.output_width();
+      const uint32_t cores = rows % 2 ? 1 : 2;
+      const MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                                               CoreRange({0, 0}, {cores - 1, 0}), rows / cores, cs.k);
+      ASSERT_OK_AND_ASSIGN(Conv2dResult to_shards, conv2d(dx, r.weights, p, [&] {
+                                                     Conv2dConfig c = cfg;
+                                                     c.output_memory_config = hs;
+                                                     return c;
+                                                   }()));
+      EXPECT_EQ(testing::host_bytes(to_shards.output.cpu().value()), testing::host_bytes(got_t));
+      ASSERT_OK_AND_ASSIGN(Tensor flat, dx.view(Shape{1, 1, cs.n * cs.h * cs.w, cs.c}));
+      ASSERT_OK_AND_ASSIGN(Tensor tiled_in, to_layout(flat, Layout::TILE));
+      ASSERT_OK_AND_ASSIGN(Conv2dResult from_tiles, conv2d(tiled_in, r.weights, p, cfg));
+      EXPECT_EQ(testing::host_bytes(from_tiles.output.cpu().value()), testing::host_bytes(got_t));
+      Conv2dConfig tiles = cfg;
+      tiles.output_layout = Layout::TILE;
+      ASSERT_OK_AND_ASSIGN(Conv2dResult tiled, conv2d(dx, r.weights, p, tiles));
+      ASSERT_OK_AND_ASSIGN(Tensor untiled, untilize(tiled.output));
+      EXPECT_EQ(testing::host_bytes(untiled.cpu().value()), testing::host_bytes(got_t));
+      // Other fidelities keep float32 operands, and another program's weights.
+      for (MathFidelity f : {MathFidelity::HiFi2, MathFidelity::HiFi4}) {
+        Conv2dConfig other = cfg;
+        other.compute_config.math_fidelity = f;
+        ASSERT_OK(read_profile(*dev).status());
+        ASSERT_OK(conv2d(dx, w, b, p, other).status());
+        EXPECT_EQ(conv_kernel_run(*dev).find("amx"), std::string::npos) << math_fidelity_name(f);
+        auto refused = conv2d(dx, r.weights, p, other);
+        EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << math_fidelity_name(f);
+      }
+      ASSERT_OK(disable_profiler(*dev));
+    }
+  // A residual, added in float32 to the float32 conv.
+  const Case cs{1, 14, 14, 64, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}};
+  const Conv2dParams p = to_params(cs);
+  Tensor x = testing::random_tensor(Shape{1, 14, 14, 64}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
+  Tensor res = testing::random_tensor(Shape{1, 14, 14, 256}, DataType::FLOAT32, Layout::ROW_MAJOR, 5);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(256 * 64, 6, 0.2f), Shape{256, 64, 1, 1},
+                                                     DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, std::nullopt, p,
+                                                            Conv2dResidual{dres, {UnaryOpType::RELU}}, lofi));
+  ASSERT_OK_AND_ASSIGN(Tensor xb, Tensor::from_vector(x.to_vector().value(), x.shape(), DataType::BFLOAT16));
+  ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, DataType::FLOAT32, DataType::BFLOAT16));
+  ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(xb, rw, std::nullopt, p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(res.shape()));
+  ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {UnaryOpType::RELU},
+                                                        DataType::FLOAT32));
+  testing::expect_conv_close(r.output.cpu().value().to_vector().value(), ref_t.to_vector().value(), DataType::FLOAT32);
+}
+
 void check_winograd(Device& dev, size_t index, const Case& cs) {
   {
     const Conv2dParams p = to_params(cs);

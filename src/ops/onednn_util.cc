@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "cpu/float_math.h"
 #include "cpu/rows.h"
@@ -62,29 +63,43 @@ template <bool kToBuffer, class Buf>
 void move_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n, Buf* buf,
                DataType buf_type) {
   const bool convert = t != buf_type;
-  const uint64_t buf_row = uint64_t{n} * (convert ? sizeof(float) : a.unit_bytes);
+  const uint64_t buf_row = uint64_t{n} * (convert ? element_size(buf_type) : a.unit_bytes);
   // Evenly spaced rows convert with the bulk conversions: whole when dense,
   // else row by row. Through read_row / write_row, an address lookup and a
   // conversion call per row cost more than the conversion itself on narrow
   // rows (a 224x224 RGB stem staged 50176 three-channel rows per image).
-  if (const uint64_t stride = a.uniform_row_stride(); convert && stride && !is_block_float(t)) {
-    auto* f = reinterpret_cast<std::conditional_t<kToBuffer, float*, const float*>>(buf);
+  if (const uint64_t stride = a.uniform_row_stride();
+      convert && stride && !is_block_float(t) && (buf_type == DataType::FLOAT32 || t == DataType::FLOAT32)) {
     const uint64_t offset = uint64_t{c0} * a.unit_bytes;
     const bool dense = offset == 0 && stride == uint64_t{n} * a.unit_bytes;
     for (uint64_t r = r0; r < r1; r = dense ? r1 : r + 1) {
       std::byte* at = a.base + r * stride + offset;
+      Buf* b = buf + (r - r0) * buf_row;
       const uint64_t count = dense ? (r1 - r0) * n : n;
-      if constexpr (kToBuffer) convert_to_float(at, t, f + (r - r0) * n, count);
-      else convert_from_float(f + (r - r0) * n, at, t, count);
+      if (buf_type == DataType::FLOAT32) {  // t -> float32 buffer
+        if constexpr (kToBuffer) convert_to_float(at, t, reinterpret_cast<float*>(b), count);
+        else convert_from_float(reinterpret_cast<const float*>(b), at, t, count);
+      } else {  // float32 rows -> a buffer of buf_type (bfloat16)
+        if constexpr (kToBuffer) convert_from_float(reinterpret_cast<const float*>(at), b, buf_type, count);
+        else convert_to_float(b, buf_type, reinterpret_cast<float*>(at), count);
+      }
     }
     return;
   }
+  thread_local std::vector<float> wide;  // one row in float32, for a buffer of another dtype
+  if (convert && buf_type != DataType::FLOAT32 && wide.size() < n) wide.resize(n);
   for (uint64_t r = r0; r < r1; ++r) {
     Buf* row = buf + (r - r0) * buf_row;
     const auto rr = static_cast<uint32_t>(r);
     if (convert) {
-      if constexpr (kToBuffer) cpu::read_row(a, t, rr, c0, n, reinterpret_cast<float*>(row));
-      else cpu::write_row(a, t, rr, c0, n, reinterpret_cast<const float*>(row));
+      float* f = buf_type == DataType::FLOAT32 ? reinterpret_cast<float*>(const_cast<std::byte*>(row)) : wide.data();
+      if constexpr (kToBuffer) {
+        cpu::read_row(a, t, rr, c0, n, f);
+        if (buf_type != DataType::FLOAT32) convert_from_float(f, row, buf_type, n);
+      } else {
+        if (buf_type != DataType::FLOAT32) convert_to_float(row, buf_type, f, n);
+        cpu::write_row(a, t, rr, c0, n, f);
+      }
       continue;
     }
     for (uint32_t c = c0, run = 0; c < c0 + n; c += run) {

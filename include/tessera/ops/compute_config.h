@@ -5,7 +5,13 @@
 // are exact in float32) and always accumulate in float32, which is the
 // original's best setting (HiFi4, fp32_dest_acc_en). LoFi's truncated
 // multiplies are not emulated: results are at least as accurate as the
-// original's for any fidelity. fp32_dest_acc_en and packer_l1_acc are kept
+// original's for any fidelity. Below HiFi4 a float32 conv may trade
+// exactness for speed as the original does: HiFi2 and HiFi3 let 3x3
+// stride-1 convs run Winograd (relative error ~1e-5), and LoFi on CPUs
+// with AMX computes float32 convs on bfloat16-rounded operands (8-bit
+// significands, where the original's LoFi multiplies 5 by 7 bits) on
+// oneDNN's AMX kernels, float32 accumulation and output.
+// fp32_dest_acc_en and packer_l1_acc are kept
 // because they size the original's partial-result buffers, which the conv2d
 // L1 estimate (conv2d_l1.h) counts.
 #pragma once
