@@ -1072,7 +1072,7 @@ TEST(Conv2d, WinogradBelowHiFi4) {
 // (lowers_to_bf16 in conv2d.cc): against the reference kernel run on the
 // input and weights rounded to bfloat16, with float32's tolerance (the
 // products are exact, the sums float32), float32 output rows. Row, channel
-// and image shards, a stem with 3 input channels, strides, dilation,
+// and image shards, a 7x7 stride-2 kernel, strides, dilation,
 // asymmetric padding, channel tails, a residual, block-float weights, tiles
 // in and out, height-sharded output and prepared weights reused; HiFi2 and
 // HiFi4 keep float32 operands, and LoFi's prepared weights are refused there.
@@ -1082,7 +1082,7 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
   const Case cases[] = {
       {1, 56, 56, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},   // row shards
       {1, 56, 56, 64, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},   // pointwise
-      {1, 32, 32, 3, 64, 7, 7, 2, 1, 1, {3, 3, 3, 3}, UnaryOpType::RELU},    // stem
+      {1, 32, 32, 16, 64, 7, 7, 2, 1, 1, {3, 3, 3, 3}, UnaryOpType::RELU},   // 7x7 stride 2
       {1, 7, 7, 256, 256, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},   // output channels
       {2, 13, 11, 40, 24, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},   // images, odd sizes, tails
       {1, 17, 19, 16, 48, 3, 3, 1, 2, 1, {2, 0, 1, 2}, UnaryOpType::GELU},   // dilation, asymmetric pad
@@ -1144,6 +1144,21 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
       }
       ASSERT_OK(disable_profiler(*dev));
     }
+  // An RGB stem (3 input channels) stays on float32 operands.
+  {
+    const Case cs{1, 32, 32, 3, 64, 7, 7, 2, 1, 1, {3, 3, 3, 3}, UnaryOpType::RELU};
+    const Conv2dParams p = to_params(cs);
+    Tensor x = testing::random_tensor(Shape{1, 32, 32, 3}, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(64 * 3 * 49, 8, 0.2f),
+                                                       Shape{64, 3, 7, 7}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+    ASSERT_OK(enable_profiler(*dev));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, std::nullopt, p, lofi));
+    EXPECT_EQ(conv_kernel_run(*dev).find("amx"), std::string::npos);
+    ASSERT_OK(disable_profiler(*dev));
+    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(x, w, std::nullopt, p, DataType::FLOAT32));
+    testing::expect_conv_close(r.output.cpu().value().to_vector().value(), ref_t.to_vector().value(), DataType::FLOAT32);
+  }
   // A residual, added in float32 to the float32 conv.
   const Case cs{1, 14, 14, 64, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}};
   const Conv2dParams p = to_params(cs);
