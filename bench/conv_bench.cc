@@ -4,7 +4,9 @@
 // measured in the same run. Each call is the whole op: output allocation,
 // dispatch, kernel (weights prepared beforehand). The tables time calls back
 // to back, 10 per synchronize, as layers run inside a model; the line under
-// each table gives the same set synchronised after every call.
+// each table gives the same set synchronised after every call. The last
+// Tessera column is float32 at math fidelity LoFi (bfloat16 operands on
+// AMX CPUs, Winograd 3x3 elsewhere): not exact, so not the float32 target.
 //
 //   bench_conv [--layers bench/layers/conv_layers.txt] [--ort ORT_TIMES] [--quick]
 //
@@ -36,10 +38,15 @@ std::vector<Layer> read_layers(const std::string& path) { return bench::read_con
 struct Variant {
   const char* name;
   DataType act, weights;
+  MathFidelity fidelity = MathFidelity::HiFi4;
 };
+// float32 at LoFi: bfloat16 operands on AMX CPUs, Winograd for 3x3 stride-1
+// layers elsewhere (conv2d.cc, lowers_to_bf16 and allows_winograd).
 const Variant kVariants[] = {{"f32", DataType::FLOAT32, DataType::FLOAT32},
                              {"bf16", DataType::BFLOAT16, DataType::BFLOAT16},
-                             {"bf16 act + bfp8 w", DataType::BFLOAT16, DataType::BFLOAT8_B}};
+                             {"bf16 act + bfp8 w", DataType::BFLOAT16, DataType::BFLOAT8_B},
+                             {"f32 LoFi", DataType::FLOAT32, DataType::FLOAT32, MathFidelity::LoFi}};
+constexpr int kNumVariants = static_cast<int>(std::size(kVariants));
 
 // Seconds per call of one layer in one variant: back to back (10 calls per
 // synchronize, as layers run inside a model) and synchronised after each call.
@@ -64,6 +71,7 @@ LayerTime time_layer(Device& dev, const Layer& l, const Variant& v, int reps) {
                  .value();
   Tensor dx = to_device(x, dev).value();
   Conv2dConfig cfg{.weights_dtype = v.weights};
+  cfg.compute_config.math_fidelity = v.fidelity;
   Conv2dResult first = conv2d(dx, w, std::nullopt, p, cfg).value();
   (void)synchronize_device(dev);
   auto sync = bench::time_it(reps, [&] {
@@ -83,24 +91,24 @@ void run_set(Device& dev, const char* title, const std::vector<Layer>& layers, c
              double f32_peak, double bf16_peak, int reps) {
   const bool with_ort = !ort.empty();
   std::printf("\n## %s\n\n| layer | GFLOP | f32 GFLOP/s (%% FMA peak) | bf16 GFLOP/s (%% bf16 peak) | bf16 act + bfp8 w "
-              "GFLOP/s |%s\n|---|---|---|---|---|%s\n",
+              "GFLOP/s | f32 LoFi GFLOP/s |%s\n|---|---|---|---|---|---|%s\n",
               title, with_ort ? " ONNX Runtime f32 GFLOP/s | f32 vs ORT |" : "", with_ort ? "---|---|" : "");
-  double total_flops = 0, total_s[3] = {0, 0, 0}, total_sync[3] = {0, 0, 0}, total_ort = 0;
+  double total_flops = 0, total_s[kNumVariants] = {}, total_sync[kNumVariants] = {}, total_ort = 0;
   for (const Layer& l : layers) {
     const uint32_t pad = l.r / 2;
     const double oh = (l.h + 2 * pad - l.r) / l.stride + 1, ow = (l.w + 2 * pad - l.r) / l.stride + 1;
     const double flops = 2.0 * oh * ow * l.k * (l.c / l.groups) * l.r * l.r;
-    double s[3];
-    for (int v = 0; v < 3; ++v) {
+    double s[kNumVariants];
+    for (int v = 0; v < kNumVariants; ++v) {
       LayerTime t = time_layer(dev, l, kVariants[v], reps);
       s[v] = t.back_to_back;
       total_s[v] += s[v] * l.count;
       total_sync[v] += t.synchronous * l.count;
     }
     total_flops += flops * l.count;
-    std::printf("| %s (x%d) | %.3f | %.0f (%.0f%%) | %.0f (%.0f%%) | %.0f |", l.name.c_str(), l.count, flops / 1e9,
-                flops / s[0] / 1e9, 100 * flops / s[0] / 1e9 / f32_peak, flops / s[1] / 1e9,
-                100 * flops / s[1] / 1e9 / bf16_peak, flops / s[2] / 1e9);
+    std::printf("| %s (x%d) | %.3f | %.0f (%.0f%%) | %.0f (%.0f%%) | %.0f | %.0f |", l.name.c_str(), l.count,
+                flops / 1e9, flops / s[0] / 1e9, 100 * flops / s[0] / 1e9 / f32_peak, flops / s[1] / 1e9,
+                100 * flops / s[1] / 1e9 / bf16_peak, flops / s[2] / 1e9, flops / s[3] / 1e9);
     if (with_ort) {
       auto it = ort.find(l.set + "." + l.name);
       const double ort_s = it == ort.end() ? 0 : it->second / 1e3;
@@ -112,13 +120,13 @@ void run_set(Device& dev, const char* title, const std::vector<Layer>& layers, c
     }
     std::printf("\n");
   }
-  std::printf("| **all layers, weighted by count** | %.2f | **%.0f (%.0f%%)** | **%.0f (%.0f%%)** | **%.0f** |",
+  std::printf("| **all layers, weighted by count** | %.2f | **%.0f (%.0f%%)** | **%.0f (%.0f%%)** | **%.0f** | **%.0f** |",
               total_flops / 1e9, total_flops / total_s[0] / 1e9, 100 * total_flops / total_s[0] / 1e9 / f32_peak,
               total_flops / total_s[1] / 1e9, 100 * total_flops / total_s[1] / 1e9 / bf16_peak,
-              total_flops / total_s[2] / 1e9);
+              total_flops / total_s[2] / 1e9, total_flops / total_s[3] / 1e9);
   if (with_ort) std::printf(" **%.0f** | **%.2fx** |", total_flops / total_ort / 1e9, total_ort / total_s[0]);
-  std::printf("\n\nbf16 / f32 throughput: %.2fx; bfp8 weights / bf16: %.2fx\n", total_s[0] / total_s[1],
-              total_s[1] / total_s[2]);
+  std::printf("\n\nbf16 / f32 throughput: %.2fx; bfp8 weights / bf16: %.2fx; f32 at LoFi / f32: %.2fx\n",
+              total_s[0] / total_s[1], total_s[1] / total_s[2], total_s[0] / total_s[3]);
   std::printf("Synchronised after every call instead: f32 %.0f, bf16 %.0f, bfp8 weights %.0f GFLOP/s over the set.\n",
               total_flops / total_sync[0] / 1e9, total_flops / total_sync[1] / 1e9, total_flops / total_sync[2] / 1e9);
 }
