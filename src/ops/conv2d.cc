@@ -371,8 +371,16 @@ struct Problem {
 // kernel adds it; oneDNN's Winograd has no sum post-op), and there also for
 // bfloat16 rows (widened as the kernel pads them; on these CPUs bfloat16
 // computes in float32 anyway).
+// On AVX-512 CPUs only from kWinogradMinCin input channels: oneDNN's Winograd
+// against its direct kernel (bench_conv_f32 --hifi2, Intel Xeon with
+// AVX-512) ran 3 -> 32 and 8 -> 32 at 0.13x and 0.53x, 16 -> 32 at 0.99x,
+// 32 -> 32 at 0.70-0.91x (32 -> 64 at 1.12x), and 64 channels and more at
+// 1.1-1.9x (ResNet-50's 3x3 set 1.11-1.94x). Tessera's own AVX2 kernel keeps
+// every width.
+constexpr uint32_t kWinogradMinCin = 64;
 bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& config, bool residual) {
   return config.compute_config.math_fidelity != MathFidelity::HiFi4 &&
+         (kernel_isa() != KernelIsa::kAvx512 || g.cin >= kWinogradMinCin) &&
          (compute == DataType::FLOAT32 || (compute == DataType::BFLOAT16 && kernel_isa() == KernelIsa::kAvx2)) &&
          !g.transposed && g.groups == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
          g.dw == 1 && !residual;

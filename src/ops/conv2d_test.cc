@@ -1018,9 +1018,9 @@ void check_winograd(Device& dev, size_t index, const Case& cs);
 TEST(Conv2d, WinogradBelowHiFi4) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const Case cases[] = {
-      {1, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // rows
+      {1, 16, 16, 64, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // rows
       {1, 7, 7, 64, 128, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                      // output channels
-      {2, 10, 12, 32, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // images
+      {2, 10, 12, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // images
       {3, 9, 13, 20, 40, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},   // odd sizes, channel tails
       {1, 20, 30, 128, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                    // segments of tiles
       {1, 23, 17, 16, 24, 3, 3, 1, 1, 1, {2, 0, 0, 1}, UnaryOpType::RELU6},  // asymmetric padding
@@ -1065,6 +1065,20 @@ TEST(Conv2d, WinogradBelowHiFi4) {
     set_kernel_isa_limit(KernelIsa::kAvx2);
     for (size_t i = 0; i < std::size(cases); ++i) check_winograd(*dev, i, cases[i]);
     set_kernel_isa_limit(KernelIsa::kAvx512);
+    // Under 64 input channels oneDNN's Winograd loses to its direct kernel (an RGB stem: 8x slower).
+    Conv2dConfig hifi2{.weights_dtype = DataType::FLOAT32};
+    hifi2.compute_config.math_fidelity = MathFidelity::HiFi2;
+    for (uint32_t cin : {3u, 32u}) {
+      const Case cs{1, 24, 20, cin, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU};
+      Tensor x = testing::random_tensor(Shape{1, 24, 20, cin}, DataType::FLOAT32, Layout::ROW_MAJOR, 9);
+      ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(32 * cin * 9, 10, 0.2f),
+                                                         Shape{32, cin, 3, 3}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+      ASSERT_OK(enable_profiler(*dev));
+      ASSERT_OK(conv2d(dx, w, std::nullopt, to_params(cs), hifi2).status());
+      EXPECT_EQ(conv_kernel_run(*dev).find("wino"), std::string::npos) << cin;
+      ASSERT_OK(disable_profiler(*dev));
+    }
   }
 }
 
