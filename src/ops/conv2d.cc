@@ -386,24 +386,6 @@ bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& co
          g.dw == 1 && !residual;
 }
 
-// Float32 convs at math fidelity LoFi on CPUs with AMX compute on bfloat16
-// operands (rounded to nearest even) with float32 accumulation and float32
-// output rows: oneDNN's AMX kernels, the input rows converted as each shard
-// reads them. The original's LoFi multiplies 5-bit by 7-bit significands (one
-// phase of its matrix engine: ../shared/reference/pybuda-predictor-smi.md); bfloat16's 8 by 8
-// bits are at least as exact, as compute_config.h promises for every
-// fidelity. HiFi2 and HiFi3 keep float32 operands (and Winograd, see
-// allows_winograd), HiFi4 is exact. Not for transposed or grouped convs (their
-// bfloat16 paths read bfloat16 rows), for fewer than 16 output channels (the
-// narrow kernel's heads, bound by reading their input) or fewer than 16 input
-// channels: the UNet's RGB stem (3 -> 32, 480x640) took 7.7 ms on oneDNN's
-// AMX jit kernel against 3.7 in float32.
-bool lowers_to_bf16(const Geometry& g, DataType input, const Conv2dConfig& config) {
-  return input == DataType::FLOAT32 && config.compute_config.math_fidelity == MathFidelity::LoFi &&
-         kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && onednn::has_bf16_kernels() &&
-         !g.transposed && g.groups == 1 && g.cout >= 16 && g.cin >= 16;
-}
-
 // Convolutions Tessera's AVX2 direct kernel runs (cpu/direct_conv_kernels.h)
 // on CPUs with AVX2 but not AVX-512: float32 or bfloat16 in and out (bfloat16
 // computed in float32, as these CPUs have no bfloat16 arithmetic: oneDNN's
@@ -541,13 +523,36 @@ constexpr uint32_t kAmxPatchMaxWidth = 128;
 // The permute reads the conv's output as a view, so the device's DRAM rows
 // of kw * Cout values must be dense: one bank, rows a multiple of its
 // alignment (always on the native CPU descriptor; not on wormhole_b0's).
-bool is_amx_patch(const Problem& pr, const Device& device) {
-  const uint64_t row_bytes = uint64_t{pr.g.kw} * pr.g.cout * element_size(pr.output.dtype);
-  return kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && pr.kernel == DataType::BFLOAT16 &&
-         patch_shape(pr.g) && pr.g.w <= kAmxPatchMaxWidth && pr.residual == nullptr &&
-         pr.output.layout == Layout::ROW_MAJOR &&
+bool amx_patch_fits(const Geometry& g, const TensorSpec& output, bool residual, const Device& device) {
+  const uint64_t row_bytes = uint64_t{g.kw} * g.cout * element_size(output.dtype);
+  return patch_shape(g) && g.w <= kAmxPatchMaxWidth && !residual && output.layout == Layout::ROW_MAJOR &&
          device.descriptor().num_dram_banks == 1 && row_bytes % device.alignment(BufferType::DRAM) == 0;
 }
+bool is_amx_patch(const Problem& pr, const Device& device) {
+  return kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && pr.kernel == DataType::BFLOAT16 &&
+         amx_patch_fits(pr.g, pr.output, pr.residual != nullptr, device);
+}
+
+// Float32 convs at math fidelity LoFi on CPUs with AMX compute on bfloat16
+// operands (rounded to nearest even) with float32 accumulation and float32
+// output rows: oneDNN's AMX kernels, the input rows converted as each shard
+// reads them. The original's LoFi multiplies 5-bit by 7-bit significands (one
+// phase of its matrix engine: ../shared/reference/pybuda-predictor-smi.md); bfloat16's 8 by 8
+// bits are at least as exact, as compute_config.h promises for every
+// fidelity. HiFi2 and HiFi3 keep float32 operands (and Winograd, see
+// allows_winograd), HiFi4 is exact. Transposed convs only where they run as an
+// AMX 1x1 conv and a permute (amx_patch_fits: the 1x1 conv lowers in turn);
+// not grouped convs (their bfloat16 paths read bfloat16 rows), nor for fewer
+// than 16 output channels (the
+// narrow kernel's heads, bound by reading their input) or fewer than 16 input
+// channels: the UNet's RGB stem (3 -> 32, 480x640) took 7.7 ms on oneDNN's
+// AMX jit kernel against 3.7 in float32.
+bool lowers_to_bf16(const Geometry& g, DataType input, const Conv2dConfig& config, bool amx_patch) {
+  return input == DataType::FLOAT32 && config.compute_config.math_fidelity == MathFidelity::LoFi &&
+         kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && onednn::has_bf16_kernels() &&
+         (!g.transposed || amx_patch) && g.groups == 1 && g.cout >= 16 && g.cin >= 16;
+}
+
 
 // 1x1 convs of stride 1 with at most cpu::avx512::kNarrowMaxCout output
 // channels (a segmentation head's scores) over float32 or bfloat16 rows on
@@ -623,7 +628,8 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
   pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, config.output_layout,
                          config.output_memory_config.value_or(input.memory_config())};
   pr.compute = input.dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
-  const bool lowered = lowers_to_bf16(g, input.dtype(), config);
+  const bool lowered = lowers_to_bf16(g, input.dtype(), config,
+                                      amx_patch_fits(g, pr.output, residual != nullptr, *input.device()));
   if (lowered) pr.compute = DataType::BFLOAT16;
   // Block-float tiles are packed from rows of the input's precision.
   pr.kernel = onednn::kernel_type(pr.compute);
@@ -2232,7 +2238,7 @@ StatusOr<Conv2dResult> amx_patches_with_weights(const Tensor& input, const Tenso
                                                 const std::optional<Tensor>& bias, const ConvTranspose2dParams& p,
                                                 const Conv2dConfig& config, const Problem& pr, uint8_t cq_id) {
   const Geometry& g = pr.g;
-  TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv_transpose2d_weights(weight, p, config.weights_dtype, input.dtype()));
+  TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv_transpose2d_weights(weight, p, config.weights_dtype, pr.compute));
   TS_ASSIGN_OR_RETURN(const std::vector<float> bv, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());
   // (Cin, Cout, kh, kw) -> (kh * kw * Cout, Cin, 1, 1).

@@ -156,8 +156,9 @@ TEST(ConvTranspose2d, PatchKernelOnAvx512) {
 // stride run as a 1x1 conv to kh * kw * Cout channels (oneDNN's AMX kernel)
 // and a permute into place: the UNet's upconvs, a batch, a 3x3 stride-3
 // kernel, activations, block-float weights, prepared weights reused (check),
-// one to five workers, a float32 result and a height-sharded one. Float32
-// rows, inputs wider than 128 pixels, and devices whose DRAM rows are not dense (wormhole_b0's 12 banks:
+// one to five workers, a float32 result and a height-sharded one, and float32
+// rows at LoFi (bfloat16 operands). Float32 rows at HiFi4, inputs wider than
+// 128 pixels, and devices whose DRAM rows are not dense (wormhole_b0's 12 banks:
 // the permute could not read the conv's result as a view), take the matmul.
 TEST(ConvTranspose2d, PatchesAsOneByOneConvOnAmx) {
   if (kernel_isa() != KernelIsa::kAvx512 || !cpu_features().amx_bf16) GTEST_SKIP() << "no AMX";
@@ -209,6 +210,31 @@ TEST(ConvTranspose2d, PatchesAsOneByOneConvOnAmx) {
                        conv_transpose2d(dx, w, std::nullopt, p, {.output_memory_config = sharded}));
   EXPECT_EQ(sh.output.memory_config(), sharded);
   testing::expect_conv_close(sh.output.cpu().value().to_vector().value(), ref, DataType::BFLOAT16);
+  // float32 rows at LoFi: the same path on bfloat16-rounded operands, float32
+  // out (against the reference on the rounded input), prepared weights
+  // reused; at HiFi4, and wider than 128 pixels, float32 operands.
+  Tensor xf = testing::random_tensor(Shape{1, 8, 10, 64}, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
+  ASSERT_OK_AND_ASSIGN(Tensor dxf, to_device(xf, *dev));
+  Conv2dConfig lofi{.weights_dtype = DataType::FLOAT32};
+  lofi.compute_config.math_fidelity = MathFidelity::LoFi;
+  ASSERT_OK(enable_profiler(*dev));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult lo, conv_transpose2d(dxf, w, std::nullopt, p, lofi));
+  bool amx = false, permute = false;
+  ASSERT_OK_AND_ASSIGN(const DeviceProfile lo_prof, read_profile(*dev));
+  for (const OpTiming& t : lo_prof.ops) {
+    amx |= t.kernel_name.find("amx") != std::string::npos;
+    permute |= t.kernel_name.find("permute") != std::string::npos;
+  }
+  EXPECT_TRUE(amx && permute);
+  EXPECT_EQ(lo.output.dtype(), DataType::FLOAT32);
+  ASSERT_OK_AND_ASSIGN(Tensor xb, Tensor::from_vector(xf.to_vector().value(), xf.shape(), DataType::BFLOAT16));
+  ASSERT_OK_AND_ASSIGN(Tensor lo_ref, reference::conv_transpose2d(xb, rw, std::nullopt, p, DataType::FLOAT32));
+  testing::expect_conv_close(lo.output.cpu().value().to_vector().value(), lo_ref.to_vector().value(),
+                             DataType::FLOAT32);
+  ASSERT_OK_AND_ASSIGN(Conv2dResult lo_again, conv_transpose2d(dxf, lo.weights, p, lofi));
+  EXPECT_EQ(testing::host_bytes(lo_again.output.cpu().value()), testing::host_bytes(lo.output.cpu().value()));
+  EXPECT_FALSE(as_conv(*dev, params(1, 3, 130, 32, 16, 2, 2, 0), DataType::FLOAT32, DataType::FLOAT32));
+  ASSERT_OK(disable_profiler(*dev));
 }
 
 TEST(ConvTranspose2d, BlockFloatWeights) {

@@ -499,8 +499,9 @@ Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
   if (n.inputs.size() > 2 && n.inputs[2] >= 0)
     { TS_ASSIGN_OR_RETURN(b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32)); }
   report.conv_flops += per_run(lowering, p.flops());
-  deconvs.push_back(std::make_unique<cnn::ConvTranspose2d>(
-      p, w, b, Conv2dConfig{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)}));
+  Conv2dConfig config{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)};
+  config.compute_config.math_fidelity = opt.math_fidelity;
+  deconvs.push_back(std::make_unique<cnn::ConvTranspose2d>(p, w, b, config));
   cnn::ConvTranspose2d* layer = deconvs.back().get();
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
