@@ -536,23 +536,22 @@ bool is_amx_patch(const Problem& pr, const Device& device) {
 // Float32 convs at math fidelity LoFi on CPUs with AMX compute on bfloat16
 // operands (rounded to nearest even) with float32 accumulation and float32
 // output rows: oneDNN's AMX kernels, the input rows converted as each shard
-// reads them. The original's LoFi multiplies 5-bit by 7-bit significands (one
-// phase of its matrix engine: ../shared/reference/pybuda-predictor-smi.md); bfloat16's 8 by 8
-// bits are at least as exact, as compute_config.h promises for every
-// fidelity. HiFi2 and HiFi3 keep float32 operands (and Winograd, see
-// allows_winograd), HiFi4 is exact. Transposed convs only where they run as an
-// AMX 1x1 conv and a permute (amx_patch_fits: the 1x1 conv lowers in turn);
-// not grouped convs (their bfloat16 paths read bfloat16 rows), nor for fewer
-// than 16 output channels (the
-// narrow kernel's heads, bound by reading their input) or fewer than 16 input
-// channels: the UNet's RGB stem (3 -> 32, 480x640) took 7.7 ms on oneDNN's
-// AMX jit kernel against 3.7 in float32.
+// reads them. The original's LoFi multiplies 5-bit by 7-bit significands
+// (one phase of its matrix engine: ../shared/reference/pybuda-predictor-smi.md);
+// bfloat16's 8 by 8 bits are at least as exact, as compute_config.h promises
+// for every fidelity. HiFi2 and HiFi3 keep float32 operands (and Winograd,
+// see allows_winograd), HiFi4 is exact. Transposed convs only where they run
+// as an AMX 1x1 conv and a permute (`amx_patch`: amx_patch_fits; the 1x1
+// conv lowers in turn). Not grouped convs (their bfloat16 paths read
+// bfloat16 rows), nor fewer than 16 output channels (the narrow kernel's
+// heads, bound by reading their input) or input channels: the UNet's RGB
+// stem (3 -> 32, 480x640) took 7.7 ms on oneDNN's AMX jit kernel against 3.7
+// in float32.
 bool lowers_to_bf16(const Geometry& g, DataType input, const Conv2dConfig& config, bool amx_patch) {
   return input == DataType::FLOAT32 && config.compute_config.math_fidelity == MathFidelity::LoFi &&
          kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && onednn::has_bf16_kernels() &&
          (!g.transposed || amx_patch) && g.groups == 1 && g.cout >= 16 && g.cin >= 16;
 }
-
 
 // 1x1 convs of stride 1 with at most cpu::avx512::kNarrowMaxCout output
 // channels (a segmentation head's scores) over float32 or bfloat16 rows on
