@@ -310,7 +310,9 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   }
   TS_RETURN_IF_ERROR(release_trace(*device, tid));
   const double frames = static_cast<double>(iterations) * static_cast<double>(m.input_shape[0]);
-  std::printf("%s  %s  batch %ld  %s  (%d iterations; pipeline compile %.0f ms)\n", c.model.c_str(), c.dtype.c_str(),
+  // The fidelity when it is not the exact default (LoFi trades precision for speed: see --math-fidelity).
+  const std::string precision = c.math_fidelity == "HiFi4" ? c.dtype : c.dtype + " " + c.math_fidelity;
+  std::printf("%s  %s  batch %ld  %s  (%d iterations; pipeline compile %.0f ms)\n", c.model.c_str(), precision.c_str(),
               static_cast<long>(m.input_shape[0]), pc.use_trace ? (pc.num_command_queues == 2 ? "2 queues + trace" : "trace")
                                                        : "no trace",
               iterations, pipeline_compile_ms);
