@@ -540,9 +540,11 @@ bool is_amx_patch(const Problem& pr, const Device& device) {
 // (one phase of its matrix engine: ../shared/reference/pybuda-predictor-smi.md);
 // bfloat16's 8 by 8 bits are at least as exact, as compute_config.h promises
 // for every fidelity. HiFi2 and HiFi3 keep float32 operands (and Winograd,
-// see allows_winograd), HiFi4 is exact. Transposed convs only where they run
-// as an AMX 1x1 conv and a permute (`amx_patch`: amx_patch_fits; the 1x1
-// conv lowers in turn). Not grouped convs (their bfloat16 paths read
+// see allows_winograd), HiFi4 is exact. Transposed convs only where their
+// kernel is their stride (patch_shape): they run as an AMX 1x1 conv and a
+// permute (`amx_patch`: amx_patch_fits; the 1x1 conv lowers in turn) or as
+// the batched matmul (launch_patches), which lowers at LoFi as well
+// (matmul.h). Not grouped convs (their bfloat16 paths read
 // bfloat16 rows), nor fewer than 16 output channels (the narrow kernel's
 // heads, bound by reading their input) or input channels: the UNet's RGB
 // stem (3 -> 32, 480x640) took 7.7 ms on oneDNN's AMX jit kernel against 3.7
@@ -550,7 +552,7 @@ bool is_amx_patch(const Problem& pr, const Device& device) {
 bool lowers_to_bf16(const Geometry& g, DataType input, const Conv2dConfig& config, bool amx_patch) {
   return input == DataType::FLOAT32 && config.compute_config.math_fidelity == MathFidelity::LoFi &&
          kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && onednn::has_bf16_kernels() &&
-         (!g.transposed || amx_patch) && g.groups == 1 && g.cout >= 16 && g.cin >= 16;
+         (!g.transposed || amx_patch || patch_shape(g)) && g.groups == 1 && g.cout >= 16 && g.cin >= 16;
 }
 
 // 1x1 convs of stride 1 with at most cpu::avx512::kNarrowMaxCout output
@@ -1410,9 +1412,15 @@ StatusOr<Conv2dResult> launch_patches(const Tensor& input, const PreparedConv2dW
   if (pr.direct) return launch_direct(input, w, pr, cq_id);
   const Geometry& g = pr.g;
   TS_ASSIGN_OR_RETURN(Tensor a, input.view(Shape{g.n * g.h, 1, g.w, g.cin}));
+  // Float32 rows computed in bfloat16 (lowers_to_bf16): the matmul at LoFi,
+  // against the bfloat16 weights prepared for it.
+  std::optional<DeviceComputeKernelConfig> compute;
+  if (pr.compute == DataType::BFLOAT16 && pr.input.dtype == DataType::FLOAT32)
+    compute = DeviceComputeKernelConfig{.math_fidelity = MathFidelity::LoFi};
   TS_ASSIGN_OR_RETURN(Tensor y, linear(a, w.weight, w.bias,
                                        {.dtype = pr.output.dtype, .activation = p.activation,
-                                        .memory_config = pr.output.memory_config, .cq_id = cq_id}));
+                                        .memory_config = pr.output.memory_config, .compute_kernel_config = compute,
+                                        .cq_id = cq_id}));
   Conv2dResult r;
   TS_ASSIGN_OR_RETURN(r.output, as_output_rows(y, g, cq_id));
   r.output_height = g.oh;

@@ -158,8 +158,9 @@ TEST(ConvTranspose2d, PatchKernelOnAvx512) {
 // kernel, activations, block-float weights, prepared weights reused (check),
 // one to five workers, a float32 result and a height-sharded one, and float32
 // rows at LoFi (bfloat16 operands). Float32 rows at HiFi4, inputs wider than
-// 128 pixels, and devices whose DRAM rows are not dense (wormhole_b0's 12 banks:
-// the permute could not read the conv's result as a view), take the matmul.
+// 128 pixels (at LoFi on bfloat16 operands too), and devices whose DRAM rows
+// are not dense (wormhole_b0's 12 banks: the permute could not read the
+// conv's result as a view), take the matmul.
 TEST(ConvTranspose2d, PatchesAsOneByOneConvOnAmx) {
   if (kernel_isa() != KernelIsa::kAvx512 || !cpu_features().amx_bf16) GTEST_SKIP() << "no AMX";
   // Whether one check's launches ran the permute (the 1x1 path) and no matmul.
@@ -233,6 +234,27 @@ TEST(ConvTranspose2d, PatchesAsOneByOneConvOnAmx) {
                              DataType::FLOAT32);
   ASSERT_OK_AND_ASSIGN(Conv2dResult lo_again, conv_transpose2d(dxf, lo.weights, p, lofi));
   EXPECT_EQ(testing::host_bytes(lo_again.output.cpu().value()), testing::host_bytes(lo.output.cpu().value()));
+  // Wider than 128 pixels at LoFi: the batched matmul, lowered as well
+  // (bfloat16 weights, float32 rows rounded as staged), float32 out.
+  const auto wide = params(1, 3, 130, 64, 32, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU);
+  Tensor xw = testing::random_tensor(Shape{1, 3, 130, 64}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
+  ASSERT_OK_AND_ASSIGN(Tensor dxw, to_device(xw, *dev));
+  ASSERT_OK(read_profile(*dev).status());  // clears it
+  ASSERT_OK_AND_ASSIGN(Conv2dResult lw, conv_transpose2d(dxw, w, std::nullopt, wide, lofi));
+  bool bf16_matmul = false, lw_permute = false;
+  ASSERT_OK_AND_ASSIGN(const DeviceProfile lw_prof, read_profile(*dev));
+  for (const OpTiming& t : lw_prof.ops) {
+    bf16_matmul |= t.kernel_name.find("bf16_matmul") != std::string::npos;
+    lw_permute |= t.kernel_name.find("permute") != std::string::npos;
+  }
+  EXPECT_TRUE(bf16_matmul && !lw_permute);
+  EXPECT_EQ(lw.output.dtype(), DataType::FLOAT32);
+  ASSERT_OK_AND_ASSIGN(Tensor xwb, Tensor::from_vector(xw.to_vector().value(), xw.shape(), DataType::BFLOAT16));
+  ASSERT_OK_AND_ASSIGN(Tensor lw_ref, reference::conv_transpose2d(xwb, rw, std::nullopt, wide, DataType::FLOAT32));
+  testing::expect_conv_close(lw.output.cpu().value().to_vector().value(), lw_ref.to_vector().value(),
+                             DataType::FLOAT32);
+  ASSERT_OK_AND_ASSIGN(Conv2dResult lw_again, conv_transpose2d(dxw, lw.weights, wide, lofi));
+  EXPECT_EQ(testing::host_bytes(lw_again.output.cpu().value()), testing::host_bytes(lw.output.cpu().value()));
   EXPECT_FALSE(as_conv(*dev, params(1, 3, 130, 32, 16, 2, 2, 0), DataType::FLOAT32, DataType::FLOAT32));
   ASSERT_OK(disable_profiler(*dev));
 }

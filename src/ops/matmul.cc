@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "cpu/gemv_kernels.h"
 #include "cpu/rows.h"
@@ -41,7 +42,18 @@ struct MatmulGeometry {
   uint32_t m = 0, k = 0, n = 0, b_rows = 0;  // b_rows: K, or N when transposed
   uint32_t num_batch_dims = 0, batches = 1;
   uint32_t batch_dims[kMaxBatchDims] = {}, a_stride[kMaxBatchDims] = {}, b_stride[kMaxBatchDims] = {};
+  // LoFi on an AMX CPU (lofi_lowers): oneDNN's path computes on bfloat16
+  // operands, staged from float32 ones; the gemv path stays exact.
+  bool lofi = false;
 };
+
+// Whether `params` let float32 operands compute in bfloat16 (matmul.h): LoFi,
+// a CPU with AMX and oneDNN's bfloat16 kernels, and a float32 operand.
+bool lofi_lowers(const MatmulParams& params, DataType a, DataType b) {
+  return params.compute_kernel_config && params.compute_kernel_config->math_fidelity == MathFidelity::LoFi &&
+         kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && onednn::has_bf16_kernels() &&
+         (a == DataType::FLOAT32 || b == DataType::FLOAT32);
+}
 
 struct MatmulPlan : MatmulGeometry {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -86,6 +98,10 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
     bias = p.stage_bias ? blk.bias_stage.get() : g.bias.base;
     if (p.stage_bias) onednn::gather_rows(g.bias, p.bias_type, 0, g.bias.rows, 0, g.bias.cols, bias, p.kernel_bias);
   }
+  // The operand rows last staged: a broadcast operand (the UNet's upconv
+  // rows, once per kernel row; weights shared by every batch) is staged once
+  // per run of batches that read it.
+  uint64_t staged_a = UINT64_MAX, staged_b = UINT64_MAX;
   for (uint32_t i = 0; i < p.batches; ++i) {
     uint32_t ia = 0, ib = 0;
     ops::broadcast_indices(i, p.num_batch_dims, p.batch_dims, p.a_stride, p.b_stride, &ia, &ib);
@@ -94,8 +110,10 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
     std::byte* a = p.stage_a ? blk.a_stage.get() : row_ptr(g.a, a0);
     std::byte* b = p.stage_b ? blk.b_stage.get() : row_ptr(g.b, b0);
     std::byte* d = p.stage_dst ? blk.dst_stage.get() : row_ptr(g.dst, d0) + uint64_t{blk.col0} * g.dst.unit_bytes;
-    if (p.stage_a) onednn::gather_rows(g.a, p.in_type, a0, a0 + blk.rows, 0, g.a.cols, a, p.kernel_in);
-    if (p.stage_b) onednn::gather_rows(g.b, p.b_type, b0, b0 + p.b_rows, 0, g.b.cols, b, p.kernel_in);
+    if (p.stage_a && std::exchange(staged_a, a0) != a0)
+      onednn::gather_rows(g.a, p.in_type, a0, a0 + blk.rows, 0, g.a.cols, a, p.kernel_in);
+    if (p.stage_b && std::exchange(staged_b, b0) != b0)
+      onednn::gather_rows(g.b, p.b_type, b0, b0 + p.b_rows, 0, g.b.cols, b, p.kernel_in);
     // The block's first column of b: a column offset, or that many stored rows down when transposed.
     b += uint64_t{blk.col0} * (p.transpose_b ? p.ldb : 1) * element_size(p.kernel_in);
     TS_RETURN_IF_ERROR(onednn::guard("matmul", "running", [&] {
@@ -165,7 +183,9 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
   TS_ASSIGN_OR_RETURN(TensorAccess da, make_access(out));
   plan->in_type = a.dtype();
   plan->b_type = b.dtype();
-  plan->kernel_in = onednn::kernel_type(a.dtype());  // b's too (run_matmul)
+  // b's too (run_matmul); LoFi's float32 operands are staged to bfloat16
+  // (the gemv path, below, reads them in place and ignores this).
+  plan->kernel_in = plan->lofi ? DataType::BFLOAT16 : onednn::kernel_type(a.dtype());
   plan->stage_a = aa.uniform_row_stride() == 0 || plan->kernel_in != plan->in_type;
   plan->stage_b = ba.uniform_row_stride() == 0 || plan->kernel_in != plan->b_type;
   plan->lda = plan->stage_a ? plan->k : aa.uniform_row_stride() / aa.unit_bytes;
@@ -285,11 +305,12 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   TS_RETURN_IF_ERROR(check_operand(a, "a"));
   TS_RETURN_IF_ERROR(check_operand(b, "b"));
   if (a.device() != b.device()) return invalid_argument_error("{}: a and b are on different devices", op);
-  if (onednn::kernel_type(a.dtype()) != onednn::kernel_type(b.dtype()))
+  MatmulGeometry plan;
+  plan.lofi = lofi_lowers(params, a.dtype(), b.dtype());
+  if (!plan.lofi && onednn::kernel_type(a.dtype()) != onednn::kernel_type(b.dtype()))
     return invalid_argument_error("{}: a and b must share a dtype, found {} and {}; typecast one", op,
                                   data_type_name(a.dtype()), data_type_name(b.dtype()));
   const Shape &sa = a.shape(), &sb = b.shape();
-  MatmulGeometry plan;
   plan.m = sa[-2];
   plan.k = sa[-1];
   const uint32_t bk = params.transpose_b ? sb[-1] : sb[-2];
@@ -342,9 +363,10 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   TS_ASSIGN_OR_RETURN(Tensor out, allocate_tensor_on_device(out_spec, device));
   const UnaryWithParam act = params.activation.value_or(UnaryWithParam{});
   // The kernel set is in the key: the gemv kernel is chosen by it.
-  const std::string key = fmt::format("{}:{},{}{}{}->{}:{}:{}", op, a.spec().to_string(), b.spec().to_string(),
+  const std::string key = fmt::format("{}:{},{}{}{}->{}:{}:{}{}", op, a.spec().to_string(), b.spec().to_string(),
                                       params.transpose_b ? "^T" : "", bias ? "," + bias->spec().to_string() : "",
-                                      out_spec.to_string(), activation_name(act), kernel_isa_name(kernel_isa()));
+                                      out_spec.to_string(), activation_name(act), kernel_isa_name(kernel_isa()),
+                                      plan.lofi ? ":lofi" : "");
   TS_ASSIGN_OR_RETURN(const Program* prog,
                       device.program_cache().get_or_compile(key, device.may_compile_programs(params.cq_id), [&] {
                         return compile(device, plan, a, b, bias, out, params);

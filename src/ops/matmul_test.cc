@@ -158,6 +158,79 @@ TEST(Matmul, Bfloat16ActivationsWithFloat32Weights) {
   testing::expect_allclose(fwd.cpu().value(), want, 0, 16e-6 * 96);
 }
 
+// compute_kernel_config at LoFi on CPUs with AMX: float32 operands (one or
+// both; the other bfloat16) computed on their bfloat16 roundings, so the
+// result is the reference on the rounded operands, within the float32
+// tolerance above, and the kernel is one of oneDNN's bfloat16 ones (AMX, or
+// AVX512_BF16 for the smallest shapes). Batched
+// with a broadcast a (staged once per run of batches that read it) and a
+// broadcast b, transposed b, bias, float32 and bfloat16 output. HiFi4 and no
+// config stay exact; few rows against transposed weights (the gemv path)
+// stay exact at LoFi.
+TEST(Matmul, LoFiComputesInBfloat16OnAmx) {
+  if (kernel_isa() != KernelIsa::kAvx512 || !cpu_features().amx_bf16) GTEST_SKIP() << "no AMX";
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const DeviceComputeKernelConfig lofi{.math_fidelity = MathFidelity::LoFi};
+  auto rounded = [](const Tensor& t) {
+    return Tensor::from_vector(t.to_vector().value(), t.shape(), DataType::BFLOAT16).value();
+  };
+  // The last launch's kernel name.
+  auto kernel = [&]() {
+    const DeviceProfile prof = read_profile(*dev).value();
+    return prof.ops.empty() ? std::string() : prof.ops.back().kernel_name;
+  };
+  const Case cases[] = {
+      {Shape{1, 1, 64, 96}, Shape{96, 80}, false, true},  {Shape{3, 1, 40, 32}, Shape{1, 2, 32, 48}},
+      {Shape{2, 17, 33}, Shape{19, 33}, true, true},      {Shape{1, 1, 320, 64}, Shape{1, 2, 64, 64}, false, true},
+  };
+  ASSERT_OK(enable_profiler(*dev));
+  for (const Case& c : cases)
+    for (DataType bt : {DataType::FLOAT32, DataType::BFLOAT16})
+      for (DataType out : {DataType::FLOAT32, DataType::BFLOAT16}) {
+        SCOPED_TRACE(fmt::format("{} x {}{} f32 x {} -> {}", c.a.to_string(), c.b.to_string(), c.transpose_b ? "^T" : "",
+                                 data_type_name(bt), data_type_name(out)));
+        Tensor ha = testing::random_tensor(c.a, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+        Tensor hb = testing::random_tensor(c.b, bt, Layout::ROW_MAJOR, 2);
+        const uint32_t n = c.transpose_b ? c.b[-2] : c.b[-1], k = c.a[-1];
+        std::optional<Tensor> hbias;
+        if (c.bias) hbias = testing::random_tensor(Shape{n}, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
+        const MatmulParams p{.transpose_b = c.transpose_b, .dtype = out, .activation = UnaryWithParam{UnaryOpType::RELU},
+                             .compute_kernel_config = lofi};
+        ASSERT_OK_AND_ASSIGN(Tensor want, reference::matmul(rounded(ha), rounded(hb), hbias, p, out));
+        ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev));
+        std::optional<Tensor> bias;
+        if (c.bias) {
+          ASSERT_OK_AND_ASSIGN(bias, to_device(*hbias, *dev));
+        }
+        ASSERT_OK(read_profile(*dev).status());
+        ASSERT_OK_AND_ASSIGN(Tensor y, linear(a, b, bias, p));
+        EXPECT_EQ(y.dtype(), out);
+        testing::expect_allclose(y.cpu().value(), want, testing::rounding_tolerance(out, 0), 16e-6 * k);
+        const std::string name = kernel();
+        EXPECT_NE(name.find("bf16_matmul"), std::string::npos) << name;
+        if (bt == DataType::BFLOAT16) continue;  // mixed operands: LoFi only
+        // HiFi4, and no config: float32 operands, exact.
+        ASSERT_OK_AND_ASSIGN(Tensor exact, reference::matmul(ha, hb, hbias, p, out));
+        for (auto cfg : {std::optional<DeviceComputeKernelConfig>(), std::optional(DeviceComputeKernelConfig{})}) {
+          MatmulParams hp = p;
+          hp.compute_kernel_config = cfg;
+          ASSERT_OK_AND_ASSIGN(Tensor yh, linear(a, b, bias, hp));
+          testing::expect_allclose(yh.cpu().value(), exact, testing::rounding_tolerance(out, 0), 16e-6 * k);
+          EXPECT_EQ(kernel().find("bf16"), std::string::npos) << kernel();
+        }
+      }
+  // The gemv path (4 rows, transposed weights) stays exact at LoFi.
+  Tensor ha = testing::random_tensor(Shape{4, 256}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
+  Tensor hb = testing::random_tensor(Shape{100, 256}, DataType::FLOAT32, Layout::ROW_MAJOR, 5);
+  const MatmulParams gp{.transpose_b = true, .compute_kernel_config = lofi};
+  ASSERT_OK_AND_ASSIGN(Tensor want, reference::matmul(ha, hb, std::nullopt, gp, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor y, matmul(to_device(ha, *dev).value(), to_device(hb, *dev).value(), gp));
+  testing::expect_allclose(y.cpu().value(), want, 0, 16e-6 * 256);
+  EXPECT_NE(kernel().find("gemv"), std::string::npos) << kernel();
+  ASSERT_OK(disable_profiler(*dev));
+}
+
 TEST(Matmul, Errors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   auto put = [&](Shape s, DataType dt = DataType::FLOAT32, Layout l = Layout::ROW_MAJOR) {

@@ -117,6 +117,9 @@ struct CompiledModel::Impl {
   }
   size_t rank(int v) const { return dims(v).size(); }
   DataType act_dtype() const { return opt.dtype; }
+  // The math fidelity of matmuls and Gemms, as of convs (matmul.h: LoFi
+  // computes float32 operands in bfloat16 on AMX CPUs).
+  DeviceComputeKernelConfig compute_kernel_config() const { return {.math_fidelity = opt.math_fidelity}; }
 
   // ---- tensors in and out of slots
 
@@ -663,7 +666,9 @@ Status CompiledModel::Impl::lower_matmul(const Node& n) {
     Tensor tb;
     if (const_b) tb = *const_b;
     else { TS_ASSIGN_OR_RETURN(tb, plain(s, b, cq)); }
-    TS_ASSIGN_OR_RETURN(Tensor out, matmul(ta, tb, {.dtype = out_dtype(y), .activation = act, .cq_id = cq}));
+    TS_ASSIGN_OR_RETURN(Tensor out, matmul(ta, tb,
+                                           {.dtype = out_dtype(y), .activation = act,
+                                            .compute_kernel_config = compute_kernel_config(), .cq_id = cq}));
     return put_plain(s, y, out);
   });
   return ok_status();
@@ -697,7 +702,8 @@ Status CompiledModel::Impl::lower_gemm(const Node& n) {
     TS_ASSIGN_OR_RETURN(Tensor ta, plain(s, a, cq));
     TS_ASSIGN_OR_RETURN(Tensor out,
                         linear(ta, weight, bias,
-                               {.transpose_b = trans_b, .dtype = out_dtype(y), .activation = act, .cq_id = cq}));
+                               {.transpose_b = trans_b, .dtype = out_dtype(y), .activation = act,
+                                .compute_kernel_config = compute_kernel_config(), .cq_id = cq}));
     if (full_c) { TS_ASSIGN_OR_RETURN(out, add(out, *full_c, {.cq_id = cq})); }
     return put_plain(s, y, out);
   });

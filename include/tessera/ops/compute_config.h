@@ -8,7 +8,8 @@
 // original's for any fidelity. Below HiFi4 a float32 conv may trade
 // exactness for speed as the original does: HiFi2 and HiFi3 let 3x3
 // stride-1 convs run Winograd (relative error ~1e-5), and LoFi on CPUs
-// with AMX computes float32 convs and upconvs on bfloat16-rounded operands (8-bit
+// with AMX computes float32 convs, upconvs and matmuls (matmul.h's
+// compute_kernel_config) on bfloat16-rounded operands (8-bit
 // significands, where the original's LoFi multiplies 5 by 7 bits) on
 // oneDNN's AMX kernels, float32 accumulation and output.
 // fp32_dest_acc_en and packer_l1_acc are kept

@@ -15,11 +15,20 @@
 // exact products); results are within 1e-5 relative of the double
 // reference's norm per output row in float32, one bfloat16 ulp plus that in
 // bfloat16 (see matmul_test.cc).
+//
+// compute_kernel_config (compute_config.h; nullopt: HiFi4, exact): at LoFi,
+// on CPUs with AMX, float32 operands are rounded to bfloat16 (nearest even)
+// as they are staged, and oneDNN's AMX kernels multiply them with float32
+// accumulation, output in the asked dtype; operands may then be float32 and
+// bfloat16 mixed. The gemv path (few rows against transposed weights, bound
+// by reading the weights) keeps float32 operands. Other fidelities and CPUs:
+// exact, as at HiFi4.
 #pragma once
 
 #include <optional>
 
 #include "tessera/ops/activation.h"
+#include "tessera/ops/compute_config.h"
 #include "tessera/tensor/tensor.h"
 
 namespace tessera {
@@ -29,6 +38,7 @@ struct MatmulParams {
   std::optional<DataType> dtype;                // output dtype
   std::optional<UnaryWithParam> activation;     // fused
   std::optional<MemoryConfig> memory_config;    // interleaved
+  std::optional<DeviceComputeKernelConfig> compute_kernel_config;  // nullopt: HiFi4
   uint8_t cq_id = 0;
 };
 

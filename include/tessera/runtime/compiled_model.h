@@ -48,9 +48,11 @@ struct CompileOptions {
   // it decides what must fit. On the CPU the kernel streams rows from any
   // memory, so placement does not change speed and DRAM is kept.
   std::optional<bool> apply_conv_sharding;
-  // The convs' math fidelity (compute_config.h). Below HiFi4, float32 3x3
-  // stride-1 convs may run oneDNN's Winograd kernel (conv2d.cc's
-  // allows_winograd): ~1.7x faster, relative error ~1e-5 instead of ~1e-7.
+  // The math fidelity of convs, matmuls and Gemms (compute_config.h). Below
+  // HiFi4, float32 3x3 stride-1 convs may run oneDNN's Winograd kernel
+  // (conv2d.cc's allows_winograd): ~1.7x faster, relative error ~1e-5
+  // instead of ~1e-7; at LoFi on AMX CPUs float32 convs, upconvs and
+  // matmuls compute on bfloat16-rounded operands.
   MathFidelity math_fidelity = MathFidelity::HiFi4;
   // Micro-batching: a run of per-image ops (convs, pools, element-wise ops,
   // channel concats) between two points where one tensor alone is live runs
