@@ -608,7 +608,7 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
     const auto& d = t.shape().dims();
     uint64_t outer = 1;
     for (size_t i = 0; i + 2 < d.size(); ++i) outer *= d[i];
-    return t.layout() != Layout::TILE || d.size() < 2 || outer == 1 || d[d.size() - 2] % kTileHeight == 0;
+    return t.layout() != Layout::TILE || outer == 1 || d[d.size() - 2] % kTileHeight == 0;  // outer > 1: rank > 2
   };
   for (const Tensor* t : {&input, residual ? &residual->tensor : nullptr})
     if (t && !flat_tiles(*t))
