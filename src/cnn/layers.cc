@@ -45,6 +45,19 @@ StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, const Conv2d
   return r.output;
 }
 
+template <class Params>
+StatusOr<Tensor> ConvLayer<Params>::operator()(std::span<const Tensor> inputs, uint8_t cq_id)
+  requires std::is_same_v<Params, Conv2dParams>
+{
+  if (prepared_) {
+    TS_ASSIGN_OR_RETURN(Conv2dResult r, conv2d_concat(inputs, *prepared_, params_, config_, cq_id));
+    return r.output;
+  }
+  TS_ASSIGN_OR_RETURN(Conv2dResult r, conv2d_concat(inputs, weight_, bias_, params_, config_, cq_id));
+  prepared_ = r.weights;
+  return r.output;
+}
+
 template class ConvLayer<Conv2dParams>;
 template class ConvLayer<ConvTranspose2dParams>;
 

@@ -54,6 +54,14 @@ TEST(Bfloat16, BulkMatchesScalarForEveryIsaPath) {
       ASSERT_EQ(out[i], float_to_bfloat16(src[i])) << "i=" << i << " isa=" << kernel_isa_name(kernel_isa());
       ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), uint32_t{out[i]} << 16);
     }
+    // Strided rows (7 rows of 37 values, 41 apart, into rows 50 apart): the
+    // same bits, and the gaps untouched.
+    std::vector<uint16_t> rows(7 * 50, 0xAAAA);
+    float_to_bfloat16_rows(src.data(), 41, rows.data(), 50, 7, 37);
+    for (size_t r = 0; r < 7; ++r)
+      for (size_t c = 0; c < 50; ++c)
+        ASSERT_EQ(rows[r * 50 + c], c < 37 ? float_to_bfloat16(src[r * 41 + c]) : uint16_t{0xAAAA})
+            << "r=" << r << " c=" << c << " isa=" << kernel_isa_name(kernel_isa());
   }
   set_kernel_isa_limit(KernelIsa::kAvx512);
   set_avx512_kernels_enabled(true);

@@ -30,6 +30,11 @@ void float_to_bfloat16(const float* src, uint16_t* dst, size_t n) {
   }
 }
 
+void float_to_bfloat16_rows(const float* src, size_t src_stride, uint16_t* dst, size_t dst_stride, size_t rows,
+                            size_t n) {
+  for (size_t r = 0; r < rows; ++r, src += src_stride, dst += dst_stride) float_to_bfloat16(src, dst, n);
+}
+
 void bfloat16_to_float(const uint16_t* src, float* dst, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {

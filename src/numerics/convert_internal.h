@@ -8,6 +8,8 @@
 namespace tessera::avx512 {
 
 void float_to_bfloat16(const float* src, uint16_t* dst, size_t n);
+void float_to_bfloat16_rows(const float* src, size_t src_stride, uint16_t* dst, size_t dst_stride, size_t rows,
+                            size_t n);
 void bfloat16_to_float(const uint16_t* src, float* dst, size_t n);
 void pack_bfp_tiles(const float* src, std::byte* dst, size_t num_tiles, int mantissa_bits);
 void unpack_bfp_tiles(const std::byte* src, float* dst, size_t num_tiles, int mantissa_bits);

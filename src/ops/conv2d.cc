@@ -133,7 +133,17 @@ struct ConvPlan {
   uint32_t batch = 1, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
 };
 
+// conv2d_concat's inputs: the conv reads their channel concatenation, which
+// each shard gathers as it stages its rows (source_rows) instead of `src`.
+constexpr uint32_t kMaxConcatParts = 4;
+struct ConcatParts {
+  TensorAccess part[kMaxConcatParts];
+  uint32_t cols[kMaxConcatParts] = {};
+  uint32_t count = 0;
+};
+
 struct ConvArgs {
+  ConcatParts cat;
   TensorAccess src, dst, res;
   const std::byte* weights;
   const std::byte* bias;
@@ -168,6 +178,11 @@ std::byte* source_rows(const ConvArgs& a, ConvShard& sh, uint64_t s0, uint64_t s
   const ConvPlan& plan = *a.plan;
   if (plan.tile_src) {
     onednn::tiles_to_rows(a.src, plan.src_type, s0, s1, plan.cin, sh.src_stage.get(), plan.in_type);
+  } else if (a.cat.count > 0) {
+    const uint64_t es = element_size(plan.in_type);
+    for (uint32_t i = 0, c0 = 0; i < a.cat.count; c0 += a.cat.cols[i++])
+      gather_rows(a.cat.part[i], plan.src_type, s0, s1, 0, a.cat.cols[i], sh.src_stage.get() + c0 * es, plan.in_type,
+                  plan.cin);
   } else if (plan.stage_src) {
     gather_rows(a.src, plan.src_type, s0, s1, 0, plan.cin, sh.src_stage.get(), plan.in_type);
   } else {
@@ -589,52 +604,57 @@ bool pads_output_channels(const Problem& pr) {
          pr.dst_dtype == DataType::FLOAT32 && g.cout % 16 != 0 && g.cout < 64;
 }
 
+// `whole`: the input's spec when `input` is only the first of the tensors
+// whose channel concatenation the conv reads (conv2d_concat); its device.
 template <class Params>
-StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2dConfig& config,
-                               const Conv2dResidual* residual = nullptr) {
+StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, const Conv2dConfig& config,
+                               const Conv2dResidual* residual = nullptr, const TensorSpec* whole = nullptr) {
   const Geometry g = geometry(p);
   const std::string_view op = g.transposed ? "conv_transpose2d" : "conv2d";
   TS_RETURN_IF_ERROR(p.validate());
-  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
-  TS_RETURN_IF_ERROR(p.check_input_shape(input.shape().dims()));
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input_tensor, op));
+  const TensorSpec& input = whole ? *whole : input_tensor.spec();
+  Device& device = *input_tensor.device();
+  TS_RETURN_IF_ERROR(p.check_input_shape(input.shape.dims()));
   // Rows of float32 / bfloat16, or tiles of any float dtype (the kernel
   // untilizes the rows each shard reads).
-  if (!is_floating(input.dtype()) || (input.layout() != Layout::TILE && is_block_float(input.dtype())))
+  if (!is_floating(input.dtype) || (input.layout != Layout::TILE && is_block_float(input.dtype)))
     return unimplemented_error("{}: expected float32 or bfloat16 rows or float tiles, found {} {}", op,
-                               data_type_name(input.dtype()), layout_name(input.layout()));
+                               data_type_name(input.dtype), layout_name(input.layout));
   // Tiles are read as (1, 1, N*H*W, C): an (N, H, W, C) tensor's tiles pad
   // each (n, y) slice of W rows to whole tiles, which are other rows.
-  auto flat_tiles = [](const Tensor& t) {
-    const auto& d = t.shape().dims();
+  auto flat_tiles = [](const TensorSpec& t) {
+    const auto& d = t.shape.dims();
     uint64_t outer = 1;
     for (size_t i = 0; i + 2 < d.size(); ++i) outer *= d[i];
-    return t.layout() != Layout::TILE || outer == 1 || d[d.size() - 2] % kTileHeight == 0;  // outer > 1: rank > 2
+    return t.layout != Layout::TILE || outer == 1 || d[d.size() - 2] % kTileHeight == 0;  // outer > 1: rank > 2
   };
-  for (const Tensor* t : {&input, residual ? &residual->tensor : nullptr})
+  const TensorSpec res_spec = residual ? residual->tensor.spec() : TensorSpec{};
+  for (const TensorSpec* t : {&input, residual ? &res_spec : nullptr})
     if (t && !flat_tiles(*t))
       return invalid_argument_error(
           "{}: expected tiles of (1, 1, N*H*W, C) rows or a width that is a multiple of {}, found tiles of {} (each "
           "row of {} pixels is padded to whole tiles); reshape the rows to (1, 1, N*H*W, C) before tilizing",
-          op, kTileHeight, t->shape().to_string(), t->shape()[-2]);
-  const DataType out = config.dtype.value_or(input.dtype());
+          op, kTileHeight, t->shape.to_string(), t->shape[-2]);
+  const DataType out = config.dtype.value_or(input.dtype);
   const bool tiled = config.output_layout == Layout::TILE;  // the kernel tilizes its own rows
   if (!is_floating(out) || (!tiled && is_block_float(out)))
     return unimplemented_error("{}: output dtype must be float32 or bfloat16 (or block-float tiles), found {}", op,
                                data_type_name(out));
   Problem pr;
   pr.g = g;
-  pr.input = input.spec();
+  pr.input = input;
   // (N, H, W, C) and (1, 1, N*H*W, C) are the same rows: one program, one key.
   pr.input.shape = Shape{1, 1, g.n * g.h * g.w, g.cin};
   pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, config.output_layout,
-                         config.output_memory_config.value_or(input.memory_config())};
-  pr.compute = input.dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
-  const bool lowered = lowers_to_bf16(g, input.dtype(), config,
-                                      amx_patch_fits(g, pr.output, residual != nullptr, *input.device()));
+                         config.output_memory_config.value_or(input.memory_config)};
+  pr.compute = input.dtype == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+  const bool lowered = lowers_to_bf16(g, input.dtype, config,
+                                      amx_patch_fits(g, pr.output, residual != nullptr, device));
   if (lowered) pr.compute = DataType::BFLOAT16;
   // Block-float tiles are packed from rows of the input's precision.
   pr.kernel = onednn::kernel_type(pr.compute);
-  pr.dst_precision = out == DataType::FLOAT32 || (is_block_float(out) && input.dtype() == DataType::FLOAT32)
+  pr.dst_precision = out == DataType::FLOAT32 || (is_block_float(out) && input.dtype == DataType::FLOAT32)
                          ? DataType::FLOAT32
                          : DataType::BFLOAT16;
   // oneDNN 2.6 has no grouped convolution from float32 rows to bfloat16
@@ -671,7 +691,7 @@ StatusOr<Problem> make_problem(const Tensor& input, const Params& p, const Conv2
     pr.key += ":direct512";
     pr.weights_key += ":direct512";
   }
-  if (is_amx_patch(pr, *input.device())) {
+  if (is_amx_patch(pr, device)) {
     pr.amx_patches = true;
     pr.key += ":amx1x1";
     pr.weights_key += ":amx1x1";
@@ -1275,13 +1295,15 @@ StatusOr<Tensor> output_tensor(const Tensor& input, const Problem& pr) {
 
 // Enqueues the launch into the already allocated `output`.
 StatusOr<Conv2dResult> launch_conv(const Tensor& input, Tensor output, const PreparedConv2dWeights& w,
-                                   const Problem& pr, const Program& prog, uint8_t cq_id) {
+                                   const Problem& pr, const Program& prog, uint8_t cq_id,
+                                   const ConcatParts* cat = nullptr) {
   Conv2dResult r;
   r.output = std::move(output);
   r.output_height = pr.g.oh;
   r.output_width = pr.g.ow;
   r.weights = w;
   ConvArgs args{};
+  if (cat) args.cat = *cat;
   TS_ASSIGN_OR_RETURN(args.src, make_access(input));
   TS_ASSIGN_OR_RETURN(args.dst, make_access(r.output));
   if (pr.residual) {
@@ -1922,11 +1944,27 @@ StatusOr<Conv2dResult> launch_amx_patches(const Tensor& input, const PreparedCon
                                           const ConvTranspose2dParams& p, const Conv2dConfig& config,
                                           const Problem& pr, uint8_t cq_id);
 
+// Whether conv2d_concat's parts can be read by the shards as they stage
+// their rows: float32 rows converted for bfloat16 kernels (LoFi on AMX CPUs,
+// lowers_to_bf16) on oneDNN's convolution, which gathers every shard's rows
+// through source_rows. Elsewhere the rows are read in place (or by kernels
+// of Tessera's own), and the inputs are concatenated first.
+bool concat_fuses(const Problem& pr) {
+  return !pr.g.transposed && pr.input.layout == Layout::ROW_MAJOR && pr.input.dtype == DataType::FLOAT32 &&
+         pr.kernel == DataType::BFLOAT16 && !pr.direct && !pr.winograd && !pr.amx_patches && pr.cout_padded == 0 &&
+         !pr.residual && !is_depthwise(pr);
+}
+
+// `cat`, `whole`: conv2d_concat's parts (`input` their first) and the spec
+// of their concatenation; the caller has checked that the problem stages its
+// rows on oneDNN's kernel (concat_fuses).
 template <class Params>
 StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                          const Params& p, const Conv2dConfig& config, uint8_t cq_id,
-                                         const Conv2dResidual* residual = nullptr) {
-  TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config, residual));
+                                         const Conv2dResidual* residual = nullptr, const ConcatParts* cat = nullptr,
+                                         const TensorSpec* whole = nullptr) {
+  TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config, residual, whole));
+  if (cat && !concat_fuses(pr)) return internal_error("conv2d_concat: the problem does not stage its rows");
   if constexpr (std::is_same_v<Params, ConvTranspose2dParams>) {
     if (pr.amx_patches) return amx_patches_with_weights(input, weight, bias, p, config, pr, cq_id);
     if (is_patch_transpose(p)) return patches_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
@@ -1992,14 +2030,16 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
   TS_ASSIGN_OR_RETURN(Tensor bias_host,
                       Tensor::from_vector(kernel_bias, Shape{1, 1, 1, kg.cout}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, packed_host, bias_host, device, cq_id));
-  return launch_conv(input, std::move(output), w, pr, *prog, cq_id);
+  return launch_conv(input, std::move(output), w, pr, *prog, cq_id, cat);
 }
 
 template <class Params>
 StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedConv2dWeights& w, const Params& p,
                                           const Conv2dConfig& config, uint8_t cq_id,
-                                          const Conv2dResidual* residual = nullptr) {
-  TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config, residual));
+                                          const Conv2dResidual* residual = nullptr, const ConcatParts* cat = nullptr,
+                                          const TensorSpec* whole = nullptr) {
+  TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config, residual, whole));
+  if (cat && !concat_fuses(pr)) return internal_error("conv2d_concat: the problem does not stage its rows");
   const std::string_view op = pr.g.transposed ? "conv_transpose2d" : "conv2d";
   if (w.key != pr.weights_key)
     return invalid_argument_error("{}: the prepared weights are for '{}', not for '{}'", op, w.key, pr.weights_key);
@@ -2030,7 +2070,7 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
     return failed_precondition_error("{}: the prepared weights hold {} B, the kernel for '{}' packs {} B; prepare "
                                      "them again",
                                      op, w.weight.shape().volume(), pr.key, packed);
-  return launch_conv(input, std::move(output), w, pr, *prog, cq_id);
+  return launch_conv(input, std::move(output), w, pr, *prog, cq_id, cat);
 }
 
 }  // namespace
@@ -2289,6 +2329,87 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& 
                               const Conv2dConfig& config, uint8_t cq_id) {
   return with_io(input, conv2d_geometry(p, true), config, "conv2d", cq_id,
                  [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id); });
+}
+
+namespace {
+
+// conv2d_concat's fused launch: the parts, their concatenation's spec and
+// the kernel's config; nullopt where the inputs are concatenated first
+// (concat_fuses, and a plain output config: rows, interleaved).
+struct FusedConcat {
+  ConcatParts cat;
+  TensorSpec whole;
+  Conv2dConfig kernel;
+};
+StatusOr<std::optional<FusedConcat>> plan_concat(std::span<const Tensor> inputs, const Conv2dParams& p,
+                                                 const Conv2dConfig& config) {
+  if (inputs.empty()) return invalid_argument_error("conv2d_concat: expected at least one input, found none");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    TS_RETURN_IF_ERROR(ops::require_device_tensor(inputs[i], "conv2d_concat", fmt::format("input {}", i)));
+  const Tensor& first = inputs[0];
+  const auto lead = [](const Shape& s) { return s.dims().first(static_cast<size_t>(s.rank() - 1)); };
+  uint64_t channels = 0;
+  bool plain = inputs.size() > 1 && inputs.size() <= kMaxConcatParts;
+  for (const Tensor& t : inputs) {
+    if (t.device() != first.device())
+      return invalid_argument_error("conv2d_concat: the inputs are on different devices");
+    if (t.shape().rank() != first.shape().rank() || !std::ranges::equal(lead(t.shape()), lead(first.shape())))
+      return invalid_argument_error("conv2d_concat: expected inputs that differ only in channels (the last dim), "
+                                    "found {} and {}",
+                                    first.shape().to_string(), t.shape().to_string());
+    channels += t.shape()[-1];
+    plain = plain && t.dtype() == DataType::FLOAT32 && t.layout() == Layout::ROW_MAJOR;  // gather_rows reads any rows
+  }
+  if (channels != p.in_channels)
+    return invalid_argument_error("conv2d_concat: the inputs' channels sum to {}, expected in_channels = {}", channels,
+                                  p.in_channels);
+  plain = plain && config.output_layout == Layout::ROW_MAJOR && !config.shard_layout && !config.slice_config &&
+          !(config.output_memory_config && config.output_memory_config->is_sharded()) &&
+          !config.deallocate_activation;
+  if (!plain) return std::optional<FusedConcat>();
+  FusedConcat f;
+  std::vector<uint32_t> dims(first.shape().dims().begin(), first.shape().dims().end());
+  dims.back() = static_cast<uint32_t>(channels);
+  f.whole = TensorSpec{Shape(std::span<const uint32_t>(dims)), DataType::FLOAT32, Layout::ROW_MAJOR,
+                       first.memory_config()};
+  f.kernel = config;
+  f.kernel.dtype = config.dtype.value_or(DataType::FLOAT32);
+  f.kernel.output_memory_config = config.output_memory_config.value_or(first.memory_config());
+  // A problem conv2d refuses is refused again, with its error, on the way
+  // through concat.
+  StatusOr<Problem> pr = make_problem(first, p, f.kernel, nullptr, &f.whole);
+  if (!pr.ok() || !concat_fuses(*pr)) return std::optional<FusedConcat>();
+  f.cat.count = static_cast<uint32_t>(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TS_ASSIGN_OR_RETURN(f.cat.part[i], make_access(inputs[i]));
+    f.cat.cols[i] = inputs[i].shape()[-1];
+  }
+  return std::optional<FusedConcat>(std::move(f));
+}
+
+StatusOr<Tensor> concat_channels(std::span<const Tensor> inputs, uint8_t cq_id) {
+  return concat(inputs, inputs[0].shape().rank() - 1, {.cq_id = cq_id});
+}
+
+}  // namespace
+
+StatusOr<Conv2dResult> conv2d_concat(std::span<const Tensor> inputs, const Tensor& weight,
+                                     const std::optional<Tensor>& bias, const Conv2dParams& p,
+                                     const Conv2dConfig& config, uint8_t cq_id) {
+  TS_ASSIGN_OR_RETURN(std::optional<FusedConcat> f, plan_concat(inputs, p, config));
+  if (f) return conv_with_weights(inputs[0], weight, bias, p, f->kernel, cq_id, nullptr, &f->cat, &f->whole);
+  if (inputs.size() == 1) return conv2d(inputs[0], weight, bias, p, config, cq_id);
+  TS_ASSIGN_OR_RETURN(Tensor x, concat_channels(inputs, cq_id));
+  return conv2d(x, weight, bias, p, config, cq_id);
+}
+
+StatusOr<Conv2dResult> conv2d_concat(std::span<const Tensor> inputs, const PreparedConv2dWeights& w,
+                                     const Conv2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
+  TS_ASSIGN_OR_RETURN(std::optional<FusedConcat> f, plan_concat(inputs, p, config));
+  if (f) return conv_with_prepared(inputs[0], w, p, f->kernel, cq_id, nullptr, &f->cat, &f->whole);
+  if (inputs.size() == 1) return conv2d(inputs[0], w, p, config, cq_id);
+  TS_ASSIGN_OR_RETURN(Tensor x, concat_channels(inputs, cq_id));
+  return conv2d(x, w, p, config, cq_id);
 }
 
 namespace {

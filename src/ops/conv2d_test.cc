@@ -13,6 +13,7 @@
 #include "tessera/device/profiler.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/ops/data_movement.h"
+#include "tessera/ops/manipulation.h"
 #include "tessera/ops/reference.h"
 #include "test_util.h"
 
@@ -1090,6 +1091,106 @@ TEST(Conv2d, WinogradBelowHiFi4) {
 // asymmetric padding, channel tails, a residual, block-float weights, tiles
 // in and out, height-sharded output and prepared weights reused; HiFi2 and
 // HiFi4 keep float32 operands, and LoFi's prepared weights are refused there.
+// conv2d_concat equals conv2d over concat(inputs) byte for byte: at LoFi on
+// AMX CPUs (float32 rows, two to four inputs) the shards gather the inputs'
+// channels as they convert their rows and no concat runs; elsewhere (HiFi4,
+// bfloat16 rows, five inputs, a tiled output) the inputs are concatenated
+// first. Row and channel shards, images, 3x3 and 1x1, flattened rows, odd
+// channel splits, an input in L1 height shards, prepared weights from
+// either path; the errors.
+TEST(Conv2d, ConcatInputsGatheredAsStaged) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const bool amx = cpu_features().amx_bf16 && kernel_isa() == KernelIsa::kAvx512;
+  struct ConcatCase {
+    Case c;
+    std::vector<uint32_t> split;  // channels per input
+    bool flat = false;            // (1, 1, N*H*W, C) rows
+  };
+  const ConcatCase cases[] = {
+      {{1, 24, 20, 64, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU}, {32, 32}},          // a UNet decoder
+      {{2, 9, 11, 40, 24, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, {16, 8, 16}, true},  // C2f, images
+      {{1, 7, 7, 256, 256, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, {128, 64, 32, 32}},                    // channel shards
+      {{1, 13, 17, 48, 16, 3, 3, 2, 1, 1, {1, 0, 1, 2}, UnaryOpType::GELU}, {24, 24}},          // stride 2, asymmetric
+      {{1, 12, 10, 80, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, {16, 16, 16, 16, 16}},                 // five: concatenated
+  };
+  for (const ConcatCase& cc : cases)
+    for (MathFidelity fid : {MathFidelity::LoFi, MathFidelity::HiFi4})
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+        const Case& cs = cc.c;
+        const Conv2dParams p = to_params(cs);
+        SCOPED_TRACE(fmt::format("{} {} parts {} {}", p.descriptor(), cc.split.size(), math_fidelity_name(fid),
+                                 data_type_name(dt)));
+        std::vector<Tensor> parts;
+        for (size_t i = 0; i < cc.split.size(); ++i) {
+          const Shape shape = cc.flat ? Shape{1, 1, cs.n * cs.h * cs.w, cc.split[i]} : Shape{cs.n, cs.h, cs.w, cc.split[i]};
+          ASSERT_OK_AND_ASSIGN(Tensor t,
+                               to_device(testing::random_tensor(shape, dt, Layout::ROW_MAJOR, 10 + static_cast<int>(i)), *dev));
+          parts.push_back(t);
+        }
+        ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 2, 0.2f),
+                                                           Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
+        ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
+        Conv2dConfig cfg{.weights_dtype = DataType::FLOAT32};
+        cfg.compute_config.math_fidelity = fid;
+        ASSERT_OK(enable_profiler(*dev));
+        ASSERT_OK_AND_ASSIGN(Conv2dResult got, conv2d_concat(parts, w, b, p, cfg));
+        ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+        const bool concat_ran = std::ranges::any_of(prof.ops, [](const OpTiming& t) { return t.kernel_name.find("concat") != std::string::npos; });
+        const bool fused = amx && fid == MathFidelity::LoFi && dt == DataType::FLOAT32 && cc.split.size() <= 4;
+        EXPECT_EQ(concat_ran, !fused);
+        ASSERT_OK_AND_ASSIGN(Tensor x, concat(parts, parts[0].shape().rank() - 1));
+        ASSERT_OK_AND_ASSIGN(Conv2dResult want, conv2d(x, w, b, p, cfg));
+        EXPECT_EQ(got.output.spec(), want.output.spec());
+        EXPECT_EQ(testing::host_bytes(got.output.cpu().value()), testing::host_bytes(want.output.cpu().value()));
+        // Prepared weights: either path's serve the other.
+        ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d_concat(parts, want.weights, p, cfg));
+        EXPECT_EQ(testing::host_bytes(again.output.cpu().value()), testing::host_bytes(want.output.cpu().value()));
+        ASSERT_OK_AND_ASSIGN(Conv2dResult plain, conv2d(x, got.weights, p, cfg));
+        EXPECT_EQ(testing::host_bytes(plain.output.cpu().value()), testing::host_bytes(want.output.cpu().value()));
+        ASSERT_OK(disable_profiler(*dev));
+      }
+  // A tiled output: concatenated first, then the same tiles as conv2d's.
+  const Conv2dParams p = to_params(cases[0].c);
+  std::vector<Tensor> parts;
+  for (int i = 0; i < 2; ++i)
+    parts.push_back(to_device(testing::random_tensor(Shape{1, 24, 20, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, i), *dev).value());
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(32 * 64 * 9, 2, 0.2f), Shape{32, 64, 3, 3},
+                                                     DataType::FLOAT32));
+  Conv2dConfig tiles{.weights_dtype = DataType::FLOAT32, .output_layout = Layout::TILE};
+  tiles.compute_config.math_fidelity = MathFidelity::LoFi;
+  ASSERT_OK_AND_ASSIGN(Conv2dResult tg, conv2d_concat(parts, w, std::nullopt, p, tiles));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult tw, conv2d(concat(parts, 3).value(), w, std::nullopt, p, tiles));
+  EXPECT_EQ(tg.output.layout(), Layout::TILE);
+  EXPECT_EQ(testing::host_bytes(tg.output.cpu().value()), testing::host_bytes(tw.output.cpu().value()));
+  // An input in height shards of L1: gathered as well (no concat at LoFi on AMX).
+  Conv2dConfig lofi{.weights_dtype = DataType::FLOAT32};
+  lofi.compute_config.math_fidelity = MathFidelity::LoFi;
+  const MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
+                                           CoreRange({0, 0}, {1, 0}), 240, 32);
+  std::vector<Tensor> mixed = {parts[0], to_memory_config(parts[1], hs).value()};
+  ASSERT_OK(enable_profiler(*dev));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult mg, conv2d_concat(mixed, w, std::nullopt, p, lofi));
+  ASSERT_OK_AND_ASSIGN(DeviceProfile mprof, read_profile(*dev));
+  ASSERT_OK(disable_profiler(*dev));
+  EXPECT_EQ(std::ranges::any_of(mprof.ops, [](const OpTiming& t) { return t.kernel_name.find("concat") != std::string::npos; }),
+            !amx);
+  ASSERT_OK_AND_ASSIGN(Conv2dResult mw, conv2d(concat(parts, 3).value(), w, std::nullopt, p, lofi));
+  EXPECT_EQ(testing::host_bytes(mg.output.cpu().value()), testing::host_bytes(mw.output.cpu().value()));
+  // Errors.
+  EXPECT_ERROR(conv2d_concat(std::span<const Tensor>(), w, std::nullopt, p), StatusCode::kInvalidArgument,
+               "conv2d_concat: expected at least one input, found none");
+  std::vector<Tensor> short_parts = {parts[0], to_device(testing::random_tensor(Shape{1, 24, 20, 16}, DataType::FLOAT32,
+                                                                                Layout::ROW_MAJOR, 3), *dev).value()};
+  EXPECT_ERROR(conv2d_concat(short_parts, w, std::nullopt, p), StatusCode::kInvalidArgument,
+               "the inputs' channels sum to 48, expected in_channels = 64");
+  std::vector<Tensor> odd = {parts[0], to_device(testing::random_tensor(Shape{1, 24, 21, 32}, DataType::FLOAT32,
+                                                                        Layout::ROW_MAJOR, 3), *dev).value()};
+  EXPECT_ERROR(conv2d_concat(odd, w, std::nullopt, p), StatusCode::kInvalidArgument,
+               "expected inputs that differ only in channels (the last dim), found [1,24,20,32] and [1,24,21,32]");
+  std::vector<Tensor> host = {parts[0], testing::random_tensor(Shape{1, 24, 20, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 3)};
+  EXPECT_ERROR(conv2d_concat(host, w, std::nullopt, p), StatusCode::kInvalidArgument, "input 1");
+}
+
 TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
   if (!cpu_features().amx_bf16 || kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AMX";
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));

@@ -6,6 +6,7 @@
 
 #include "cpu/float_math.h"
 #include "cpu/rows.h"
+#include "tessera/numerics/bfloat16.h"
 #include "tessera/numerics/block_float.h"
 #include "tessera/numerics/convert.h"
 #include "tessera/numerics/tilize.h"
@@ -61,9 +62,10 @@ namespace {
 
 template <bool kToBuffer, class Buf>
 void move_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n, Buf* buf,
-               DataType buf_type) {
+               DataType buf_type, uint32_t buf_cols = 0) {
   const bool convert = t != buf_type;
-  const uint64_t buf_row = uint64_t{n} * (convert ? element_size(buf_type) : a.unit_bytes);
+  const uint32_t pitch = buf_cols ? buf_cols : n;
+  const uint64_t buf_row = uint64_t{pitch} * (convert ? element_size(buf_type) : a.unit_bytes);
   // Evenly spaced rows convert with the bulk conversions: whole when dense,
   // else row by row. Through read_row / write_row, an address lookup and a
   // conversion call per row cost more than the conversion itself on narrow
@@ -71,7 +73,15 @@ void move_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint
   if (const uint64_t stride = a.uniform_row_stride();
       convert && stride && !is_block_float(t) && (buf_type == DataType::FLOAT32 || t == DataType::FLOAT32)) {
     const uint64_t offset = uint64_t{c0} * a.unit_bytes;
-    const bool dense = offset == 0 && stride == uint64_t{n} * a.unit_bytes;
+    const bool dense = offset == 0 && stride == uint64_t{n} * a.unit_bytes && pitch == n;
+    if constexpr (kToBuffer) {
+      if (!dense && t == DataType::FLOAT32 && buf_type == DataType::BFLOAT16 && stride % 4 == 0) {
+        // Strided float32 rows into bfloat16 ones (conv2d_concat's parts): one call.
+        float_to_bfloat16_rows(reinterpret_cast<const float*>(a.base + r0 * stride + offset), stride / 4,
+                               reinterpret_cast<uint16_t*>(buf), pitch, r1 - r0, n);
+        return;
+      }
+    }
     for (uint64_t r = r0; r < r1; r = dense ? r1 : r + 1) {
       std::byte* at = a.base + r * stride + offset;
       Buf* b = buf + (r - r0) * buf_row;
@@ -115,8 +125,8 @@ void move_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint
 }  // namespace
 
 void gather_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n,
-                 std::byte* buf, DataType buf_type) {
-  move_rows<true>(a, t, r0, r1, c0, n, buf, buf_type);
+                 std::byte* buf, DataType buf_type, uint32_t buf_cols) {
+  move_rows<true>(a, t, r0, r1, c0, n, buf, buf_type, buf_cols);
 }
 
 void scatter_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n,

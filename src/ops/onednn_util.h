@@ -52,9 +52,11 @@ DataType kernel_type(DataType t);
 // Columns [c0, c0 + n) of rows [r0, r1) of `a` (values of dtype `t`) to /
 // from a dense buffer of n-value rows of dtype `buf_type`: copied when the
 // dtypes match, else converted (float32 buffers of any float rows; bfloat16
-// buffers of float32 rows, rounded to nearest even).
+// buffers of float32 rows, rounded to nearest even). gather_rows's
+// `buf_cols` (0: n) spaces the buffer's rows that many values apart, so that
+// several tensors' columns interleave into one row (conv2d_concat).
 void gather_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n,
-                 std::byte* buf, DataType buf_type);
+                 std::byte* buf, DataType buf_type, uint32_t buf_cols = 0);
 void scatter_rows(const TensorAccess& a, DataType t, uint64_t r0, uint64_t r1, uint32_t c0, uint32_t n,
                   const std::byte* buf, DataType buf_type);
 

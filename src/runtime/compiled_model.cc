@@ -96,6 +96,14 @@ struct CompiledModel::Impl {
   std::vector<std::unique_ptr<cnn::ConvTranspose2d>> deconvs;
   std::vector<std::shared_ptr<const FallbackNode>> fallbacks;
   std::vector<std::vector<std::pair<int, int>>> consumers;  // per value: (node, input slot)
+  // Channel concats of NHWC values (at most four, none constant): the
+  // Concat node and its inputs. A Conv that alone reads one fuses it
+  // (fused_concats): the Concat's step becomes a no-op and the conv reads the
+  // inputs through conv2d_concat, which gathers them as its shards stage
+  // their rows where it can (conv2d.h), so the concatenation is never
+  // written. plan_liveness keeps the inputs to the conv.
+  std::map<int, std::pair<size_t, std::vector<int>>> channel_concats;
+  std::map<int, std::pair<size_t, std::vector<int>>> fused_concats;  // value -> (the conv node, the inputs)
   // A micro-batched run of nodes [begin, end) (CompileOptions::micro_batch):
   // its nodes read `in` (the whole batch) as `in_part`, one group's images
   // (a view), and leave `out_part`, copied into `out` (the whole batch).
@@ -243,6 +251,15 @@ struct CompiledModel::Impl {
   Status lower_matmul(const Node& n);
   Status lower_fallback(const Node& n, const std::string& why);
   Status plan_liveness();
+  // Whether nodes a and b (a before b) run in the same micro-batch run, or
+  // both outside any, and `v` is not a run's input or output.
+  bool same_micro_batch(size_t a, size_t b, int v) const {
+    for (const MicroBatch& mb : micro_batches) {
+      if (v == mb.in || v == mb.out || v == mb.in_part || v == mb.out_part) return false;
+      if ((a >= mb.begin && a < mb.end) != (b >= mb.begin && b < mb.end)) return false;
+    }
+    return true;
+  }
   Status plan_micro_batches();
   std::vector<MicroBatch> find_micro_batches(uint32_t per) const;
   uint64_t per_run(size_t ni, uint64_t work) const;
@@ -438,9 +455,29 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   nhwc[static_cast<size_t>(y)] = true;
   const bool to_dram = sharded_to_dram;
   const size_t step = steps.size();
-  steps.push_back([this, layer, x, y, res, res_act, to_dram, step](Slots& s, uint8_t cq) -> Status {
-    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq, /*dense=*/true));
+  std::vector<int> parts;  // a fused channel concat's inputs (channel_concats)
+  if (auto cat = channel_concats.find(x); cat != channel_concats.end() && res < 0 && consumers[x].size() == 1 &&
+                                          std::find(g.outputs.begin(), g.outputs.end(), x) == g.outputs.end() &&
+                                          same_micro_batch(cat->second.first, step, x)) {
+    parts = cat->second.second;
+    steps[cat->second.first] = [](Slots&, uint8_t) { return ok_status(); };
+    fused_concats[x] = {step, parts};
+  }
+  steps.push_back([this, layer, x, y, res, res_act, to_dram, step, parts](Slots& s, uint8_t cq) -> Status {
     Tensor out;
+    if (!parts.empty()) {
+      std::vector<Tensor> ins;
+      for (int v : parts) {
+        TS_ASSIGN_OR_RETURN(Tensor t, as_nhwc(s, v, cq, /*dense=*/true));
+        ins.push_back(std::move(t));
+      }
+      TS_ASSIGN_OR_RETURN(out, (*layer)(std::span<const Tensor>(ins), cq));
+      if (to_dram && out.memory_config().is_sharded()) {
+        TS_ASSIGN_OR_RETURN(out, to_memory_config(out, DRAM_MEMORY_CONFIG, cq));
+      }
+      return put_nhwc(s, y, out);
+    }
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq, /*dense=*/true));
     if (res >= 0) {
       TS_ASSIGN_OR_RETURN(Tensor r, as_nhwc(s, res, cq));
       // The conv may write over the residual when this is its last reader
@@ -836,6 +873,9 @@ Status CompiledModel::Impl::lower(size_t ni) {
     nhwc[static_cast<size_t>(y)] = out_nhwc;
     const int dim = out_nhwc ? kToNhwc[axis] : static_cast<int>(axis);
     const std::vector<int> ins = n.inputs;
+    if (out_nhwc && dim == 3 && ins.size() <= 4 &&
+        std::none_of(ins.begin(), ins.end(), [&](int in) { return in < 0 || g.is_constant(in); }))
+      channel_concats[y] = {lowering, ins};
     steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
       std::vector<Tensor> ts;
       for (size_t k = 0; k < ins.size(); ++k) {
@@ -1020,6 +1060,11 @@ Status CompiledModel::Impl::plan_liveness() {
       if (in >= 0) last[static_cast<size_t>(in)] = static_cast<int>(ni);
   for (int o : g.outputs) last[static_cast<size_t>(o)] = -1;
   for (int i : g.inputs) last[static_cast<size_t>(i)] = -1;  // owned by the caller
+  // A fused channel concat's inputs are read by its conv (fused_concats).
+  for (const auto& [v, fused] : fused_concats)
+    for (int in : fused.second)
+      if (last[static_cast<size_t>(in)] >= 0)
+        last[static_cast<size_t>(in)] = std::max(last[static_cast<size_t>(in)], static_cast<int>(fused.first));
   std::set<int> held;  // a micro-batch's output part lives to the group's end (run_micro_batch)
   for (const MicroBatch& mb : micro_batches) {
     held.insert(mb.in);  // read through in_part; released by run_micro_batch

@@ -8,6 +8,8 @@
 #include "tessera/runtime/compiled_model.h"
 
 #include "onnx_model_builder.h"
+#include "tessera/base/cpu_features.h"
+#include "tessera/device/profiler.h"
 #include "tessera/cnn/pipeline.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/import/onnx.h"
@@ -320,6 +322,51 @@ TEST(CompiledModel, MicroBatchedRunsMatchTheWholeBatch) {
   EXPECT_EQ(lp->report().micro_batches.size(), 1u) << lp->report().to_string();
   ASSERT_OK_AND_ASSIGN(auto lo, lp->run(xs));
   expect_close(lo[0], want[0], 0.999, 0);
+}
+
+// A UNet decoder block: a channel concat that a conv alone reads runs
+// inside the conv (conv2d_concat: at LoFi on AMX CPUs the shards gather the
+// concat's inputs and no concat launches); one that a graph output also
+// reads launches. Both close to the host reference at every fidelity.
+TEST(CompiledModel, ChannelConcatReadByAConvRunsInside) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {1, 16, 12, 10});
+  b.random_initializer("w1", {16, 16, 3, 3}, 0.2f, 1);
+  b.random_initializer("w2", {16, 32, 3, 3}, 0.2f, 2);
+  b.random_initializer("w3", {16, 32, 1, 1}, 0.2f, 3);
+  auto* c1 = b.node("Conv", {"x", "w1"}, {"c1"});
+  b.ints(c1, "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c1"}, {"r1"});
+  auto* cat = b.node("Concat", {"r1", "x"}, {"cat"});  // read by c2 alone: fused
+  b.i(cat, "axis", 1);
+  auto* c2 = b.node("Conv", {"cat", "w2"}, {"c2"});
+  b.ints(c2, "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c2"}, {"r2"});
+  auto* cat2 = b.node("Concat", {"r2", "r1"}, {"cat2"});  // also a graph output: launched
+  b.i(cat2, "axis", 1);
+  b.node("Conv", {"cat2", "w3"}, {"y"});
+  b.output("y");
+  b.output("cat2");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  const graph::HostTensor x = input_for(g.value(g.inputs[0]).dims, 4);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Tensor xs[] = {device_input(x, *dev)};
+  const bool amx = cpu_features().amx_bf16 && kernel_isa() == KernelIsa::kAvx512;
+  for (MathFidelity fid : {MathFidelity::HiFi4, MathFidelity::LoFi}) {
+    SCOPED_TRACE(math_fidelity_name(fid));
+    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {.math_fidelity = fid}));
+    ASSERT_OK(enable_profiler(*dev));
+    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+    ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+    ASSERT_OK(disable_profiler(*dev));
+    size_t concats = 0;
+    for (const OpTiming& t : prof.ops) concats += t.kernel_name.find("concat") != std::string::npos;
+    EXPECT_EQ(concats, fid == MathFidelity::LoFi && amx ? 1u : 2u);
+    const double min_pcc = fid == MathFidelity::LoFi ? 0.999 : 0.99999;
+    expect_close(outs[0], want[0], min_pcc, fid == MathFidelity::LoFi ? 0 : 1e-4);
+    expect_close(outs[1], want[1], min_pcc, fid == MathFidelity::LoFi ? 0 : 1e-4);
+  }
 }
 
 // Where micro-batching does not apply, or is asked for wrongly.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <type_traits>
 
 #include "tessera/ops/conv2d.h"
@@ -25,6 +26,9 @@ class ConvLayer {
   StatusOr<Tensor> operator()(const Tensor& input, uint8_t cq_id = 0);
   // With a skip connection added by the kernel (conv2d.h's Conv2dResidual).
   StatusOr<Tensor> operator()(const Tensor& input, const Conv2dResidual& residual, uint8_t cq_id = 0)
+    requires std::is_same_v<Params, Conv2dParams>;
+  // Over the channel concatenation of `inputs` (conv2d.h's conv2d_concat).
+  StatusOr<Tensor> operator()(std::span<const Tensor> inputs, uint8_t cq_id = 0)
     requires std::is_same_v<Params, Conv2dParams>;
   const Params& params() const { return params_; }
 

@@ -30,5 +30,9 @@ float float16_to_float(uint16_t h);
 
 void float_to_bfloat16(const float* src, uint16_t* dst, size_t n);
 void bfloat16_to_float(const uint16_t* src, float* dst, size_t n);
+// `rows` rows of n values, src_stride / dst_stride values apart (one
+// dispatch for the lot: narrow rows cost a call each otherwise).
+void float_to_bfloat16_rows(const float* src, size_t src_stride, uint16_t* dst, size_t dst_stride, size_t rows,
+                            size_t n);
 
 }  // namespace tessera

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 
 #include "tessera/ops/compute_config.h"
@@ -110,6 +111,22 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const s
                               const Conv2dParams& params, const Conv2dConfig& config = {}, uint8_t cq_id = 0);
 StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& weights, const Conv2dParams& params,
                               const Conv2dConfig& config = {}, uint8_t cq_id = 0);
+
+// conv2d over the channel concatenation of `inputs`, as
+// conv2d(concat(inputs, last dim), ...) computes it: a UNet decoder's
+// upsampled map beside its skip connection, YOLO's C2f blocks. Inputs:
+// device tensors on one device whose shapes differ only in the last dim
+// (channels), summing to params.in_channels. Where the kernel converts its
+// input rows anyway as it stages them (float32 rows at math fidelity LoFi on
+// CPUs with AMX; rows in any memory config, at most four inputs, the output
+// rows interleaved), each shard gathers its rows' channels from every input
+// and the concatenation is never written; otherwise the inputs are
+// concatenated first. Prepared weights serve either path (and conv2d).
+StatusOr<Conv2dResult> conv2d_concat(std::span<const Tensor> inputs, const Tensor& weight,
+                                     const std::optional<Tensor>& bias, const Conv2dParams& params,
+                                     const Conv2dConfig& config = {}, uint8_t cq_id = 0);
+StatusOr<Conv2dResult> conv2d_concat(std::span<const Tensor> inputs, const PreparedConv2dWeights& weights,
+                                     const Conv2dParams& params, const Conv2dConfig& config = {}, uint8_t cq_id = 0);
 
 // A skip connection added by the conv:
 //   y = residual.activation(params.activation(conv(x) + bias) + residual.tensor)
