@@ -99,6 +99,7 @@ struct ConvPlan {
   // converted through per-shard buffers.
   bool stage_src = false, stage_dst = false;
   bool tile_src = false;                      // the input is tiles: the shard untilizes the rows it reads
+  bool concat = false;                        // launched with ConcatConvArgs: the shards gather their parts
   DataType src_type = DataType::FLOAT32, in_type = DataType::FLOAT32;  // the input's dtype, the kernel's
   uint32_t cin = 0;
   bool tile_dst = false;                      // the output is tiles: the shard tilizes its rows
@@ -133,21 +134,25 @@ struct ConvPlan {
   uint32_t batch = 1, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
 };
 
+struct ConvArgs {
+  TensorAccess src, dst, res;
+  const std::byte* weights;
+  const std::byte* bias;
+  ConvPlan* plan;
+};
+
 // conv2d_concat's inputs: the conv reads their channel concatenation, which
 // each shard gathers as it stages its rows (source_rows) instead of `src`.
+// Launched as ConcatConvArgs by programs compiled for them (ConvPlan::concat),
+// so that other launches (and traces) do not carry them.
 constexpr uint32_t kMaxConcatParts = 4;
 struct ConcatParts {
   TensorAccess part[kMaxConcatParts];
   uint32_t cols[kMaxConcatParts] = {};
   uint32_t count = 0;
 };
-
-struct ConvArgs {
+struct ConcatConvArgs : ConvArgs {
   ConcatParts cat;
-  TensorAccess src, dst, res;
-  const std::byte* weights;
-  const std::byte* bias;
-  ConvPlan* plan;
 };
 
 // Runs primitive `prim` of the shard on its memory objects (pointed at the
@@ -178,10 +183,11 @@ std::byte* source_rows(const ConvArgs& a, ConvShard& sh, uint64_t s0, uint64_t s
   const ConvPlan& plan = *a.plan;
   if (plan.tile_src) {
     onednn::tiles_to_rows(a.src, plan.src_type, s0, s1, plan.cin, sh.src_stage.get(), plan.in_type);
-  } else if (a.cat.count > 0) {
+  } else if (plan.concat) {
+    const ConcatParts& cat = static_cast<const ConcatConvArgs&>(a).cat;
     const uint64_t es = element_size(plan.in_type);
-    for (uint32_t i = 0, c0 = 0; i < a.cat.count; c0 += a.cat.cols[i++])
-      gather_rows(a.cat.part[i], plan.src_type, s0, s1, 0, a.cat.cols[i], sh.src_stage.get() + c0 * es, plan.in_type,
+    for (uint32_t i = 0, c0 = 0; i < cat.count; c0 += cat.cols[i++])
+      gather_rows(cat.part[i], plan.src_type, s0, s1, 0, cat.cols[i], sh.src_stage.get() + c0 * es, plan.in_type,
                   plan.cin);
   } else if (plan.stage_src) {
     gather_rows(a.src, plan.src_type, s0, s1, 0, plan.cin, sh.src_stage.get(), plan.in_type);
@@ -375,6 +381,7 @@ struct Problem {
   bool narrow = false;         // direct: the AVX-512 kernel for few output channels (see is_narrow)
   bool amx_patches = false;    // a transposed conv as a 1x1 conv and a permute (see is_amx_patch)
   uint32_t cout_padded = 0;  // the kernel's output channels when padded (see pads_output_channels), else 0
+  bool concat = false;       // conv2d_concat's gathering launch (ConvPlan::concat)
 };
 
 // Winograd (F(4x4, 3x3) / F(2x2, 3x3)) does a 3x3 stride-1 float32 conv in
@@ -668,6 +675,10 @@ StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, cons
                                short_dtype_name(pr.dst_dtype), short_dtype_name(config.weights_dtype));
   if (pr.kernel != pr.compute) pr.weights_key += fmt::format(":{}kernel", short_dtype_name(pr.kernel));
   if (lowered) pr.key += ":lofi";  // the same tensors at HiFi4 are another program
+  if (whole) {                      // conv2d_concat's launch: its own program (ConcatConvArgs)
+    pr.concat = true;
+    pr.key += ":cat";
+  }
   pr.winograd = allows_winograd(g, pr.compute, config, residual != nullptr && kernel_isa() != KernelIsa::kAvx2);
   if (pr.winograd) {
     pr.key += ":wino";
@@ -1177,6 +1188,7 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   plan->out_h = g.oh;
   plan->out_w = g.ow;
   plan->tile_src = pr.input.layout == Layout::TILE;
+  plan->concat = pr.concat;
   plan->src_type = pr.input.dtype;
   plan->in_type = pr.kernel;
   plan->cin = g.cin;
@@ -1302,7 +1314,7 @@ StatusOr<Conv2dResult> launch_conv(const Tensor& input, Tensor output, const Pre
   r.output_height = pr.g.oh;
   r.output_width = pr.g.ow;
   r.weights = w;
-  ConvArgs args{};
+  ConcatConvArgs args{};
   if (cat) args.cat = *cat;
   TS_ASSIGN_OR_RETURN(args.src, make_access(input));
   TS_ASSIGN_OR_RETURN(args.dst, make_access(r.output));
@@ -1314,7 +1326,11 @@ StatusOr<Conv2dResult> launch_conv(const Tensor& input, Tensor output, const Pre
   args.weights = wa.page(0);
   args.bias = ba.page(0);
   args.plan = static_cast<ConvPlan*>(prog.plan.get());
-  TS_RETURN_IF_ERROR(input.device()->enqueue_program(cq_id, prog, &args, sizeof(args)));
+  if (args.plan->concat != (cat != nullptr))
+    return internal_error("conv2d: a {} launch of a program compiled {}", cat ? "conv2d_concat" : "conv2d",
+                          args.plan->concat ? "for conv2d_concat" : "for conv2d");
+  // Without parts, only the ConvArgs (the base) travels.
+  TS_RETURN_IF_ERROR(input.device()->enqueue_program(cq_id, prog, &args, cat ? sizeof(args) : sizeof(ConvArgs)));
   return r;
 }
 
