@@ -22,40 +22,38 @@ StatusOr<Conv2dResult> run(const Tensor& x, const PreparedConv2dWeights& w, cons
 }  // namespace
 
 template <class Params>
-StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, uint8_t cq_id) {
+template <class First, class Again>
+StatusOr<Tensor> ConvLayer<Params>::prepared_once(First first, Again again) {
   if (prepared_) {
-    TS_ASSIGN_OR_RETURN(Conv2dResult r, run(input, *prepared_, params_, config_, cq_id));
+    TS_ASSIGN_OR_RETURN(Conv2dResult r, again(*prepared_));
     return r.output;
   }
-  TS_ASSIGN_OR_RETURN(Conv2dResult r, run(input, weight_, bias_, params_, config_, cq_id));
+  TS_ASSIGN_OR_RETURN(Conv2dResult r, first());
   prepared_ = r.weights;
   return r.output;
+}
+
+template <class Params>
+StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, uint8_t cq_id) {
+  return prepared_once([&] { return run(input, weight_, bias_, params_, config_, cq_id); },
+                       [&](const PreparedConv2dWeights& w) { return run(input, w, params_, config_, cq_id); });
 }
 
 template <class Params>
 StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, const Conv2dResidual& residual, uint8_t cq_id)
   requires std::is_same_v<Params, Conv2dParams>
 {
-  if (prepared_) {
-    TS_ASSIGN_OR_RETURN(Conv2dResult r, conv2d_with_residual(input, *prepared_, params_, residual, config_, cq_id));
-    return r.output;
-  }
-  TS_ASSIGN_OR_RETURN(Conv2dResult r, conv2d_with_residual(input, weight_, bias_, params_, residual, config_, cq_id));
-  prepared_ = r.weights;
-  return r.output;
+  return prepared_once(
+      [&] { return conv2d_with_residual(input, weight_, bias_, params_, residual, config_, cq_id); },
+      [&](const PreparedConv2dWeights& w) { return conv2d_with_residual(input, w, params_, residual, config_, cq_id); });
 }
 
 template <class Params>
 StatusOr<Tensor> ConvLayer<Params>::operator()(std::span<const Tensor> inputs, uint8_t cq_id)
   requires std::is_same_v<Params, Conv2dParams>
 {
-  if (prepared_) {
-    TS_ASSIGN_OR_RETURN(Conv2dResult r, conv2d_concat(inputs, *prepared_, params_, config_, cq_id));
-    return r.output;
-  }
-  TS_ASSIGN_OR_RETURN(Conv2dResult r, conv2d_concat(inputs, weight_, bias_, params_, config_, cq_id));
-  prepared_ = r.weights;
-  return r.output;
+  return prepared_once([&] { return conv2d_concat(inputs, weight_, bias_, params_, config_, cq_id); },
+                       [&](const PreparedConv2dWeights& w) { return conv2d_concat(inputs, w, params_, config_, cq_id); });
 }
 
 template class ConvLayer<Conv2dParams>;

@@ -564,17 +564,16 @@ bool is_amx_patch(const Problem& pr, const Device& device) {
 // for every fidelity. HiFi2 and HiFi3 keep float32 operands (and Winograd,
 // see allows_winograd), HiFi4 is exact. Transposed convs only where their
 // kernel is their stride (patch_shape): they run as an AMX 1x1 conv and a
-// permute (`amx_patch`: amx_patch_fits; the 1x1 conv lowers in turn) or as
+// permute (amx_patch_fits; the 1x1 conv lowers in turn) or as
 // the batched matmul (launch_patches), which lowers at LoFi as well
 // (matmul.h). Not grouped convs (their bfloat16 paths read
 // bfloat16 rows), nor fewer than 16 output channels (the narrow kernel's
 // heads, bound by reading their input) or input channels: the UNet's RGB
 // stem (3 -> 32, 480x640) took 7.7 ms on oneDNN's AMX jit kernel against 3.7
 // in float32.
-bool lowers_to_bf16(const Geometry& g, DataType input, const Conv2dConfig& config, bool amx_patch) {
-  return input == DataType::FLOAT32 && config.compute_config.math_fidelity == MathFidelity::LoFi &&
-         kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && onednn::has_bf16_kernels() &&
-         (!g.transposed || amx_patch || patch_shape(g)) && g.groups == 1 && g.cout >= 16 && g.cin >= 16;
+bool lowers_to_bf16(const Geometry& g, DataType input, const Conv2dConfig& config) {
+  return input == DataType::FLOAT32 && onednn::lofi_computes_in_bf16(config.compute_config.math_fidelity) &&
+         (!g.transposed || patch_shape(g)) && g.groups == 1 && g.cout >= 16 && g.cin >= 16;
 }
 
 // 1x1 convs of stride 1 with at most cpu::avx512::kNarrowMaxCout output
@@ -656,8 +655,7 @@ StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, cons
   pr.output = TensorSpec{Shape{1, 1, g.n * g.oh * g.ow, g.cout}, out, config.output_layout,
                          config.output_memory_config.value_or(input.memory_config)};
   pr.compute = input.dtype == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
-  const bool lowered = lowers_to_bf16(g, input.dtype, config,
-                                      amx_patch_fits(g, pr.output, residual != nullptr, device));
+  const bool lowered = lowers_to_bf16(g, input.dtype, config);
   if (lowered) pr.compute = DataType::BFLOAT16;
   // Block-float tiles are packed from rows of the input's precision.
   pr.kernel = onednn::kernel_type(pr.compute);

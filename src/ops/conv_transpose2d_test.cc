@@ -211,50 +211,34 @@ TEST(ConvTranspose2d, PatchesAsOneByOneConvOnAmx) {
                        conv_transpose2d(dx, w, std::nullopt, p, {.output_memory_config = sharded}));
   EXPECT_EQ(sh.output.memory_config(), sharded);
   testing::expect_conv_close(sh.output.cpu().value().to_vector().value(), ref, DataType::BFLOAT16);
-  // float32 rows at LoFi: the same path on bfloat16-rounded operands, float32
-  // out (against the reference on the rounded input), prepared weights
-  // reused; at HiFi4, and wider than 128 pixels, float32 operands.
-  Tensor xf = testing::random_tensor(Shape{1, 8, 10, 64}, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
-  ASSERT_OK_AND_ASSIGN(Tensor dxf, to_device(xf, *dev));
+  // float32 rows at LoFi: bfloat16-rounded operands, float32 out (against
+  // the reference on the rounded input), prepared weights reused; `kernels`
+  // gets the first call's launches. Up to 128 pixels wide the same 1x1 path,
+  // wider the batched matmul, lowered as well (bfloat16 weights, float32
+  // rows rounded as staged); at HiFi4 float32 operands.
   Conv2dConfig lofi{.weights_dtype = DataType::FLOAT32};
   lofi.compute_config.math_fidelity = MathFidelity::LoFi;
   ASSERT_OK(enable_profiler(*dev));
-  ASSERT_OK_AND_ASSIGN(Conv2dResult lo, conv_transpose2d(dxf, w, std::nullopt, p, lofi));
-  bool amx = false, permute = false;
-  ASSERT_OK_AND_ASSIGN(const DeviceProfile lo_prof, read_profile(*dev));
-  for (const OpTiming& t : lo_prof.ops) {
-    amx |= t.kernel_name.find("amx") != std::string::npos;
-    permute |= t.kernel_name.find("permute") != std::string::npos;
-  }
-  EXPECT_TRUE(amx && permute);
-  EXPECT_EQ(lo.output.dtype(), DataType::FLOAT32);
-  ASSERT_OK_AND_ASSIGN(Tensor xb, Tensor::from_vector(xf.to_vector().value(), xf.shape(), DataType::BFLOAT16));
-  ASSERT_OK_AND_ASSIGN(Tensor lo_ref, reference::conv_transpose2d(xb, rw, std::nullopt, p, DataType::FLOAT32));
-  testing::expect_conv_close(lo.output.cpu().value().to_vector().value(), lo_ref.to_vector().value(),
-                             DataType::FLOAT32);
-  ASSERT_OK_AND_ASSIGN(Conv2dResult lo_again, conv_transpose2d(dxf, lo.weights, p, lofi));
-  EXPECT_EQ(testing::host_bytes(lo_again.output.cpu().value()), testing::host_bytes(lo.output.cpu().value()));
-  // Wider than 128 pixels at LoFi: the batched matmul, lowered as well
-  // (bfloat16 weights, float32 rows rounded as staged), float32 out.
-  const auto wide = params(1, 3, 130, 64, 32, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU);
-  Tensor xw = testing::random_tensor(Shape{1, 3, 130, 64}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
-  ASSERT_OK_AND_ASSIGN(Tensor dxw, to_device(xw, *dev));
-  ASSERT_OK(read_profile(*dev).status());  // clears it
-  ASSERT_OK_AND_ASSIGN(Conv2dResult lw, conv_transpose2d(dxw, w, std::nullopt, wide, lofi));
-  bool bf16_matmul = false, lw_permute = false;
-  ASSERT_OK_AND_ASSIGN(const DeviceProfile lw_prof, read_profile(*dev));
-  for (const OpTiming& t : lw_prof.ops) {
-    bf16_matmul |= t.kernel_name.find("bf16_matmul") != std::string::npos;
-    lw_permute |= t.kernel_name.find("permute") != std::string::npos;
-  }
-  EXPECT_TRUE(bf16_matmul && !lw_permute);
-  EXPECT_EQ(lw.output.dtype(), DataType::FLOAT32);
-  ASSERT_OK_AND_ASSIGN(Tensor xwb, Tensor::from_vector(xw.to_vector().value(), xw.shape(), DataType::BFLOAT16));
-  ASSERT_OK_AND_ASSIGN(Tensor lw_ref, reference::conv_transpose2d(xwb, rw, std::nullopt, wide, DataType::FLOAT32));
-  testing::expect_conv_close(lw.output.cpu().value().to_vector().value(), lw_ref.to_vector().value(),
-                             DataType::FLOAT32);
-  ASSERT_OK_AND_ASSIGN(Conv2dResult lw_again, conv_transpose2d(dxw, lw.weights, wide, lofi));
-  EXPECT_EQ(testing::host_bytes(lw_again.output.cpu().value()), testing::host_bytes(lw.output.cpu().value()));
+  auto check_lofi = [&](const ConvTranspose2dParams& q, const Shape& shape, uint32_t seed, std::string& kernels) {
+    Tensor xq = testing::random_tensor(shape, DataType::FLOAT32, Layout::ROW_MAJOR, seed);
+    ASSERT_OK_AND_ASSIGN(Tensor dq, to_device(xq, *dev));
+    ASSERT_OK(read_profile(*dev).status());  // clears it
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv_transpose2d(dq, w, std::nullopt, q, lofi));
+    ASSERT_OK_AND_ASSIGN(const DeviceProfile prof, read_profile(*dev));
+    for (const OpTiming& t : prof.ops) kernels += t.kernel_name + " ";
+    EXPECT_EQ(r.output.dtype(), DataType::FLOAT32);
+    ASSERT_OK_AND_ASSIGN(Tensor xb, Tensor::from_vector(xq.to_vector().value(), xq.shape(), DataType::BFLOAT16));
+    ASSERT_OK_AND_ASSIGN(Tensor want, reference::conv_transpose2d(xb, rw, std::nullopt, q, DataType::FLOAT32));
+    testing::expect_conv_close(r.output.cpu().value().to_vector().value(), want.to_vector().value(),
+                               DataType::FLOAT32);
+    ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv_transpose2d(dq, r.weights, q, lofi));
+    EXPECT_EQ(testing::host_bytes(again.output.cpu().value()), testing::host_bytes(r.output.cpu().value()));
+  };
+  std::string narrow, wide;
+  check_lofi(p, Shape{1, 8, 10, 64}, 3, narrow);
+  EXPECT_TRUE(narrow.find("amx") != std::string::npos && narrow.find("permute") != std::string::npos) << narrow;
+  check_lofi(params(1, 3, 130, 64, 32, 2, 2, 0, 0, 1, 1, UnaryOpType::RELU), Shape{1, 3, 130, 64}, 4, wide);
+  EXPECT_TRUE(wide.find("bf16_matmul") != std::string::npos && wide.find("permute") == std::string::npos) << wide;
   EXPECT_FALSE(as_conv(*dev, params(1, 3, 130, 32, 16, 2, 2, 0), DataType::FLOAT32, DataType::FLOAT32));
   ASSERT_OK(disable_profiler(*dev));
 }

@@ -50,8 +50,7 @@ struct MatmulGeometry {
 // Whether `params` let float32 operands compute in bfloat16 (matmul.h): LoFi,
 // a CPU with AMX and oneDNN's bfloat16 kernels, and a float32 operand.
 bool lofi_lowers(const MatmulParams& params, DataType a, DataType b) {
-  return params.compute_kernel_config && params.compute_kernel_config->math_fidelity == MathFidelity::LoFi &&
-         kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && onednn::has_bf16_kernels() &&
+  return params.compute_kernel_config && onednn::lofi_computes_in_bf16(params.compute_kernel_config->math_fidelity) &&
          (a == DataType::FLOAT32 || b == DataType::FLOAT32);
 }
 

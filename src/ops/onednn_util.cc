@@ -6,6 +6,7 @@
 
 #include "cpu/float_math.h"
 #include "cpu/rows.h"
+#include "tessera/base/cpu_features.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/numerics/block_float.h"
 #include "tessera/numerics/convert.h"
@@ -54,6 +55,11 @@ bool has_bf16_kernels() {
     }
   }();
   return has;
+}
+
+bool lofi_computes_in_bf16(MathFidelity fidelity) {
+  return fidelity == MathFidelity::LoFi && kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 &&
+         has_bf16_kernels();
 }
 
 DataType kernel_type(DataType t) { return t == DataType::BFLOAT16 && !has_bf16_kernels() ? DataType::FLOAT32 : t; }

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "tessera/ops/activation.h"
+#include "tessera/ops/compute_config.h"
 #include "tessera/tensor/access.h"
 #include "tessera/tensor/tensor.h"
 
@@ -42,6 +43,12 @@ bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a);
 // Whether oneDNN runs bfloat16 kernels on this CPU. oneDNN 2.6 has them only
 // with AVX-512; on an AVX2-only CPU every bfloat16 primitive is unimplemented.
 bool has_bf16_kernels();
+
+// Whether float32 operands compute on their bfloat16 roundings at `fidelity`
+// (compute_config.h): LoFi on AVX-512 CPUs with AMX and oneDNN's bfloat16
+// kernels. Each op adds its own conditions (conv2d.cc's lowers_to_bf16,
+// matmul.cc's lofi_lowers).
+bool lofi_computes_in_bf16(MathFidelity fidelity);
 
 // The dtype a oneDNN kernel computes on for operands of dtype `t`: `t`, or
 // float32 where there are no bfloat16 kernels. The operands are the same

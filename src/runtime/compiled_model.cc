@@ -103,7 +103,7 @@ struct CompiledModel::Impl {
   // their rows where it can (conv2d.h), so the concatenation is never
   // written. plan_liveness keeps the inputs to the conv.
   std::map<int, std::pair<size_t, std::vector<int>>> channel_concats;
-  std::map<int, std::pair<size_t, std::vector<int>>> fused_concats;  // value -> (the conv node, the inputs)
+  std::vector<std::pair<size_t, std::vector<int>>> fused_concats;  // (the conv node, the concat's inputs)
   // A micro-batched run of nodes [begin, end) (CompileOptions::micro_batch):
   // its nodes read `in` (the whole batch) as `in_part`, one group's images
   // (a view), and leave `out_part`, copied into `out` (the whole batch).
@@ -461,7 +461,7 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
                                           same_micro_batch(cat->second.first, step, x)) {
     parts = cat->second.second;
     steps[cat->second.first] = [](Slots&, uint8_t) { return ok_status(); };
-    fused_concats[x] = {step, parts};
+    fused_concats.emplace_back(step, parts);
   }
   steps.push_back([this, layer, x, y, res, res_act, to_dram, step, parts](Slots& s, uint8_t cq) -> Status {
     Tensor out;
@@ -472,13 +472,8 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
         ins.push_back(std::move(t));
       }
       TS_ASSIGN_OR_RETURN(out, (*layer)(std::span<const Tensor>(ins), cq));
-      if (to_dram && out.memory_config().is_sharded()) {
-        TS_ASSIGN_OR_RETURN(out, to_memory_config(out, DRAM_MEMORY_CONFIG, cq));
-      }
-      return put_nhwc(s, y, out);
-    }
-    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq, /*dense=*/true));
-    if (res >= 0) {
+    } else if (res >= 0) {
+      TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq, /*dense=*/true));
       TS_ASSIGN_OR_RETURN(Tensor r, as_nhwc(s, res, cq));
       // The conv may write over the residual when this is its last reader
       // and no other value (a view, the input) shares its buffer.
@@ -487,6 +482,7 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
       const bool in_place = r.buffer().use_count() == 1;
       TS_ASSIGN_OR_RETURN(out, (*layer)(in, Conv2dResidual{r, res_act, in_place}, cq));
     } else {
+      TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq, /*dense=*/true));
       TS_ASSIGN_OR_RETURN(out, (*layer)(in, cq));
     }
     if (to_dram && out.memory_config().is_sharded()) {
@@ -1061,10 +1057,10 @@ Status CompiledModel::Impl::plan_liveness() {
   for (int o : g.outputs) last[static_cast<size_t>(o)] = -1;
   for (int i : g.inputs) last[static_cast<size_t>(i)] = -1;  // owned by the caller
   // A fused channel concat's inputs are read by its conv (fused_concats).
-  for (const auto& [v, fused] : fused_concats)
-    for (int in : fused.second)
+  for (const auto& [conv, ins] : fused_concats)
+    for (int in : ins)
       if (last[static_cast<size_t>(in)] >= 0)
-        last[static_cast<size_t>(in)] = std::max(last[static_cast<size_t>(in)], static_cast<int>(fused.first));
+        last[static_cast<size_t>(in)] = std::max(last[static_cast<size_t>(in)], static_cast<int>(conv));
   std::set<int> held;  // a micro-batch's output part lives to the group's end (run_micro_batch)
   for (const MicroBatch& mb : micro_batches) {
     held.insert(mb.in);  // read through in_part; released by run_micro_batch

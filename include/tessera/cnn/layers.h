@@ -33,6 +33,11 @@ class ConvLayer {
   const Params& params() const { return params_; }
 
  private:
+  // `first()` (conv2d on the host weights) on the first call, keeping the
+  // weights it prepared; `again(prepared)` after.
+  template <class First, class Again>
+  StatusOr<Tensor> prepared_once(First first, Again again);
+
   Params params_;
   Tensor weight_;
   std::optional<Tensor> bias_;
