@@ -20,6 +20,8 @@ TEST(Descriptor, NativeCpuIsReadFromTheMachine) {
   // The shared cache (L3) where hwloc finds one, named in the line.
   if (d.shared_cache_size) {
     EXPECT_GE(d.shared_cache_size, uint64_t{1} << 20);
+    // At most 48 MiB per core that shares it: a VM's L3 is its host's.
+    EXPECT_LE(d.shared_cache_size, (uint64_t{48} << 20) * d.grid.x) << d.to_string();
     EXPECT_NE(d.to_string().find(" MiB shared cache"), std::string::npos) << d.to_string();
   }
 }

@@ -25,7 +25,8 @@ struct DeviceDescriptor {
   std::string name;                     // "cpu" or "wormhole_b0"
   CoreCoord grid;                       // compute grid size: x columns, y rows
   uint64_t l1_size_per_core = 0;        // bytes
-  // Bytes of the cache the cores share (the CPU's L3, from hwloc; 0 where
+  // Bytes of the cache the cores share (the CPU's L3, from hwloc, at most
+  // 48 MiB per core that shares it: a VM sees its host's whole L3; 0 where
   // there is none or it is unknown). Not part of the seeds' descriptor:
   // compile-time choices such as micro-batching size themselves by it.
   uint64_t shared_cache_size = 0;
