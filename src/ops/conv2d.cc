@@ -663,10 +663,9 @@ StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, cons
                          ? DataType::FLOAT32
                          : DataType::BFLOAT16;
   // oneDNN 2.6 has no grouped convolution from float32 rows to bfloat16
-  // ones ("could not create a primitive descriptor"): those write float32
-  // rows that the staging rounds.
-  pr.dst_dtype = pr.compute == DataType::FLOAT32 && g.groups > 1 ? DataType::FLOAT32
-                                                                 : onednn::kernel_type(pr.dst_precision);
+  // ones, nor one from 3-channel float32 rows ("could not create a primitive
+  // descriptor"): float32 convs write float32 rows that the staging rounds.
+  pr.dst_dtype = pr.compute == DataType::FLOAT32 ? DataType::FLOAT32 : onednn::kernel_type(pr.dst_precision);
   pr.key = fmt::format("{}:{}->{}:w{}", g.descriptor, pr.input.to_string(), pr.output.to_string(),
                        short_dtype_name(config.weights_dtype));
   pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.compute),
@@ -1191,7 +1190,7 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   plan->in_type = pr.kernel;
   plan->cin = g.cin;
   plan->dst_type = pr.output.dtype;
-  plan->stage_src = plan->tile_src || dense_row_stride(src) == 0 || pr.input.dtype != pr.kernel;
+  plan->stage_src = plan->tile_src || dense_row_stride(src) == 0 || pr.input.dtype != pr.kernel || pr.concat;
   plan->stage_dst = plan->tile_dst || dense_row_stride(dst) == 0 || pr.output.dtype != pr.dst_dtype;
   // A shard per worker thread, each keeping its part in its own cache: a
   // batch splits by image; otherwise see splits_channels; otherwise rows
@@ -1964,7 +1963,8 @@ StatusOr<Conv2dResult> launch_amx_patches(const Tensor& input, const PreparedCon
 // through source_rows. Elsewhere the rows are read in place (or by kernels
 // of Tessera's own), and the inputs are concatenated first.
 bool concat_fuses(const Problem& pr) {
-  return !pr.g.transposed && pr.input.layout == Layout::ROW_MAJOR && pr.input.dtype == DataType::FLOAT32 &&
+  return !pr.g.transposed && pr.input.layout == Layout::ROW_MAJOR &&
+         (pr.input.dtype == DataType::FLOAT32 || pr.input.dtype == DataType::BFLOAT16) &&
          pr.kernel == DataType::BFLOAT16 && !pr.direct && !pr.winograd && !pr.amx_patches && pr.cout_padded == 0 &&
          !pr.residual && !is_depthwise(pr);
 }
@@ -2338,6 +2338,13 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const s
                  [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_weights(x, weight, bias, p, c, cq_id); });
 }
 
+bool conv2d_rounds_input_to_bfloat16(const Conv2dParams& p, const Conv2dConfig& config) {
+  return lowers_to_bf16(geometry(p), DataType::FLOAT32, config);
+}
+bool conv_transpose2d_rounds_input_to_bfloat16(const ConvTranspose2dParams& p, const Conv2dConfig& config) {
+  return lowers_to_bf16(geometry(p), DataType::FLOAT32, config);
+}
+
 // Prepared weights always carry a bias (zeros without one): the plan counts it.
 StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& w, const Conv2dParams& p,
                               const Conv2dConfig& config, uint8_t cq_id) {
@@ -2372,7 +2379,9 @@ StatusOr<std::optional<FusedConcat>> plan_concat(std::span<const Tensor> inputs,
                                     "found {} and {}",
                                     first.shape().to_string(), t.shape().to_string());
     channels += t.shape()[-1];
-    plain = plain && t.dtype() == DataType::FLOAT32 && t.layout() == Layout::ROW_MAJOR;  // gather_rows reads any rows
+    // gather_rows reads any rows; the parts share one dtype, the whole's.
+    plain = plain && (t.dtype() == DataType::FLOAT32 || t.dtype() == DataType::BFLOAT16) &&
+            t.dtype() == first.dtype() && t.layout() == Layout::ROW_MAJOR;
   }
   if (channels != p.in_channels)
     return invalid_argument_error("conv2d_concat: the inputs' channels sum to {}, expected in_channels = {}", channels,
@@ -2384,10 +2393,10 @@ StatusOr<std::optional<FusedConcat>> plan_concat(std::span<const Tensor> inputs,
   FusedConcat f;
   std::vector<uint32_t> dims(first.shape().dims().begin(), first.shape().dims().end());
   dims.back() = static_cast<uint32_t>(channels);
-  f.whole = TensorSpec{Shape(std::span<const uint32_t>(dims)), DataType::FLOAT32, Layout::ROW_MAJOR,
+  f.whole = TensorSpec{Shape(std::span<const uint32_t>(dims)), first.dtype(), Layout::ROW_MAJOR,
                        first.memory_config()};
   f.kernel = config;
-  f.kernel.dtype = config.dtype.value_or(DataType::FLOAT32);
+  f.kernel.dtype = config.dtype.value_or(first.dtype());
   f.kernel.output_memory_config = config.output_memory_config.value_or(first.memory_config());
   // A problem conv2d refuses is refused again, with its error, on the way
   // through concat.

@@ -119,12 +119,27 @@ struct CompiledModel::Impl {
   // Graph outputs leave their producing kernel in float32 (one rounding
   // fewer than bfloat16 then a typecast); other values in the activation dtype.
   std::optional<DataType> out_dtype(int v) const {
-    if (act_dtype() == DataType::FLOAT32) return std::nullopt;
+    if (bf16_values[static_cast<size_t>(v)]) return DataType::BFLOAT16;
+    // Float32 where a kernel may read a bfloat16 value (its output would follow its input).
+    if (act_dtype() == DataType::FLOAT32) return keeps_bf16_values ? std::optional(DataType::FLOAT32) : std::nullopt;
     return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end() ? std::optional(DataType::FLOAT32)
                                                                                 : std::nullopt;
   }
   size_t rank(int v) const { return dims(v).size(); }
   DataType act_dtype() const { return opt.dtype; }
+  // Float32 activations at math fidelity LoFi on CPUs with AMX: the values
+  // whose every reader computes on their bfloat16-rounded values (a conv
+  // that lowers to bfloat16, conv2d_rounds_input_to_bfloat16) or passes them
+  // on unchanged to such readers (MaxPool, Concat) leave their producer
+  // (Conv, ConvTranspose, or those two) in bfloat16: the same results, half
+  // the bytes, no conversion as the conv stages them
+  // (plan_bfloat16_values). Graph outputs, residual readers and
+  // micro-batches' values keep float32.
+  std::vector<bool> bf16_values;
+  bool keeps_bf16_values = false;  // any of them
+  Status plan_bfloat16_values();
+  bool rounds_input(const Node& n, size_t slot) const;
+  StatusOr<Conv2dParams> conv_params(const Node& n) const;
   // The math fidelity of matmuls and Gemms, as of convs (matmul.h: LoFi
   // computes float32 operands in bfloat16 on AMX CPUs).
   DeviceComputeKernelConfig compute_kernel_config() const { return {.math_fidelity = opt.math_fidelity}; }
@@ -310,6 +325,8 @@ std::string CompileReport::to_string() const {
   if (fallbacks.empty()) s += "no host fallbacks\n";
   for (const auto& f : fallbacks) s += fmt::format("host fallback: {}\n", f);
   for (const auto& m : micro_batches) s += fmt::format("micro-batched: {}\n", m);
+  if (!bfloat16_values.empty())
+    s += fmt::format("{} value(s) kept in bfloat16 for readers that round them to it\n", bfloat16_values.size());
   return s;
 }
 
@@ -369,7 +386,8 @@ Status CompiledModel::Impl::lower_fallback(const Node& n, const std::string& why
     TS_ASSIGN_OR_RETURN(std::vector<Tensor> ys, run_host_fallback(*device, fn, ins, cq));
     for (size_t k = 0; k < outs.size(); ++k) {
       Tensor y = ys[k];
-      if (act_dtype() != DataType::FLOAT32) { TS_ASSIGN_OR_RETURN(y, typecast(y, act_dtype(), cq)); }
+      const DataType want = bf16_values[static_cast<size_t>(outs[k])] ? DataType::BFLOAT16 : act_dtype();
+      if (want != DataType::FLOAT32) { TS_ASSIGN_OR_RETURN(y, typecast(y, want, cq)); }
       TS_RETURN_IF_ERROR(put(s, outs[k], std::move(y)));
     }
     return ok_status();
@@ -409,11 +427,9 @@ Status CompiledModel::Impl::plan_conv_sharding(const Node& n, const Conv2dGeomet
   return ok_status();
 }
 
-Status CompiledModel::Impl::lower_conv(const Node& n) {
-  const int x = n.inputs[0], y = n.outputs[0];
-  if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D convolution (the device kernel is 2-D)", rank(x) - 2));
-  if (!g.is_constant(n.inputs[1])) return unimplemented_error("{}: the weight must be a constant", n.label());
-  const Dims& xd = dims(x);
+StatusOr<Conv2dParams> CompiledModel::Impl::conv_params(const Node& n) const {
+  const int y = n.outputs[0];
+  const Dims& xd = dims(n.inputs[0]);
   const Dims& wd = dims(n.inputs[1]);
   TS_ASSIGN_OR_RETURN(graph::SpatialGeometry geo, graph::spatial_geometry(n, xd, wd));
   Conv2dParams p;
@@ -432,6 +448,99 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   if (p.output_height() != dims(y)[2] || p.output_width() != dims(y)[3])
     return internal_error("{}: the kernel's output {}x{} differs from the inferred {}", n.label(), p.output_height(),
                           p.output_width(), graph::dims_to_string(dims(y)));
+  return p;
+}
+
+// Whether node n computes on the bfloat16-rounded values of its input `slot`
+// (a conv's data input, lowered to bfloat16 at LoFi).
+bool CompiledModel::Impl::rounds_input(const Node& n, size_t slot) const {
+  if (slot != 0 || n.inputs.size() < 2 || rank(n.inputs[0]) != 4 || !g.is_constant(n.inputs[1])) return false;
+  Conv2dConfig config{.weights_dtype = opt.weights_dtype};
+  config.compute_config.math_fidelity = opt.math_fidelity;
+  if (n.op_type == "Conv") {
+    StatusOr<Conv2dParams> p = conv_params(n);
+    return p.ok() && conv2d_rounds_input_to_bfloat16(*p, config);
+  }
+  if (n.op_type != "ConvTranspose") return false;
+  // Only kernels that equal their stride lower (patch_shape): no padding to crop.
+  const Dims& xd = dims(n.inputs[0]);
+  const Dims& wd = dims(n.inputs[1]);
+  StatusOr<graph::SpatialGeometry> geo = graph::spatial_geometry(n, xd, wd);
+  if (!geo.ok() || std::any_of(geo->pads.begin(), geo->pads.end(), [](int64_t v) { return v != 0; })) return false;
+  const Dims op = n.attr_ints("output_padding", {0, 0});
+  ConvTranspose2dParams p;
+  p.batch_size = static_cast<uint32_t>(xd[0]);
+  p.in_channels = static_cast<uint32_t>(xd[1]);
+  p.input_height = static_cast<uint32_t>(xd[2]);
+  p.input_width = static_cast<uint32_t>(xd[3]);
+  p.groups = static_cast<uint32_t>(n.attr_int("group", 1));
+  p.out_channels = static_cast<uint32_t>(wd[1]) * p.groups;
+  p.kernel_size = {static_cast<uint32_t>(geo->kernel[0]), static_cast<uint32_t>(geo->kernel[1])};
+  p.stride = {static_cast<uint32_t>(geo->strides[0]), static_cast<uint32_t>(geo->strides[1])};
+  p.dilation = {static_cast<uint32_t>(geo->dilations[0]), static_cast<uint32_t>(geo->dilations[1])};
+  p.output_padding = {static_cast<uint32_t>(op.size() > 0 ? op[0] : 0), static_cast<uint32_t>(op.size() > 1 ? op[1] : 0)};
+  return p.validate().ok() && conv_transpose2d_rounds_input_to_bfloat16(p, config);
+}
+
+// A fixed point over bf16_values: start from every value a Conv,
+// ConvTranspose (but SiLU ones), MaxPool or Concat makes, and drop those read
+// by anything but
+// a rounding conv or a MaxPool / Concat whose own result stays, and the
+// MaxPool / Concat results whose inputs did not all stay (a Concat's inputs
+// share its dtype).
+Status CompiledModel::Impl::plan_bfloat16_values() {
+  bf16_values.assign(g.values.size(), false);
+  Conv2dConfig probe{.weights_dtype = opt.weights_dtype};
+  probe.compute_config.math_fidelity = opt.math_fidelity;
+  Conv2dParams any;
+  any.in_channels = any.out_channels = 16;
+  if (act_dtype() != DataType::FLOAT32 || !conv2d_rounds_input_to_bfloat16(any, probe)) return ok_status();
+  auto passes_on = [](const Node& n) { return n.op_type == "MaxPool" || n.op_type == "Concat"; };
+  for (const Node& n : g.nodes) {
+    if (n.outputs.size() != 1) continue;
+    // A conv whose SiLU runs after oneDNN writes its rows would round them
+    // twice in bfloat16 (conv2d.cc, make_pd): its result stays float32.
+    const bool residual = n.inputs.size() > 3 && n.inputs[3] >= 0;
+    const std::optional<UnaryWithParam> act = activation_of(n);
+    const bool silu = act && act->op == UnaryOpType::SILU;
+    if (((n.op_type == "Conv" && !residual) || n.op_type == "ConvTranspose") && !silu) bf16_values[static_cast<size_t>(n.outputs[0])] = true;
+    if (passes_on(n)) bf16_values[static_cast<size_t>(n.outputs[0])] = true;
+  }
+  for (int v : g.outputs) bf16_values[static_cast<size_t>(v)] = false;
+  for (const MicroBatch& mb : micro_batches)
+    for (int v : {mb.in, mb.out, mb.in_part, mb.out_part}) bf16_values[static_cast<size_t>(v)] = false;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      if (!bf16_values[v]) continue;
+      bool keep = true;
+      for (const auto& [reader, slot] : consumers[v]) {
+        const Node& r = g.nodes[static_cast<size_t>(reader)];
+        keep = keep && (rounds_input(r, static_cast<size_t>(slot)) ||
+                        (passes_on(r) && bf16_values[static_cast<size_t>(r.outputs[0])]));
+      }
+      const int made_by = g.value(static_cast<int>(v)).producer;
+      if (made_by < 0) keep = false;
+      else if (const Node& producer = g.nodes[static_cast<size_t>(made_by)]; passes_on(producer))
+        for (int in : producer.inputs) keep = keep && in >= 0 && bf16_values[static_cast<size_t>(in)];
+      if (!keep) {
+        bf16_values[v] = false;
+        changed = true;
+      }
+    }
+  }
+  keeps_bf16_values = std::find(bf16_values.begin(), bf16_values.end(), true) != bf16_values.end();
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (bf16_values[v]) report.bfloat16_values.push_back(g.value(static_cast<int>(v)).name);
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_conv(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D convolution (the device kernel is 2-D)", rank(x) - 2));
+  if (!g.is_constant(n.inputs[1])) return unimplemented_error("{}: the weight must be a constant", n.label());
+  const Dims& wd = dims(n.inputs[1]);
+  TS_ASSIGN_OR_RETURN(const Conv2dParams p, conv_params(n));
   TS_ASSIGN_OR_RETURN(Tensor w, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(wd), DataType::FLOAT32));
   std::optional<Tensor> b;
   if (n.inputs.size() > 2 && n.inputs[2] >= 0)
@@ -1355,6 +1464,7 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
   impl->split_nhwc.assign(g.values.size(), false);
   impl->consumers = g.consumers();
   impl->constants.assign(g.values.size(), std::nullopt);
+  TS_RETURN_IF_ERROR(impl->plan_bfloat16_values());
   for (int i : g.inputs) {
     if (g.value(i).type != graph::ElemType::FLOAT32)
       return unimplemented_error("graph input '{}' is an integer tensor; bind it as a constant (Graph::bind_constant)",

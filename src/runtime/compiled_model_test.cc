@@ -369,6 +369,68 @@ TEST(CompiledModel, ChannelConcatReadByAConvRunsInside) {
   }
 }
 
+// At LoFi on AMX CPUs, values every reader of which rounds them to bfloat16
+// (a conv lowered to bfloat16, or a MaxPool / Concat whose result is such a
+// value) leave their producer in bfloat16: a UNet's encoder and decoder maps.
+// The output is bit for bit that of the same graph with those values also
+// graph outputs, which keeps them float32; values read by a conv that does
+// not lower (2 output channels) stay float32. Elsewhere nothing is kept.
+TEST(CompiledModel, LoFiKeepsValuesInBfloat16WhereEveryReaderRoundsThem) {
+  auto build = [](bool expose) {
+    testing_onnx::ModelBuilder b(13);
+    b.input("x", {1, 3, 24, 20});
+    b.random_initializer("w0", {16, 3, 3, 3}, 0.3f, 1);
+    b.random_initializer("w1", {32, 16, 3, 3}, 0.2f, 2);
+    b.random_initializer("w2", {32, 32, 3, 3}, 0.2f, 3);
+    b.random_initializer("wu", {32, 16, 2, 2}, 0.2f, 4);
+    b.random_initializer("w3", {16, 32, 3, 3}, 0.2f, 5);
+    b.random_initializer("w4", {2, 16, 1, 1}, 0.3f, 6);
+    for (auto [conv, w, in, out] : {std::tuple{"c0", "w0", "x", "r0"}, {"c1", "w1", "r0", "r1"}}) {
+      b.ints(b.node("Conv", {in, w}, {conv}), "pads", {1, 1, 1, 1});
+      b.node("Relu", {conv}, {out});
+    }
+    auto* pool = b.node("MaxPool", {"r1"}, {"p1"});
+    b.ints(pool, "kernel_shape", {2, 2});
+    b.ints(pool, "strides", {2, 2});
+    b.ints(b.node("Conv", {"p1", "w2"}, {"c2"}), "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c2"}, {"r2"});
+    b.ints(b.node("ConvTranspose", {"r2", "wu"}, {"u"}), "strides", {2, 2});
+    b.i(b.node("Concat", {"u", "r0"}, {"cat"}), "axis", 1);
+    b.ints(b.node("Conv", {"cat", "w3"}, {"c3"}), "pads", {1, 1, 1, 1});
+    b.node("Relu", {"c3"}, {"r3"});
+    b.node("Conv", {"r3", "w4"}, {"y"});
+    b.output("y");
+    if (expose)
+      for (const char* v : {"r0", "r1", "p1", "r2", "u", "cat"}) b.output(v);
+    return importer::import_onnx_bytes(b.bytes());
+  };
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, build(false));
+  ASSERT_OK_AND_ASSIGN(graph::Graph exposed, build(true));
+  const graph::HostTensor x = input_for(g.value(g.inputs[0]).dims, 7);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Tensor xs[] = {device_input(x, *dev)};
+  const bool amx = cpu_features().amx_bf16 && kernel_isa() == KernelIsa::kAvx512;
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {.math_fidelity = MathFidelity::LoFi}));
+  ASSERT_OK_AND_ASSIGN(auto plain, CompiledModel::compile(exposed, *dev, {.math_fidelity = MathFidelity::LoFi}));
+  ASSERT_OK_AND_ASSIGN(auto hifi, CompiledModel::compile(g, *dev, {}));
+  const auto& kept = model->report().bfloat16_values;
+  if (amx) {
+    // r0 .. cat: the fused convs' outputs take their activations' names.
+    EXPECT_EQ(kept, (std::vector<std::string>{"r0", "r1", "p1", "r2", "u", "cat"})) << model->report().to_string();
+    EXPECT_THAT(model->report().to_string(), HasSubstr("6 value(s) kept in bfloat16"));
+  } else {
+    EXPECT_TRUE(kept.empty());
+  }
+  EXPECT_TRUE(plain->report().bfloat16_values.empty());
+  EXPECT_TRUE(hifi->report().bfloat16_values.empty());
+  ASSERT_OK_AND_ASSIGN(auto got, model->run(xs));
+  ASSERT_OK_AND_ASSIGN(auto base, plain->run(xs));
+  EXPECT_EQ(testing::host_bytes(got[0].cpu().value()), testing::host_bytes(base[0].cpu().value()));
+  EXPECT_EQ(got[0].dtype(), DataType::FLOAT32);
+  expect_close(got[0], want[0], 0.999, 0);
+}
+
 // Where micro-batching does not apply, or is asked for wrongly.
 TEST(CompiledModel, MicroBatchingLimits) {
   ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(residual_cnn(4).bytes()));

@@ -116,17 +116,25 @@ StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& 
 // conv2d(concat(inputs, last dim), ...) computes it: a UNet decoder's
 // upsampled map beside its skip connection, YOLO's C2f blocks. Inputs:
 // device tensors on one device whose shapes differ only in the last dim
-// (channels), summing to params.in_channels. Where the kernel converts its
-// input rows anyway as it stages them (float32 rows at math fidelity LoFi on
-// CPUs with AMX; rows in any memory config, at most four inputs, the output
-// rows interleaved), each shard gathers its rows' channels from every input
-// and the concatenation is never written; otherwise the inputs are
-// concatenated first. Prepared weights serve either path (and conv2d).
+// (channels), summing to params.in_channels. Where oneDNN's kernel runs on
+// bfloat16 rows (bfloat16 inputs with bfloat16 or block-float weights, and
+// float32 ones at math fidelity LoFi on CPUs with AMX; ROW_MAJOR inputs of
+// one dtype in any memory config, at most four, the output rows
+// interleaved), each shard gathers its rows' channels from every input into
+// the rows it stages, converting float32 ones, and the concatenation is
+// never written; otherwise the inputs are concatenated first. Prepared
+// weights serve either path (and conv2d).
 StatusOr<Conv2dResult> conv2d_concat(std::span<const Tensor> inputs, const Tensor& weight,
                                      const std::optional<Tensor>& bias, const Conv2dParams& params,
                                      const Conv2dConfig& config = {}, uint8_t cq_id = 0);
 StatusOr<Conv2dResult> conv2d_concat(std::span<const Tensor> inputs, const PreparedConv2dWeights& weights,
                                      const Conv2dParams& params, const Conv2dConfig& config = {}, uint8_t cq_id = 0);
+
+// Whether conv2d computes a float32 input as its bfloat16-rounded values
+// (math fidelity LoFi on CPUs with AMX, on the shapes that take oneDNN's AMX
+// kernel): the input rounded to bfloat16 beforehand then gives the same
+// output. The compiler keeps such convs' inputs in bfloat16 at LoFi.
+bool conv2d_rounds_input_to_bfloat16(const Conv2dParams& params, const Conv2dConfig& config);
 
 // A skip connection added by the conv:
 //   y = residual.activation(params.activation(conv(x) + bias) + residual.tensor)

@@ -53,6 +53,10 @@ StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const PreparedConv2
                                         const ConvTranspose2dParams& params, const Conv2dConfig& config = {},
                                         uint8_t cq_id = 0);
 
+// As conv2d_rounds_input_to_bfloat16 (conv2d.h): kernels that equal their
+// stride, at LoFi on CPUs with AMX.
+bool conv_transpose2d_rounds_input_to_bfloat16(const ConvTranspose2dParams& params, const Conv2dConfig& config);
+
 // The weights as the device computes with them (see round_conv2d_weights),
 // float32 (in_channels, out_channels / groups, kh, kw) on the host.
 StatusOr<Tensor> round_conv_transpose2d_weights(const Tensor& weight, const ConvTranspose2dParams& params,

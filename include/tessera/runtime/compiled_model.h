@@ -84,6 +84,10 @@ struct CompileReport {
   std::vector<std::string> conv_plans;
   // Per micro-batched run of nodes: "nodes 'conv1' .. 'layer2.3/relu_2' (34): 8 groups of 1 image".
   std::vector<std::string> micro_batches;
+  // At math fidelity LoFi with float32 activations, on CPUs where convs then
+  // compute in bfloat16: the values kept in bfloat16 because every reader
+  // rounds them to bfloat16 anyway (the same results, half the bytes).
+  std::vector<std::string> bfloat16_values;
   std::string to_string() const;
 };
 
