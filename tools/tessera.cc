@@ -92,6 +92,11 @@ void print_report(const LoadedModel& m, const Common& c) {
   if (verbose)
     for (const auto& p : r.conv_plans) std::printf("  %s\n", p.c_str());
   for (const auto& m : r.micro_batches) std::printf("micro-batched: %s\n", m.c_str());
+  if (!r.bfloat16_values.empty())
+    std::printf("%zu value(s) kept in bfloat16, every reader rounding them to it%s\n", r.bfloat16_values.size(),
+                verbose ? ":" : " (--verbose lists them)");
+  if (verbose)
+    for (const auto& v : r.bfloat16_values) std::printf("  %s\n", v.c_str());
 }
 
 // The seeds' PCC rule against a reference output: 0.999 in float32, 0.99

@@ -492,8 +492,10 @@ Status CompiledModel::Impl::plan_bfloat16_values() {
   bf16_values.assign(g.values.size(), false);
   Conv2dConfig probe{.weights_dtype = opt.weights_dtype};
   probe.compute_config.math_fidelity = opt.math_fidelity;
-  Conv2dParams any;
+  Conv2dParams any;  // a 16 -> 16 channel 3x3 conv on an 8x8 map: whether any conv lowers here
   any.in_channels = any.out_channels = 16;
+  any.input_height = any.input_width = 8;
+  any.with_padding(1, 1);
   if (act_dtype() != DataType::FLOAT32 || !conv2d_rounds_input_to_bfloat16(any, probe)) return ok_status();
   auto passes_on = [](const Node& n) { return n.op_type == "MaxPool" || n.op_type == "Concat"; };
   for (const Node& n : g.nodes) {
