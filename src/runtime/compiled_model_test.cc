@@ -376,9 +376,9 @@ TEST(CompiledModel, ChannelConcatReadByAConvRunsInside) {
 // graph outputs, which keeps them float32; values read by a conv that does
 // not lower (2 output channels) stay float32. Elsewhere nothing is kept.
 TEST(CompiledModel, LoFiKeepsValuesInBfloat16WhereEveryReaderRoundsThem) {
-  auto build = [](bool expose) {
+  auto build = [](bool expose, int64_t batch = 1) {
     testing_onnx::ModelBuilder b(13);
-    b.input("x", {1, 3, 24, 20});
+    b.input("x", {batch, 3, 24, 20});
     b.random_initializer("w0", {16, 3, 3, 3}, 0.3f, 1);
     b.random_initializer("w1", {32, 16, 3, 3}, 0.2f, 2);
     b.random_initializer("w2", {32, 32, 3, 3}, 0.2f, 3);
@@ -429,6 +429,23 @@ TEST(CompiledModel, LoFiKeepsValuesInBfloat16WhereEveryReaderRoundsThem) {
   EXPECT_EQ(testing::host_bytes(got[0].cpu().value()), testing::host_bytes(base[0].cpu().value()));
   EXPECT_EQ(got[0].dtype(), DataType::FLOAT32);
   expect_close(got[0], want[0], 0.999, 0);
+  // Two images, the head a micro-batched run (one image at a time): the
+  // run's edges keep float32, and the output is again the float32 graph's.
+  ASSERT_OK_AND_ASSIGN(graph::Graph g2, build(false, 2));
+  ASSERT_OK_AND_ASSIGN(graph::Graph exposed2, build(true, 2));
+  const graph::HostTensor x2 = input_for(g2.value(g2.inputs[0]).dims, 8);
+  const Tensor xs2[] = {device_input(x2, *dev)};
+  const CompileOptions mb{.math_fidelity = MathFidelity::LoFi, .micro_batch = 1, .micro_batch_cache_bytes = 40 << 10};
+  ASSERT_OK_AND_ASSIGN(auto batched, CompiledModel::compile(g2, *dev, mb));
+  ASSERT_OK_AND_ASSIGN(auto batched_plain, CompiledModel::compile(exposed2, *dev, mb));
+  EXPECT_FALSE(batched->report().micro_batches.empty()) << batched->report().to_string();
+  if (amx) {
+    EXPECT_FALSE(batched->report().bfloat16_values.empty());
+  }
+  ASSERT_OK_AND_ASSIGN(auto got2, batched->run(xs2));
+  ASSERT_OK_AND_ASSIGN(auto base2, batched_plain->run(xs2));
+  EXPECT_EQ(testing::host_bytes(got2[0].cpu().value()), testing::host_bytes(base2[0].cpu().value()));
+  expect_close(got2[0], reference(g2, x2)[0], 0.999, 0);
 }
 
 // Where micro-batching does not apply, or is asked for wrongly.
