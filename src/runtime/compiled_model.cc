@@ -484,10 +484,9 @@ bool CompiledModel::Impl::rounds_input(const Node& n, size_t slot) const {
 
 // A fixed point over bf16_values: start from every value a Conv,
 // ConvTranspose (but SiLU ones), MaxPool or Concat makes, and drop those read
-// by anything but
-// a rounding conv or a MaxPool / Concat whose own result stays, and the
-// MaxPool / Concat results whose inputs did not all stay (a Concat's inputs
-// share its dtype).
+// by anything but a rounding conv or a MaxPool / Concat whose own result
+// stays, and the MaxPool / Concat results whose inputs did not all stay (a
+// Concat's inputs share its dtype).
 Status CompiledModel::Impl::plan_bfloat16_values() {
   bf16_values.assign(g.values.size(), false);
   Conv2dConfig probe{.weights_dtype = opt.weights_dtype};
@@ -505,8 +504,8 @@ Status CompiledModel::Impl::plan_bfloat16_values() {
     const bool residual = n.inputs.size() > 3 && n.inputs[3] >= 0;
     const std::optional<UnaryWithParam> act = activation_of(n);
     const bool silu = act && act->op == UnaryOpType::SILU;
-    if (((n.op_type == "Conv" && !residual) || n.op_type == "ConvTranspose") && !silu) bf16_values[static_cast<size_t>(n.outputs[0])] = true;
-    if (passes_on(n)) bf16_values[static_cast<size_t>(n.outputs[0])] = true;
+    const bool conv = (n.op_type == "Conv" && !residual) || n.op_type == "ConvTranspose";
+    if ((conv && !silu) || passes_on(n)) bf16_values[static_cast<size_t>(n.outputs[0])] = true;
   }
   for (int v : g.outputs) bf16_values[static_cast<size_t>(v)] = false;
   for (const MicroBatch& mb : micro_batches)
