@@ -1095,9 +1095,10 @@ TEST(Conv2d, WinogradBelowHiFi4) {
 // oneDNN runs on bfloat16 rows (float32 ones at LoFi on AMX CPUs, bfloat16
 // ones at any fidelity; two to four inputs) the shards gather the inputs'
 // channels as they stage their rows and no concat runs; elsewhere (float32
-// at HiFi4, five inputs, a tiled output) the inputs are concatenated first. Row and channel shards, images, 3x3 and 1x1, flattened rows, odd
-// channel splits, an input in L1 height shards, prepared weights from
-// either path; the errors.
+// at HiFi4, five inputs, a tiled output) the inputs are concatenated first.
+// Row and channel shards, images, 3x3 and 1x1, flattened rows, odd channel
+// splits, an input in L1 height shards, prepared weights from either path;
+// the errors.
 TEST(Conv2d, ConcatInputsGatheredAsStaged) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const bool amx = cpu_features().amx_bf16 && kernel_isa() == KernelIsa::kAvx512;

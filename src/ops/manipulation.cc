@@ -115,25 +115,26 @@ Status gather_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
       covered_lo = std::min(covered_lo, c0);
       covered_hi = std::max(covered_hi, c0 + n);
       if (s.stride[last] == 1 && g.packed) {
-        // Plain copies. A source that fills whole output rows, and whose
-        // rows lie back to back along the output's next dim, gives a run of
-        // rows in one copy (a concat along that dim).
-        // A lone source without fill (a permute keeping its last dim, a
-        // slice) copies a run of rows along that dim, its rows evenly spaced:
-        // no index arithmetic per row. A detection head's (80, 80, 3, 85)
-        // -> (3, 80, 80, 85) permute is 19200 such rows per anchor.
+        // Plain copies, a run of rows along the output's next dim at a time
+        // where that is one source's alone:
+        // - a source that fills whole output rows lying back to back along
+        //   that dim in the source too: one copy (a concat along that dim);
+        // - a lone source without fill (a permute keeping its last dim, a
+        //   slice): a copy per row, evenly spaced, without the index
+        //   arithmetic per row (a detection head's (80, 80, 3, 85) ->
+        //   (3, 80, 80, 85) permute is 19200 rows per anchor).
         const uint64_t ub = g.out.unit_bytes;
-        if (c0 == 0 && n == width && last > 0 && s.stride[last - 1] == n) {
+        const bool back_to_back = c0 == 0 && n == width && last > 0 && s.stride[last - 1] == n;
+        const bool lone = g.num_src == 1 && !g.has_fill && last > 0;
+        if (back_to_back || lone)
           rows = std::min({s.hi[last - 1] - idx[last - 1], g.dims[last - 1] - idx[last - 1], row_end - r});
-        } else if (g.num_src == 1 && !g.has_fill && last > 0) {
-          rows = std::min({s.hi[last - 1] - idx[last - 1], g.dims[last - 1] - idx[last - 1], row_end - r});
-          const uint64_t step = s.stride[last - 1] * ub, bytes = uint64_t{n} * ub;
-          std::byte* o = g.out.base + (uint64_t{r} * width + c0) * ub;
-          const std::byte* in = s.access.base + flat * ub;
-          for (uint32_t j = 0; j < rows; ++j, o += width * ub, in += step) copy(o, in, bytes);
-          continue;
+        std::byte* o = g.out.base + (uint64_t{r} * width + c0) * ub;
+        const std::byte* in = s.access.base + flat * ub;
+        if (back_to_back || rows == 1) {
+          copy(o, in, uint64_t{rows} * n * ub);
+        } else {
+          for (uint32_t j = 0; j < rows; ++j, o += width * ub, in += s.stride[last - 1] * ub) copy(o, in, uint64_t{n} * ub);
         }
-        copy(g.out.base + (uint64_t{r} * width + c0) * ub, s.access.base + flat * ub, uint64_t{rows} * n * ub);
       } else if (s.stride[last] == 1) {
         for (uint32_t done = 0; done < n;) {
           const uint64_t f = flat + done;

@@ -140,6 +140,7 @@ struct CompiledModel::Impl {
   Status plan_bfloat16_values();
   bool rounds_input(const Node& n, size_t slot) const;
   StatusOr<Conv2dParams> conv_params(const Node& n) const;
+  ConvTranspose2dParams conv_transpose_params(const Node& n, const graph::SpatialGeometry& geo) const;
   // The math fidelity of matmuls and Gemms, as of convs (matmul.h: LoFi
   // computes float32 operands in bfloat16 on AMX CPUs).
   DeviceComputeKernelConfig compute_kernel_config() const { return {.math_fidelity = opt.math_fidelity}; }
@@ -451,6 +452,26 @@ StatusOr<Conv2dParams> CompiledModel::Impl::conv_params(const Node& n) const {
   return p;
 }
 
+// A ConvTranspose node's params but its padding and activation (which
+// lower_conv_transpose derives, cropping asymmetric pads).
+ConvTranspose2dParams CompiledModel::Impl::conv_transpose_params(const Node& n, const graph::SpatialGeometry& geo) const {
+  const Dims& xd = dims(n.inputs[0]);
+  const Dims& wd = dims(n.inputs[1]);
+  const Dims op = n.attr_ints("output_padding", {0, 0});
+  ConvTranspose2dParams p;
+  p.batch_size = static_cast<uint32_t>(xd[0]);
+  p.in_channels = static_cast<uint32_t>(xd[1]);
+  p.input_height = static_cast<uint32_t>(xd[2]);
+  p.input_width = static_cast<uint32_t>(xd[3]);
+  p.groups = static_cast<uint32_t>(n.attr_int("group", 1));
+  p.out_channels = static_cast<uint32_t>(wd[1]) * p.groups;
+  p.kernel_size = {static_cast<uint32_t>(geo.kernel[0]), static_cast<uint32_t>(geo.kernel[1])};
+  p.stride = {static_cast<uint32_t>(geo.strides[0]), static_cast<uint32_t>(geo.strides[1])};
+  p.dilation = {static_cast<uint32_t>(geo.dilations[0]), static_cast<uint32_t>(geo.dilations[1])};
+  p.output_padding = {static_cast<uint32_t>(op.size() > 0 ? op[0] : 0), static_cast<uint32_t>(op.size() > 1 ? op[1] : 0)};
+  return p;
+}
+
 // Whether node n computes on the bfloat16-rounded values of its input `slot`
 // (a conv's data input, lowered to bfloat16 at LoFi).
 bool CompiledModel::Impl::rounds_input(const Node& n, size_t slot) const {
@@ -463,22 +484,9 @@ bool CompiledModel::Impl::rounds_input(const Node& n, size_t slot) const {
   }
   if (n.op_type != "ConvTranspose") return false;
   // Only kernels that equal their stride lower (patch_shape): no padding to crop.
-  const Dims& xd = dims(n.inputs[0]);
-  const Dims& wd = dims(n.inputs[1]);
-  StatusOr<graph::SpatialGeometry> geo = graph::spatial_geometry(n, xd, wd);
+  StatusOr<graph::SpatialGeometry> geo = graph::spatial_geometry(n, dims(n.inputs[0]), dims(n.inputs[1]));
   if (!geo.ok() || std::any_of(geo->pads.begin(), geo->pads.end(), [](int64_t v) { return v != 0; })) return false;
-  const Dims op = n.attr_ints("output_padding", {0, 0});
-  ConvTranspose2dParams p;
-  p.batch_size = static_cast<uint32_t>(xd[0]);
-  p.in_channels = static_cast<uint32_t>(xd[1]);
-  p.input_height = static_cast<uint32_t>(xd[2]);
-  p.input_width = static_cast<uint32_t>(xd[3]);
-  p.groups = static_cast<uint32_t>(n.attr_int("group", 1));
-  p.out_channels = static_cast<uint32_t>(wd[1]) * p.groups;
-  p.kernel_size = {static_cast<uint32_t>(geo->kernel[0]), static_cast<uint32_t>(geo->kernel[1])};
-  p.stride = {static_cast<uint32_t>(geo->strides[0]), static_cast<uint32_t>(geo->strides[1])};
-  p.dilation = {static_cast<uint32_t>(geo->dilations[0]), static_cast<uint32_t>(geo->dilations[1])};
-  p.output_padding = {static_cast<uint32_t>(op.size() > 0 ? op[0] : 0), static_cast<uint32_t>(op.size() > 1 ? op[1] : 0)};
+  const ConvTranspose2dParams p = conv_transpose_params(n, *geo);
   return p.validate().ok() && conv_transpose2d_rounds_input_to_bfloat16(p, config);
 }
 
@@ -610,17 +618,7 @@ Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
   const Dims& xd = dims(x);
   const Dims& wd = dims(n.inputs[1]);
   TS_ASSIGN_OR_RETURN(graph::SpatialGeometry geo, graph::spatial_geometry(n, xd, wd));
-  ConvTranspose2dParams p;
-  p.batch_size = static_cast<uint32_t>(xd[0]);
-  p.in_channels = static_cast<uint32_t>(xd[1]);
-  p.input_height = static_cast<uint32_t>(xd[2]);
-  p.input_width = static_cast<uint32_t>(xd[3]);
-  p.groups = static_cast<uint32_t>(n.attr_int("group", 1));
-  p.out_channels = static_cast<uint32_t>(wd[1]) * p.groups;
-  p.kernel_size = {static_cast<uint32_t>(geo.kernel[0]), static_cast<uint32_t>(geo.kernel[1])};
-  p.stride = {static_cast<uint32_t>(geo.strides[0]), static_cast<uint32_t>(geo.strides[1])};
-  p.dilation = {static_cast<uint32_t>(geo.dilations[0]), static_cast<uint32_t>(geo.dilations[1])};
-  const Dims op = n.attr_ints("output_padding", {0, 0});
+  ConvTranspose2dParams p = conv_transpose_params(n, geo);
   for (int64_t pad : geo.pads)
     if (pad < 0) return lower_fallback(n, "an output_shape past the full output");
   // Asymmetric padding: run with the smaller pad of each dim, slice the rest off.
@@ -631,7 +629,6 @@ Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
     crop_end[static_cast<size_t>(i)] = geo.pads[static_cast<size_t>(i) + 2] - lo[static_cast<size_t>(i)];
   }
   p.padding = {static_cast<uint32_t>(lo[0]), static_cast<uint32_t>(lo[1])};
-  p.output_padding = {static_cast<uint32_t>(op.size() > 0 ? op[0] : 0), static_cast<uint32_t>(op.size() > 1 ? op[1] : 0)};
   const bool crop = crop_begin[0] || crop_begin[1] || crop_end[0] || crop_end[1];
   if (auto act = activation_of(n)) {
     if (crop) return lower_fallback(n, "asymmetric padding with a fused activation");
