@@ -2,6 +2,8 @@
 // value: no rounding), over shapes, dtypes, memory configs and ISA paths.
 #include "tessera/ops/pool2d.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "tessera/base/cpu_features.h"
@@ -90,6 +92,57 @@ TEST(MaxPool2d, SpecialValuesMatchTheReference) {
       set_avx512_kernels_enabled(true);
     }
   }
+}
+
+// The AVX-512 kernel compares bfloat16 maxima as integers, 32 channels at a
+// time (+0 above -0, NaNs past the infinities), and sends the windows where
+// that would differ from the reference to its exact path: a NaN of either
+// sign, or a max of +0 with a -0 in the window (equal numbers, of which the
+// reference keeps the first). The exceptions are sparse, one channel of a
+// few pixels, so that most windows take the integer path and some do not.
+// Every eighth channel is negative, so that its windows' max is often a
+// zero. 96 channels: two vectors, then one, no float32 tail.
+TEST(MaxPool2d, BfloatSignedZerosAndNansOnTheIntegerPath) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Pool2dParams p = pool(2, 17, 19, 96, 3, 2, 1);
+  const Shape shape{2, 17, 19, 96};
+  std::vector<float> x = testing::random_values(shape.volume(), 11);
+  for (size_t i = 0; i < x.size(); ++i)
+    if (i % 8 == 5) x[i] = -1.0f - std::fabs(x[i]);
+  // Two quiet NaNs of positive sign, whose bits differ (the first wins).
+  const float special[] = {0.0f, -0.0f, NAN, -NAN, std::bit_cast<float>(0x7fe00000u), INFINITY, -INFINITY};
+  for (size_t px = 0, k = 0; px < x.size() / 96; ++px) {
+    const size_t r = px * 2654435761u >> 9;
+    if (r % 2 == 0) x[px * 96 + (r / 2 % 3) * 32 + 5] = special[r / 6 % 2];  // a zero in a negative channel
+    if (r % 23 == 1) x[px * 96 + r / 23 % 96] = special[2 + k++ % 5];
+  }
+  // One window (image 1, output pixel (0, 1)) whose only exceptions are the
+  // two positive NaNs, in one channel: both key above +inf.
+  for (size_t y = 0; y < 5; ++y)
+    for (size_t xx = 0; xx < 5; ++xx)
+      for (size_t c = 0; c < 96; ++c) {
+        float& v = x[((17 + y) * 19 + xx) * 96 + c];
+        if (std::isnan(v) || std::isinf(v) || v == 0) v = c % 8 == 5 ? -2.0f : 0.5f;
+      }
+  x[((17 + 1) * 19 + 1) * 96 + 40] = NAN;
+  x[((17 + 1) * 19 + 2) * 96 + 40] = special[4];
+  ASSERT_OK_AND_ASSIGN(Tensor h, Tensor::from_vector(x, shape, DataType::BFLOAT16));
+  ASSERT_OK_AND_ASSIGN(Tensor ref, reference::max_pool2d(h, p, DataType::BFLOAT16));
+  std::vector<float> want = ref.to_vector().value();
+  auto count = [&](auto pred) { return std::count_if(want.begin(), want.end(), pred); };
+  EXPECT_GT(count([](float v) { return v == 0 && std::signbit(v); }), 10);
+  EXPECT_GT(count([](float v) { return v == 0 && !std::signbit(v); }), 10);
+  EXPECT_GT(count([](float v) { return std::isnan(v) && std::signbit(v); }), 3);
+  EXPECT_GT(count([](float v) { return std::isnan(v) && !std::signbit(v); }), 3);
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+    set_kernel_isa_limit(isa);
+    SCOPED_TRACE(kernel_isa_name(kernel_isa()));
+    ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor out, max_pool2d(d, p));
+    ASSERT_OK_AND_ASSIGN(Tensor got, out.cpu());
+    EXPECT_EQ(testing::host_bytes(got), testing::host_bytes(ref));
+  }
+  set_avx512_kernels_enabled(true);
 }
 
 struct Case {

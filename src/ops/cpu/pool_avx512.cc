@@ -75,11 +75,54 @@ inline void window(const std::byte* const* px, uint32_t taps, uint32_t c0, __mma
     store<kBf16>(out + (c0 + j * 16) * es, j == V - 1 ? m : 0xffff, kAvg ? _mm512_div_ps(acc[j], divisor) : acc[j]);
 }
 
+// bfloat16 maxima on the raw 16-bit values, 32 channels per vector: no
+// widening to float32 and back. key(x) = x ^ ((x >> 15) & 0x7fff), the
+// shift arithmetic, turns bfloat16 bits into int16 keys that order as the
+// numbers do (negative values' magnitudes flipped) and is its own inverse.
+// Per tap and 32 channels: the key (2 ops), a max, a min and an unsigned
+// max; window<true, false> spends 8 (two widenings, two maxima, two NaN
+// checks). The min finds a negative NaN (keyed below -inf), the max a
+// positive one (above +inf), and the unsigned max a -0 (keyed -1, 0xffff).
+// Windows where a lane met a NaN, or a +0 with a -0 (equal numbers, of which
+// the reference keeps the first: the keys put +0 above), run again through
+// window<true, false>, so the results stay the reference's bit for bit.
+inline __m512i bf16_key(__m512i x) {
+  return _mm512_ternarylogic_epi32(x, _mm512_srai_epi16(x, 15), _mm512_set1_epi16(0x7fff), 0x78);  // x ^ (s & c)
+}
+
+template <int W>
+inline void bf16_max_window(const std::byte* const* px, uint32_t taps, uint32_t c0, std::byte* out) {
+  const __m512i key_ninf = _mm512_set1_epi16(static_cast<int16_t>(0x807f)), key_pinf = _mm512_set1_epi16(0x7f80);
+  __m512i hi[W], lo[W], top[W];
+  for (int j = 0; j < W; ++j) hi[j] = key_ninf, lo[j] = key_pinf, top[j] = _mm512_setzero_si512();
+  for (uint32_t t = 0; t < taps; ++t)
+    for (int j = 0; j < W; ++j) {
+      const __m512i k = bf16_key(_mm512_loadu_si512(px[t] + (c0 + j * 32) * 2));
+      hi[j] = _mm512_max_epi16(hi[j], k);
+      lo[j] = _mm512_min_epi16(lo[j], k);
+      top[j] = _mm512_max_epu16(top[j], k);
+    }
+  __mmask32 redo = 0;
+  for (int j = 0; j < W; ++j)
+    redo |= _mm512_cmpgt_epi16_mask(hi[j], key_pinf) | _mm512_cmplt_epi16_mask(lo[j], key_ninf) |
+            (_mm512_cmpeq_epi16_mask(hi[j], _mm512_setzero_si512()) &
+             _mm512_cmpeq_epi16_mask(top[j], _mm512_set1_epi16(-1)));
+  if (redo) [[unlikely]] {
+    window<true, false, 2 * W>(px, taps, c0, 0xffff, _mm512_setzero_ps(), out);
+    return;
+  }
+  for (int j = 0; j < W; ++j) _mm512_storeu_si512(out + (c0 + j * 32) * 2, bf16_key(hi[j]));
+}
+
 template <bool kBf16, bool kAvg>
 void pool_rows_t(const PoolRowsArgs& a, uint32_t begin, uint32_t end) {
   for_each_output_pixel(a, begin, end, [&](const std::byte* const* px, uint32_t taps, uint32_t count, std::byte* out) {
     const __m512 divisor = _mm512_set1_ps(static_cast<float>(count));
     uint32_t c = 0;
+    if constexpr (kBf16 && !kAvg) {
+      for (; c + 64 <= a.c; c += 64) bf16_max_window<2>(px, taps, c, out);
+      if (c + 32 <= a.c) bf16_max_window<1>(px, taps, c, out), c += 32;
+    }
     for (; c + 64 <= a.c; c += 64) window<kBf16, kAvg, 4>(px, taps, c, 0xffff, divisor, out);
     if (c + 32 <= a.c) window<kBf16, kAvg, 2>(px, taps, c, 0xffff, divisor, out), c += 32;
     if (c + 16 <= a.c) window<kBf16, kAvg, 1>(px, taps, c, 0xffff, divisor, out), c += 16;
