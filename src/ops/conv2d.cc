@@ -290,8 +290,9 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     const uint64_t d0 = (uint64_t{n} * plan.out_h + sh.out_row0) * plan.out_w,
                    d1 = d0 + uint64_t{sh.mb} * sh.out_rows * plan.out_w;
     std::byte* src = source_rows(a, sh, s0, s1);
-    std::byte* dst = plan.stage_dst || plan.split_channels ? sh.dst_stage.get() : a.dst.base + d0 * dst_row;
-    if (plan.residual) {
+    std::byte* dst =
+        plan.stage_dst || plan.split_channels || plan.own_residual ? sh.dst_stage.get() : a.dst.base + d0 * dst_row;
+    if (plan.residual && !plan.own_residual) {
       if (plan.split_channels || plan.stage_res) {
         gather_rows(a.res, plan.res_type, d0, d1, sh.oc0, sh.ocs, dst, plan.out_type);
       } else if (const std::byte* res = a.res.base + d0 * dst_row; res != dst) {
@@ -303,6 +304,10 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     TS_RETURN_IF_ERROR(execute(a, sh, sh.primitive, sh.src_mem, sh.dst_mem, sh.scratch_mem));
     if (plan.post_activation)
       onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, (d1 - d0) * sh.ocs);
+    if (plan.own_residual) {  // see silu_before_own_residual
+      const cpu::FusedOperand conv{dst, false}, res{a.res.base + d0 * dst_row, false}, out{a.dst.base + d0 * dst_row, false};
+      cpu::select_float_math().fused(conv, &res, out, BinaryOpType::ADD, plan.res_activation, (d1 - d0) * plan.cout);
+    }
     if (plan.tile_dst) {
       if (plan.round_to_bf16) {
         auto* f = reinterpret_cast<float*>(dst);
@@ -847,15 +852,16 @@ dnnl::primitive_desc make_pd(ConvPlan& plan, const Geometry& g, const memory::de
                              int64_t pad_bottom) {
   auto d = [](int64_t v) { return static_cast<memory::dim>(v); };
   dnnl::post_ops po;
-  // SiLU without a residual after it runs as Tessera's vector activation
+  // SiLU without a residual after it (or with one that Tessera adds on whole
+  // shards, silu_before_own_residual) runs as Tessera's vector activation
   // over each shard's output, still in the cache: oneDNN 2.6's swish post-op
   // cost twice Tessera's SiLU (jit:avx2: about 1 ns per element in YOLO's
   // 1x1 convs; AVX-512, 80x80 128 -> 128: 0.321 against 0.273 ms in bfloat16,
   // 0.22 without an activation; YOLO 6% faster in all in bfloat16, 4% in
   // float32). Its sigmoid and tanh post-ops cost about what Tessera's do
   // (0.292 against 0.278 ms and 0.296 against 0.306), so they stay fused.
-  const bool own_silu = g.activation.op == UnaryOpType::SILU && !g.activation.has_affine() && !plan.residual &&
-                        kernel_isa() != KernelIsa::kScalar;
+  const bool own_silu = g.activation.op == UnaryOpType::SILU && !g.activation.has_affine() &&
+                        (!plan.residual || (plan.own_residual && !plan.chunked)) && kernel_isa() != KernelIsa::kScalar;
   if (own_silu || !onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
   if (plan.residual && !plan.own_residual) {
     po.append_sum(1.f);
@@ -1045,7 +1051,7 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
     const uint64_t out_bytes = uint64_t{sh->mb} * sh->out_rows * g.ow * sh->ocs * element_size(pr.dst_dtype);
     if (plan.stage_src)
       sh->src_stage = make_aligned_bytes(uint64_t{sh->mb} * sh->in_rows * g.w * g.cin * element_size(pr.kernel));
-    if (plan.stage_dst || plan.split_channels) sh->dst_stage = make_aligned_bytes(out_bytes);
+    if (plan.stage_dst || plan.split_channels || plan.own_residual) sh->dst_stage = make_aligned_bytes(out_bytes);
   }
 }
 
@@ -1158,6 +1164,26 @@ Chunking chunking(const Problem& pr, const ConvPlan& plan) {
   return {true, plan.residual};
 }
 
+// Whole shards (not chunked, not split by channels) of a conv with SiLU and a
+// residual, over dense float32 rows: the conv writes the shard's stage, which
+// stays in the cache, Tessera's SiLU runs on it (see make_pd) and one fused
+// pass writes res_activation(stage + residual) to the output. oneDNN 2.6's
+// swish post-op before its sum post-op is slow on its AMX kernels: in YOLO at
+// LoFi the 160x160 32 -> 32 3x3 conv with its residual took 1.5-1.6 ms
+// against 0.74 ms without the residual (a three-conv model, kernel-only);
+// with this pass, 0.60-0.92 against 0.99-1.18 ms, three alternated builds.
+// The float32 kernels keep their post-ops: YOLO at HiFi4 came out the same
+// or a little slower with the pass (the 160x160 conv's launches 1.69-2.41
+// against 1.65-2.12 ms, four alternated rounds).
+bool silu_before_own_residual(const Problem& pr, const ConvPlan& plan) {
+  const UnaryWithParam& act = pr.g.activation;
+  return plan.residual && act.op == UnaryOpType::SILU && !act.has_affine() && kernel_isa() != KernelIsa::kScalar &&
+         pr.kernel == DataType::BFLOAT16 &&
+         cpu::select_float_math().fused != nullptr && !plan.winograd && !plan.tile_dst && !plan.stage_dst &&
+         !plan.split_channels && !plan.stage_res && plan.out_type == DataType::FLOAT32 &&
+         plan.res_type == DataType::FLOAT32 && plan.dst_type == DataType::FLOAT32;
+}
+
 StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst,
                           const TensorAccess* res = nullptr) {
   // Primitives are built for the single thread that runs each shard.
@@ -1254,7 +1280,7 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
           plan->packed_bytes = w.get_size();
         }
         plan->chunked = chunked;
-        plan->own_residual = chunked && chunks.own_residual;
+        plan->own_residual = chunked ? chunks.own_residual : silu_before_own_residual(pr, *plan);
         const uint64_t image_bytes = uint64_t{g.h} * g.w * g.cin * element_size(pr.kernel) +
                                      uint64_t{g.oh} * g.ow * g.cout * element_size(pr.dst_dtype);
         if (split == Split::kImages) split_images(*plan, g, threads, image_bytes);

@@ -510,6 +510,12 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       {{1, 15, 13, 24, 40, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
        DataType::FLOAT32, true},
       {{2, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32, true},
+      // SiLU before the add on oneDNN's float32 kernels, by row shards and by images (their post-ops;
+      // LoFiSiluThenResidualOnAmx has the bfloat16 kernels, with Tessera's SiLU and add after).
+      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
+       DataType::FLOAT32},
+      {{2, 24, 20, 16, 48, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::RELU, DataType::FLOAT32,
+       DataType::FLOAT32},
       // An activation before the add on a 1x1: a separate add on AVX2-only CPUs.
       {{1, 10, 10, 32, 48, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
        DataType::FLOAT32},
@@ -1193,6 +1199,48 @@ TEST(Conv2d, ConcatInputsGatheredAsStaged) {
                "expected inputs that differ only in channels (the last dim), found [1,24,20,32] and [1,24,21,32]");
   std::vector<Tensor> host = {parts[0], testing::random_tensor(Shape{1, 24, 20, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 3)};
   EXPECT_ERROR(conv2d_concat(host, w, std::nullopt, p), StatusCode::kInvalidArgument, "input 1");
+}
+
+// A SiLU conv with a residual at LoFi on AMX (YOLO's bottlenecks): oneDNN's
+// bfloat16 kernel, then Tessera's SiLU and add on each shard's stage. Against
+// the reference on bfloat16-rounded operands; in place, the same bytes.
+TEST(Conv2d, LoFiSiluThenResidualOnAmx) {
+  if (!cpu_features().amx_bf16 || kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AMX";
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Case cases[] = {
+      {1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},   // row shards
+      {2, 13, 11, 40, 24, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},   // images, odd sizes, tails
+  };
+  Conv2dConfig lofi{.weights_dtype = DataType::FLOAT32};
+  lofi.compute_config.math_fidelity = MathFidelity::LoFi;
+  for (const Case& cs : cases)
+    for (UnaryOpType post : {UnaryOpType::IDENTITY, UnaryOpType::RELU}) {
+      const Conv2dParams p = to_params(cs);
+      SCOPED_TRACE(fmt::format("{} post={}", p.descriptor(), unary_op_name(post)));
+      Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+      ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 2, 0.2f),
+                                                         Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
+      const Shape out{cs.n, p.output_height(), p.output_width(), cs.k};
+      Tensor res = testing::random_tensor(out, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
+      ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
+      ASSERT_OK(enable_profiler(*dev));
+      ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, b, p, Conv2dResidual{dres, {post}}, lofi));
+      EXPECT_NE(conv_kernel_run(*dev).find("amx"), std::string::npos);
+      ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+      ASSERT_OK_AND_ASSIGN(Tensor xb, Tensor::from_vector(x.to_vector().value(), x.shape(), DataType::BFLOAT16));
+      ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, DataType::FLOAT32, DataType::BFLOAT16));
+      ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(xb, rw, b, p, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(out));
+      ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {post}, DataType::FLOAT32));
+      testing::expect_conv_close(got, ref_t.to_vector().value(), DataType::FLOAT32);
+      ASSERT_OK_AND_ASSIGN(Tensor spare, to_device(res, *dev));
+      ASSERT_OK_AND_ASSIGN(Conv2dResult in_place, conv2d_with_residual(dx, r.weights, p, Conv2dResidual{spare, {post}, true}, lofi));
+      EXPECT_EQ(in_place.output.buffer(), spare.buffer());
+      EXPECT_EQ(testing::host_bytes(in_place.output.cpu().value()), testing::host_bytes(got_t));
+    }
 }
 
 TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
