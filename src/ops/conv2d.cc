@@ -305,10 +305,11 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     if (plan.post_activation)
       onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, (d1 - d0) * sh.ocs);
     if (plan.own_residual) {  // see silu_before_own_residual
-      const cpu::FusedOperand conv{dst, false}, res{a.res.base + d0 * dst_row, false}, out{a.dst.base + d0 * dst_row, false};
+      const bool res_bf16 = plan.res_type == DataType::BFLOAT16, out_bf16 = plan.dst_type == DataType::BFLOAT16;
+      const cpu::FusedOperand conv{dst, false}, res{a.res.base + d0 * plan.cout * (res_bf16 ? 2 : 4), res_bf16},
+          out{a.dst.base + d0 * dst_row, out_bf16};
       cpu::select_float_math().fused(conv, &res, out, BinaryOpType::ADD, plan.res_activation, (d1 - d0) * plan.cout);
-    }
-    if (plan.tile_dst) {
+    } else if (plan.tile_dst) {
       if (plan.round_to_bf16) {
         auto* f = reinterpret_cast<float*>(dst);
         for (uint64_t i = 0, n = (d1 - d0) * plan.cout; i < n; ++i) f[i] = round_to_bfloat16(f[i]);
@@ -369,6 +370,8 @@ Geometry geometry(const ConvTranspose2dParams& p) {
           p.activation,
           p.descriptor()};
 }
+
+bool is_plain_silu(const UnaryWithParam& act) { return act.op == UnaryOpType::SILU && !act.has_affine(); }
 
 struct Problem {
   Geometry g;
@@ -714,6 +717,18 @@ StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, cons
     pr.key += fmt::format(":pad{}", pr.cout_padded);
     pr.weights_key += fmt::format(":pad{}", pr.cout_padded);
   }
+  // bfloat16 rows out of SiLU and a residual, on oneDNN's bfloat16 kernels:
+  // the kernel writes float32 rows, which Tessera's SiLU and fused add round
+  // once as they store (silu_before_own_residual), as oneDNN's post-ops did.
+  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
+  if (residual && is_plain_silu(g.activation) && kernel_isa() == KernelIsa::kAvx512 && !pr.direct &&
+      !pr.amx_patches && !pr.winograd && !pr.cout_padded && pr.kernel == DataType::BFLOAT16 &&
+      pr.dst_dtype == DataType::BFLOAT16 && pr.output.dtype == DataType::BFLOAT16 &&
+      pr.output.layout == Layout::ROW_MAJOR && rows(residual->tensor.dtype())) {
+    pr.dst_dtype = DataType::FLOAT32;
+    pr.key += ":f32rows";
+    pr.weights_key += ":f32rows";
+  }
   return pr;
 }
 
@@ -860,8 +875,8 @@ dnnl::primitive_desc make_pd(ConvPlan& plan, const Geometry& g, const memory::de
   // 0.22 without an activation; YOLO 6% faster in all in bfloat16, 4% in
   // float32). Its sigmoid and tanh post-ops cost about what Tessera's do
   // (0.292 against 0.278 ms and 0.296 against 0.306), so they stay fused.
-  const bool own_silu = g.activation.op == UnaryOpType::SILU && !g.activation.has_affine() &&
-                        (!plan.residual || (plan.own_residual && !plan.chunked)) && kernel_isa() != KernelIsa::kScalar;
+  const bool own_silu = is_plain_silu(g.activation) && (!plan.residual || (plan.own_residual && !plan.chunked)) &&
+                        kernel_isa() != KernelIsa::kScalar;
   if (own_silu || !onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
   if (plan.residual && !plan.own_residual) {
     po.append_sum(1.f);
@@ -1175,13 +1190,16 @@ Chunking chunking(const Problem& pr, const ConvPlan& plan) {
 // The float32 kernels keep their post-ops: YOLO at HiFi4 came out the same
 // or a little slower with the pass (the 160x160 conv's launches 1.69-2.41
 // against 1.65-2.12 ms, four alternated rounds).
-bool silu_before_own_residual(const Problem& pr, const ConvPlan& plan) {
-  const UnaryWithParam& act = pr.g.activation;
-  return plan.residual && act.op == UnaryOpType::SILU && !act.has_affine() && kernel_isa() != KernelIsa::kScalar &&
-         pr.kernel == DataType::BFLOAT16 &&
-         cpu::select_float_math().fused != nullptr && !plan.winograd && !plan.tile_dst && !plan.stage_dst &&
-         !plan.split_channels && !plan.stage_res && plan.out_type == DataType::FLOAT32 &&
-         plan.res_type == DataType::FLOAT32 && plan.dst_type == DataType::FLOAT32;
+// The output's and the residual's rows may be float32 or bfloat16 (the
+// kernel's float32 rows then round as the pass stores them), dense either way.
+bool silu_before_own_residual(const Problem& pr, const ConvPlan& plan, const TensorAccess& dst,
+                              const TensorAccess* res) {
+  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
+  return plan.residual && is_plain_silu(pr.g.activation) && kernel_isa() != KernelIsa::kScalar &&
+         pr.kernel == DataType::BFLOAT16 && cpu::select_float_math().fused != nullptr && !plan.winograd &&
+         !plan.tile_dst && !plan.split_channels && !plan.concat && !pr.cout_padded &&
+         plan.out_type == DataType::FLOAT32 && rows(plan.dst_type) && dense_row_stride(dst) != 0 && res &&
+         dense_row_stride(*res) != 0 && rows(plan.res_type);
 }
 
 StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst,
@@ -1280,7 +1298,7 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
           plan->packed_bytes = w.get_size();
         }
         plan->chunked = chunked;
-        plan->own_residual = chunked ? chunks.own_residual : silu_before_own_residual(pr, *plan);
+        plan->own_residual = chunked ? chunks.own_residual : silu_before_own_residual(pr, *plan, dst, res);
         const uint64_t image_bytes = uint64_t{g.h} * g.w * g.cin * element_size(pr.kernel) +
                                      uint64_t{g.oh} * g.ow * g.cout * element_size(pr.dst_dtype);
         if (split == Split::kImages) split_images(*plan, g, threads, image_bytes);

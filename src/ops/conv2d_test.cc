@@ -511,11 +511,19 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
        DataType::FLOAT32, true},
       {{2, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32, true},
       // SiLU before the add on oneDNN's float32 kernels, by row shards and by images (their post-ops;
-      // LoFiSiluThenResidualOnAmx has the bfloat16 kernels, with Tessera's SiLU and add after).
+      // LoFiSiluThenResidualOnAmx has float32 rows on the bfloat16 kernels, Tessera's SiLU and add after).
       {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
        DataType::FLOAT32},
       {{2, 24, 20, 16, 48, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::RELU, DataType::FLOAT32,
        DataType::FLOAT32},
+      // ... and bfloat16 rows there: oneDNN's bfloat16 kernels write float32 rows, which Tessera's SiLU and
+      // fused add round as they store, with a bfloat16 or float32 residual.
+      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::BFLOAT16,
+       DataType::BFLOAT16},
+      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::BFLOAT16,
+       DataType::FLOAT32},
+      {{2, 5, 7, 32, 48, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::RELU, DataType::BFLOAT16,
+       DataType::BFLOAT16},
       // An activation before the add on a 1x1: a separate add on AVX2-only CPUs.
       {{1, 10, 10, 32, 48, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
        DataType::FLOAT32},
