@@ -1319,19 +1319,27 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
       }
       ASSERT_OK(disable_profiler(*dev));
     }
-  // An RGB stem (3 input channels) stays on float32 operands.
-  {
-    const Case cs{1, 32, 32, 3, 64, 7, 7, 2, 1, 1, {3, 3, 3, 3}, UnaryOpType::RELU};
+  // RGB stems (3 input channels): a 3x3 one (27 products per output) stays on
+  // float32 operands; a 7x7 one (147) lowers, as ResNet-50's and YOLO's.
+  for (uint32_t k : {3u, 7u}) {
+    const Case cs{1, 32, 32, 3, 64, k, k, 2, 1, 1, {k / 2, k / 2, k / 2, k / 2}, UnaryOpType::RELU};
     const Conv2dParams p = to_params(cs);
+    SCOPED_TRACE(p.descriptor());
     Tensor x = testing::random_tensor(Shape{1, 32, 32, 3}, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
-    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(64 * 3 * 49, 8, 0.2f),
-                                                       Shape{64, 3, 7, 7}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(64 * 3 * k * k, 8, 0.2f),
+                                                       Shape{64, 3, k, k}, DataType::FLOAT32));
     ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
     ASSERT_OK(enable_profiler(*dev));
     ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, std::nullopt, p, lofi));
-    EXPECT_EQ(conv_kernel_run(*dev).find("amx"), std::string::npos);
+    const bool lowered = k == 7;
+    EXPECT_EQ(conv_kernel_run(*dev).find("amx") != std::string::npos, lowered);
     ASSERT_OK(disable_profiler(*dev));
-    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(x, w, std::nullopt, p, DataType::FLOAT32));
+    Tensor xr = x, wr = w;
+    if (lowered) {
+      ASSERT_OK_AND_ASSIGN(xr, Tensor::from_vector(x.to_vector().value(), x.shape(), DataType::BFLOAT16));
+      ASSERT_OK_AND_ASSIGN(wr, round_conv2d_weights(w, p, DataType::FLOAT32, DataType::BFLOAT16));
+    }
+    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(xr, wr, std::nullopt, p, DataType::FLOAT32));
     testing::expect_conv_close(r.output.cpu().value().to_vector().value(), ref_t.to_vector().value(), DataType::FLOAT32);
   }
   // A residual, added in float32 to the float32 conv.
