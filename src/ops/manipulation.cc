@@ -232,6 +232,10 @@ StatusOr<Tensor> run_gather(std::string_view op, std::span<const Tensor> inputs,
   for (int d = 0; d < out_shape.rank(); ++d) args->dims[d] = out_shape[d];
   std::string key = fmt::format("{}:{}:", op, attrs);
   for (size_t k = 0; k < inputs.size(); ++k) {
+    // The kernel copies elements as they are: it converts no dtype.
+    if (inputs[k].dtype() != out_type)
+      return internal_error("{}: the gather copies {} elements, not into {}", op, data_type_name(inputs[k].dtype()),
+                            data_type_name(out_type));
     args->src[k] = sources[k];
     TS_ASSIGN_OR_RETURN(args->src[k].access, make_access(inputs[k]));
     args->in_width[k] = inputs[k].shape()[-1];
