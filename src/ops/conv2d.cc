@@ -122,6 +122,7 @@ struct ConvPlan {
   // each chunk's output goes to `dst_stage`, which stays in the cache, and
   // one fused pass writes res_activation(stage + residual) to the output
   // (oneDNN's sum post-op reads the residual from DRAM at half the pace).
+  // Whole shards take own_residual too, after a SiLU (silu_before_own_residual).
   bool chunked = false, own_residual = false;
   uint32_t stride_h = 1, stride_w = 1;
   // Problem::cout_padded: chunks compute this many output channels into
@@ -1183,8 +1184,8 @@ Chunking chunking(const Problem& pr, const ConvPlan& plan) {
 }
 
 // Whole shards (not chunked, not split by channels) of a conv with SiLU and a
-// residual, over dense float32 rows: the conv writes the shard's stage, which
-// stays in the cache, Tessera's SiLU runs on it (see make_pd) and one fused
+// residual on oneDNN's bfloat16 kernels: the conv writes float32 rows to the
+// shard's stage, which stays in the cache, Tessera's SiLU runs on it (see make_pd) and one fused
 // pass writes res_activation(stage + residual) to the output. oneDNN 2.6's
 // swish post-op before its sum post-op is slow on its AMX kernels: in YOLO at
 // LoFi the 160x160 32 -> 32 3x3 conv with its residual took 1.5-1.6 ms
