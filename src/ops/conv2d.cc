@@ -373,6 +373,8 @@ Geometry geometry(const ConvTranspose2dParams& p) {
 }
 
 bool is_plain_silu(const UnaryWithParam& act) { return act.op == UnaryOpType::SILU && !act.has_affine(); }
+// The dtypes of the rows Tessera's kernels and staging read and write.
+bool is_row_dtype(DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; }
 
 struct Problem {
   Geometry g;
@@ -439,9 +441,8 @@ bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& co
 // from 51-125 to 101-138 GFLOP/s per layer (7x7x512: 77-85 -> 102-122).
 bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t kw, uint32_t cin, DataType in,
                        DataType out) {
-  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
   return kernel_isa() == KernelIsa::kAvx2 && !transposed && groups == 1 && kh * kw > 1 && kh <= 7 && kw <= 7 &&
-         cin >= 16 && rows(in) && rows(out);
+         cin >= 16 && is_row_dtype(in) && is_row_dtype(out);
 }
 // Transposed convs whose kernel equals their stride (the UNet's upconvs, see
 // is_patch_transpose) run cpu::avx2::patch_transpose_kernel there: on
@@ -596,11 +597,10 @@ bool lowers_to_bf16(const Geometry& g, DataType input, const Conv2dConfig& confi
 // to 16 (bfloat16: 2.0 ms).
 bool is_narrow(const Problem& pr) {
   const Geometry& g = pr.g;
-  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
   return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
          g.groups == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pad_t == 0 && g.pad_b == 0 &&
-         g.pad_l == 0 && g.pad_r == 0 && g.cout <= cpu::avx512::kNarrowMaxCout && rows(pr.compute) &&
-         rows(pr.output.dtype) && (pr.residual == nullptr || rows(pr.residual->tensor.dtype()));
+         g.pad_l == 0 && g.pad_r == 0 && g.cout <= cpu::avx512::kNarrowMaxCout && is_row_dtype(pr.compute) &&
+         is_row_dtype(pr.output.dtype) && (pr.residual == nullptr || is_row_dtype(pr.residual->tensor.dtype()));
 }
 
 // MobileNetV2's narrow pointwise convs (24 output channels) ran at 120-150
@@ -724,11 +724,10 @@ StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, cons
   // bfloat16 rows out of SiLU and a residual, on oneDNN's bfloat16 kernels:
   // the kernel writes float32 rows, which Tessera's SiLU and fused add round
   // once as they store (silu_before_own_residual), as oneDNN's post-ops did.
-  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
   if (residual && is_plain_silu(g.activation) && kernel_isa() == KernelIsa::kAvx512 && !pr.direct &&
       !pr.amx_patches && !pr.winograd && !pr.cout_padded && pr.kernel == DataType::BFLOAT16 &&
       pr.dst_dtype == DataType::BFLOAT16 && pr.output.dtype == DataType::BFLOAT16 &&
-      pr.output.layout == Layout::ROW_MAJOR && rows(residual->tensor.dtype())) {
+      pr.output.layout == Layout::ROW_MAJOR && is_row_dtype(residual->tensor.dtype())) {
     pr.dst_dtype = DataType::FLOAT32;
     pr.key += ":f32rows";
     pr.weights_key += ":f32rows";
@@ -1198,12 +1197,11 @@ Chunking chunking(const Problem& pr, const ConvPlan& plan) {
 // kernel's float32 rows then round as the pass stores them), dense either way.
 bool silu_before_own_residual(const Problem& pr, const ConvPlan& plan, const TensorAccess& dst,
                               const TensorAccess* res) {
-  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
   return plan.residual && is_plain_silu(pr.g.activation) && kernel_isa() != KernelIsa::kScalar &&
          pr.kernel == DataType::BFLOAT16 && cpu::select_float_math().fused != nullptr && !plan.winograd &&
          !plan.tile_dst && !plan.split_channels && !plan.concat && !pr.cout_padded &&
-         plan.out_type == DataType::FLOAT32 && rows(plan.dst_type) && dense_row_stride(dst) != 0 && res &&
-         dense_row_stride(*res) != 0 && rows(plan.res_type);
+         plan.out_type == DataType::FLOAT32 && is_row_dtype(plan.dst_type) && dense_row_stride(dst) != 0 && res &&
+         dense_row_stride(*res) != 0 && is_row_dtype(plan.res_type);
 }
 
 StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorAccess& src, const TensorAccess& dst,
@@ -1592,9 +1590,8 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
 bool is_depthwise(const Problem& pr) {
   const Geometry& g = pr.g;
   if (g.transposed || g.groups != g.cin || g.cout != g.cin || g.groups < 2) return false;
-  auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
   if (kernel_isa() == KernelIsa::kAvx2)
-    return rows(pr.input.dtype) && rows(pr.output.dtype) &&
+    return is_row_dtype(pr.input.dtype) && is_row_dtype(pr.output.dtype) &&
            (pr.input.dtype == DataType::BFLOAT16 || pr.output.dtype == DataType::BFLOAT16);
   if (kernel_isa() != KernelIsa::kAvx512) return false;
   if (pr.compute != DataType::FLOAT32 && pr.compute != DataType::BFLOAT16) return false;
