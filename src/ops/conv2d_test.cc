@@ -67,6 +67,16 @@ void check_case(Device& dev, const Case& cs, DataType in_type, DataType w_type, 
   EXPECT_EQ(testing::host_bytes(again_t), testing::host_bytes(got_t));
 }
 
+// The reference of a float32 conv at LoFi on AMX: the input and weights
+// (`wt`, as prepared) rounded to bfloat16, float32 accumulation and output.
+StatusOr<Tensor> lofi_reference(const Tensor& x, const Tensor& w, const std::optional<Tensor>& b, const Conv2dParams& p,
+                                DataType wt = DataType::FLOAT32) {
+  TS_ASSIGN_OR_RETURN(std::vector<float> xv, x.to_vector());
+  TS_ASSIGN_OR_RETURN(Tensor xb, Tensor::from_vector(xv, x.shape(), DataType::BFLOAT16));
+  TS_ASSIGN_OR_RETURN(Tensor rw, round_conv2d_weights(w, p, wt, DataType::BFLOAT16));
+  return reference::conv2d(xb, rw, b, p, DataType::FLOAT32);
+}
+
 // The kernel of the first conv2d launch in the device's profile, or "" (reading the profile clears it).
 std::string conv_kernel_run(Device& dev) {
   auto prof = read_profile(dev);
@@ -1238,9 +1248,7 @@ TEST(Conv2d, LoFiSiluThenResidualOnAmx) {
       EXPECT_NE(conv_kernel_run(*dev).find("amx"), std::string::npos);
       ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
       ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
-      ASSERT_OK_AND_ASSIGN(Tensor xb, Tensor::from_vector(x.to_vector().value(), x.shape(), DataType::BFLOAT16));
-      ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, DataType::FLOAT32, DataType::BFLOAT16));
-      ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(xb, rw, b, p, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor conv_t, lofi_reference(x, w, b, p));
       ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(out));
       ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {post}, DataType::FLOAT32));
       testing::expect_conv_close(got, ref_t.to_vector().value(), DataType::FLOAT32);
@@ -1282,9 +1290,7 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
       EXPECT_EQ(r.output.dtype(), DataType::FLOAT32);
       ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
       ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
-      ASSERT_OK_AND_ASSIGN(Tensor xb, Tensor::from_vector(x.to_vector().value(), x.shape(), DataType::BFLOAT16));
-      ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, wt, DataType::BFLOAT16));
-      ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(xb, rw, b, p, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor ref_t, lofi_reference(x, w, b, p, wt));
       ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
       testing::expect_conv_close(got, ref, DataType::FLOAT32);
       // The prepared weights again: into height-sharded rows from height-sharded input, and into tiles.
@@ -1334,12 +1340,8 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
     const bool lowered = k == 7;
     EXPECT_EQ(conv_kernel_run(*dev).find("amx") != std::string::npos, lowered);
     ASSERT_OK(disable_profiler(*dev));
-    Tensor xr = x, wr = w;
-    if (lowered) {
-      ASSERT_OK_AND_ASSIGN(xr, Tensor::from_vector(x.to_vector().value(), x.shape(), DataType::BFLOAT16));
-      ASSERT_OK_AND_ASSIGN(wr, round_conv2d_weights(w, p, DataType::FLOAT32, DataType::BFLOAT16));
-    }
-    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(xr, wr, std::nullopt, p, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor ref_t, lowered ? lofi_reference(x, w, std::nullopt, p)
+                                               : reference::conv2d(x, w, std::nullopt, p, DataType::FLOAT32));
     testing::expect_conv_close(r.output.cpu().value().to_vector().value(), ref_t.to_vector().value(), DataType::FLOAT32);
   }
   // A residual, added in float32 to the float32 conv.
@@ -1353,9 +1355,7 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
   ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
   ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, std::nullopt, p,
                                                             Conv2dResidual{dres, {UnaryOpType::RELU}}, lofi));
-  ASSERT_OK_AND_ASSIGN(Tensor xb, Tensor::from_vector(x.to_vector().value(), x.shape(), DataType::BFLOAT16));
-  ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, DataType::FLOAT32, DataType::BFLOAT16));
-  ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(xb, rw, std::nullopt, p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor conv_t, lofi_reference(x, w, std::nullopt, p));
   ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(res.shape()));
   ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {UnaryOpType::RELU},
                                                         DataType::FLOAT32));
