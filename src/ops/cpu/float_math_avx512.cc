@@ -38,6 +38,36 @@ void binary_f32(BinaryOpType op, const float* a, const float* b, float* y, size_
 
 namespace {
 
+// f over n bfloat16 values, 32 at a time: the even and odd elements of each
+// 64-byte vector widen with one instruction each (a shift, a mask), the two
+// results round in one vcvtne2ps2bf16 and one vpermw interleaves them back,
+// two instructions fewer per 16 values than widening and rounding each half.
+// A pair of halves holding a float32 denormal rounds exactly (to_bf16), as
+// every bfloat16 store does.
+template <bool kTail, class F>
+[[gnu::always_inline]] inline void unary_bf16_pair(const uint16_t* in, uint16_t* out, __mmask32 m, F f) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i raw = kTail ? _mm512_maskz_loadu_epi16(m, in) : _mm512_loadu_si512(in);
+  const __m512 even = f(_mm512_castsi512_ps(_mm512_slli_epi32(raw, 16)));
+  const __m512 odd = f(_mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xffff0000u)))));
+  __m512i packed;
+  if (!_kortestz_mask16_u8(_mm512_fpclass_ps_mask(even, kDenormalClass), _mm512_fpclass_ps_mask(odd, kDenormalClass)))
+      [[unlikely]]
+    packed = _mm512_inserti64x4(_mm512_castsi256_si512(to_bf16_exact(even)), to_bf16_exact(odd), 1);
+  else
+    packed = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
+  packed = _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), packed);
+  if (kTail) _mm512_mask_storeu_epi16(out, m, packed);
+  else _mm512_storeu_si512(out, packed);
+}
+template <class F>
+void unary_bf16_pairs(const uint16_t* in, uint16_t* out, size_t n, F f) {
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) unary_bf16_pair<false>(in + i, out + i, 0, f);
+  if (i < n) unary_bf16_pair<true>(in + i, out + i, static_cast<__mmask32>((uint64_t{1} << (n - i)) - 1), f);
+}
+
 // One output dtype per instantiation, so that the activation can be the one
 // accurate to it (with_activation<kBf16Out>). Operands of the output's dtype
 // (the common case) and a unary's operand of the other get loops with the
@@ -52,7 +82,9 @@ template <bool kBf16Out>
   constexpr std::bool_constant<!kBf16Out> other;
   with_activation<kBf16Out>(act, [&](auto f) {
     if (!b) {
-      if (a.bf16 == kBf16Out)
+      if (kBf16Out && a.bf16)
+        unary_bf16_pairs(static_cast<const uint16_t*>(a.data), static_cast<uint16_t*>(out.data), n, f);
+      else if (a.bf16 == kBf16Out)
         for_each_vector(n, [&](size_t i, __mmask16 m) { store(out.data, same, i, m, f(load(a.data, same, i, m))); });
       else
         for_each_vector(n, [&](size_t i, __mmask16 m) { store(out.data, same, i, m, f(load(a.data, other, i, m))); });
