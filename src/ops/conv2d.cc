@@ -1567,7 +1567,8 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
 }
 
 // Depthwise convolutions (multiplier 1) run Tessera's own kernels
-// (cpu/depthwise_kernels.h); their prepared weights are (kh * kw, C) float32.
+// (cpu/depthwise_kernels.h); their prepared weights are (kh * kw, C) float32,
+// then the same and the bias in pairs order (DepthwiseArgs::weights_pairs).
 // With the AVX-512 set, float32 compute: 3x3 kernels of stride 1 on every
 // map, and every shape up to 14x14 outputs (3x3 ones take the direct path,
 // the others the staged one). Per launch in a trace replay (kernel medians,
@@ -1634,6 +1635,11 @@ StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2
   TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(w.bias));
   args.weights = reinterpret_cast<const float*>(wa.page(0));
   args.bias = reinterpret_cast<const float*>(ba.page(0));
+  const uint64_t taps = uint64_t{g.kh} * g.kw, cp = align_up(g.cin, cpu::kPairsGroup);
+  if (w.weight.shape().volume() == taps * (g.cin + cp) + cp) {
+    args.weights_pairs = args.weights + taps * g.cin;
+    args.bias_pairs = args.weights_pairs + taps * cp;
+  }
   args.src_type = input.dtype();
   args.dst_type = pr.output.dtype;
   args.math = cpu::select_float_math();
@@ -1662,11 +1668,20 @@ StatusOr<Conv2dResult> depthwise_with_weights(const Tensor& input, const Tensor&
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(weight, p, weights_dtype, input.dtype()));
   TS_ASSIGN_OR_RETURN(const std::vector<float> b, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(std::vector<float> v, rounded.to_vector());  // (C, 1, kh, kw)
-  std::vector<float> m(v.size());
-  for (uint32_t c = 0; c < g.cin; ++c)
-    for (uint32_t k = 0; k < g.kh * g.kw; ++k) m[uint64_t{k} * g.cin + c] = v[uint64_t{c} * g.kh * g.kw + k];
-  // One row: the kernel reads (kh * kw, C) densely, with no page padding between taps.
-  TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{g.kh * g.kw * g.cin}, DataType::FLOAT32));
+  // One row: the kernel reads (kh * kw, C) densely, with no page padding
+  // between taps; then the same and the bias in pairs order
+  // (cpu::DepthwiseArgs::weights_pairs).
+  const uint64_t taps = uint64_t{g.kh} * g.kw, cp = align_up(g.cin, cpu::kPairsGroup);
+  std::vector<float> m(taps * (g.cin + cp) + cp, 0.0f);
+  float* pairs = m.data() + taps * g.cin;
+  for (uint32_t c = 0; c < g.cin; ++c) {
+    for (uint64_t k = 0; k < taps; ++k) {
+      m[k * g.cin + c] = v[c * taps + k];
+      pairs[k * cp + cpu::pairs_index(c)] = v[c * taps + k];
+    }
+    pairs[taps * cp + cpu::pairs_index(c)] = b[c];
+  }
+  TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{static_cast<uint32_t>(m.size())}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{g.cout}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));
   return launch_depthwise(input, w, pr, cq_id);

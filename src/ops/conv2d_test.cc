@@ -212,7 +212,9 @@ TEST(Conv2d, DepthwiseBfloat16KeepsDenormals) {
 // the same shapes; on AVX2-only CPUs every one
 // with bfloat16 rows in or out runs Tessera's AVX2 kernel; below AVX2,
 // oneDNN's. Each ISA set in turn, over: strides, dilation, asymmetric
-// padding, odd and > 1024 channel counts, batches, every activation class,
+// padding, odd and > 1024 channel counts (with bfloat16 rows: groups of 32
+// channels in pairs order, then a partial group or 16 or fewer in order, or
+// those alone), batches, every activation class,
 // both dtypes and block-float weights, rows whose last block of eight
 // pixels is partial, rows of blocks of seven (widths 7 divides and 8 does
 // not), blocks inside the map at both strides, a 5x3 kernel,
@@ -235,6 +237,8 @@ TEST(Conv2d, DepthwiseOwnKernel) {
       {1, 16, 20, 24, 24, 5, 3, 1, 1, 24, {2, 2, 1, 1}, UnaryOpType::MISH},
       {2, 28, 28, 40, 40, 3, 3, 2, 1, 40, {1, 1, 1, 1}, UnaryOpType::RELU6},  // stride 2, 7-pixel blocks (14 wide)
       {1, 9, 21, 33, 33, 3, 3, 1, 1, 33, {1, 1, 1, 1}, UnaryOpType::SILU},    // 7-pixel blocks, three per row
+      {1, 11, 19, 56, 56, 3, 3, 1, 1, 56, {1, 1, 1, 1}, UnaryOpType::RELU6},  // 32 channels, then a partial pair
+      {1, 12, 12, 56, 56, 3, 3, 2, 1, 56, {1, 1, 1, 1}, UnaryOpType::RELU6},
   };
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
     set_kernel_isa_limit(isa);

@@ -46,6 +46,22 @@ inline __m512 load_bf16(const uint16_t* p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(loadu_epi16(p, m)), 16));
 }
 
+// 32 bfloat16 values as two float32 vectors, even and odd elements (exact:
+// one instruction each, a shift and a mask, where widening 16 in order
+// takes two). Kernels that keep channels independent compute on the halves
+// and interleave them back when they round (pack_bf16_halves).
+inline __m512 bf16_even(__m512i raw) { return _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16)); }
+inline __m512 bf16_odd(__m512i raw) {
+  return _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+// 32 bfloat16 in order from 16 even elements (low half) and 16 odd ones
+// (high half) of `halves`: one vpermw.
+inline __m512i interleave_bf16_halves(__m512i halves) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), halves);
+}
+
 // Round to nearest even with NaN kept quiet and denormals kept; the same
 // bits as float_to_bfloat16. vcvtneps2bf16 (AVX512_BF16, which the AVX-512
 // kernels require) rounds the same way but flushes denormals to zero, so
@@ -80,6 +96,12 @@ constexpr int kDenormalClass = 0x20;  // vfpclassps category
 [[gnu::always_inline]] inline __m256i to_bf16_noting(__m512 f, __mmask16& denormal) {
   denormal |= _mm512_fpclass_ps_mask(f, kDenormalClass);
   return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(f));
+}
+// The even and odd halves of 32 values (bf16_even, bf16_odd) rounded by one
+// vcvtne2ps2bf16 and interleaved back, noting denormals as to_bf16_noting.
+[[gnu::always_inline]] inline __m512i pack_bf16_halves_noting(__m512 even, __m512 odd, __mmask16& denormal) {
+  denormal |= _mm512_fpclass_ps_mask(even, kDenormalClass) | _mm512_fpclass_ps_mask(odd, kDenormalClass);
+  return interleave_bf16_halves(reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even)));
 }
 
 }  // namespace tessera::cpu::avx512

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "avx512_activation.h"
 #include "depthwise_kernels.h"
+#include "tessera/base/aligned.h"
 
 namespace tessera::cpu::avx512 {
 
@@ -26,7 +28,8 @@ inline constexpr bool kCompactActivations = true;
 // loop over channels inside, so a block's input columns and its output
 // pixels are contiguous runs of memory. Accumulation order is the portable
 // kernel's: bias, then taps in (ky, kx) order. Blocks that reach past the
-// map's columns (kEdge) read zeros there, as the padding.
+// map's columns (kEdge) read zeros there, as the padding. bfloat16 rows in
+// and out go 32 channels at a time as even and odd halves (block_pairs).
 namespace direct3 {
 
 // The input rows R output rows read, in order, with each one's weights
@@ -35,6 +38,7 @@ template <int R>
 struct Rows {
   const std::byte* row[kMaxK + 1];  // pixel 0 of the input row
   const float* w[kMaxK + 1][R];
+  const float* wp[kMaxK + 1][R];    // the same in pairs order (block_pairs)
   uint32_t n = 0;
 };
 
@@ -50,11 +54,11 @@ struct Rows {
 // redoes its output rows with the portable loop, which keeps denormals.
 template <int S, int R, int P, bool kEdge, bool kBf16In, bool kBf16Out, class Act>
 void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, uint64_t in_stride,
-           std::byte* const* out, uint64_t out_stride, Act act, __mmask16& denormal) {
+           std::byte* const* out, uint64_t out_stride, Act act, __mmask16& denormal, uint32_t c_begin = 0) {
   constexpr int KW = 3, kCols = (P - 1) * S + KW;
   constexpr uint64_t ei = kBf16In ? 2 : 4;
   const int64_t w = a.w;
-  for (uint32_t cb = 0; cb < a.c; cb += 16) {
+  for (uint32_t cb = c_begin; cb < a.c; cb += 16) {
     const __mmask16 m = tail_mask(a.c - cb);
     const __m512 bias = _mm512_maskz_loadu_ps(m, a.bias + cb);
     __m512 acc[R][P];
@@ -95,6 +99,85 @@ void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, ui
   }
 }
 
+// bfloat16 rows in and out, weights in pairs order (DepthwiseArgs::
+// weights_pairs): blocks of 32 channels in two passes, one per half. A
+// 64-byte input column widens its even or its odd channels in one
+// instruction (bf16_even, bf16_odd) where load_bf16 takes two per 16
+// channels, on the two vector ports the FMAs use: 40 widening
+// instructions per two-row block of 144 FMAs instead of 80. The even pass
+// leaves its results, activated, on the stack; the odd pass rounds both
+// halves in one vcvtne2ps2bf16 and interleaves them
+// (pack_bf16_halves_noting), a 64-byte store per pixel.
+template <int S, int R, int P, bool kEdge, class Act>
+void block_pairs(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, uint64_t in_stride,
+                 std::byte* const* out, uint64_t out_stride, Act act, __mmask16& denormal, uint32_t c_end) {
+  constexpr int KW = 3, kCols = (P - 1) * S + KW;
+  const int64_t w = a.w;
+  const uint64_t cp = align_up(a.c, kPairsGroup);
+  alignas(64) float even[R][P][16];
+  for (uint32_t cb = 0; cb < c_end; cb += kPairsGroup) {
+    const uint32_t left = c_end - cb;
+    const bool full = left >= kPairsGroup;
+    const __mmask32 m = full ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << left) - 1);
+    auto pass = [&](auto odd) {
+      const uint32_t at = odd ? cb + kPairsGroup / 2 : cb;  // in the pairs order
+      const __m512 bias = _mm512_loadu_ps(a.bias_pairs + at);
+      __m512 acc[R][P];
+      _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r)
+        _Pragma("GCC unroll 8") for (int j = 0; j < P; ++j) acc[r][j] = bias;
+      for (uint32_t q = 0; q < rows.n; ++q) {
+        const std::byte* p = rows.row[q] + uint64_t{cb} * 2;
+        __m512 xs[kCols];
+        _Pragma("GCC unroll 32") for (int i = 0; i < kCols; ++i) {
+          const int64_t col = ix0 + i;
+          if (kEdge && (col < 0 || col >= w)) {
+            xs[i] = _mm512_setzero_ps();
+            continue;
+          }
+          const std::byte* in = p + static_cast<uint64_t>(col) * in_stride;
+          const __m512i raw = full ? _mm512_loadu_si512(in) : _mm512_maskz_loadu_epi16(m, in);
+          xs[i] = odd ? bf16_odd(raw) : bf16_even(raw);
+        }
+        _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r) {
+          const float* wq = rows.wp[q][r];
+          if (!wq) continue;
+          _Pragma("GCC unroll 3") for (int kx = 0; kx < KW; ++kx) {
+            const __m512 wv = _mm512_loadu_ps(wq + kx * cp + at);
+            _Pragma("GCC unroll 8") for (int j = 0; j < P; ++j)
+              acc[r][j] = _mm512_fmadd_ps(xs[j * S + kx], wv, acc[r][j]);
+          }
+        }
+      }
+      _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r)
+        _Pragma("GCC unroll 8") for (int j = 0; j < P; ++j) {
+          if (kEdge && j >= npx) break;
+          if constexpr (!odd) {
+            _mm512_store_ps(even[r][j], act(acc[r][j]));
+          } else {
+            const __m512i v = pack_bf16_halves_noting(_mm512_load_ps(even[r][j]), act(acc[r][j]), denormal);
+            std::byte* o = out[r] + j * out_stride + uint64_t{cb} * 2;
+            if (full) _mm512_storeu_si512(o, v);
+            else _mm512_mask_storeu_epi16(o, m, v);
+          }
+        }
+    };
+    pass(std::false_type{});
+    pass(std::true_type{});
+  }
+}
+
+// The channels block_pairs takes: all but a last 16 or fewer past a multiple
+// of 32, which `block` takes in order (16 channels in two halves would leave
+// half of each vector idle; MobileNetV2's 144), and none of 16 or fewer.
+// One core, data in cache, alternated (bench/RESULTS.md, thirty-fourth run):
+// 112x112x32 116-118 -> 100-102 us, 14x14x576 32-33 -> 27, 7x7x960 13.1 ->
+// 10.6-10.9, 56x56x144 (128 paired) 131-132 -> 120-125.
+inline uint32_t paired_channels(uint32_t c) {
+  if (c <= 16) return 0;
+  const uint32_t rest = c % kPairsGroup;
+  return rest != 0 && rest <= 16 ? c - rest : c;
+}
+
 // Output rows t .. t + rows - 1 again, by the portable loop, which rounds
 // to bfloat16 keeping denormals (depthwise_avx512.cc). Out of line and not a
 // template: rare, and the instantiations here already make these files the
@@ -107,6 +190,8 @@ template <int S, int R, int P, bool kBf16In, bool kBf16Out, class Act>
 void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
   constexpr int kCols = (P - 1) * S + 3;
+  constexpr bool kPairs = kBf16In && kBf16Out;  // block_pairs where the weights are there too
+  const uint32_t paired = kPairs && a.weights_pairs ? paired_channels(a.c) : 0;
   const uint32_t img = t / a.oh, oy = t % a.oh;
   Rows<R> rows;
   for (uint32_t q = 0; q < a.kh + R - 1; ++q) {
@@ -116,6 +201,9 @@ void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
     for (int r = 0; r < R; ++r) {
       const int64_t ky = int64_t{q} - r;
       rows.w[rows.n][r] = ky >= 0 && ky < a.kh ? a.weights + static_cast<uint64_t>(ky) * 3 * a.c : nullptr;
+      if (kPairs && a.weights_pairs)
+        rows.wp[rows.n][r] =
+            rows.w[rows.n][r] ? a.weights_pairs + static_cast<uint64_t>(ky) * 3 * align_up(a.c, kPairsGroup) : nullptr;
     }
     ++rows.n;
   }
@@ -137,10 +225,14 @@ void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
     for (uint32_t q = rows.n - fresh; q < rows.n; ++q)
       for (const std::byte* p = rows.row[q] + lo * in_stride; p < rows.row[q] + hi * in_stride; p += 64)
         _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-    if (npx == P && ix0 >= 0 && ix0 + kCols <= a.w)
-      block<S, R, P, false, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal);
+    const bool inside = npx == P && ix0 >= 0 && ix0 + kCols <= a.w;
+    if (paired && inside) block_pairs<S, R, P, false>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
+    else if (paired) block_pairs<S, R, P, true>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
+    if (paired == a.c) continue;
+    if (inside)
+      block<S, R, P, false, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
     else
-      block<S, R, P, true, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal);
+      block<S, R, P, true, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
   }
   if constexpr (kBf16Out)
     if (denormal) [[unlikely]]

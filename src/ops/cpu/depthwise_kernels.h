@@ -28,11 +28,24 @@ struct DepthwiseArgs {
   TensorAccess src, dst;
   const float* weights;  // (kh * kw, C) float32, rounded as the weights dtype asks
   const float* bias;     // (C) float32
+  // The same in pairs order, or null: per 32 channels the 16 even ones, then
+  // the 16 odd ones, zeros past C; (kh * kw, Cp) and (Cp), Cp = C rounded up
+  // to 32 (kPairsGroup). The AVX-512 direct path reads bfloat16 rows 32
+  // channels at a time as even and odd halves (depthwise_direct3.h).
+  const float* weights_pairs = nullptr;
+  const float* bias_pairs = nullptr;
   DataType src_type, dst_type;
   FloatMath math;
   UnaryWithParam activation;
   uint32_t n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, pad_t, pad_l;
 };
+
+inline constexpr uint32_t kPairsGroup = 32;
+// Position of channel c in the pairs order.
+inline uint32_t pairs_index(uint32_t c) {
+  const uint32_t g = c / kPairsGroup * kPairsGroup, k = c % kPairsGroup;
+  return g + (k % 2) * (kPairsGroup / 2) + k / 2;
+}
 
 // One task = one output row (image, oy).
 namespace avx512 {

@@ -46,18 +46,15 @@ namespace {
 // every bfloat16 store does.
 template <bool kTail, class F>
 [[gnu::always_inline]] inline void unary_bf16_pair(const uint16_t* in, uint16_t* out, __mmask32 m, F f) {
-  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i raw = kTail ? _mm512_maskz_loadu_epi16(m, in) : _mm512_loadu_si512(in);
-  const __m512 even = f(_mm512_castsi512_ps(_mm512_slli_epi32(raw, 16)));
-  const __m512 odd = f(_mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xffff0000u)))));
+  const __m512 even = f(bf16_even(raw));
+  const __m512 odd = f(bf16_odd(raw));
   __m512i packed;
   if (!_kortestz_mask16_u8(_mm512_fpclass_ps_mask(even, kDenormalClass), _mm512_fpclass_ps_mask(odd, kDenormalClass)))
       [[unlikely]]
-    packed = _mm512_inserti64x4(_mm512_castsi256_si512(to_bf16_exact(even)), to_bf16_exact(odd), 1);
+    packed = interleave_bf16_halves(_mm512_inserti64x4(_mm512_castsi256_si512(to_bf16_exact(even)), to_bf16_exact(odd), 1));
   else
-    packed = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
-  packed = _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), packed);
+    packed = interleave_bf16_halves(reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even)));
   if (kTail) _mm512_mask_storeu_epi16(out, m, packed);
   else _mm512_storeu_si512(out, packed);
 }
