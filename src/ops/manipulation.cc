@@ -51,6 +51,11 @@ struct GatherArgs {
   // Plain copies (whole_rows, packed) by non-temporal stores
   // (ops::streams_output).
   bool stream = false;
+  // Sources of `src_type` converted to the output's `out_type` as they are
+  // copied (concat's dtype): packed sources and output only, read along
+  // their rows (run_gather checks).
+  bool convert = false;
+  DataType src_type = DataType::FLOAT32, out_type = DataType::FLOAT32;
   alignas(8) std::byte fill[8] = {};  // the fill value in the output dtype (aligned: converted as one)
 };
 
@@ -70,6 +75,13 @@ Status gather_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
       cpu::stream_copy(dst, src, n);
     else
       std::memcpy(dst, src, n);
+  };
+  // `units` elements from src (in the sources' dtype) to dst.
+  auto move = [&](std::byte* dst, const std::byte* src, uint64_t units) {
+    if (g.convert)
+      convert_elements(src, g.src_type, dst, g.out_type, units);
+    else
+      copy(dst, src, units * g.out.unit_bytes);
   };
   if (g.whole_rows) {
     const uint64_t ub = g.out.unit_bytes, out_stride = g.out.uniform_row_stride();
@@ -123,17 +135,17 @@ Status gather_kernel(const void* raw, uint32_t row_begin, uint32_t row_end) {
         //   slice): a copy per row, evenly spaced, without the index
         //   arithmetic per row (a detection head's (80, 80, 3, 85) ->
         //   (3, 80, 80, 85) permute is 19200 rows per anchor).
-        const uint64_t ub = g.out.unit_bytes;
+        const uint64_t ub = g.out.unit_bytes, ib = s.access.unit_bytes;
         const bool back_to_back = c0 == 0 && n == width && last > 0 && s.stride[last - 1] == n;
         const bool lone = g.num_src == 1 && !g.has_fill && last > 0;
         if (back_to_back || lone)
           rows = std::min({s.hi[last - 1] - idx[last - 1], g.dims[last - 1] - idx[last - 1], row_end - r});
         std::byte* o = g.out.base + (uint64_t{r} * width + c0) * ub;
-        const std::byte* in = s.access.base + flat * ub;
+        const std::byte* in = s.access.base + flat * ib;
         if (back_to_back || rows == 1) {
-          copy(o, in, uint64_t{rows} * n * ub);
+          move(o, in, uint64_t{rows} * n);
         } else {
-          for (uint32_t j = 0; j < rows; ++j, o += width * ub, in += s.stride[last - 1] * ub) copy(o, in, uint64_t{n} * ub);
+          for (uint32_t j = 0; j < rows; ++j, o += width * ub, in += s.stride[last - 1] * ib) move(o, in, n);
         }
       } else if (s.stride[last] == 1) {
         for (uint32_t done = 0; done < n;) {
@@ -231,17 +243,30 @@ StatusOr<Tensor> run_gather(std::string_view op, std::span<const Tensor> inputs,
   args->rank = static_cast<uint32_t>(out_shape.rank());
   for (int d = 0; d < out_shape.rank(); ++d) args->dims[d] = out_shape[d];
   std::string key = fmt::format("{}:{}:", op, attrs);
+  TS_ASSIGN_OR_RETURN(args->out, make_access(out));
+  const uint32_t last = args->rank - 1;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    // The kernel copies elements as they are: it converts no dtype.
-    if (inputs[k].dtype() != out_type)
-      return internal_error("{}: the gather copies {} elements, not into {}", op, data_type_name(inputs[k].dtype()),
-                            data_type_name(out_type));
+    // The kernel converts only packed rows of one dtype (GatherArgs::convert);
+    // others gather in their dtype, then convert in a second launch.
+    if (inputs[k].dtype() != out_type) {
+      TS_ASSIGN_OR_RETURN(TensorAccess in, make_access(inputs[k]));
+      if (inputs[k].dtype() != first.dtype() || !is_floating(out_type))
+        return internal_error("{}: the gather converts one float dtype, found {} and {} into {}", op,
+                              data_type_name(first.dtype()), data_type_name(inputs[k].dtype()), data_type_name(out_type));
+      if (fill || !in.is_packed() || !args->out.is_packed() || sources[k].stride[last] != 1) {
+        out = Tensor();
+        TS_ASSIGN_OR_RETURN(Tensor same, run_gather<N>(op, inputs, sources, out_shape, first.dtype(), p, fill, attrs));
+        return typecast(same, out_type, p.cq_id);
+      }
+      args->convert = true;
+      args->src_type = first.dtype();
+      args->out_type = out_type;
+    }
     args->src[k] = sources[k];
     TS_ASSIGN_OR_RETURN(args->src[k].access, make_access(inputs[k]));
     args->in_width[k] = inputs[k].shape()[-1];
     key += inputs[k].spec().to_string() + ",";
   }
-  TS_ASSIGN_OR_RETURN(args->out, make_access(out));
   if (fill) {
     args->has_fill = true;
     convert_elements(reinterpret_cast<const std::byte*>(&*fill), DataType::FLOAT32, args->fill, out_type, 1);
@@ -251,7 +276,6 @@ StatusOr<Tensor> run_gather(std::string_view op, std::span<const Tensor> inputs,
   // cached program's name stays true. A UNet's 480x640 concat of two
   // 32-channel maps spent most of its time on the per-row index arithmetic
   // of the general loop (47% of the copy bandwidth).
-  const uint32_t last = args->rank - 1;
   bool whole = !fill && args->out.uniform_row_stride() != 0;
   for (size_t k = 0; k < inputs.size() && whole; ++k) {
     const GatherSource& s = args->src[k];
@@ -267,16 +291,17 @@ StatusOr<Tensor> run_gather(std::string_view op, std::span<const Tensor> inputs,
   args->whole_rows = whole;
   bool packed = args->out.is_packed();
   for (size_t k = 0; k < inputs.size() && packed; ++k)
-    packed = inputs[k].dtype() == out_type && args->src[k].access.is_packed() &&
-             args->src[k].access.unit_bytes == args->out.unit_bytes;
+    packed = args->convert || (inputs[k].dtype() == out_type && args->src[k].access.is_packed() &&
+                               args->src[k].access.unit_bytes == args->out.unit_bytes);
   args->packed = packed;
   // Plain copies read as many bytes as they write.
-  args->stream = (whole || packed) && !fill && ops::streams_output(device, 2 * out_spec.storage_bytes());
+  args->stream = (whole || packed) && !fill && !args->convert && ops::streams_output(device, 2 * out_spec.storage_bytes());
   const uint32_t rows = static_cast<uint32_t>(out_shape.volume() / out_shape[-1]);
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
     prog.kernel = gather_kernel<N>;
-    prog.kernel_name = fmt::format("any_{}__{}{}", op, whole ? "rows" : "gather", args->stream ? "_streamed" : "");
+    prog.kernel_name = fmt::format("any_{}__{}{}{}", op, whole ? "rows" : "gather", args->stream ? "_streamed" : "",
+                                   args->convert ? "_converted" : "");
     prog.num_tasks = rows;
     prog.grain = ops::default_grain(device, rows, out_spec.storage_bytes() * 2, ops::kMinChunkBytesStreaming);
     return prog;
@@ -628,6 +653,11 @@ StatusOr<Tensor> slice(const Tensor& input, const SliceParams& sl, const Manipul
 }
 
 StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim, const ManipulationParams& p) {
+  if (inputs.empty()) return invalid_argument_error("concat: expected at least one input");
+  return concat(inputs, dim, inputs[0].dtype(), p);
+}
+
+StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim, DataType dtype, const ManipulationParams& p) {
   constexpr int kMaxInputs = 16;
   if (inputs.empty()) return invalid_argument_error("concat: expected at least one input");
   if (inputs.size() > kMaxInputs)
@@ -657,13 +687,16 @@ StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim, const Manipulat
     total += t.shape()[d];
   }
   if (total > UINT32_MAX) return invalid_argument_error("concat: dim {} would have {} elements", d, total);
+  if (dtype != inputs[0].dtype() && (!is_floating(dtype) || !is_floating(inputs[0].dtype())))
+    return invalid_argument_error("concat: converts between float dtypes only, found {} into {}",
+                                  data_type_name(inputs[0].dtype()), data_type_name(dtype));
   std::array<uint32_t, kMaxRank> dims{};
   for (int i = 0; i < rank; ++i) dims[static_cast<size_t>(i)] = i == d ? static_cast<uint32_t>(total) : s0[i];
   const Shape out(std::span<const uint32_t>(dims.data(), static_cast<size_t>(rank)));
   const std::span<GatherSource> srcs(sources.data(), inputs.size());
   const std::string attrs = fmt::format("dim{}", d);
-  if (inputs.size() <= 2) return run_gather<2>("concat", inputs, srcs, out, inputs[0].dtype(), p, std::nullopt, attrs);
-  return run_gather<kMaxInputs>("concat", inputs, srcs, out, inputs[0].dtype(), p, std::nullopt, attrs);
+  if (inputs.size() <= 2) return run_gather<2>("concat", inputs, srcs, out, dtype, p, std::nullopt, attrs);
+  return run_gather<kMaxInputs>("concat", inputs, srcs, out, dtype, p, std::nullopt, attrs);
 }
 
 namespace {

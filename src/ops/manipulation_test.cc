@@ -221,6 +221,60 @@ TEST(Concat, DetectorHeadsMatchReference) {
   }
 }
 
+// concat into another float dtype: the values are those of a concat, then a
+// typecast, bit for bit. Packed rows convert as they are copied (one
+// launch, "_converted"): a detector's heads along the boxes, the last dim,
+// dim 0. Inputs in L1 banks are not packed: a concat, then a typecast.
+TEST(Concat, IntoAnotherDtypeMatchesConcatThenTypecast) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  struct Case {
+    std::vector<Shape> shapes;
+    int dim;
+  };
+  const Case cases[] = {
+      {{Shape{1, 4800, 85}, Shape{1, 1200, 85}, Shape{1, 300, 85}}, 1},
+      {{Shape{2, 7, 5, 3}, Shape{2, 7, 5, 14}, Shape{2, 7, 5, 27}}, -1},
+      {{Shape{3, 5, 17}, Shape{1, 5, 17}}, 0},
+  };
+  for (DataType from : kTypes)
+    for (DataType to : kTypes) {
+      if (from == to) continue;
+      for (const Case& c : cases)
+        for (const MemoryConfig& mc : {DRAM_MEMORY_CONFIG, L1_MEMORY_CONFIG}) {
+          if (mc == L1_MEMORY_CONFIG && c.dim == 1) continue;  // the heads do not fit L1
+          SCOPED_TRACE(fmt::format("{} -> {}, dim {}, {}", data_type_name(from), data_type_name(to), c.dim,
+                                   mc.to_string()));
+          std::vector<Tensor> hosts, devs;
+          for (size_t k = 0; k < c.shapes.size(); ++k) {
+            hosts.push_back(testing::random_tensor(c.shapes[k], from, Layout::ROW_MAJOR, static_cast<uint32_t>(50 + k)));
+            ASSERT_OK_AND_ASSIGN(Tensor d, to_device(hosts.back(), *dev, mc));
+            devs.push_back(d);
+          }
+          ASSERT_OK_AND_ASSIGN(Tensor same, concat(devs, c.dim));
+          ASSERT_OK_AND_ASSIGN(Tensor want, typecast(same, to));
+          ASSERT_OK(enable_profiler(*dev));
+          ASSERT_OK_AND_ASSIGN(Tensor y, concat(devs, c.dim, to));
+          ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+          ASSERT_OK(disable_profiler(*dev));
+          EXPECT_EQ(y.dtype(), to);
+          EXPECT_EQ(y.shape(), want.shape());
+          ASSERT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want.cpu().value()));
+          if (mc == DRAM_MEMORY_CONFIG) {
+            ASSERT_EQ(prof.ops.size(), 1u);
+            EXPECT_THAT(prof.ops[0].kernel_name, ::testing::EndsWith("_converted"));
+          } else {
+            ASSERT_EQ(prof.ops.size(), 2u);
+          }
+        }
+    }
+  // Only float dtypes, and a clear error otherwise.
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(testing::random_tensor(Shape{2, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
+  const Tensor two[] = {d, d};
+  auto bad = concat(two, 0, DataType::BFLOAT8_B);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("bfloat8_b"));
+}
+
 // Along the last dim of row-major DRAM tensors each output row is one copy
 // per input (the whole-rows path); odd widths, several inputs, both dtypes.
 TEST(Concat, LastDimOfDramRowsMatchesReference) {

@@ -989,7 +989,9 @@ Status CompiledModel::Impl::lower(size_t ni) {
         TS_ASSIGN_OR_RETURN(Tensor t, out_nhwc ? as_nhwc(s, ins[k], cq) : plain(s, ins[k], cq));
         ts.push_back(std::move(t));
       }
-      TS_ASSIGN_OR_RETURN(Tensor out, concat(ts, dim, {.cq_id = cq}));
+      // A graph output in a bfloat16 run leaves in float32, converted as it
+      // is copied (out_dtype).
+      TS_ASSIGN_OR_RETURN(Tensor out, concat(ts, dim, out_dtype(y).value_or(ts[0].dtype()), {.cq_id = cq}));
       return put(s, y, out);
     });
     return ok_status();

@@ -19,7 +19,11 @@
 //                  dim, as Python slices);
 //   concat         along `dim`; every other dim equal, one dtype. A channel
 //                  concat of height-sharded NHWC activations into a
-//                  height-sharded output is the UNet's skip connection;
+//                  height-sharded output is the UNet's skip connection.
+//                  With `dtype` (float dtypes), the output is converted as
+//                  it is copied: one launch for packed rows (a bfloat16
+//                  detector's heads into its float32 output), else a
+//                  concat and a typecast;
 //   convert_to_hwc (1, 1, C, H*W) channels-first rows -> (1, 1, H*W, C);
 //   convert_to_chw the inverse, with an optional output dtype (float dtypes).
 #pragma once
@@ -51,6 +55,7 @@ struct SliceParams {
 StatusOr<Tensor> slice(const Tensor& input, const SliceParams& slice, const ManipulationParams& params = {});
 
 StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim, const ManipulationParams& params = {});
+StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim, DataType dtype, const ManipulationParams& params = {});
 
 StatusOr<Tensor> convert_to_hwc(const Tensor& input, const ManipulationParams& params = {});
 StatusOr<Tensor> convert_to_chw(const Tensor& input, std::optional<DataType> dtype = std::nullopt,
