@@ -332,6 +332,10 @@ struct TransposeArgs {
   uint32_t p_tile;                // p per task: a tile of at least ~1024 elements
   uint32_t in_w, out_w;           // row widths (in_w divides p, out_w divides c)
   uint64_t in_stride, out_stride; // bytes from one row to the next
+  // Dense rows of a few channels (an image) converted from `in_type` to the
+  // output's `out_type` on the way (unit: the output's element size).
+  bool convert = false;
+  DataType in_type = DataType::FLOAT32, out_type = DataType::FLOAT32;
 };
 constexpr uint32_t kTransposeTile = 32;
 
@@ -458,6 +462,24 @@ void transpose_dense(const std::byte* in_bytes, std::byte* out_bytes, uint32_t c
 // Tiles of kDenseTile c by p_tile p (kDenseTile, or longer runs when c is a few channels).
 uint32_t dense_p_tile(uint32_t c) { return c <= 4 ? 4096 : kDenseTile; }
 
+// A converting tile (TransposeArgs::convert): runs of each channel's row
+// converted into a buffer in the output dtype, then interleaved from there.
+void transpose_dense_converted(const TransposeArgs& a, uint32_t b, uint32_t j0, uint32_t j1) {
+  constexpr uint32_t kRun = 1024;
+  alignas(64) std::byte buf[4 * kRun * 4];
+  const uint32_t ui = element_size(a.in_type);
+  const std::byte* in = a.in + uint64_t{b} * a.c * a.p * ui;
+  std::byte* out = a.out + uint64_t{b} * a.c * a.p * a.unit;
+  for (uint32_t j = j0; j < j1; j += kRun) {
+    const uint32_t n = std::min(kRun, j1 - j);
+    for (uint32_t i = 0; i < a.c; ++i)
+      convert_elements(in + (uint64_t{i} * a.p + j) * ui, a.in_type, buf + uint64_t{i} * n * a.unit, a.out_type, n);
+    std::byte* o = out + uint64_t{j} * a.c * a.unit;
+    if (a.unit == 2) transpose_dense<uint16_t>(buf, o, a.c, n, 0, a.c, 0, n);
+    else transpose_dense<uint32_t>(buf, o, a.c, n, 0, a.c, 0, n);
+  }
+}
+
 Status transpose_dense_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const TransposeArgs*>(raw);
   const uint32_t pw = dense_p_tile(a.c);
@@ -465,6 +487,10 @@ Status transpose_dense_kernel(const void* raw, uint32_t begin, uint32_t end) {
   for (uint32_t t = begin; t < end; ++t) {  // (batch, tile of c, tile of p), p fastest
     const uint32_t b = t / (ct * pt), i0 = t / pt % ct * kDenseTile, j0 = t % pt * pw;
     const uint32_t i1 = std::min(a.c, i0 + kDenseTile), j1 = std::min(a.p, j0 + pw);
+    if (a.convert) {
+      transpose_dense_converted(a, b, j0, j1);
+      continue;
+    }
     const uint64_t off = uint64_t{b} * a.c * a.p * a.unit;
     const std::byte* in = a.in + off;
     std::byte* out = a.out + off;
@@ -539,7 +565,15 @@ StatusOr<Tensor> reshape(const Tensor& input, const Shape& shape, const Manipula
 }
 
 StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, const ManipulationParams& p) {
+  return permute(input, perm, input.dtype(), p);
+}
+
+StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, DataType dtype, const ManipulationParams& p) {
   TS_RETURN_IF_ERROR(check_input(input, "permute"));
+  const bool convert = dtype != input.dtype();
+  if (convert && (!is_floating(dtype) || !is_floating(input.dtype())))
+    return invalid_argument_error("permute: converts between float dtypes only, found {} into {}",
+                                  data_type_name(input.dtype()), data_type_name(dtype));
   const int rank = input.shape().rank();
   if (static_cast<int>(perm.size()) != rank)
     return invalid_argument_error("permute: expected {} dims in the permutation of {}, found {}", rank,
@@ -562,24 +596,30 @@ StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, const M
   for (int& d : norm) d = normalize_dim(d, rank);
   if (const auto bcp = group_swap(input.shape(), norm); bcp && out.volume() > 0) {
     Device& device = *input.device();
-    const TensorSpec spec{out, input.dtype(), Layout::ROW_MAJOR,
+    const TensorSpec spec{out, dtype, Layout::ROW_MAJOR,
                           p.memory_config.value_or(MemoryConfig{TensorMemoryLayout::INTERLEAVED,
                                                                 input.memory_config().buffer_type, std::nullopt})};
     TS_RETURN_IF_ERROR(spec.validate_for_device(device.descriptor()).annotate("permute"));
     TS_ASSIGN_OR_RETURN(Tensor y, allocate_tensor_on_device(spec, device));
     TS_ASSIGN_OR_RETURN(TensorAccess ia, make_access(input));
     TS_ASSIGN_OR_RETURN(TensorAccess oa, make_access(y));
-    const uint32_t unit = element_size(input.dtype());
+    const uint32_t unit = element_size(dtype), in_unit = element_size(input.dtype());
     // Packed storage is one long row; otherwise rows are the last dims.
     const uint32_t c = (*bcp)[1], pp = (*bcp)[2];
     const uint32_t in_w = ia.is_packed() ? pp : input.shape()[-1], out_w = oa.is_packed() ? c : out[-1];
-    const uint64_t in_stride = ia.is_packed() ? uint64_t{pp} * unit : ia.uniform_row_stride(),
+    const uint64_t in_stride = ia.is_packed() ? uint64_t{pp} * in_unit : ia.uniform_row_stride(),
                    out_stride = oa.is_packed() ? uint64_t{c} * unit : oa.uniform_row_stride();
-    if (in_stride != 0 && out_stride != 0 && (unit == 1 || unit == 2 || unit == 4 || unit == 8)) {
+    // Dense rows both ways: tiles that read and write along rows.
+    const bool dense = in_stride == uint64_t{in_w} * in_unit && out_stride == uint64_t{out_w} * unit;
+    // Conversions on the way: an image's few channels, float32 and bfloat16.
+    const bool converts_here = dense && c <= 4 && (unit == 2 || unit == 4) && (in_unit == 2 || in_unit == 4);
+    if (in_stride != 0 && out_stride != 0 && (unit == 1 || unit == 2 || unit == 4 || unit == 8) &&
+        (!convert || converts_here)) {
       const uint32_t p_tile = std::max(kTransposeTile, 1024 / std::max(c, 1u) / kTransposeTile * kTransposeTile);
-      const TransposeArgs args{ia.base, oa.base, (*bcp)[0], c, pp, unit, p_tile, in_w, out_w, in_stride, out_stride};
-      // Dense rows both ways: tiles that read and write along rows.
-      const bool dense = in_stride == uint64_t{in_w} * unit && out_stride == uint64_t{out_w} * unit;
+      TransposeArgs args{ia.base, oa.base, (*bcp)[0], c, pp, unit, p_tile, in_w, out_w, in_stride, out_stride};
+      args.convert = convert;
+      args.in_type = input.dtype();
+      args.out_type = dtype;
       const uint32_t tiles = dense ? ((c + kDenseTile - 1) / kDenseTile) * ((pp + dense_p_tile(c) - 1) / dense_p_tile(c))
                                    : (args.p + p_tile - 1) / p_tile;
       const uint32_t tasks = args.batches * tiles;
@@ -588,13 +628,18 @@ StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, const M
       TS_RETURN_IF_ERROR(ops::launch(device, p.cq_id, key, [&]() -> StatusOr<Program> {
         Program prog;
         prog.kernel = dense ? transpose_dense_kernel : transpose_kernel;
-        prog.kernel_name = dense ? "any_permute__transpose_tiles" : "any_permute__transpose";
+        prog.kernel_name = fmt::format("any_permute__{}{}", dense ? "transpose_tiles" : "transpose",
+                                       convert ? "_converted" : "");
         prog.num_tasks = tasks;
         prog.grain = ops::default_grain(device, tasks, spec.storage_bytes() * 2, ops::kMinChunkBytesStreaming);
         return prog;
       }, args));
       return y;
     }
+  }
+  if (convert) {  // a permute, then a typecast
+    TS_ASSIGN_OR_RETURN(Tensor moved, permute(input, perm, p));
+    return typecast(moved, dtype, p.cq_id);
   }
   return gather_one("permute", input, s, out, p, std::nullopt, fmt::format("{}", fmt::join(norm, ",")));
 }

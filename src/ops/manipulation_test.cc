@@ -133,6 +133,55 @@ TEST(Permute, DenseGroupSwapRunsTheTileKernel) {
       }
 }
 
+// permute into another float dtype: bit for bit a permute, then a typecast.
+// An image's NCHW -> NHWC move (at most four channels, dense rows) converts
+// on the way in one launch, in runs of 1024 pixels (maps of more, and a
+// last partial run); other permutes take two launches. Two workers, so
+// that tiles split the pixels.
+TEST(Permute, IntoAnotherDtypeMatchesPermuteThenTypecast) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const int nhwc[] = {0, 2, 3, 1}, nchw[] = {0, 3, 1, 2};
+  const std::pair<Shape, bool> cases[] = {
+      {Shape{1, 3, 67, 97}, true}, {Shape{2, 4, 33, 131}, true}, {Shape{1, 1, 5, 7}, true},
+      {Shape{1, 2, 80, 80}, true}, {Shape{1, 5, 9, 11}, false},  // five channels: two launches
+  };
+  for (const auto& [s, one] : cases)
+    for (DataType from : kTypes)
+      for (DataType to : kTypes) {
+        if (from == to) continue;
+        SCOPED_TRACE(fmt::format("{} {} -> {}", s.to_string(), data_type_name(from), data_type_name(to)));
+        Tensor h = testing::random_tensor(s, from, Layout::ROW_MAJOR, 9);
+        ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor moved, permute(d, nhwc));
+        ASSERT_OK_AND_ASSIGN(Tensor want, typecast(moved, to));
+        ASSERT_OK(enable_profiler(*dev));
+        ASSERT_OK_AND_ASSIGN(Tensor y, permute(d, nhwc, to));
+        ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+        ASSERT_OK(disable_profiler(*dev));
+        EXPECT_EQ(y.dtype(), to);
+        ASSERT_EQ(y.shape(), want.shape());
+        EXPECT_EQ(testing::host_bytes(y.cpu().value()), testing::host_bytes(want.cpu().value()));
+        if (one) {
+          ASSERT_EQ(prof.ops.size(), 1u);
+          EXPECT_EQ(prof.ops[0].kernel_name, "any_permute__transpose_tiles_converted");
+        } else {
+          EXPECT_EQ(prof.ops.size(), 2u);
+        }
+        // Back to NCHW: more than four channels per pixel, two launches.
+        ASSERT_OK_AND_ASSIGN(Tensor back, permute(y, nchw, from));
+        ASSERT_OK_AND_ASSIGN(Tensor want_back, typecast(permute(y, nchw).value(), from));
+        EXPECT_EQ(testing::host_bytes(back.cpu().value()), testing::host_bytes(want_back.cpu().value()));
+      }
+  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(testing::random_tensor(Shape{1, 3, 4, 4}, DataType::FLOAT32,
+                                                                  Layout::ROW_MAJOR, 1), *dev));
+  auto bad = permute(d, nhwc, DataType::BFLOAT8_B);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("bfloat8_b"));
+  auto ints = permute(d, nhwc, DataType::UINT32);
+  ASSERT_FALSE(ints.ok());
+  EXPECT_THAT(std::string(ints.status().message()), ::testing::HasSubstr("float dtypes only, found float32 into uint32"));
+}
+
 TEST(Pad, MatchesReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   using P = std::vector<std::array<uint32_t, 2>>;
@@ -273,6 +322,9 @@ TEST(Concat, IntoAnotherDtypeMatchesConcatThenTypecast) {
   auto bad = concat(two, 0, DataType::BFLOAT8_B);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("bfloat8_b"));
+  auto ints = concat(two, 0, DataType::UINT32);
+  ASSERT_FALSE(ints.ok());
+  EXPECT_THAT(std::string(ints.status().message()), ::testing::HasSubstr("float dtypes only, found float32 into uint32"));
 }
 
 // Along the last dim of row-major DRAM tensors each output row is one copy

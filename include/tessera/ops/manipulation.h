@@ -11,7 +11,10 @@
 //   reshape        same volume, elements in the same row-major order; a view
 //                  sharing the input's storage (no launch) when the bytes
 //                  need not move (Tensor::view), else a copy;
-//   permute        output dim i is input dim perm[i];
+//   permute        output dim i is input dim perm[i]. With `dtype` (float
+//                  dtypes), the output is converted on the way: one launch
+//                  for an image's NCHW -> NHWC move (at most four channels,
+//                  dense rows), else a permute and a typecast;
 //   pad            `padding[i] = {before, after}` for each dim (missing
 //                  leading dims are unpadded), filled with `value` converted
 //                  to the dtype;
@@ -44,6 +47,8 @@ struct ManipulationParams {
 
 StatusOr<Tensor> reshape(const Tensor& input, const Shape& shape, const ManipulationParams& params = {});
 StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, const ManipulationParams& params = {});
+StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm, DataType dtype,
+                         const ManipulationParams& params = {});
 StatusOr<Tensor> pad(const Tensor& input, std::span<const std::array<uint32_t, 2>> padding, float value = 0.0f,
                      const ManipulationParams& params = {});
 
