@@ -190,15 +190,16 @@ struct CompiledModel::Impl {
   // image: permute with a dtype), where a typecast and a permute took two
   // (YOLO in bfloat16: 0.45 + 0.18 ms).
   std::vector<bool> graph_input;  // per value
+  uint8_t step_cq = 0;            // the queue run_steps runs on (get's typecast)
   bool in_caller_dtype(const Slots& s, int v) const {
     const auto& t = s[static_cast<size_t>(v)];
     return graph_input[static_cast<size_t>(v)] && t && t->dtype() != act_dtype();
   }
-  StatusOr<Tensor> get(Slots& s, int v, uint8_t cq = 0) {
+  StatusOr<Tensor> get(Slots& s, int v) {
     if (g.is_constant(v)) return constant(v);
     auto& t = s[static_cast<size_t>(v)];
     if (!t) return internal_error("value '{}' is read before it is computed (or after its release)", g.value(v).name);
-    if (in_caller_dtype(s, v)) { TS_ASSIGN_OR_RETURN(t, typecast(*t, act_dtype(), cq)); }
+    if (in_caller_dtype(s, v)) { TS_ASSIGN_OR_RETURN(t, typecast(*t, act_dtype(), step_cq)); }
     return *t;
   }
   // One channel or one pixel: NCHW and NHWC hold the same bytes.
@@ -221,7 +222,7 @@ struct CompiledModel::Impl {
   StatusOr<Tensor> as_nhwc(Slots& s, int v, uint8_t cq, bool dense = false) {
     const bool moves = !nhwc[static_cast<size_t>(v)] && !same_bytes_either_layout(v);
     const bool converts = moves && in_caller_dtype(s, v);  // a graph input: converted as it moves
-    TS_ASSIGN_OR_RETURN(Tensor t, converts ? *s[static_cast<size_t>(v)] : get(s, v, cq));
+    TS_ASSIGN_OR_RETURN(Tensor t, converts ? *s[static_cast<size_t>(v)] : get(s, v));
     if (nhwc[static_cast<size_t>(v)]) return t;
     const DataType dt = converts ? act_dtype() : t.dtype();
     const Dims& d4 = dims(v);
@@ -1408,6 +1409,7 @@ uint64_t CompiledModel::Impl::per_run(size_t ni, uint64_t work) const {
 }
 
 Status CompiledModel::Impl::run_steps(size_t begin, size_t end, Slots& s, uint8_t cq, bool group) {
+  step_cq = cq;
   for (size_t i = begin; i < end;) {
     auto mb = std::find_if(micro_batches.begin(), micro_batches.end(), [&](const MicroBatch& m) { return m.begin == i; });
     if (!group && mb != micro_batches.end()) {
