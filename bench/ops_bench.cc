@@ -75,8 +75,8 @@ std::vector<Layer> read_layers(const std::string& path) {
     // Checked here, before the measurements and the table's first row start; the
     // ops prepare() builds (its own fallback error stays for a name added here only).
     static const std::set<std::string> kOps = {"add_relu", "silu",    "maxpool", "gap",      "dwconv",    "convT",
-                                               "upnearest", "upbilinear", "concat", "typecast", "permute5", "rowconcat",
-                                               "fc"};
+                                               "upnearest", "upbilinear", "concat", "typecast", "image_in", "permute5",
+                                               "rowconcat", "fc"};
     if (!kOps.count(l.op)) {
       std::string known;
       for (const std::string& op : kOps) known += " " + op;
@@ -165,6 +165,17 @@ Prepared prepare(Device& dev, const Layer& l, DataType dt) {
     const DataType to = dt == DataType::FLOAT32 ? DataType::BFLOAT16 : DataType::FLOAT32;
     p.run = [=] { (void)value_or_die(typecast(x, to)); };
     p.bytes = 6.0 * x_shape.volume();
+  } else if (l.op == "image_in") {
+    // A model's (1, c, h, w) image to NHWC in the other dtype, in one launch
+    // (permute with a dtype): float32 -> bfloat16 for bfloat16 compute (the
+    // f32 columns), and back (the bf16 columns).
+    const DataType to = dt == DataType::FLOAT32 ? DataType::BFLOAT16 : DataType::FLOAT32;
+    Tensor img = device_tensor(dev, Shape{1, l.c, l.h, l.w}, dt);
+    p.run = [=] {
+      const int perm[] = {0, 2, 3, 1};
+      (void)value_or_die(permute(img, perm, to));
+    };
+    p.bytes = 6.0 * img.shape().volume();
   } else if (l.op == "permute5") {
     // A detection head's (1, h, w, anchors, outputs) -> (1, anchors, h, w, outputs).
     Tensor t = device_tensor(dev, Shape{1, l.h, l.w, l.p1, l.c}, dt);

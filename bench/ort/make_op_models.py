@@ -22,7 +22,7 @@ def init(name, shape, scale=0.05):
 
 # Layers without an ONNX Runtime model: onnxruntime-node cannot hand back a
 # bfloat16 tensor, the output of a Cast to bfloat16.
-NO_ANCHOR = {"typecast"}
+NO_ANCHOR = {"typecast", "image_in"}
 
 
 def model(op, h, w, c, p1, p2, p3):
