@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "depthwise_kernels.h"
-#include "tessera/base/aligned.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/tessera.h"
 
@@ -49,22 +48,18 @@ int main() {
     Tensor y = Tensor::from_vector(std::vector<float>(size_t{oh} * ow * s.c), Shape{1, 1, oh * ow, s.c},
                                    DataType::BFLOAT16)
                    .value();
-    // Plain (taps, C) weights and bias, then the same in pairs order, as
-    // conv2d prepares them.
-    const uint32_t cp = static_cast<uint32_t>(align_up(s.c, cpu::kPairsGroup));
-    std::vector<float> w(9 * s.c), b(s.c), pairs(9 * cp + cp, 0.0f);
+    // Weights (C, 3x3) and bias, prepared as conv2d prepares them.
+    const cpu::DepthwiseWeightsLayout layout(3, 3, s.c);
+    std::vector<float> w(9 * s.c), b(s.c), packed(layout.size());
     for (uint32_t c = 0; c < s.c; ++c) {
       b[c] = 0.01f * static_cast<float>(c % 5);
-      pairs[9 * cp + cpu::pairs_index(c)] = b[c];
-      for (uint32_t k = 0; k < 9; ++k) {
-        w[k * s.c + c] = 0.01f * static_cast<float>((c + k) % 7);
-        pairs[k * cp + cpu::pairs_index(c)] = w[k * s.c + c];
-      }
+      for (uint32_t k = 0; k < 9; ++k) w[c * 9 + k] = 0.01f * static_cast<float>((c + k) % 7);
     }
+    cpu::pack_depthwise_weights(layout, w.data(), b.data(), packed.data());
     cpu::DepthwiseArgs a{};
     a.src = make_access(x).value();
     a.dst = make_access(y).value();
-    a.weights = w.data();
+    a.weights = packed.data();
     a.bias = b.data();
     a.src_type = a.dst_type = DataType::BFLOAT16;
     a.math = cpu::select_float_math();
@@ -76,8 +71,8 @@ int main() {
     for (int round = 0; round < 40; ++round)
       for (int k = 0; k < 2; ++k) {
         const int pairs_on = (k + round) % 2;
-        a.weights_pairs = pairs_on ? pairs.data() : nullptr;
-        a.bias_pairs = pairs_on ? pairs.data() + 9 * cp : nullptr;
+        a.weights_pairs = pairs_on ? packed.data() + layout.weights_pairs() : nullptr;
+        a.bias_pairs = pairs_on ? packed.data() + layout.bias_pairs() : nullptr;
         const auto t0 = std::chrono::steady_clock::now();
         for (int r = 0; r < 20; ++r) (void)cpu::avx512::depthwise_kernel(&a, 0, oh);
         us[pairs_on].push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20);

@@ -1635,10 +1635,10 @@ StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2
   TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(w.bias));
   args.weights = reinterpret_cast<const float*>(wa.page(0));
   args.bias = reinterpret_cast<const float*>(ba.page(0));
-  const uint64_t taps = uint64_t{g.kh} * g.kw, cp = align_up(g.cin, cpu::kPairsGroup);
-  if (w.weight.shape().volume() == taps * (g.cin + cp) + cp) {
-    args.weights_pairs = args.weights + taps * g.cin;
-    args.bias_pairs = args.weights_pairs + taps * cp;
+  const cpu::DepthwiseWeightsLayout layout(g.kh, g.kw, g.cin);
+  if (w.weight.shape().volume() == layout.size()) {
+    args.weights_pairs = args.weights + layout.weights_pairs();
+    args.bias_pairs = args.weights + layout.bias_pairs();
   }
   args.src_type = input.dtype();
   args.dst_type = pr.output.dtype;
@@ -1671,16 +1671,9 @@ StatusOr<Conv2dResult> depthwise_with_weights(const Tensor& input, const Tensor&
   // One row: the kernel reads (kh * kw, C) densely, with no page padding
   // between taps; then the same and the bias in pairs order
   // (cpu::DepthwiseArgs::weights_pairs).
-  const uint64_t taps = uint64_t{g.kh} * g.kw, cp = align_up(g.cin, cpu::kPairsGroup);
-  std::vector<float> m(taps * (g.cin + cp) + cp, 0.0f);
-  float* pairs = m.data() + taps * g.cin;
-  for (uint32_t c = 0; c < g.cin; ++c) {
-    for (uint64_t k = 0; k < taps; ++k) {
-      m[k * g.cin + c] = v[c * taps + k];
-      pairs[k * cp + cpu::pairs_index(c)] = v[c * taps + k];
-    }
-    pairs[taps * cp + cpu::pairs_index(c)] = b[c];
-  }
+  const cpu::DepthwiseWeightsLayout layout(g.kh, g.kw, g.cin);
+  std::vector<float> m(layout.size());
+  cpu::pack_depthwise_weights(layout, v.data(), b.data(), m.data());
   TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{static_cast<uint32_t>(m.size())}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{g.cout}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));

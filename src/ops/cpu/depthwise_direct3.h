@@ -108,6 +108,11 @@ void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, ui
 // leaves its results, activated, on the stack; the odd pass rounds both
 // halves in one vcvtne2ps2bf16 and interleaves them
 // (pack_bf16_halves_noting), a 64-byte store per pixel.
+// It repeats block's column loads and FMA loop on purpose: one shared
+// always-inline helper, loads and weights passed as lambdas, compiled to
+// the same inner loop but ran 2-6% slower on the maps where every block is
+// an edge block (7x7 to 28x28, float32 and bfloat16, one core, both builds
+// alternated in one process; bench/RESULTS.md, thirty-fifth run).
 template <int S, int R, int P, bool kEdge, class Act>
 void block_pairs(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, uint64_t in_stride,
                  std::byte* const* out, uint64_t out_stride, Act act, __mmask16& denormal, uint32_t c_end) {

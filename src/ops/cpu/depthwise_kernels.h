@@ -17,6 +17,8 @@
 // there too (avx2_activation.h) before it stores.
 #pragma once
 
+#include <algorithm>
+
 #include "float_math.h"
 #include "tessera/device/program.h"
 #include "tessera/numerics/data_type.h"
@@ -45,6 +47,31 @@ inline constexpr uint32_t kPairsGroup = 32;
 inline uint32_t pairs_index(uint32_t c) {
   const uint32_t g = c / kPairsGroup * kPairsGroup, k = c % kPairsGroup;
   return g + (k % 2) * (kPairsGroup / 2) + k / 2;
+}
+
+// Where each part of a depthwise conv's prepared weights lies, in floats:
+// (taps, C) in order, then (taps, Cp) and the bias (Cp) in pairs order.
+struct DepthwiseWeightsLayout {
+  uint64_t taps, c, cp;
+  DepthwiseWeightsLayout(uint64_t kh, uint64_t kw, uint32_t channels)
+      : taps(kh * kw), c(channels), cp((uint64_t{channels} + kPairsGroup - 1) / kPairsGroup * kPairsGroup) {}
+  uint64_t weights_pairs() const { return taps * c; }
+  uint64_t bias_pairs() const { return taps * (c + cp); }
+  uint64_t size() const { return taps * (c + cp) + cp; }
+};
+
+// Fills `out` (layout.size() floats) from weights (C, taps) and a bias (C).
+inline void pack_depthwise_weights(const DepthwiseWeightsLayout& layout, const float* weights, const float* bias,
+                                   float* out) {
+  std::fill(out, out + layout.size(), 0.0f);
+  float* pairs = out + layout.weights_pairs();
+  for (uint32_t c = 0; c < layout.c; ++c) {
+    for (uint64_t k = 0; k < layout.taps; ++k) {
+      out[k * layout.c + c] = weights[c * layout.taps + k];
+      pairs[k * layout.cp + pairs_index(c)] = weights[c * layout.taps + k];
+    }
+    out[layout.bias_pairs() + pairs_index(c)] = bias[c];
+  }
 }
 
 // One task = one output row (image, oy).
