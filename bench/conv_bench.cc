@@ -7,6 +7,10 @@
 // each table gives the same set synchronised after every call. The last
 // Tessera column is float32 at math fidelity LoFi (bfloat16 operands on
 // AMX CPUs, Winograd 3x3 elsewhere): not exact, so not the float32 target.
+// The FMA peak is also measured right before and right after each layer's
+// float32 timing, and the float32 share is given of their mean too: a VM
+// whose speed changes within minutes (bench/RESULTS.md) otherwise reads a
+// layer from a slow moment against a peak from a fast one, or the reverse.
 //
 //   bench_conv [--layers bench/layers/conv_layers.txt] [--ort ORT_TIMES] [--quick]
 //
@@ -87,28 +91,36 @@ LayerTime time_layer(Device& dev, const Layer& l, const Variant& v, int reps) {
   return {b2b.median_s / 10, sync.median_s};
 }
 
+// The FMA peak of the moment: a short run of bench_peak's loop (about 10 ms).
+double peak_now(int threads) { return bench::fma_f32_peak_gflops(threads, 1'000'000, 3); }
+
 void run_set(Device& dev, const char* title, const std::vector<Layer>& layers, const std::map<std::string, double>& ort,
-             double f32_peak, double bf16_peak, int reps) {
+             double f32_peak, double bf16_peak, int reps, int threads) {
   const bool with_ort = !ort.empty();
-  std::printf("\n## %s\n\n| layer | GFLOP | f32 GFLOP/s (%% FMA peak) | bf16 GFLOP/s (%% bf16 peak) | bf16 act + bfp8 w "
-              "GFLOP/s | f32 LoFi GFLOP/s |%s\n|---|---|---|---|---|---|%s\n",
+  std::printf("\n## %s\n\n| layer | GFLOP | f32 GFLOP/s (%% FMA peak) | FMA peak beside it (%% of it) | bf16 GFLOP/s (%% "
+              "bf16 peak) | bf16 act + bfp8 w GFLOP/s | f32 LoFi GFLOP/s |%s\n|---|---|---|---|---|---|---|%s\n",
               title, with_ort ? " ONNX Runtime f32 GFLOP/s | f32 vs ORT |" : "", with_ort ? "---|---|" : "");
   double total_flops = 0, total_s[kNumVariants] = {}, total_sync[kNumVariants] = {}, total_ort = 0;
+  double total_peak_s = 0;  // sum of float32 seconds x the peak beside them: GFLOP the FMAs could have done
   for (const Layer& l : layers) {
     const uint32_t pad = l.r / 2;
     const double oh = (l.h + 2 * pad - l.r) / l.stride + 1, ow = (l.w + 2 * pad - l.r) / l.stride + 1;
     const double flops = 2.0 * oh * ow * l.k * (l.c / l.groups) * l.r * l.r;
-    double s[kNumVariants];
+    double s[kNumVariants], local_peak = 0;
     for (int v = 0; v < kNumVariants; ++v) {
+      const double before = v == 0 ? peak_now(threads) : 0;
       LayerTime t = time_layer(dev, l, kVariants[v], reps);
+      if (v == 0) local_peak = (before + peak_now(threads)) / 2;
       s[v] = t.back_to_back;
       total_s[v] += s[v] * l.count;
       total_sync[v] += t.synchronous * l.count;
     }
     total_flops += flops * l.count;
-    std::printf("| %s (x%d) | %.3f | %.0f (%.0f%%) | %.0f (%.0f%%) | %.0f | %.0f |", l.name.c_str(), l.count,
-                flops / 1e9, flops / s[0] / 1e9, 100 * flops / s[0] / 1e9 / f32_peak, flops / s[1] / 1e9,
-                100 * flops / s[1] / 1e9 / bf16_peak, flops / s[2] / 1e9, flops / s[3] / 1e9);
+    total_peak_s += s[0] * l.count * local_peak;
+    std::printf("| %s (x%d) | %.3f | %.0f (%.0f%%) | %.0f (%.0f%%) | %.0f (%.0f%%) | %.0f | %.0f |", l.name.c_str(),
+                l.count, flops / 1e9, flops / s[0] / 1e9, 100 * flops / s[0] / 1e9 / f32_peak, local_peak,
+                100 * flops / s[0] / 1e9 / local_peak, flops / s[1] / 1e9, 100 * flops / s[1] / 1e9 / bf16_peak,
+                flops / s[2] / 1e9, flops / s[3] / 1e9);
     if (with_ort) {
       auto it = ort.find(l.set + "." + l.name);
       const double ort_s = it == ort.end() ? 0 : it->second / 1e3;
@@ -120,9 +132,10 @@ void run_set(Device& dev, const char* title, const std::vector<Layer>& layers, c
     }
     std::printf("\n");
   }
-  std::printf("| **all layers, weighted by count** | %.2f | **%.0f (%.0f%%)** | **%.0f (%.0f%%)** | **%.0f** | **%.0f** |",
+  std::printf("| **all layers, weighted by count** | %.2f | **%.0f (%.0f%%)** | **%.0f (%.0f%%)** | **%.0f (%.0f%%)** | "
+              "**%.0f** | **%.0f** |",
               total_flops / 1e9, total_flops / total_s[0] / 1e9, 100 * total_flops / total_s[0] / 1e9 / f32_peak,
-              total_flops / total_s[1] / 1e9, 100 * total_flops / total_s[1] / 1e9 / bf16_peak,
+              total_peak_s / total_s[0], 100 * total_flops / 1e9 / total_peak_s, total_flops / total_s[1] / 1e9, 100 * total_flops / total_s[1] / 1e9 / bf16_peak,
               total_flops / total_s[2] / 1e9, total_flops / total_s[3] / 1e9);
   if (with_ort) std::printf(" **%.0f** | **%.2fx** |", total_flops / total_ort / 1e9, total_ort / total_s[0]);
   std::printf("\n\nbf16 / f32 throughput: %.2fx; bfp8 weights / bf16: %.2fx; f32 at LoFi / f32: %.2fx\n",
@@ -176,7 +189,8 @@ int main(int argc, char** argv) {
     std::vector<Layer> subset;
     for (const Layer& l : layers)
       if (l.set == set.name) subset.push_back(l);
-    if (!subset.empty()) run_set(*dev, set.title, subset, ort, f32_peak, bf16_peak, quick ? set.quick_reps : set.reps);
+    if (!subset.empty())
+      run_set(*dev, set.title, subset, ort, f32_peak, bf16_peak, quick ? set.quick_reps : set.reps, threads);
   }
   return 0;
 }
