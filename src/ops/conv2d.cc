@@ -2490,11 +2490,12 @@ StatusOr<Conv2dResult> conv2d_concat(std::span<const Tensor> inputs, const Prepa
 
 namespace {
 
-// Runs `run(&residual)` when the oneDNN kernel can add the residual itself,
-// else `run(nullptr)` and one add with the residual's activation.
+// Runs `run(&residual, config)` when the kernel can add the residual itself,
+// else `run(nullptr, config)` (float32 rows, see below) and one add with the
+// residual's activation.
 template <class Run>
 StatusOr<Conv2dResult> with_residual(const Tensor& input, const Conv2dParams& p, const Conv2dResidual& residual,
-                                     const Conv2dConfig& config, uint8_t cq_id, Run run) {
+                                     const Conv2dConfig& config, uint8_t cq_id, Run run, bool may_widen = true) {
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "conv2d"));
   TS_RETURN_IF_ERROR(ops::require_device_tensor(residual.tensor, "conv2d", "residual"));
   TS_RETURN_IF_ERROR(p.validate());
@@ -2519,10 +2520,18 @@ StatusOr<Conv2dResult> with_residual(const Tensor& input, const Conv2dParams& p,
                        residual.activation.op != UnaryOpType::HARDSIGMOID &&
                        residual.tensor.layout() == Layout::ROW_MAJOR && residual.tensor.dtype() == out &&
                        !residual.tensor.memory_config().is_sharded() && avx2_fusable;
-  if (fusable) return run(&residual);
-  TS_ASSIGN_OR_RETURN(Conv2dResult r, run(nullptr));
+  if (fusable) return run(&residual, config);
+  // A float32 residual on bfloat16 rows: the conv's rows stay float32 until
+  // the add rounds its sum once, as the fused kernels do. Rounding the conv
+  // first lost up to half a bfloat16 ulp of its value, which a residual
+  // that cancels it leaves standing beside a small sum.
+  const bool wide = may_widen && out == DataType::BFLOAT16 && residual.tensor.dtype() == DataType::FLOAT32 &&
+                    config.output_layout == Layout::ROW_MAJOR;
+  Conv2dConfig conv_config = config;
+  if (wide) conv_config.dtype = DataType::FLOAT32;
+  TS_ASSIGN_OR_RETURN(Conv2dResult r, run(nullptr, conv_config));
   TS_ASSIGN_OR_RETURN(Tensor res, reshape(residual.tensor, r.output.shape()));
-  TS_ASSIGN_OR_RETURN(r.output, add(r.output, res, {.activation = residual.activation, .cq_id = cq_id}));
+  TS_ASSIGN_OR_RETURN(r.output, add(r.output, res, {.dtype = out, .activation = residual.activation, .cq_id = cq_id}));
   return r;
 }
 
@@ -2531,8 +2540,8 @@ StatusOr<Conv2dResult> with_residual(const Tensor& input, const Conv2dParams& p,
 StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                             const Conv2dParams& p, const Conv2dResidual& residual,
                                             const Conv2dConfig& config, uint8_t cq_id) {
-  return with_residual(input, p, residual, config, cq_id, [&](const Conv2dResidual* fused) {
-    return with_io(input, conv2d_geometry(p, bias.has_value()), config, "conv2d", cq_id,
+  return with_residual(input, p, residual, config, cq_id, [&](const Conv2dResidual* fused, const Conv2dConfig& cfg) {
+    return with_io(input, conv2d_geometry(p, bias.has_value()), cfg, "conv2d", cq_id,
                    [&](const Tensor& x, const Conv2dConfig& c) {
                      return conv_with_weights(x, weight, bias, p, c, cq_id, fused);
                    });
@@ -2541,10 +2550,17 @@ StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const Tensor& w
 
 StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const PreparedConv2dWeights& w, const Conv2dParams& p,
                                             const Conv2dResidual& residual, const Conv2dConfig& config, uint8_t cq_id) {
-  return with_residual(input, p, residual, config, cq_id, [&](const Conv2dResidual* fused) {
-    return with_io(input, conv2d_geometry(p, true), config, "conv2d", cq_id,
-                   [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id, fused); });
-  });
+  // Weights prepared by a call that left float32 rows for its add (see
+  // with_residual) keep doing so; others, prepared for bfloat16 rows, add
+  // to those.
+  const bool wide_weights = w.key.find("->f32:") != std::string::npos;
+  return with_residual(
+      input, p, residual, config, cq_id,
+      [&](const Conv2dResidual* fused, const Conv2dConfig& cfg) {
+        return with_io(input, conv2d_geometry(p, true), cfg, "conv2d", cq_id,
+                       [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id, fused); });
+      },
+      wide_weights);
 }
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,

@@ -538,6 +538,12 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
        DataType::FLOAT32},
       {{2, 5, 7, 32, 48, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::RELU, DataType::BFLOAT16,
        DataType::BFLOAT16},
+      // A float32 residual on bfloat16 rows adds unrounded: oneDNN's kernels write float32 rows there.
+      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU6, DataType::BFLOAT16, DataType::FLOAT32},
+      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU6, DataType::BFLOAT16, DataType::BFLOAT16},
+      {{1, 14, 14, 64, 48, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::BFLOAT16, DataType::FLOAT32},
+      {{2, 9, 11, 16, 40, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::RELU6, DataType::BFLOAT16,
+       DataType::FLOAT32},
       // An activation before the add on a 1x1: a separate add on AVX2-only CPUs.
       {{1, 10, 10, 32, 48, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
        DataType::FLOAT32},
@@ -633,6 +639,17 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d_with_residual(dx, r.weights, p, Conv2dResidual{dres, {rc.post}}, cfg));
       ASSERT_OK_AND_ASSIGN(Tensor again_t, again.output.cpu());
       EXPECT_EQ(testing::host_bytes(again_t), testing::host_bytes(got_t));
+      // Weights prepared by a plain conv (for bfloat16 rows) take a float32
+      // residual too: the add then follows the conv's bfloat16 rows.
+      if (rc.in == DataType::BFLOAT16 && rc.res == DataType::FLOAT32) {
+        Conv2dParams plain = p;
+        ASSERT_OK_AND_ASSIGN(Conv2dResult conv_only, conv2d(dx, w, b, plain, cfg));
+        ASSERT_OK_AND_ASSIGN(Conv2dResult narrow,
+                             conv2d_with_residual(dx, conv_only.weights, p, Conv2dResidual{dres, {rc.post}}, cfg));
+        ASSERT_OK_AND_ASSIGN(Tensor narrow_t, narrow.output.cpu());
+        ASSERT_OK_AND_ASSIGN(std::vector<float> narrow_v, narrow_t.to_vector());
+        EXPECT_GE(testing::pcc(narrow_v, ref), 0.999);
+      }
       // Given up (in_place), the residual's buffer takes the output where the
       // kernel adds it (not for depthwise, hardsigmoid or another dtype), with
       // the same bytes.

@@ -145,6 +145,9 @@ bool conv2d_rounds_input_to_bfloat16(const Conv2dParams& params, const Conv2dCon
 // post-op), one pass over the output fewer than conv then add (ResNet's and
 // YOLO's residual blocks). Depthwise shapes, tile
 // or sharded outputs and hardsigmoid activations take the separate add.
+// A float32 residual on bfloat16 rows is added to the conv's float32 rows
+// and the sum rounded once (the returned weights are prepared for those
+// rows); with weights prepared for bfloat16 rows, to the rounded rows.
 //
 // `in_place`: the caller gives the residual's buffer up, and the fused
 // kernel writes the output over it when the residual has the output's spec
