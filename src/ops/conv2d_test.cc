@@ -998,6 +998,24 @@ TEST(Conv2d, ChannelSplitOnlyForManyWeights) {
     EXPECT_EQ(kernel.ends_with("_x2oc"), c == &many) << kernel;
     EXPECT_TRUE(kernel.ends_with("_x2") || kernel.ends_with("_x2oc")) << kernel;
   }
+  // A 3x3 stride-2 conv to 20x20 with many weights: channels in float32;
+  // rows in bfloat16 on AMX (amx_strided_rows), channels again at 10x10.
+  const Case strided{1, 40, 40, 256, 512, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU};
+  const Case small{1, 20, 20, 256, 512, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU};
+  const bool amx = cpu_features().amx_bf16 && kernel_isa() == KernelIsa::kAvx512;
+  for (const Case* c : {&strided, &small})
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      ASSERT_OK(enable_profiler(*dev));
+      check_case(*dev, *c, dt, dt, DRAM_MEMORY_CONFIG);
+      ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+      ASSERT_FALSE(prof.ops.empty());
+      const std::string& kernel = prof.ops.back().kernel_name;
+      if (kernel.find("onednn") == std::string::npos) continue;  // AVX2-only CPUs: Tessera's direct kernel
+      const bool rows = amx && dt == DataType::BFLOAT16 && c == &strided;
+      EXPECT_EQ(kernel.ends_with("_x2oc"), !rows) << kernel;
+      EXPECT_TRUE(kernel.ends_with("_x2") || kernel.ends_with("_x2oc")) << kernel;
+    }
+  ASSERT_OK(disable_profiler(*dev));
 }
 
 // oneDNN's row shards: one per worker on small maps, up to four per worker
