@@ -135,7 +135,8 @@ void run_set(Device& dev, const char* title, const std::vector<Layer>& layers, c
   std::printf("| **all layers, weighted by count** | %.2f | **%.0f (%.0f%%)** | **%.0f (%.0f%%)** | **%.0f (%.0f%%)** | "
               "**%.0f** | **%.0f** |",
               total_flops / 1e9, total_flops / total_s[0] / 1e9, 100 * total_flops / total_s[0] / 1e9 / f32_peak,
-              total_peak_s / total_s[0], 100 * total_flops / 1e9 / total_peak_s, total_flops / total_s[1] / 1e9, 100 * total_flops / total_s[1] / 1e9 / bf16_peak,
+              total_peak_s / total_s[0], 100 * total_flops / 1e9 / total_peak_s, total_flops / total_s[1] / 1e9,
+              100 * total_flops / total_s[1] / 1e9 / bf16_peak,
               total_flops / total_s[2] / 1e9, total_flops / total_s[3] / 1e9);
   if (with_ort) std::printf(" **%.0f** | **%.2fx** |", total_flops / total_ort / 1e9, total_ort / total_s[0]);
   std::printf("\n\nbf16 / f32 throughput: %.2fx; bfp8 weights / bf16: %.2fx; f32 at LoFi / f32: %.2fx\n",

@@ -560,9 +560,12 @@ bool amx_patch_fits(const Geometry& g, const TensorSpec& output, bool residual, 
   return patch_shape(g) && g.w <= kAmxPatchMaxWidth && !residual && output.layout == Layout::ROW_MAJOR &&
          device.descriptor().num_dram_banks == 1 && row_bytes % device.alignment(BufferType::DRAM) == 0;
 }
+// Whether oneDNN runs a conv whose kernel dtype is `kernel` on AMX.
+bool on_amx(DataType kernel) {
+  return kernel == DataType::BFLOAT16 && kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16;
+}
 bool is_amx_patch(const Problem& pr, const Device& device) {
-  return kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16 && pr.kernel == DataType::BFLOAT16 &&
-         amx_patch_fits(pr.g, pr.output, pr.residual != nullptr, device);
+  return on_amx(pr.kernel) && amx_patch_fits(pr.g, pr.output, pr.residual != nullptr, device);
 }
 
 // Float32 convs at math fidelity LoFi on CPUs with AMX compute on bfloat16
@@ -622,6 +625,10 @@ bool pads_output_channels(const Problem& pr) {
          pr.dst_dtype == DataType::FLOAT32 && g.cout % 16 != 0 && g.cout < 64;
 }
 
+// The part of a prepared-weights key naming the rows the kernel writes
+// ("->f32:"): packed weights serve only kernels writing those rows.
+std::string weights_key_rows(DataType dst) { return fmt::format("->{}:", short_dtype_name(dst)); }
+
 // `whole`: the input's spec when `input` is only the first of the tensors
 // whose channel concatenation the conv reads (conv2d_concat); its device.
 template <class Params>
@@ -680,8 +687,8 @@ StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, cons
   pr.dst_dtype = pr.compute == DataType::FLOAT32 ? DataType::FLOAT32 : onednn::kernel_type(pr.dst_precision);
   pr.key = fmt::format("{}:{}->{}:w{}", g.descriptor, pr.input.to_string(), pr.output.to_string(),
                        short_dtype_name(config.weights_dtype));
-  pr.weights_key = fmt::format("{}:{}->{}:w{}", g.descriptor, short_dtype_name(pr.compute),
-                               short_dtype_name(pr.dst_dtype), short_dtype_name(config.weights_dtype));
+  pr.weights_key = fmt::format("{}:{}{}w{}", g.descriptor, short_dtype_name(pr.compute), weights_key_rows(pr.dst_dtype),
+                               short_dtype_name(config.weights_dtype));
   if (pr.kernel != pr.compute) pr.weights_key += fmt::format(":{}kernel", short_dtype_name(pr.kernel));
   if (lowered) pr.key += ":lofi";  // the same tensors at HiFi4 are another program
   if (whole) {                      // conv2d_concat's launch: its own program (ConcatConvArgs)
@@ -1142,8 +1149,8 @@ bool splits_channels(const Conv2dGeometry& g, bool transposed, uint32_t threads,
 // 4.37-5.16 ms on channels against 5.11-5.32 on rows.
 constexpr uint64_t kAmxStridedRowSplitPixels = 400;
 bool amx_strided_rows(const Geometry& g, DataType kernel) {
-  return kernel == DataType::BFLOAT16 && cpu_features().amx_bf16 && kernel_isa() == KernelIsa::kAvx512 &&
-         g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2 && uint64_t{g.oh} * g.ow >= kAmxStridedRowSplitPixels;
+  return on_amx(kernel) && g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2 &&
+         uint64_t{g.oh} * g.ow >= kAmxStridedRowSplitPixels;
 }
 bool splits_channels(const Geometry& g, uint32_t threads, bool residual, DataType kernel) {
   if (amx_strided_rows(g, kernel)) return false;
@@ -2570,7 +2577,7 @@ StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const PreparedC
   // Weights prepared by a call that left float32 rows for its add (see
   // with_residual) keep doing so; others, prepared for bfloat16 rows, add
   // to those.
-  const bool wide_weights = w.key.find("->f32:") != std::string::npos;
+  const bool wide_weights = w.key.find(weights_key_rows(DataType::FLOAT32)) != std::string::npos;
   return with_residual(
       input, p, residual, config, cq_id,
       [&](const Conv2dResidual* fused, const Conv2dConfig& cfg) {
