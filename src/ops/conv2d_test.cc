@@ -642,8 +642,7 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       // Weights prepared by a plain conv (for bfloat16 rows) take a float32
       // residual too: the add then follows the conv's bfloat16 rows.
       if (rc.in == DataType::BFLOAT16 && rc.res == DataType::FLOAT32) {
-        Conv2dParams plain = p;
-        ASSERT_OK_AND_ASSIGN(Conv2dResult conv_only, conv2d(dx, w, b, plain, cfg));
+        ASSERT_OK_AND_ASSIGN(Conv2dResult conv_only, conv2d(dx, w, b, p, cfg));
         ASSERT_OK_AND_ASSIGN(Conv2dResult narrow,
                              conv2d_with_residual(dx, conv_only.weights, p, Conv2dResidual{dres, {rc.post}}, cfg));
         ASSERT_OK_AND_ASSIGN(Tensor narrow_t, narrow.output.cpu());
