@@ -8,7 +8,6 @@
 
 #include "avx512_activation.h"
 #include "depthwise_kernels.h"
-#include "tessera/base/aligned.h"
 
 namespace tessera::cpu::avx512 {
 
@@ -118,7 +117,7 @@ void block_pairs(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int n
                  std::byte* const* out, uint64_t out_stride, Act act, __mmask16& denormal, uint32_t c_end) {
   constexpr int KW = 3, kCols = (P - 1) * S + KW;
   const int64_t w = a.w;
-  const uint64_t cp = align_up(a.c, kPairsGroup);
+  const uint64_t cp = pairs_width(a.c);
   alignas(64) float even[R][P][16];
   for (uint32_t cb = 0; cb < c_end; cb += kPairsGroup) {
     const uint32_t left = c_end - cb;
@@ -208,7 +207,7 @@ void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
       rows.w[rows.n][r] = ky >= 0 && ky < a.kh ? a.weights + static_cast<uint64_t>(ky) * 3 * a.c : nullptr;
       if (kPairs && a.weights_pairs)
         rows.wp[rows.n][r] =
-            rows.w[rows.n][r] ? a.weights_pairs + static_cast<uint64_t>(ky) * 3 * align_up(a.c, kPairsGroup) : nullptr;
+            rows.w[rows.n][r] ? a.weights_pairs + static_cast<uint64_t>(ky) * 3 * pairs_width(a.c) : nullptr;
     }
     ++rows.n;
   }

@@ -43,6 +43,8 @@ struct DepthwiseArgs {
 };
 
 inline constexpr uint32_t kPairsGroup = 32;
+// Weights per tap in the pairs order: the channels rounded up to whole groups.
+inline uint64_t pairs_width(uint32_t c) { return (uint64_t{c} + kPairsGroup - 1) / kPairsGroup * kPairsGroup; }
 // Position of channel c in the pairs order.
 inline uint32_t pairs_index(uint32_t c) {
   const uint32_t g = c / kPairsGroup * kPairsGroup, k = c % kPairsGroup;
@@ -54,7 +56,7 @@ inline uint32_t pairs_index(uint32_t c) {
 struct DepthwiseWeightsLayout {
   uint64_t taps, c, cp;
   DepthwiseWeightsLayout(uint64_t kh, uint64_t kw, uint32_t channels)
-      : taps(kh * kw), c(channels), cp((uint64_t{channels} + kPairsGroup - 1) / kPairsGroup * kPairsGroup) {}
+      : taps(kh * kw), c(channels), cp(pairs_width(channels)) {}
   uint64_t weights_pairs() const { return taps * c; }
   uint64_t bias_pairs() const { return taps * (c + cp); }
   uint64_t size() const { return taps * (c + cp) + cp; }
