@@ -72,11 +72,9 @@ template <uint32_t MR, uint32_t NB>
 void tile(const DirectConvArgs& a, const Tile& t) {
   constexpr uint32_t kPartialStride = kTileBlocks * 16;
   __m512 acc[MR][NB];
-  #pragma GCC unroll 8
-  for (uint32_t j = 0; j < NB; ++j) {
+  _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j) {
     const __m512 b = _mm512_loadu_ps(t.bias + 16 * j);
-    #pragma GCC unroll 8
-    for (uint32_t i = 0; i < MR; ++i)
+    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
       acc[i][j] = t.first ? b : _mm512_load_ps(t.partial + i * kPartialStride + 16 * j);
   }
   // Claim the tile's output lines now (a prefetch for writing) so that their
@@ -85,49 +83,39 @@ void tile(const DirectConvArgs& a, const Tile& t) {
   // queue (ResNet-50 batch 1, per-launch medians, four alternated rounds: the
   // six 14x14 256->1024 launches 0.08-0.32 ms less in all).
   if (t.last)
-    #pragma GCC unroll 8
-    for (uint32_t i = 0; i < MR; ++i)
-      #pragma GCC unroll 8
-      for (uint32_t j = 0; j < NB; ++j) _m_prefetchw(t.out[i] + 16 * j);
+    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
+      _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j) _m_prefetchw(t.out[i] + 16 * j);
   const uint64_t block_step = t.block_step;
   const float* w = t.weights + uint64_t{t.s0} * 16;
   const float* next = t.prefetch_next;
   for (uint32_t s = t.s0; s < t.s1;) {
     const uint32_t tap = s / a.cin, k0 = s % a.cin, k1 = std::min(a.cin, k0 + (t.s1 - s));
     const float* in[MR];
-    #pragma GCC unroll 8
-    for (uint32_t i = 0; i < MR; ++i) in[i] = t.in[i][tap];
+    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i) in[i] = t.in[i][tap];
     for (uint32_t k = k0; k < k1; ++k, w += 16) {
       __m512 wv[NB];
-      #pragma GCC unroll 8
-      for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + j * block_step);
+      _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + j * block_step);
       if (t.prefetch)
-        #pragma GCC unroll 8
-        for (uint32_t j = 0; j < NB; ++j)
+        _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j)
           _mm_prefetch(reinterpret_cast<const char*>(w + j * block_step + 16 * kPrefetchSteps), _MM_HINT_T0);
       if (next) _mm_prefetch(reinterpret_cast<const char*>(next), kNextHint), next += 16;
-      #pragma GCC unroll 8
-      for (uint32_t i = 0; i < MR; ++i) {
+      _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i) {
         const __m512 x = _mm512_set1_ps(in[i][k]);
-        #pragma GCC unroll 8
-        for (uint32_t j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
+        _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
       }
     }
     s += k1 - k0;
   }
   if (!t.last) {
-    #pragma GCC unroll 8
-    for (uint32_t i = 0; i < MR; ++i)
-      #pragma GCC unroll 8
-      for (uint32_t j = 0; j < NB; ++j) _mm512_store_ps(t.partial + i * kPartialStride + 16 * j, acc[i][j]);
+    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
+      _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j)
+        _mm512_store_ps(t.partial + i * kPartialStride + 16 * j, acc[i][j]);
     return;
   }
   auto mask = [&](uint32_t j) { return j + 1 == NB ? t.last_mask : __mmask16(0xFFFF); };
   if (in_registers(a.activation) && in_registers(a.res_activation)) {
-    #pragma GCC unroll 8
-    for (uint32_t i = 0; i < MR; ++i)
-      #pragma GCC unroll 8
-      for (uint32_t j = 0; j < NB; ++j) {
+    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
+      _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j) {
         __m512 v = clamp(a.activation.op, acc[i][j]);
         if (t.res[0])
           v = clamp(a.res_activation.op, _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask(j), t.res[i] + 16 * j)));
@@ -137,24 +125,18 @@ void tile(const DirectConvArgs& a, const Tile& t) {
   }
   // Other activations: FloatMath's vector functions over the tile in a buffer.
   alignas(64) float buf[MR][NB * 16];
-  #pragma GCC unroll 8
-  for (uint32_t i = 0; i < MR; ++i)
-    #pragma GCC unroll 8
-    for (uint32_t j = 0; j < NB; ++j) _mm512_store_ps(&buf[i][16 * j], acc[i][j]);
+  _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
+    _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j) _mm512_store_ps(&buf[i][16 * j], acc[i][j]);
   if (!a.activation.is_identity()) a.math.unary(a.activation, &buf[0][0], MR * NB * 16);
   if (t.res[0]) {
-    #pragma GCC unroll 8
-    for (uint32_t i = 0; i < MR; ++i)
-      #pragma GCC unroll 8
-      for (uint32_t j = 0; j < NB; ++j)
+    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
+      _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j)
         _mm512_store_ps(&buf[i][16 * j], _mm512_add_ps(_mm512_load_ps(&buf[i][16 * j]),
                                                        _mm512_maskz_loadu_ps(mask(j), t.res[i] + 16 * j)));
     if (!a.res_activation.is_identity()) a.math.unary(a.res_activation, &buf[0][0], MR * NB * 16);
   }
-  #pragma GCC unroll 8
-  for (uint32_t i = 0; i < MR; ++i)
-    #pragma GCC unroll 8
-    for (uint32_t j = 0; j < NB; ++j)
+  _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
+    _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j)
       _mm512_mask_storeu_ps(t.out[i] + 16 * j, mask(j), _mm512_load_ps(&buf[i][16 * j]));
 }
 
