@@ -390,6 +390,7 @@ struct Problem {
   bool direct = false;      // runs Tessera's AVX2 direct kernel (see is_direct_avx2) or, with
   bool direct_avx512 = false;  // direct_avx512, its AVX-512 one (see is_direct_avx512)
   bool narrow = false;         // direct: the AVX-512 kernel for few output channels (see is_narrow)
+  bool rows3x3 = false;        // direct: the AVX-512 3x3 row kernel (see is_rows3x3)
   bool amx_patches = false;    // a transposed conv as a 1x1 conv and a permute (see is_amx_patch)
   uint32_t cout_padded = 0;  // the kernel's output channels when padded (see pads_output_channels), else 0
   bool concat = false;       // conv2d_concat's gathering launch (ConvPlan::concat)
@@ -516,6 +517,35 @@ bool is_direct_avx512(const Problem& pr) {
                   ? kDirectAvx512MaxResidualPixels
                   : kDirectAvx512MaxPixels) &&
          uint64_t{g.cin} * g.cout * g.kh * g.kw >= kDirectAvx512MinWeights;
+}
+
+// Float32 3x3 convs of stride 1 and padding 1 without groups or a residual,
+// on AVX-512 CPUs, run Tessera's 3x3 row kernel
+// (cpu::avx512::conv3x3_rows_kernel) on the shapes where it beat oneDNN's
+// brgconv: output channels in whole 64-channel groups, at most
+// kRows3x3MaxCin input channels (a group's weights, 9 * cin * 64 float32,
+// stay in the L2), rows of at least kRows3x3MinWidth pixels and maps of at
+// most kRows3x3MaxPixels. brgconv computes a row in tiles of six pixels, so
+// a row of 6k + 1 or 6k + 2 pixels ends in a tile that streams all the
+// weights for one or two; the row kernel's tiles are as even as whole tiles
+// allow. bench_conv_f32 --kernel-time, two workers, three alternated rounds,
+// 64 -> 64 GFLOP/s, brgconv against the row kernel: 56x56 (ResNet-50's
+// stage 1) 496-501 against 512-523, 80x80 486-495 against 505-516, 56 rows
+// of 50, 61 and 62 pixels 3-4% faster; 58, 60 and 64 pixels, 28x28 and
+// 40x40 (widths under kRows3x3MinWidth) equal. Larger maps lost 1-2%
+// (112x112 64 -> 64, 160x160 32 -> 64, 120x160 64 -> 128), and so did the
+// UNet's layers of 128 and more input channels.
+constexpr uint32_t kRows3x3MaxCin = 64;
+constexpr uint32_t kRows3x3MinWidth = 48;
+constexpr uint64_t kRows3x3MaxPixels = 80 * 80;
+bool is_rows3x3(const Problem& pr) {
+  const Geometry& g = pr.g;
+  return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
+         g.groups == 1 && !pr.winograd && pr.residual == nullptr && pr.compute == DataType::FLOAT32 &&
+         pr.input.dtype == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 && g.kh == 3 && g.kw == 3 &&
+         g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.pad_t == 1 && g.pad_b == 1 && g.pad_l == 1 &&
+         g.pad_r == 1 && g.cout % cpu::avx512::kRows3x3GroupChannels == 0 && g.cin <= kRows3x3MaxCin &&
+         g.ow >= kRows3x3MinWidth && uint64_t{g.oh} * g.ow <= kRows3x3MaxPixels;
 }
 
 // Transposed convs whose kernel equals their stride, float32, without a
@@ -717,6 +747,10 @@ StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, cons
     pr.direct = pr.direct_avx512 = true;
     pr.key += ":direct512";
     pr.weights_key += ":direct512";
+  } else if (is_rows3x3(pr)) {
+    pr.direct = pr.rows3x3 = true;
+    pr.key += ":rows3x3";
+    pr.weights_key += ":rows3x3";
   }
   if (is_amx_patch(pr, device)) {
     pr.amx_patches = true;
@@ -1740,7 +1774,8 @@ uint32_t direct_cin_block(const Geometry& g) {
 }
 // The problem's: Winograd, patch, AVX-512 direct and narrow kernels take no chunks.
 uint32_t direct_cin_block(const Problem& pr) {
-  return pr.winograd || pr.direct_avx512 || pr.narrow || pr.g.transposed ? pr.g.cin : direct_cin_block(pr.g);
+  return pr.winograd || pr.direct_avx512 || pr.narrow || pr.rows3x3 || pr.g.transposed ? pr.g.cin
+                                                                                      : direct_cin_block(pr.g);
 }
 
 // The AVX-512 direct kernel's bands: pixels of the whole batch per band, as many
@@ -1783,6 +1818,19 @@ void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArg
     bands = std::clamp<uint64_t>((want + args.groups - 1) / args.groups, bands, (pixels + tile_rows - 1) / tile_rows);
   args.band_rows = static_cast<uint32_t>((pixels + bands - 1) / bands);
   args.bands = static_cast<uint32_t>((pixels + args.band_rows - 1) / args.band_rows);
+}
+
+// The 3x3 row kernel's tasks: one output row of one image per task, for
+// each 64-channel group (group fastest, so a row's input is read by all its
+// groups while in the cache). A task costs one claim in the pool, under a
+// microsecond against 15 us or more of FMAs, and the pool's runs keep each
+// worker on its own contiguous rows; so no coarser bands are needed for
+// locality, and one-row tasks let the workers finish together.
+void rows3x3_tasks(const Problem& pr, cpu::DirectConvArgs& args) {
+  args.band_rows = 1;
+  args.bands = pr.g.oh;
+  args.groups = pr.g.cout / cpu::avx512::kRows3x3GroupChannels;
+  args.group_blocks = cpu::avx512::kRows3x3GroupChannels / 16;
 }
 
 // The narrow kernel's tasks: bands of the batch's pixels, kDirectTasksPerWorker
@@ -1935,6 +1983,8 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
   if (pr.narrow)
     narrow_tasks(pr, threads, args);
+  else if (pr.rows3x3)
+    rows3x3_tasks(pr, args);
   else if (pr.direct_avx512)
     direct_avx512_tasks(pr, threads, args);
   else
@@ -1943,17 +1993,19 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
     prog.kernel = pr.narrow          ? cpu::avx512::narrow_conv_kernel
+                  : pr.rows3x3       ? cpu::avx512::conv3x3_rows_kernel
                   : pr.direct_avx512 ? (patches ? cpu::avx512::patch_transpose_kernel : cpu::avx512::direct_conv_kernel)
                   : patches          ? cpu::avx2::patch_transpose_kernel
                   : wino             ? cpu::avx2::winograd_f2_kernel
                                      : cpu::avx2::direct_conv_kernel;
     prog.kernel_name = pr.narrow          ? (args.src_bf16 ? "bf16_conv2d__narrow_avx512" : "f32_conv2d__narrow_avx512")
+                       : pr.rows3x3       ? "f32_conv2d__rows3x3_avx512"
                        : pr.direct_avx512 ? (patches ? "f32_conv_transpose2d__patches_avx512" : "f32_conv2d__direct_avx512")
                        : patches          ? "f32_conv_transpose2d__patches_avx2"
                        : wino             ? "f32_conv2d__winograd_f2_avx2"
                                           : "f32_conv2d__direct_avx2";
     // The AVX-512 kernel's bands span the batch; the AVX2 kernels' are per image.
-    prog.num_tasks = (pr.direct_avx512 || pr.narrow ? 1 : g.n) * args.bands * args.groups;
+    prog.num_tasks = (pr.direct_avx512 || pr.narrow ? 1 : g.n) * args.bands * args.groups;  // rows3x3: per image
     prog.grain = 1;
     return prog;
   };
@@ -1964,7 +2016,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   return Conv2dResult{std::move(output), g.oh, g.ow, w};
 }
 
-// The direct kernel's weights: per 16-channel block and chunk of input
+// The direct kernel's weights (the 3x3 row kernel's: [cout / 64][kh][kw][cin][64]): per 16-channel block and chunk of input
 // channels, [kh][kw][chunk channels][16] (cpu::DirectConvArgs), and the
 // bias padded to whole blocks, float32 (zeros past cout).
 StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
@@ -1977,7 +2029,12 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
   const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = direct_cin_block(pr);
   std::vector<float> m(uint64_t{blocks} * taps * g.cin * 16, 0.0f);
   if (pr.narrow) m.assign(v.begin(), v.end());  // (cout, cin): the narrow kernel's rows
-  for (uint32_t o = 0; o < g.cout && !pr.narrow; ++o)
+  constexpr uint32_t kGroup = cpu::avx512::kRows3x3GroupChannels;
+  for (uint32_t o = 0; o < g.cout && pr.rows3x3; ++o)  // [cout / 64][taps][cin][64]
+    for (uint32_t c = 0; c < g.cin; ++c)
+      for (uint32_t t = 0; t < taps; ++t)
+        m[((uint64_t{o / kGroup} * taps + t) * g.cin + c) * kGroup + o % kGroup] = v[(uint64_t{o} * g.cin + c) * taps + t];
+  for (uint32_t o = 0; o < g.cout && !pr.narrow && !pr.rows3x3; ++o)
     for (uint32_t c = 0; c < g.cin; ++c) {
       const uint32_t c0 = c / cb * cb, cbk = std::min(cb, g.cin - c0);
       float* chunk = m.data() + (uint64_t{o / 16} * g.cin + c0) * taps * 16;

@@ -913,6 +913,71 @@ TEST(Conv2d, DirectAvx512Kernel) {
   ASSERT_OK(disable_profiler(*dev));
 }
 
+// On AVX-512 CPUs, float32 3x3 convs of stride 1 and padding 1 with at
+// most 64 input channels, whole 64-channel output groups, rows of at
+// least 48 pixels and maps of at most 80x80 run Tessera's 3x3 row kernel: ResNet-50's 56x56 64 -> 64;
+// odd and prime widths (tiles of 5 and 6 pixels, 53 = 8 x 6 + 5) and input
+// channels (1, 3, 17), two and three groups, batches, one-row and two-row
+// maps (both vertical taps in the padding), activations in registers
+// (relu, relu6) and through the float math table (silu, gelu, an affine),
+// block-float weights, rows in L1 (staged). 65 input channels, 96 output
+// channels, 47-pixel rows, an 81x80 map, a stride, a dilation, asymmetric
+// padding or a residual go elsewhere. Same tolerance as every float32 conv.
+TEST(Conv2d, Rows3x3Kernel) {
+  if (kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Case cases[] = {
+      {1, 56, 56, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
+      {2, 7, 53, 17, 128, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+      {1, 5, 49, 3, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU6},
+      {3, 1, 48, 64, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::GELU},
+      {1, 2, 61, 1, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 4, 50, 32, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU, 0.5f, 0.25f},
+  };
+  for (const Case& c : cases)
+    expect_conv_kernel(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG, "f32_conv2d__rows3x3_avx512");
+  expect_conv_kernel(*dev, cases[1], DataType::FLOAT32, DataType::BFLOAT8_B, DRAM_MEMORY_CONFIG,
+                     "f32_conv2d__rows3x3_avx512");
+  expect_conv_kernel(*dev, cases[2], DataType::FLOAT32, DataType::FLOAT32, L1_MEMORY_CONFIG,
+                     "f32_conv2d__rows3x3_avx512");
+  const Case others[] = {
+      {1, 6, 50, 65, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 6, 50, 64, 96, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 6, 47, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 81, 80, 16, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 6, 100, 64, 64, 3, 3, 2, 1, 1, {1, 1, 1, 1}},
+      {1, 6, 52, 64, 64, 3, 3, 1, 2, 1, {2, 2, 2, 2}},
+      {1, 6, 50, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 0}},
+  };
+  for (const Case& c : others) {
+    ASSERT_OK(enable_profiler(*dev));
+    check_case(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+    EXPECT_NE(conv_kernel_run(*dev), "f32_conv2d__rows3x3_avx512");
+  }
+  // With a residual: oneDNN's, and the same values as the conv then the add.
+  {
+    const Case& cs = cases[0];
+    const Conv2dParams p = to_params(cs);
+    Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * 9, 5, 0.2f),
+                                                       Shape{cs.k, cs.c, 3, 3}, DataType::FLOAT32));
+    Tensor res = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.k}, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
+    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
+    ASSERT_OK(enable_profiler(*dev));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, std::nullopt, p, Conv2dResidual{dres, {}},
+                                                              {.weights_dtype = DataType::FLOAT32}));
+    EXPECT_NE(conv_kernel_run(*dev), "f32_conv2d__rows3x3_avx512");
+    ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, w, std::nullopt, p, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> want, conv_t.to_vector());
+    ASSERT_OK_AND_ASSIGN(std::vector<float> rv, res.to_vector());
+    for (size_t i = 0; i < want.size(); ++i) want[i] = std::max(want[i], 0.0f) + rv[i];
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, r.output.cpu().value().to_vector());
+    testing::expect_conv_close(got, want, DataType::FLOAT32);
+  }
+  ASSERT_OK(disable_profiler(*dev));
+}
+
 // The narrow kernel (1x1 stride-1 float32 convs with one or two output
 // channels, on AVX-512): input channels under, at and over a vector, with a
 // masked tail; maps whose pixels end mid-chunk and mid-group (16 values),

@@ -136,6 +136,20 @@ constexpr uint32_t kNarrowMaxCout = 2;
 // ran the UNet's 30x40x512 -> 60x80x256 upconv at 64% of the FP32 peak.
 Status patch_transpose_kernel(const void* args, uint32_t begin, uint32_t end);
 Status narrow_conv_kernel(const void* args, uint32_t begin, uint32_t end);
+
+// A 3x3 conv of stride 1, dilation 1 and padding 1 on every side (oh = h,
+// ow = w) over float32 rows, without groups or a residual, whose cout is a
+// multiple of kRows3x3GroupChannels, for AVX-512 CPUs: the 3x3 layers of
+// few input channels on large maps (see conv2d.cc). Tasks are (image, band
+// of band_rows output rows, group of kRows3x3GroupChannels output
+// channels), group fastest: n * bands * groups. A task computes each of its
+// rows in tiles of up to six pixels (as even as whole tiles allow) by four
+// 16-channel blocks, reading each input value as a broadcast straight from
+// the input rows. Weights per group: [ky][kx][cin][64] float32; bias: cout
+// float32. Accumulation: bias, then taps in (ky, kx, cin) order in float32
+// FMAs, skipping the taps that fall in the padding; then the activation.
+constexpr uint32_t kRows3x3GroupChannels = 64;
+Status conv3x3_rows_kernel(const void* args, uint32_t begin, uint32_t end);
 }  // namespace avx512
 
 }  // namespace tessera::cpu

@@ -1,0 +1,140 @@
+// Tessera's AVX-512 3x3 row kernel over float32 rows; contract in
+// direct_conv_kernels.h. Hand-written because oneDNN 2.6's brgconv and
+// Tessera's direct kernel both lose a few percent on 3x3 convs of few input
+// channels over large maps, against what their 6 x 4 micro tile sustains:
+// a tile of one output row's pixels reads its broadcasts at a constant
+// stride from three input rows (no per-pixel row pointers), the tiles of a
+// row are as even as whole tiles allow (56 pixels: 6 x 6 + 4 x 5, not a
+// 2-pixel tail that streams all the weights for two pixels), and each step's
+// four weight vectors are one contiguous 256-byte run. One core, ResNet-50's
+// 56x56 64 -> 64: 266-269 GFLOP/s against brgconv's 258 (bench/RESULTS.md,
+// thirty-seventh run).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "avx512_activation.h"
+#include "direct_conv_kernels.h"
+
+namespace tessera::cpu::avx512 {
+
+namespace {
+
+constexpr uint32_t kGroup = kRows3x3GroupChannels;  // output channels per tile
+constexpr uint32_t kBlocks = kGroup / 16;
+constexpr uint32_t kMaxTile = 6;  // pixels per tile
+
+inline bool in_registers(const UnaryWithParam& a) {
+  return !a.has_affine() && (a.op == UnaryOpType::IDENTITY || a.op == UnaryOpType::RELU || a.op == UnaryOpType::RELU6);
+}
+
+// One tap's cin steps for pixels [LO, HI) of the tile: pixel i reads input
+// p + i * stride (floats), the step's weights w[k * kGroup .. + kGroup).
+template <uint32_t MR, uint32_t LO, uint32_t HI>
+inline void steps(__m512 (&acc)[MR][kBlocks], const float* p, uint64_t stride, const float* w, uint32_t cin) {
+  for (uint32_t k = 0; k < cin; ++k, w += kGroup) {
+    __m512 wv[kBlocks];
+    _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j) wv[j] = _mm512_loadu_ps(w + 16 * j);
+    _Pragma("GCC unroll 8") for (uint32_t i = LO; i < HI; ++i) {
+      const __m512 x = _mm512_set1_ps(p[i * stride + k]);
+      _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
+    }
+  }
+}
+
+// MR pixels of one output row from x0, one 64-channel group: bias, then the
+// taps in (ky, kx, cin) order (a tap whose input row is padding adds
+// nothing; the first pixel of the row skips kx = 0, the last kx = 2), then
+// the activation, stored to the group's columns. `rows[ky]`: input row
+// y - 1 + ky at its first pixel, or null. The loops over pixels and blocks
+// are unrolled by pragma so the 24 accumulators stay in registers.
+template <uint32_t MR>
+void tile(const DirectConvArgs& a, const float* const (&rows)[3], uint64_t in_stride, uint32_t x0, const float* w,
+          const float* bias, float* out, uint64_t out_stride) {
+  __m512 acc[MR][kBlocks];
+  _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j) {
+    const __m512 b = _mm512_loadu_ps(bias + 16 * j);
+    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i) acc[i][j] = b;
+  }
+  const bool left = x0 == 0, right = x0 + MR == a.ow;
+  const uint64_t tap_floats = uint64_t{a.cin} * kGroup;
+  for (uint32_t ky = 0; ky < 3; ++ky) {
+    if (rows[ky] == nullptr) continue;
+    for (uint32_t kx = 0; kx < 3; ++kx) {
+      // Input pixel x0 - 1 + kx; where that is -1 (or a.w) the edge pixel skips the tap.
+      const float* p = rows[ky] + (int64_t{x0} + kx - 1) * static_cast<int64_t>(in_stride);
+      const float* wt = w + (ky * 3 + kx) * tap_floats;
+      const bool skip_first = left && kx == 0, skip_last = right && kx == 2;  // never both
+      if (skip_first) {
+        steps<MR, 1, MR>(acc, p, in_stride, wt, a.cin);
+      } else if (skip_last) {
+        steps<MR, 0, MR - 1>(acc, p, in_stride, wt, a.cin);
+      } else {
+        steps<MR, 0, MR>(acc, p, in_stride, wt, a.cin);
+      }
+    }
+  }
+  if (in_registers(a.activation)) {
+    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
+      _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j) {
+        __m512 v = acc[i][j];
+        if (a.activation.op == UnaryOpType::RELU6) v = clamp_keep_nan(v, 0.0f, 6.0f);
+        else if (a.activation.op == UnaryOpType::RELU) v = relu_keep_nan(v);
+        _mm512_storeu_ps(out + i * out_stride + 16 * j, v);
+      }
+    return;
+  }
+  // Other activations: FloatMath's vector functions over the tile in a buffer.
+  alignas(64) float buf[MR][kGroup];
+  _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
+    _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j) _mm512_store_ps(&buf[i][16 * j], acc[i][j]);
+  a.math.unary(a.activation, &buf[0][0], MR * kGroup);
+  _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
+    _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j)
+      _mm512_storeu_ps(out + i * out_stride + 16 * j, _mm512_load_ps(&buf[i][16 * j]));
+}
+
+using TileFn = void (*)(const DirectConvArgs&, const float* const (&)[3], uint64_t, uint32_t, const float*,
+                        const float*, float*, uint64_t);
+template <uint32_t... R>
+constexpr std::array<TileFn, kMaxTile> tile_table(std::integer_sequence<uint32_t, R...>) {
+  return {&tile<R + 1>...};
+}
+constexpr auto kTiles = tile_table(std::make_integer_sequence<uint32_t, kMaxTile>{});  // [pixels - 1]
+
+}  // namespace
+
+Status conv3x3_rows_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const DirectConvArgs& a = *static_cast<const DirectConvArgs*>(raw);
+  const uint64_t in_stride = a.src.uniform_row_stride() / sizeof(float);
+  const uint64_t out_stride = a.dst.uniform_row_stride() / sizeof(float);
+  const uint32_t tiles = (a.ow + kMaxTile - 1) / kMaxTile;
+  for (uint32_t t = begin; t < end; ++t) {
+    const uint32_t group = t % a.groups, band = t / a.groups % a.bands, img = t / a.groups / a.bands;
+    const uint32_t y0 = band * a.band_rows, y1 = std::min(a.oh, y0 + a.band_rows);
+    const float* w = a.weights + uint64_t{group} * 9 * a.cin * kGroup;
+    const float* bias = a.bias + uint64_t{group} * kGroup;
+    for (uint32_t y = y0; y < y1; ++y) {
+      const float* rows[3];
+      for (uint32_t ky = 0; ky < 3; ++ky) {
+        const int64_t iy = int64_t{y} + ky - 1;
+        rows[ky] = iy < 0 || iy >= a.h ? nullptr
+                                       : reinterpret_cast<const float*>(a.src.base) +
+                                             (uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w * in_stride;
+      }
+      float* out = reinterpret_cast<float*>(a.dst.base) + (uint64_t{img} * a.oh + y) * a.ow * out_stride +
+                   uint64_t{group} * kGroup;
+      // Tiles as even as whole tiles allow: ow / tiles pixels, the first ow % tiles one more.
+      for (uint32_t i = 0, x = 0; i < tiles; ++i) {
+        const uint32_t mr = a.ow / tiles + (i < a.ow % tiles);
+        kTiles[mr - 1](a, rows, in_stride, x, w, bias, out + x * out_stride, out_stride);
+        x += mr;
+      }
+    }
+  }
+  return Status();
+}
+
+}  // namespace tessera::cpu::avx512
