@@ -522,30 +522,40 @@ bool is_direct_avx512(const Problem& pr) {
 // Float32 3x3 convs of stride 1 and padding 1 without groups or a residual,
 // on AVX-512 CPUs, run Tessera's 3x3 row kernel
 // (cpu::avx512::conv3x3_rows_kernel) on the shapes where it beat oneDNN's
-// brgconv: output channels in whole 64-channel groups, at most
-// kRows3x3MaxCin input channels (a group's weights, 9 * cin * 64 float32,
-// stay in the L2), rows of at least kRows3x3MinWidth pixels and maps of at
-// most kRows3x3MaxPixels. brgconv computes a row in tiles of six pixels, so
-// a row of 6k + 1 or 6k + 2 pixels ends in a tile that streams all the
-// weights for one or two; the row kernel's tiles are as even as whole tiles
-// allow. bench_conv_f32 --kernel-time, two workers, three alternated rounds,
-// 64 -> 64 GFLOP/s, brgconv against the row kernel: 56x56 (ResNet-50's
-// stage 1) 496-501 against 512-523, 80x80 486-495 against 505-516, 56 rows
-// of 50, 61 and 62 pixels 3-4% faster; 58, 60 and 64 pixels, 28x28 and
-// 40x40 (widths under kRows3x3MinWidth) equal. Larger maps lost 1-2%
-// (112x112 64 -> 64, 160x160 32 -> 64, 120x160 64 -> 128), and so did the
-// UNet's layers of 128 and more input channels.
+// brgconv, measured with bench_conv_f32 --kernel-time, two workers, three
+// alternated rounds (GFLOP/s, brgconv against the row kernel):
+// - Output channels in whole 64-channel groups, at most kRows3x3MaxCin
+//   input channels (a group's weights, 9 * cin * 64 float32, stay in the
+//   L2), rows of at least kRows3x3MinWidth pixels and maps of at most
+//   kRows3x3MaxPixels. brgconv computes a row in tiles of six pixels, so a
+//   row of 6k + 1 or 6k + 2 pixels ends in a tile that streams all the
+//   weights for one or two; the row kernel's tiles are as even as whole
+//   tiles allow. 64 -> 64: 56x56 (ResNet-50's stage 1) 496-501 against
+//   512-523, 80x80 486-495 against 505-516, 56 rows of 50, 61 and 62 pixels
+//   3-4% faster; 58, 60 and 64 pixels equal, and so were 28x28 and 40x40
+//   (under kRows3x3MinWidth). Larger maps lost 1-2% (112x112 64 -> 64,
+//   160x160 32 -> 64, 120x160 64 -> 128), and so did the UNet's layers of
+//   128 and more input channels.
+// - 32 output channels over the last group (tiles of 12 pixels by two
+//   blocks), more than 32 and at most kRows3x3MaxCin input channels, on maps
+//   of at least kRows3x3PairsMinPixels, where brgconv slows down: 64 -> 32
+//   on 240x320 486-494 against 500-510, 360x480 444-453 against 500-514,
+//   480x640 (the UNet's dec1) 476-500 against 503-517. On 80x80 to 160x160
+//   maps, and 32 -> 32 on 480x640, the two were equal.
 constexpr uint32_t kRows3x3MaxCin = 64;
 constexpr uint32_t kRows3x3MinWidth = 48;
 constexpr uint64_t kRows3x3MaxPixels = 80 * 80;
+constexpr uint64_t kRows3x3PairsMinPixels = 240 * 320;
 bool is_rows3x3(const Problem& pr) {
   const Geometry& g = pr.g;
+  const uint64_t pixels = uint64_t{g.oh} * g.ow;
+  const bool quads = g.cout % 64 == 0 && g.ow >= kRows3x3MinWidth && pixels <= kRows3x3MaxPixels;
+  const bool pairs = g.cout % 64 == 32 && g.cin > 32 && pixels >= kRows3x3PairsMinPixels;
   return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
          g.groups == 1 && !pr.winograd && pr.residual == nullptr && pr.compute == DataType::FLOAT32 &&
          pr.input.dtype == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 && g.kh == 3 && g.kw == 3 &&
          g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.pad_t == 1 && g.pad_b == 1 && g.pad_l == 1 &&
-         g.pad_r == 1 && g.cout % cpu::avx512::kRows3x3GroupChannels == 0 && g.cin <= kRows3x3MaxCin &&
-         g.ow >= kRows3x3MinWidth && uint64_t{g.oh} * g.ow <= kRows3x3MaxPixels;
+         g.pad_r == 1 && g.cin <= kRows3x3MaxCin && (quads || pairs);
 }
 
 // Transposed convs whose kernel equals their stride, float32, without a
@@ -1829,8 +1839,9 @@ void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArg
 void rows3x3_tasks(const Problem& pr, cpu::DirectConvArgs& args) {
   args.band_rows = 1;
   args.bands = pr.g.oh;
-  args.groups = pr.g.cout / cpu::avx512::kRows3x3GroupChannels;
-  args.group_blocks = cpu::avx512::kRows3x3GroupChannels / 16;
+  const uint32_t group = cpu::avx512::rows3x3_group_channels(pr.g.cout);
+  args.groups = pr.g.cout / group;
+  args.group_blocks = group / 16;
 }
 
 // The narrow kernel's tasks: bands of the batch's pixels, kDirectTasksPerWorker
@@ -2016,7 +2027,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   return Conv2dResult{std::move(output), g.oh, g.ow, w};
 }
 
-// The direct kernel's weights (the 3x3 row kernel's: [cout / 64][kh][kw][cin][64]): per 16-channel block and chunk of input
+// The direct kernel's weights (the 3x3 row kernel's: per group, [kh][kw][cin][group channels]): per 16-channel block and chunk of input
 // channels, [kh][kw][chunk channels][16] (cpu::DirectConvArgs), and the
 // bias padded to whole blocks, float32 (zeros past cout).
 StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
@@ -2029,11 +2040,11 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
   const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = direct_cin_block(pr);
   std::vector<float> m(uint64_t{blocks} * taps * g.cin * 16, 0.0f);
   if (pr.narrow) m.assign(v.begin(), v.end());  // (cout, cin): the narrow kernel's rows
-  constexpr uint32_t kGroup = cpu::avx512::kRows3x3GroupChannels;
-  for (uint32_t o = 0; o < g.cout && pr.rows3x3; ++o)  // [cout / 64][taps][cin][64]
+  const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cout);
+  for (uint32_t o = 0; o < g.cout && pr.rows3x3; ++o)  // [cout / group][taps][cin][group]
     for (uint32_t c = 0; c < g.cin; ++c)
       for (uint32_t t = 0; t < taps; ++t)
-        m[((uint64_t{o / kGroup} * taps + t) * g.cin + c) * kGroup + o % kGroup] = v[(uint64_t{o} * g.cin + c) * taps + t];
+        m[((uint64_t{o / group} * taps + t) * g.cin + c) * group + o % group] = v[(uint64_t{o} * g.cin + c) * taps + t];
   for (uint32_t o = 0; o < g.cout && !pr.narrow && !pr.rows3x3; ++o)
     for (uint32_t c = 0; c < g.cin; ++c) {
       const uint32_t c0 = c / cb * cb, cbk = std::min(cb, g.cin - c0);

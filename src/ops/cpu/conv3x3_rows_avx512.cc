@@ -22,41 +22,43 @@ namespace tessera::cpu::avx512 {
 
 namespace {
 
-constexpr uint32_t kGroup = kRows3x3GroupChannels;  // output channels per tile
-constexpr uint32_t kBlocks = kGroup / 16;
-constexpr uint32_t kMaxTile = 6;  // pixels per tile
+// Accumulators per tile: 24 of the 32 vector registers, the rest for the
+// step's weights and a broadcast.
+constexpr uint32_t kAccumulators = 24;
 
 inline bool in_registers(const UnaryWithParam& a) {
   return !a.has_affine() && (a.op == UnaryOpType::IDENTITY || a.op == UnaryOpType::RELU || a.op == UnaryOpType::RELU6);
 }
 
 // One tap's cin steps for pixels [LO, HI) of the tile: pixel i reads input
-// p + i * stride (floats), the step's weights w[k * kGroup .. + kGroup).
-template <uint32_t MR, uint32_t LO, uint32_t HI>
-inline void steps(__m512 (&acc)[MR][kBlocks], const float* p, uint64_t stride, const float* w, uint32_t cin) {
-  for (uint32_t k = 0; k < cin; ++k, w += kGroup) {
-    __m512 wv[kBlocks];
-    _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j) wv[j] = _mm512_loadu_ps(w + 16 * j);
-    _Pragma("GCC unroll 8") for (uint32_t i = LO; i < HI; ++i) {
+// p + i * stride (floats), the step's weights w[k * NB * 16 .. + NB * 16).
+template <uint32_t NB, uint32_t MR, uint32_t LO, uint32_t HI>
+inline void steps(__m512 (&acc)[MR][NB], const float* p, uint64_t stride, const float* w, uint32_t cin) {
+  for (uint32_t k = 0; k < cin; ++k, w += NB * 16) {
+    __m512 wv[NB];
+    _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + 16 * j);
+    _Pragma("GCC unroll 16") for (uint32_t i = LO; i < HI; ++i) {
       const __m512 x = _mm512_set1_ps(p[i * stride + k]);
-      _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
+      _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
     }
   }
 }
 
-// MR pixels of one output row from x0, one 64-channel group: bias, then the
-// taps in (ky, kx, cin) order (a tap whose input row is padding adds
-// nothing; the first pixel of the row skips kx = 0, the last kx = 2), then
-// the activation, stored to the group's columns. `rows[ky]`: input row
-// y - 1 + ky at its first pixel, or null. The loops over pixels and blocks
-// are unrolled by pragma so the 24 accumulators stay in registers.
-template <uint32_t MR>
+// MR pixels of one output row from x0 by NB 16-channel blocks (one group):
+// bias, then the taps in (ky, kx, cin) order (a tap whose input row is
+// padding adds nothing; the first pixel of the row skips kx = 0, the last
+// kx = 2), then the activation, stored to the group's columns. `rows[ky]`:
+// input row y - 1 + ky at its first pixel, or null. The loops over pixels
+// and blocks are unrolled by pragma (16 at most: MR * NB <= 24) so the
+// accumulators stay in registers.
+template <uint32_t NB, uint32_t MR>
 void tile(const DirectConvArgs& a, const float* const (&rows)[3], uint64_t in_stride, uint32_t x0, const float* w,
           const float* bias, float* out, uint64_t out_stride) {
-  __m512 acc[MR][kBlocks];
-  _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j) {
+  constexpr uint32_t kGroup = NB * 16;
+  __m512 acc[MR][NB];
+  _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) {
     const __m512 b = _mm512_loadu_ps(bias + 16 * j);
-    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i) acc[i][j] = b;
+    _Pragma("GCC unroll 16") for (uint32_t i = 0; i < MR; ++i) acc[i][j] = b;
   }
   const bool left = x0 == 0, right = x0 + MR == a.ow;
   const uint64_t tap_floats = uint64_t{a.cin} * kGroup;
@@ -68,17 +70,17 @@ void tile(const DirectConvArgs& a, const float* const (&rows)[3], uint64_t in_st
       const float* wt = w + (ky * 3 + kx) * tap_floats;
       const bool skip_first = left && kx == 0, skip_last = right && kx == 2;  // never both
       if (skip_first) {
-        steps<MR, 1, MR>(acc, p, in_stride, wt, a.cin);
+        steps<NB, MR, 1, MR>(acc, p, in_stride, wt, a.cin);
       } else if (skip_last) {
-        steps<MR, 0, MR - 1>(acc, p, in_stride, wt, a.cin);
+        steps<NB, MR, 0, MR - 1>(acc, p, in_stride, wt, a.cin);
       } else {
-        steps<MR, 0, MR>(acc, p, in_stride, wt, a.cin);
+        steps<NB, MR, 0, MR>(acc, p, in_stride, wt, a.cin);
       }
     }
   }
   if (in_registers(a.activation)) {
-    _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
-      _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j) {
+    _Pragma("GCC unroll 16") for (uint32_t i = 0; i < MR; ++i)
+      _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) {
         __m512 v = acc[i][j];
         if (a.activation.op == UnaryOpType::RELU6) v = clamp_keep_nan(v, 0.0f, 6.0f);
         else if (a.activation.op == UnaryOpType::RELU) v = relu_keep_nan(v);
@@ -88,26 +90,26 @@ void tile(const DirectConvArgs& a, const float* const (&rows)[3], uint64_t in_st
   }
   // Other activations: FloatMath's vector functions over the tile in a buffer.
   alignas(64) float buf[MR][kGroup];
-  _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
-    _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j) _mm512_store_ps(&buf[i][16 * j], acc[i][j]);
+  _Pragma("GCC unroll 16") for (uint32_t i = 0; i < MR; ++i)
+    _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) _mm512_store_ps(&buf[i][16 * j], acc[i][j]);
   a.math.unary(a.activation, &buf[0][0], MR * kGroup);
-  _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
-    _Pragma("GCC unroll 8") for (uint32_t j = 0; j < kBlocks; ++j)
+  _Pragma("GCC unroll 16") for (uint32_t i = 0; i < MR; ++i)
+    _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j)
       _mm512_storeu_ps(out + i * out_stride + 16 * j, _mm512_load_ps(&buf[i][16 * j]));
 }
 
 using TileFn = void (*)(const DirectConvArgs&, const float* const (&)[3], uint64_t, uint32_t, const float*,
                         const float*, float*, uint64_t);
-template <uint32_t... R>
-constexpr std::array<TileFn, kMaxTile> tile_table(std::integer_sequence<uint32_t, R...>) {
-  return {&tile<R + 1>...};
+template <uint32_t NB, uint32_t... R>
+constexpr std::array<TileFn, sizeof...(R)> tile_table(std::integer_sequence<uint32_t, R...>) {
+  return {&tile<NB, R + 1>...};
 }
-constexpr auto kTiles = tile_table(std::make_integer_sequence<uint32_t, kMaxTile>{});  // [pixels - 1]
 
-}  // namespace
-
-Status conv3x3_rows_kernel(const void* raw, uint32_t begin, uint32_t end) {
-  const DirectConvArgs& a = *static_cast<const DirectConvArgs*>(raw);
+// The kernel for groups of NB blocks: tiles of up to kAccumulators / NB pixels.
+template <uint32_t NB>
+Status run(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
+  constexpr uint32_t kGroup = NB * 16, kMaxTile = kAccumulators / NB;
+  static constexpr auto kTiles = tile_table<NB>(std::make_integer_sequence<uint32_t, kMaxTile>{});  // [pixels - 1]
   const uint64_t in_stride = a.src.uniform_row_stride() / sizeof(float);
   const uint64_t out_stride = a.dst.uniform_row_stride() / sizeof(float);
   const uint32_t tiles = (a.ow + kMaxTile - 1) / kMaxTile;
@@ -135,6 +137,13 @@ Status conv3x3_rows_kernel(const void* raw, uint32_t begin, uint32_t end) {
     }
   }
   return Status();
+}
+
+}  // namespace
+
+Status conv3x3_rows_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const DirectConvArgs& a = *static_cast<const DirectConvArgs*>(raw);
+  return a.group_blocks == 4 ? run<4>(a, begin, end) : run<2>(a, begin, end);
 }
 
 }  // namespace tessera::cpu::avx512

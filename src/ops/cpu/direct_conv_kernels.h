@@ -139,16 +139,18 @@ Status narrow_conv_kernel(const void* args, uint32_t begin, uint32_t end);
 
 // A 3x3 conv of stride 1, dilation 1 and padding 1 on every side (oh = h,
 // ow = w) over float32 rows, without groups or a residual, whose cout is a
-// multiple of kRows3x3GroupChannels, for AVX-512 CPUs: the 3x3 layers of
-// few input channels on large maps (see conv2d.cc). Tasks are (image, band
-// of band_rows output rows, group of kRows3x3GroupChannels output
-// channels), group fastest: n * bands * groups. A task computes each of its
-// rows in tiles of up to six pixels (as even as whole tiles allow) by four
-// 16-channel blocks, reading each input value as a broadcast straight from
-// the input rows. Weights per group: [ky][kx][cin][64] float32; bias: cout
-// float32. Accumulation: bias, then taps in (ky, kx, cin) order in float32
-// FMAs, skipping the taps that fall in the padding; then the activation.
-constexpr uint32_t kRows3x3GroupChannels = 64;
+// multiple of 32, for AVX-512 CPUs (the layers it runs: see conv2d.cc).
+// Output channels come in groups of rows3x3_group_channels(cout): 64 (four
+// 16-channel blocks, tiles of up to 6 pixels) where cout allows, else 32
+// (two blocks, tiles of up to 12); group_blocks says which. Tasks are
+// (image, band of band_rows output rows, group), group fastest:
+// n * bands * groups. A task computes each of its rows in tiles as even as
+// whole tiles allow, reading each input value as a broadcast straight from
+// the input rows. Weights per group: [ky][kx][cin][group channels] float32;
+// bias: cout float32. Accumulation: bias, then taps in (ky, kx, cin) order
+// in float32 FMAs, skipping the taps that fall in the padding; then the
+// activation.
+inline uint32_t rows3x3_group_channels(uint32_t cout) { return cout % 64 == 0 ? 64 : 32; }
 Status conv3x3_rows_kernel(const void* args, uint32_t begin, uint32_t end);
 }  // namespace avx512
 
