@@ -522,20 +522,29 @@ bool is_direct_avx512(const Problem& pr) {
 // Float32 3x3 convs of stride 1 and padding 1 without groups or a residual,
 // on AVX-512 CPUs, run Tessera's 3x3 row kernel
 // (cpu::avx512::conv3x3_rows_kernel) on the shapes where it beat oneDNN's
-// brgconv, measured with bench_conv_f32 --kernel-time, two workers, three
+// brgconv, measured with bench_conv_f32 --kernel-time, two workers,
 // alternated rounds (GFLOP/s, brgconv against the row kernel):
-// - Output channels in whole 64-channel groups, at most kRows3x3MaxCin
+// - Output channels in whole 64-channel groups (rows of at least
+//   kRows3x3MinWidth pixels in all that follow), at most kRows3x3MaxCin
 //   input channels (a group's weights, 9 * cin * 64 float32, stay in the
-//   L2), rows of at least kRows3x3MinWidth pixels and maps of at most
-//   kRows3x3MaxPixels. brgconv computes a row in tiles of six pixels, so a
+//   L2) and maps of at most kRows3x3MaxPixels. brgconv computes a row in tiles of six pixels, so a
 //   row of 6k + 1 or 6k + 2 pixels ends in a tile that streams all the
 //   weights for one or two; the row kernel's tiles are as even as whole
 //   tiles allow. 64 -> 64: 56x56 (ResNet-50's stage 1) 496-501 against
 //   512-523, 80x80 486-495 against 505-516, 56 rows of 50, 61 and 62 pixels
 //   3-4% faster; 58, 60 and 64 pixels equal, and so were 28x28 and 40x40
 //   (under kRows3x3MinWidth). Larger maps lost 1-2% (112x112 64 -> 64,
-//   160x160 32 -> 64, 120x160 64 -> 128), and so did the UNet's layers of
-//   128 and more input channels.
+//   160x160 32 -> 64, 120x160 64 -> 128, the UNet's 240x320 layers) or
+//   were equal.
+// - The same groups over kRows3x3WideMinCin to kRows3x3WideMaxCin input
+//   channels (a group's weights up to 590 KB, still in the L2) into at most
+//   kRows3x3WideMaxCout output channels, on maps of at most
+//   kRows3x3WideMaxPixels, where brgconv is slower than on its other
+//   layers; each layer alone: 120x160 256 -> 128 (the UNet's dec3)
+//   485-503 against 502-513 in all eight rounds; four rounds: 256 -> 64
+//   495-502 against 511-516, 60x80 256 -> 128 505-510 against 511-524,
+//   56x56 256 -> 128 2-3% faster in two, equal in two. Equal: 256 ->
+//   256, 192 -> 128 and 128 -> 64 at 120x160, 60x80 128 -> 256.
 // - 32 output channels over the last group (tiles of 12 pixels by two
 //   blocks), more than 32 and at most kRows3x3MaxCin input channels, on maps
 //   of at least kRows3x3PairsMinPixels, where brgconv slows down: 64 -> 32
@@ -546,16 +555,21 @@ constexpr uint32_t kRows3x3MaxCin = 64;
 constexpr uint32_t kRows3x3MinWidth = 48;
 constexpr uint64_t kRows3x3MaxPixels = 80 * 80;
 constexpr uint64_t kRows3x3PairsMinPixels = 240 * 320;
+constexpr uint32_t kRows3x3WideMinCin = 129, kRows3x3WideMaxCin = 256, kRows3x3WideMaxCout = 128;
+constexpr uint64_t kRows3x3WideMaxPixels = 120 * 160;
 bool is_rows3x3(const Problem& pr) {
   const Geometry& g = pr.g;
   const uint64_t pixels = uint64_t{g.oh} * g.ow;
-  const bool quads = g.cout % 64 == 0 && g.ow >= kRows3x3MinWidth && pixels <= kRows3x3MaxPixels;
-  const bool pairs = g.cout % 64 == 32 && g.cin > 32 && pixels >= kRows3x3PairsMinPixels;
+  const bool quads = g.cout % 64 == 0 && g.ow >= kRows3x3MinWidth &&
+                     ((g.cin <= kRows3x3MaxCin && pixels <= kRows3x3MaxPixels) ||
+                      (g.cin >= kRows3x3WideMinCin && g.cin <= kRows3x3WideMaxCin &&
+                       g.cout <= kRows3x3WideMaxCout && pixels <= kRows3x3WideMaxPixels));
+  const bool pairs = g.cout % 64 == 32 && g.cin > 32 && g.cin <= kRows3x3MaxCin && pixels >= kRows3x3PairsMinPixels;
   return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
          g.groups == 1 && !pr.winograd && pr.residual == nullptr && pr.compute == DataType::FLOAT32 &&
          pr.input.dtype == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 && g.kh == 3 && g.kw == 3 &&
          g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.pad_t == 1 && g.pad_b == 1 && g.pad_l == 1 &&
-         g.pad_r == 1 && g.cin <= kRows3x3MaxCin && (quads || pairs);
+         g.pad_r == 1 && (quads || pairs);
 }
 
 // Transposed convs whose kernel equals their stride, float32, without a
