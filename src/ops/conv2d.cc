@@ -1845,11 +1845,15 @@ void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArg
 }
 
 // The 3x3 row kernel's tasks: one output row of one image per task, for
-// each 64-channel group (group fastest, so a row's input is read by all its
-// groups while in the cache). A task costs one claim in the pool, under a
-// microsecond against 15 us or more of FMAs, and the pool's runs keep each
-// worker on its own contiguous rows; so no coarser bands are needed for
-// locality, and one-row tasks let the workers finish together.
+// each group of output channels, group slowest: the pool's runs then give
+// each worker whole groups where there are several, whose weights (up to
+// 590 KB each) stay in its own L2, where alternating groups row by row
+// streamed them from the L3 again on every row (the UNet's dec3, 256 ->
+// 128, each layer alone, four alternated rounds: 512-516 -> 514-518
+// GFLOP/s). A task costs one claim in the pool, under a microsecond against
+// 15 us or more of FMAs, and the runs keep each worker on contiguous rows;
+// so no coarser bands are needed for locality, and one-row tasks let the
+// workers finish together.
 void rows3x3_tasks(const Problem& pr, cpu::DirectConvArgs& args) {
   args.band_rows = 1;
   args.bands = pr.g.oh;

@@ -114,7 +114,8 @@ Status run(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
   const uint64_t out_stride = a.dst.uniform_row_stride() / sizeof(float);
   const uint32_t tiles = (a.ow + kMaxTile - 1) / kMaxTile;
   for (uint32_t t = begin; t < end; ++t) {
-    const uint32_t group = t % a.groups, band = t / a.groups % a.bands, img = t / a.groups / a.bands;
+    const uint32_t per_group = a.n * a.bands, group = t / per_group, band = t % per_group % a.bands,
+                   img = t % per_group / a.bands;
     const uint32_t y0 = band * a.band_rows, y1 = std::min(a.oh, y0 + a.band_rows);
     const float* w = a.weights + uint64_t{group} * 9 * a.cin * kGroup;
     const float* bias = a.bias + uint64_t{group} * kGroup;

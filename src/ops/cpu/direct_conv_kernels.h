@@ -143,8 +143,8 @@ Status narrow_conv_kernel(const void* args, uint32_t begin, uint32_t end);
 // Output channels come in groups of rows3x3_group_channels(cout): 64 (four
 // 16-channel blocks, tiles of up to 6 pixels) where cout allows, else 32
 // (two blocks, tiles of up to 12); group_blocks says which. Tasks are
-// (image, band of band_rows output rows, group), group fastest:
-// n * bands * groups. A task computes each of its rows in tiles as even as
+// (group, image, band of band_rows output rows), band fastest:
+// groups * n * bands. A task computes each of its rows in tiles as even as
 // whole tiles allow, reading each input value as a broadcast straight from
 // the input rows. Weights per group: [ky][kx][cin][group channels] float32;
 // bias: cout float32. Accumulation: bias, then taps in (ky, kx, cin) order
