@@ -551,20 +551,36 @@ bool is_direct_avx512(const Problem& pr) {
 //   on 240x320 486-494 against 500-510, 360x480 444-453 against 500-514,
 //   480x640 (the UNet's dec1) 476-500 against 503-517. On 80x80 to 160x160
 //   maps, and 32 -> 32 on 480x640, the two were equal.
+// - 32-channel groups from kRows3x3DeepMinCin to kRows3x3DeepMaxCin
+//   input channels (rows3x3_group_channels), on maps from
+//   kRows3x3DeepMinPixels to kRows3x3DeepMaxPixels: each layer alone, four
+//   alternated rounds, 60x80 512 -> 256 (the UNet's dec4) 501-517 against
+//   508-529, 30x40 512 -> 512 (its bottleneck) 511-520 against 521-537,
+//   60x80 512 -> 128 488-496 against 512-522, 40x40 384 -> 256 509-514
+//   against 522-528, 30x40 512 -> 256, 20x20 and 14x14 512 -> 512 1-4%
+//   faster in every round. 120x160 512 -> 256 lost 1%; and 256 input
+//   channels in 32-channel groups were equal on 30x40 and 60x80 maps and
+//   7% slower on 120x160.
 constexpr uint32_t kRows3x3MaxCin = 64;
 constexpr uint32_t kRows3x3MinWidth = 48;
 constexpr uint64_t kRows3x3MaxPixels = 80 * 80;
 constexpr uint64_t kRows3x3PairsMinPixels = 240 * 320;
 constexpr uint32_t kRows3x3WideMinCin = 129, kRows3x3WideMaxCin = 256, kRows3x3WideMaxCout = 128;
 constexpr uint64_t kRows3x3WideMaxPixels = 120 * 160;
+constexpr uint32_t kRows3x3DeepMinCin = 257, kRows3x3DeepMaxCin = 512;
+constexpr uint64_t kRows3x3DeepMinPixels = 14 * 14, kRows3x3DeepMaxPixels = 60 * 80;
 bool is_rows3x3(const Problem& pr) {
   const Geometry& g = pr.g;
   const uint64_t pixels = uint64_t{g.oh} * g.ow;
-  const bool quads = g.cout % 64 == 0 && g.ow >= kRows3x3MinWidth &&
+  const bool quads = g.cout % 32 == 0 && cpu::avx512::rows3x3_group_channels(g.cin, g.cout) == 64 &&
+                     g.ow >= kRows3x3MinWidth &&
                      ((g.cin <= kRows3x3MaxCin && pixels <= kRows3x3MaxPixels) ||
                       (g.cin >= kRows3x3WideMinCin && g.cin <= kRows3x3WideMaxCin &&
                        g.cout <= kRows3x3WideMaxCout && pixels <= kRows3x3WideMaxPixels));
-  const bool pairs = g.cout % 64 == 32 && g.cin > 32 && g.cin <= kRows3x3MaxCin && pixels >= kRows3x3PairsMinPixels;
+  const bool pairs = g.cout % 32 == 0 && cpu::avx512::rows3x3_group_channels(g.cin, g.cout) == 32 &&
+                     ((g.cin > 32 && g.cin <= kRows3x3MaxCin && pixels >= kRows3x3PairsMinPixels) ||
+                      (g.cin >= kRows3x3DeepMinCin && g.cin <= kRows3x3DeepMaxCin &&
+                       pixels >= kRows3x3DeepMinPixels && pixels <= kRows3x3DeepMaxPixels));
   return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
          g.groups == 1 && !pr.winograd && pr.residual == nullptr && pr.compute == DataType::FLOAT32 &&
          pr.input.dtype == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 && g.kh == 3 && g.kw == 3 &&
@@ -1857,7 +1873,7 @@ void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArg
 void rows3x3_tasks(const Problem& pr, cpu::DirectConvArgs& args) {
   args.band_rows = 1;
   args.bands = pr.g.oh;
-  const uint32_t group = cpu::avx512::rows3x3_group_channels(pr.g.cout);
+  const uint32_t group = cpu::avx512::rows3x3_group_channels(pr.g.cin, pr.g.cout);
   args.groups = pr.g.cout / group;
   args.group_blocks = group / 16;
 }
@@ -2058,7 +2074,7 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
   const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = direct_cin_block(pr);
   std::vector<float> m(uint64_t{blocks} * taps * g.cin * 16, 0.0f);
   if (pr.narrow) m.assign(v.begin(), v.end());  // (cout, cin): the narrow kernel's rows
-  const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cout);
+  const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cin, g.cout);
   for (uint32_t o = 0; o < g.cout && pr.rows3x3; ++o)  // [cout / group][taps][cin][group]
     for (uint32_t c = 0; c < g.cin; ++c)
       for (uint32_t t = 0; t < taps; ++t)

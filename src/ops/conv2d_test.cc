@@ -917,16 +917,18 @@ TEST(Conv2d, DirectAvx512Kernel) {
 // 3x3 row kernel: whole 64-channel output groups on rows of at least 48
 // pixels, from at most 64 input channels on maps of at most 80x80
 // (ResNet-50's 56x56 64 -> 64) or from 129-256 into at most 128 on maps of
-// at most 120x160; 32 channels over the last group from 33-64 input
-// channels on maps of at least 240x320. Odd and prime widths (tiles of 5
-// and 6 pixels, 53 = 8 x 6 + 5; of 11 and 12) and input channels (1, 3,
-// 17, 33, 200), two and three groups, batches, one-row and two-row maps
-// (both vertical taps in the padding), activations in registers (relu,
-// relu6) and through the float math table (silu, gelu, an affine),
-// block-float weights, rows in L1 (staged). 65, 128 or 257 input channels
-// into 64, 256 -> 192, 96 output channels on a small map, 32 -> 32 on a
-// large one, 47-pixel rows, an 81x80 map, a stride, a dilation, asymmetric
-// padding or a residual go elsewhere. Same tolerance as every float32 conv.
+// at most 120x160; 32-channel groups from 33-64 input channels into 32
+// more than a multiple of 64 on maps of at least 240x320, and from 257-512
+// input channels on maps of 14x14 to 60x80 pixels. Odd and prime widths
+// (tiles of 5 and 6 pixels, 53 = 8 x 6 + 5; of 8 to 12) and input channels
+// (1, 3, 17, 33, 200, 257, 300), two and three groups, batches, one-row and
+// two-row maps (both vertical taps in the padding), activations in
+// registers (relu, relu6) and through the float math table (silu, gelu, an
+// affine), block-float weights, rows in L1 (staged). 65, 128 or 513 input
+// channels into 64, 256 -> 192, 96 output channels on a small map, 32 -> 32
+// on a large one, 47-pixel rows, maps just over or under the bounds (81x80,
+// 13x15, 61x80), a stride, a dilation, asymmetric padding or a residual go
+// elsewhere. Same tolerance as every float32 conv.
 TEST(Conv2d, Rows3x3Kernel) {
   if (kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
@@ -941,6 +943,9 @@ TEST(Conv2d, Rows3x3Kernel) {
       {1, 1, 76801, 40, 96, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::GELU},
       {2, 7, 49, 200, 128, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
       {1, 3, 60, 256, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
+      {1, 15, 17, 300, 96, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
+      {2, 14, 14, 512, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+      {1, 60, 80, 257, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
   };
   for (const Case& c : cases)
     expect_conv_kernel(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG, "f32_conv2d__rows3x3_avx512");
@@ -953,8 +958,10 @@ TEST(Conv2d, Rows3x3Kernel) {
   const Case others[] = {
       {1, 240, 320, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 6, 50, 128, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 6, 50, 257, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 6, 50, 256, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 13, 15, 512, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 61, 80, 300, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 14, 14, 513, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 6, 50, 65, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 6, 50, 64, 96, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 6, 47, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},

@@ -140,9 +140,11 @@ Status narrow_conv_kernel(const void* args, uint32_t begin, uint32_t end);
 // A 3x3 conv of stride 1, dilation 1 and padding 1 on every side (oh = h,
 // ow = w) over float32 rows, without groups or a residual, whose cout is a
 // multiple of 32, for AVX-512 CPUs (the layers it runs: see conv2d.cc).
-// Output channels come in groups of rows3x3_group_channels(cout): 64 (four
-// 16-channel blocks, tiles of up to 6 pixels) where cout allows, else 32
-// (two blocks, tiles of up to 12); group_blocks says which. Tasks are
+// Output channels come in groups of rows3x3_group_channels(cin, cout): 64
+// (four 16-channel blocks, tiles of up to 6 pixels) where cout allows and
+// cin is at most 256, else 32 (two blocks, tiles of up to 12: half the
+// weight bytes per FMA, and a group's weights, 9 * cin * 32 float32, within
+// an L2 of 1 MB up to 512 input channels); group_blocks says which. Tasks are
 // (group, image, band of band_rows output rows), band fastest:
 // groups * n * bands. A task computes each of its rows in tiles as even as
 // whole tiles allow, reading each input value as a broadcast straight from
@@ -150,7 +152,7 @@ Status narrow_conv_kernel(const void* args, uint32_t begin, uint32_t end);
 // bias: cout float32. Accumulation: bias, then taps in (ky, kx, cin) order
 // in float32 FMAs, skipping the taps that fall in the padding; then the
 // activation.
-inline uint32_t rows3x3_group_channels(uint32_t cout) { return cout % 64 == 0 ? 64 : 32; }
+inline uint32_t rows3x3_group_channels(uint32_t cin, uint32_t cout) { return cout % 64 == 0 && cin <= 256 ? 64 : 32; }
 Status conv3x3_rows_kernel(const void* args, uint32_t begin, uint32_t end);
 }  // namespace avx512
 
