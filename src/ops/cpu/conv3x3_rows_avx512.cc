@@ -31,14 +31,15 @@ inline bool in_registers(const UnaryWithParam& a) {
 }
 
 // One tap's cin steps for pixels [LO, HI) of the tile: pixel i reads input
-// p + i * stride (floats), the step's weights w[k * NB * 16 .. + NB * 16).
+// p + (i - LO) * stride (floats; p is pixel LO's, so every pointer formed is
+// inside the rows), the step's weights w[k * NB * 16 .. + NB * 16).
 template <uint32_t NB, uint32_t MR, uint32_t LO, uint32_t HI>
 inline void steps(__m512 (&acc)[MR][NB], const float* p, uint64_t stride, const float* w, uint32_t cin) {
   for (uint32_t k = 0; k < cin; ++k, w += NB * 16) {
     __m512 wv[NB];
     _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + 16 * j);
     _Pragma("GCC unroll 16") for (uint32_t i = LO; i < HI; ++i) {
-      const __m512 x = _mm512_set1_ps(p[i * stride + k]);
+      const __m512 x = _mm512_set1_ps(p[(i - LO) * stride + k]);
       _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
     }
   }
@@ -65,16 +66,16 @@ void tile(const DirectConvArgs& a, const float* const (&rows)[3], uint64_t in_st
   for (uint32_t ky = 0; ky < 3; ++ky) {
     if (rows[ky] == nullptr) continue;
     for (uint32_t kx = 0; kx < 3; ++kx) {
-      // Input pixel x0 - 1 + kx; where that is -1 (or a.w) the edge pixel skips the tap.
-      const float* p = rows[ky] + (int64_t{x0} + kx - 1) * static_cast<int64_t>(in_stride);
+      // Tile pixel i reads input pixel x0 + i - 1 + kx; where that is -1 (or
+      // a.w) the edge pixel skips the tap.
       const float* wt = w + (ky * 3 + kx) * tap_floats;
       const bool skip_first = left && kx == 0, skip_last = right && kx == 2;  // never both
       if (skip_first) {
-        steps<NB, MR, 1, MR>(acc, p, in_stride, wt, a.cin);
-      } else if (skip_last) {
-        steps<NB, MR, 0, MR - 1>(acc, p, in_stride, wt, a.cin);
+        steps<NB, MR, 1, MR>(acc, rows[ky], in_stride, wt, a.cin);
       } else {
-        steps<NB, MR, 0, MR>(acc, p, in_stride, wt, a.cin);
+        const float* p = rows[ky] + (x0 + kx - 1) * in_stride;
+        if (skip_last) steps<NB, MR, 0, MR - 1>(acc, p, in_stride, wt, a.cin);
+        else steps<NB, MR, 0, MR>(acc, p, in_stride, wt, a.cin);
       }
     }
   }
