@@ -527,10 +527,10 @@ bool is_direct_avx512(const Problem& pr) {
 // - Output channels in whole 64-channel groups (rows of at least
 //   kRows3x3MinWidth pixels in all that follow), at most kRows3x3MaxCin
 //   input channels (a group's weights, 9 * cin * 64 float32, stay in the
-//   L2) and maps of at most kRows3x3MaxPixels. brgconv computes a row in tiles of six pixels, so a
-//   row of 6k + 1 or 6k + 2 pixels ends in a tile that streams all the
-//   weights for one or two; the row kernel's tiles are as even as whole
-//   tiles allow. 64 -> 64: 56x56 (ResNet-50's stage 1) 496-501 against
+//   L2) and maps of at most kRows3x3MaxPixels. brgconv computes a row in
+//   tiles of six pixels, so a row of 6k + 1 or 6k + 2 pixels ends in a tile
+//   that streams all the weights for one or two; the row kernel's tiles are
+//   as even as whole tiles allow. 64 -> 64: 56x56 (ResNet-50's stage 1) 496-501 against
 //   512-523, 80x80 486-495 against 505-516, 56 rows of 50, 61 and 62 pixels
 //   3-4% faster; 58, 60 and 64 pixels equal, and so were 28x28 and 40x40
 //   (under kRows3x3MinWidth). Larger maps lost 1-2% (112x112 64 -> 64,
@@ -572,12 +572,12 @@ constexpr uint64_t kRows3x3DeepMinPixels = 14 * 14, kRows3x3DeepMaxPixels = 60 *
 bool is_rows3x3(const Problem& pr) {
   const Geometry& g = pr.g;
   const uint64_t pixels = uint64_t{g.oh} * g.ow;
-  const bool quads = g.cout % 32 == 0 && cpu::avx512::rows3x3_group_channels(g.cin, g.cout) == 64 &&
-                     g.ow >= kRows3x3MinWidth &&
+  const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cin, g.cout);
+  const bool quads = group == 64 && g.ow >= kRows3x3MinWidth &&
                      ((g.cin <= kRows3x3MaxCin && pixels <= kRows3x3MaxPixels) ||
                       (g.cin >= kRows3x3WideMinCin && g.cin <= kRows3x3WideMaxCin &&
                        g.cout <= kRows3x3WideMaxCout && pixels <= kRows3x3WideMaxPixels));
-  const bool pairs = g.cout % 32 == 0 && cpu::avx512::rows3x3_group_channels(g.cin, g.cout) == 32 &&
+  const bool pairs = group == 32 &&
                      ((g.cin > 32 && g.cin <= kRows3x3MaxCin && pixels >= kRows3x3PairsMinPixels) ||
                       (g.cin >= kRows3x3DeepMinCin && g.cin <= kRows3x3DeepMaxCin &&
                        pixels >= kRows3x3DeepMinPixels && pixels <= kRows3x3DeepMaxPixels));
@@ -585,7 +585,7 @@ bool is_rows3x3(const Problem& pr) {
          g.groups == 1 && !pr.winograd && pr.residual == nullptr && pr.compute == DataType::FLOAT32 &&
          pr.input.dtype == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 && g.kh == 3 && g.kw == 3 &&
          g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.pad_t == 1 && g.pad_b == 1 && g.pad_l == 1 &&
-         g.pad_r == 1 && (quads || pairs);
+         g.pad_r == 1 && g.cout % 32 == 0 && (quads || pairs);
 }
 
 // Transposed convs whose kernel equals their stride, float32, without a
@@ -1812,7 +1812,7 @@ uint32_t direct_cin_block(const Geometry& g) {
   const uint64_t rows = uint64_t{g.oh - 1} * g.sh + uint64_t{g.kh - 1} * g.dh + 1;
   return rows * direct_row_bytes(g) <= kDirectBandBytes ? cpu::direct_cin_block(g.kh, g.kw, g.cin) : g.cin;
 }
-// The problem's: Winograd, patch, AVX-512 direct and narrow kernels take no chunks.
+// The problem's: Winograd, patch, AVX-512 direct, narrow and 3x3 row kernels take no chunks.
 uint32_t direct_cin_block(const Problem& pr) {
   return pr.winograd || pr.direct_avx512 || pr.narrow || pr.rows3x3 || pr.g.transposed ? pr.g.cin
                                                                                       : direct_cin_block(pr.g);
@@ -2049,8 +2049,9 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
                        : patches          ? "f32_conv_transpose2d__patches_avx2"
                        : wino             ? "f32_conv2d__winograd_f2_avx2"
                                           : "f32_conv2d__direct_avx2";
-    // The AVX-512 kernel's bands span the batch; the AVX2 kernels' are per image.
-    prog.num_tasks = (pr.direct_avx512 || pr.narrow ? 1 : g.n) * args.bands * args.groups;  // rows3x3: per image
+    // The AVX-512 direct and narrow kernels' bands span the batch; the AVX2
+    // and 3x3 row kernels' are per image.
+    prog.num_tasks = (pr.direct_avx512 || pr.narrow ? 1 : g.n) * args.bands * args.groups;
     prog.grain = 1;
     return prog;
   };
@@ -2061,9 +2062,10 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   return Conv2dResult{std::move(output), g.oh, g.ow, w};
 }
 
-// The direct kernel's weights (the 3x3 row kernel's: per group, [kh][kw][cin][group channels]): per 16-channel block and chunk of input
-// channels, [kh][kw][chunk channels][16] (cpu::DirectConvArgs), and the
-// bias padded to whole blocks, float32 (zeros past cout).
+// The direct kernel's weights: per 16-channel block and chunk of input
+// channels, [kh][kw][chunk channels][16] (cpu::DirectConvArgs; the 3x3 row
+// kernel's per group of output channels, [kh][kw][cin][group channels]),
+// and the bias padded to whole blocks, float32 (zeros past cout).
 StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                            const Conv2dParams& p, const Problem& pr, DataType weights_dtype,
                                            uint8_t cq_id) {

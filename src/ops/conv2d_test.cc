@@ -94,6 +94,32 @@ void expect_conv_kernel(Device& dev, const Case& c, DataType in, DataType w, con
   EXPECT_EQ(conv_kernel_run(dev), kernel);
 }
 
+// A conv with a fused residual (`post` after the add) against the reference
+// conv, then the reference add, on float32 rows; `kernel` gets the kernel it
+// ran.
+void check_residual_case(Device& dev, const Case& cs, UnaryOpType post, std::string& kernel) {
+  const Conv2dParams p = to_params(cs);
+  Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 5, 0.2f),
+                                                     Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
+  const Shape out{cs.n, cs.h, cs.w, cs.k};
+  Tensor res = testing::random_tensor(out, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
+  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, dev));
+  ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, dev));
+  ASSERT_OK(enable_profiler(dev));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, b, p, Conv2dResidual{dres, {post}},
+                                                            {.weights_dtype = DataType::FLOAT32}));
+  kernel = conv_kernel_run(dev);
+  ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
+  ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, w, b, p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(out));
+  ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {post}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+  testing::expect_conv_close(got, ref, DataType::FLOAT32);
+}
+
 const Case kCases[] = {
     {1, 9, 11, 8, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
     {1, 14, 14, 64, 32, 1, 1, 1, 1, 1, {0, 0, 0, 0}},                       // pointwise
@@ -976,26 +1002,9 @@ TEST(Conv2d, Rows3x3Kernel) {
     EXPECT_NE(conv_kernel_run(*dev), "f32_conv2d__rows3x3_avx512");
   }
   // With a residual: oneDNN's, and the same values as the conv then the add.
-  {
-    const Case& cs = cases[0];
-    const Conv2dParams p = to_params(cs);
-    Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
-    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * 9, 5, 0.2f),
-                                                       Shape{cs.k, cs.c, 3, 3}, DataType::FLOAT32));
-    Tensor res = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.k}, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
-    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
-    ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
-    ASSERT_OK(enable_profiler(*dev));
-    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, std::nullopt, p, Conv2dResidual{dres, {}},
-                                                              {.weights_dtype = DataType::FLOAT32}));
-    EXPECT_NE(conv_kernel_run(*dev), "f32_conv2d__rows3x3_avx512");
-    ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, w, std::nullopt, p, DataType::FLOAT32));
-    ASSERT_OK_AND_ASSIGN(std::vector<float> want, conv_t.to_vector());
-    ASSERT_OK_AND_ASSIGN(std::vector<float> rv, res.to_vector());
-    for (size_t i = 0; i < want.size(); ++i) want[i] = std::max(want[i], 0.0f) + rv[i];
-    ASSERT_OK_AND_ASSIGN(std::vector<float> got, r.output.cpu().value().to_vector());
-    testing::expect_conv_close(got, want, DataType::FLOAT32);
-  }
+  std::string kernel;
+  check_residual_case(*dev, cases[0], UnaryOpType::IDENTITY, kernel);
+  EXPECT_NE(kernel, "f32_conv2d__rows3x3_avx512");
   ASSERT_OK(disable_profiler(*dev));
 }
 
@@ -1028,31 +1037,9 @@ TEST(Conv2d, NarrowKernel) {
     for (DataType w : {DataType::BFLOAT16, DataType::BFLOAT8_B})
       expect_conv_kernel(*dev, c, DataType::BFLOAT16, w, DRAM_MEMORY_CONFIG, "bf16_conv2d__narrow_avx512");
   // A residual, and an activation after the add.
-  {
-    const Case& cs = cases[3];
-    const Conv2dParams p = to_params(cs);
-    Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
-    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c, 5, 0.2f),
-                                                       Shape{cs.k, cs.c, 1, 1}, DataType::FLOAT32));
-    ASSERT_OK_AND_ASSIGN(Tensor b,
-                         Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
-    const Shape out{cs.n, cs.h, cs.w, cs.k};
-    Tensor res = testing::random_tensor(out, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
-    ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
-    ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
-    ASSERT_OK(enable_profiler(*dev));
-    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, b, p, Conv2dResidual{dres, {UnaryOpType::RELU6}},
-                                                              {.weights_dtype = DataType::FLOAT32}));
-    EXPECT_EQ(conv_kernel_run(*dev), "f32_conv2d__narrow_avx512");
-    ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
-    ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
-    ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, w, b, p, DataType::FLOAT32));
-    ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(out));
-    ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {UnaryOpType::RELU6},
-                                                         DataType::FLOAT32));
-    ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
-    testing::expect_conv_close(got, ref, DataType::FLOAT32);
-  }
+  std::string kernel;
+  check_residual_case(*dev, cases[3], UnaryOpType::RELU6, kernel);
+  EXPECT_EQ(kernel, "f32_conv2d__narrow_avx512");
   // Three channels, a stride, padding: other kernels.
   const std::pair<Case, DataType> others[] = {
       {{1, 11, 13, 8, 3, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, DataType::FLOAT32},

@@ -146,6 +146,17 @@ inline __m512 clamp_keep_nan(__m512 v, float lo, float hi) {
   return _mm512_min_ps(set(hi), _mm512_max_ps(set(lo), v));
 }
 
+// Whether a conv tile applies `a` on its accumulators (identity, relu and
+// relu6 without an affine), not through FloatMath over a buffer; and that
+// activation, NaN kept as FloatMath keeps it.
+inline bool clamps_in_registers(const UnaryWithParam& a) {
+  return !a.has_affine() && (a.op == UnaryOpType::IDENTITY || a.op == UnaryOpType::RELU || a.op == UnaryOpType::RELU6);
+}
+inline __m512 clamp_in_registers(UnaryOpType op, __m512 v) {
+  if (op == UnaryOpType::RELU6) return clamp_keep_nan(v, 0.0f, 6.0f);
+  return op == UnaryOpType::RELU ? relu_keep_nan(v) : v;
+}
+
 // Calls f with the vector functor of the activation alone (one dispatch per
 // call, not per vector). kBf16Out: the results are rounded to bfloat16.
 // kCompact: sigmoid, gelu, tanh, mish and exp share one instantiation of f

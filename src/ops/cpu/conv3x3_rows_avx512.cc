@@ -26,10 +26,6 @@ namespace {
 // step's weights and a broadcast.
 constexpr uint32_t kAccumulators = 24;
 
-inline bool in_registers(const UnaryWithParam& a) {
-  return !a.has_affine() && (a.op == UnaryOpType::IDENTITY || a.op == UnaryOpType::RELU || a.op == UnaryOpType::RELU6);
-}
-
 // One tap's cin steps for pixels [LO, HI) of the tile: pixel i reads input
 // p + (i - LO) * stride (floats; p is pixel LO's, so every pointer formed is
 // inside the rows), the step's weights w[k * NB * 16 .. + NB * 16).
@@ -79,14 +75,10 @@ void tile(const DirectConvArgs& a, const float* const (&rows)[3], uint64_t in_st
       }
     }
   }
-  if (in_registers(a.activation)) {
+  if (clamps_in_registers(a.activation)) {
     _Pragma("GCC unroll 16") for (uint32_t i = 0; i < MR; ++i)
-      _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) {
-        __m512 v = acc[i][j];
-        if (a.activation.op == UnaryOpType::RELU6) v = clamp_keep_nan(v, 0.0f, 6.0f);
-        else if (a.activation.op == UnaryOpType::RELU) v = relu_keep_nan(v);
-        _mm512_storeu_ps(out + i * out_stride + 16 * j, v);
-      }
+      _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j)
+        _mm512_storeu_ps(out + i * out_stride + 16 * j, clamp_in_registers(a.activation.op, acc[i][j]));
     return;
   }
   // Other activations: FloatMath's vector functions over the tile in a buffer.

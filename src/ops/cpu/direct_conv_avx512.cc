@@ -34,15 +34,6 @@ constexpr uint32_t kPrefetchSteps = 16;
 constexpr uint64_t kChunkBytes = 256 * 1024;
 constexpr _mm_hint kNextHint = _MM_HINT_T1;
 
-inline bool in_registers(const UnaryWithParam& a) {
-  return !a.has_affine() && (a.op == UnaryOpType::IDENTITY || a.op == UnaryOpType::RELU || a.op == UnaryOpType::RELU6);
-}
-// relu / relu6 on registers (identity: v), NaN kept as FloatMath keeps it.
-inline __m512 clamp(UnaryOpType op, __m512 v) {
-  if (op == UnaryOpType::RELU6) return clamp_keep_nan(v, 0.0f, 6.0f);
-  return op == UnaryOpType::RELU ? relu_keep_nan(v) : v;
-}
-
 struct Tile {
   const float* const* in[kTileRows];  // each pixel's input rows, one per tap (zeros in the padding)
   float* out[kTileRows];              // output row of each pixel, at the tile's first channel
@@ -113,12 +104,12 @@ void tile(const DirectConvArgs& a, const Tile& t) {
     return;
   }
   auto mask = [&](uint32_t j) { return j + 1 == NB ? t.last_mask : __mmask16(0xFFFF); };
-  if (in_registers(a.activation) && in_registers(a.res_activation)) {
+  if (clamps_in_registers(a.activation) && clamps_in_registers(a.res_activation)) {
     _Pragma("GCC unroll 8") for (uint32_t i = 0; i < MR; ++i)
       _Pragma("GCC unroll 8") for (uint32_t j = 0; j < NB; ++j) {
-        __m512 v = clamp(a.activation.op, acc[i][j]);
+        __m512 v = clamp_in_registers(a.activation.op, acc[i][j]);
         if (t.res[0])
-          v = clamp(a.res_activation.op, _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask(j), t.res[i] + 16 * j)));
+          v = clamp_in_registers(a.res_activation.op, _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask(j), t.res[i] + 16 * j)));
         _mm512_mask_storeu_ps(t.out[i] + 16 * j, mask(j), v);
       }
     return;
