@@ -16,8 +16,9 @@ layer's), and Tessera's median launch time per call over 150 back-to-back
 calls (bench_conv_f32 --kernel-time; the host's dispatch, 3-5 us per call,
 is not counted either).
 
-    /usr/bin/python3 bench/conv_vs_ort_rounds.py [ROUNDS] [SET ...]
+    /usr/bin/python3 bench/conv_vs_ort_rounds.py [ROUNDS] [SET | SET.LAYER ...]
     e.g. /usr/bin/python3 bench/conv_vs_ort_rounds.py 5 resnet50 unet
+         /usr/bin/python3 bench/conv_vs_ort_rounds.py 9 unet.dec3_256-128 unet.dec4_512-256
 
 Needs what bench/conv_vs_ort.sh sets up (run it once first): python3-onnx,
 node with bench/ort/node_modules, build/release/bench_conv_f32.
@@ -55,7 +56,10 @@ def main():
     sets = set(sys.argv[2:]) or {"resnet50", "unet"}
     with tempfile.TemporaryDirectory() as work:
         lines = [line for line in open(os.path.join(ROOT, "bench/layers/conv_layers.txt"))
-                 if line.strip() and not line.startswith("#") and line.split()[0] in sets]
+                 if line.strip() and not line.startswith("#")
+                 and (line.split()[0] in sets or ".".join(line.split()[:2]) in sets)]
+        if not lines:
+            sys.exit(f"no layer of bench/layers/conv_layers.txt matches {sorted(sets)}")
         layers = os.path.join(work, "layers.txt")
         with open(layers, "w") as out:
             out.writelines(lines)

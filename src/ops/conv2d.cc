@@ -1870,12 +1870,25 @@ void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArg
 // 15 us or more of FMAs, and the runs keep each worker on contiguous rows;
 // so no coarser bands are needed for locality, and one-row tasks let the
 // workers finish together.
-void rows3x3_tasks(const Problem& pr, cpu::DirectConvArgs& args) {
+//
+// A task's working set is its three input rows and its group's weights,
+// which every tile streams again. Where that spills from the core's private
+// cache (`l2_bytes`: the descriptor's L1, the CPU's L2), the kernel
+// prefetches each tap's input a tap ahead. Alternated runs, two workers,
+// six rounds, medians, GFLOP/s without -> with: the UNet's dec3 (120x160
+// 256 -> 128, 1.08 MB against a 1 MB L2) 501 -> 527; its dec4 (60x80
+// 512 -> 256, 1.08 MB) 520 -> 522. Where the set fits, prefetching (forced)
+// only costs instructions: the UNet's dec1 (480x640 64 -> 32) 517 -> 507,
+// its bottleneck (30x40 512 -> 512) 548 -> 541.
+void rows3x3_tasks(const Problem& pr, uint64_t l2_bytes, cpu::DirectConvArgs& args) {
+  const Geometry& g = pr.g;
   args.band_rows = 1;
-  args.bands = pr.g.oh;
-  const uint32_t group = cpu::avx512::rows3x3_group_channels(pr.g.cin, pr.g.cout);
-  args.groups = pr.g.cout / group;
+  args.bands = g.oh;
+  const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cin, g.cout);
+  args.groups = g.cout / group;
   args.group_blocks = group / 16;
+  const uint64_t working_set = (3 * uint64_t{g.w} * g.cin + 9 * uint64_t{g.cin} * group) * sizeof(float);
+  args.rows_prefetch = working_set > l2_bytes;
 }
 
 // The narrow kernel's tasks: bands of the batch's pixels, kDirectTasksPerWorker
@@ -2029,7 +2042,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   if (pr.narrow)
     narrow_tasks(pr, threads, args);
   else if (pr.rows3x3)
-    rows3x3_tasks(pr, args);
+    rows3x3_tasks(pr, device.descriptor().l1_size_per_core, args);
   else if (pr.direct_avx512)
     direct_avx512_tasks(pr, threads, args);
   else

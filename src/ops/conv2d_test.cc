@@ -950,7 +950,9 @@ TEST(Conv2d, DirectAvx512Kernel) {
 // (1, 3, 17, 33, 200, 257, 300), two and three groups, batches, one-row and
 // two-row maps (both vertical taps in the padding), activations in
 // registers (relu, relu6) and through the float math table (silu, gelu, an
-// affine), block-float weights, rows in L1 (staged). 65, 128 or 513 input
+// affine), block-float weights, rows in L1 (staged), and rows whose three
+// input rows and weights spill from a 2 MB L2 (the kernel then prefetches
+// the next tap's input: 1300 x 136 into 64, 76801 x 40 into 96). 65, 128 or 513 input
 // channels into 64, 256 -> 192, 96 output channels on a small map, 32 -> 32
 // on a large one, 47-pixel rows, maps just over or under the bounds (81x80,
 // 13x15, 61x80), a stride, a dilation, asymmetric padding or a residual go
@@ -972,6 +974,7 @@ TEST(Conv2d, Rows3x3Kernel) {
       {1, 15, 17, 300, 96, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
       {2, 14, 14, 512, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
       {1, 60, 80, 257, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 2, 1300, 136, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
   };
   for (const Case& c : cases)
     expect_conv_kernel(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG, "f32_conv2d__rows3x3_avx512");

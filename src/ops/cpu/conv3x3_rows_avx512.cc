@@ -8,7 +8,8 @@
 // 2-pixel tail that streams all the weights for two pixels), and each step's
 // four weight vectors are one contiguous 256-byte run. One core, ResNet-50's
 // 56x56 64 -> 64: 266-269 GFLOP/s against brgconv's 258 (bench/RESULTS.md,
-// thirty-seventh run).
+// thirty-seventh run). Where the rows spill from L2, it prefetches the next
+// tap's input (thirty-eighth run).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,10 +29,20 @@ constexpr uint32_t kAccumulators = 24;
 
 // One tap's cin steps for pixels [LO, HI) of the tile: pixel i reads input
 // p + (i - LO) * stride (floats; p is pixel LO's, so every pointer formed is
-// inside the rows), the step's weights w[k * NB * 16 .. + NB * 16).
-template <uint32_t NB, uint32_t MR, uint32_t LO, uint32_t HI>
-inline void steps(__m512 (&acc)[MR][NB], const float* p, uint64_t stride, const float* w, uint32_t cin) {
+// inside the rows), the step's weights w[k * NB * 16 .. + NB * 16). With
+// PF, every 16 steps each of the MR pixels' next cache line of the next
+// tap's input (`next`: tile pixel 0's, as an address) is prefetched into L1:
+// where a task's rows and weights spill from L2 (DirectConvArgs::
+// rows_prefetch), the rows come from L3 in short streams (cin floats per
+// pixel and tap) that the hardware prefetchers do not cover in time.
+template <uint32_t NB, uint32_t MR, uint32_t LO, uint32_t HI, bool PF>
+inline void steps(__m512 (&acc)[MR][NB], const float* p, uint64_t stride, const float* w, uint32_t cin,
+                  uintptr_t next) {
   for (uint32_t k = 0; k < cin; ++k, w += NB * 16) {
+    if (PF && k % 16 == 0) {
+      _Pragma("GCC unroll 16") for (uint32_t i = 0; i < MR; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(next + (i * stride + k) * sizeof(float)), _MM_HINT_T0);
+    }
     __m512 wv[NB];
     _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + 16 * j);
     _Pragma("GCC unroll 16") for (uint32_t i = LO; i < HI; ++i) {
@@ -48,7 +59,7 @@ inline void steps(__m512 (&acc)[MR][NB], const float* p, uint64_t stride, const 
 // input row y - 1 + ky at its first pixel, or null. The loops over pixels
 // and blocks are unrolled by pragma (16 at most: MR * NB <= 24) so the
 // accumulators stay in registers.
-template <uint32_t NB, uint32_t MR>
+template <uint32_t NB, uint32_t MR, bool PF>
 void tile(const DirectConvArgs& a, const float* const (&rows)[3], uint64_t in_stride, uint32_t x0, const float* w,
           const float* bias, float* out, uint64_t out_stride) {
   constexpr uint32_t kGroup = NB * 16;
@@ -59,19 +70,33 @@ void tile(const DirectConvArgs& a, const float* const (&rows)[3], uint64_t in_st
   }
   const bool left = x0 == 0, right = x0 + MR == a.ow;
   const uint64_t tap_floats = uint64_t{a.cin} * kGroup;
+  // With PF: tile pixel 0's input at tap (ky, kx) as an address (pixel
+  // x0 + kx - 1, which may be -1: a prefetch never faults, and integer
+  // arithmetic forms it); after the last tap, the next tile's first.
+  auto at = [&](uint32_t ky, uint32_t kx, uint32_t x) {
+    return reinterpret_cast<uintptr_t>(rows[ky]) + (uint64_t{x} + kx - 1) * in_stride * sizeof(float);
+  };
+  uint32_t first_ky = 0;
+  while (first_ky < 2 && rows[first_ky] == nullptr) ++first_ky;
   for (uint32_t ky = 0; ky < 3; ++ky) {
     if (rows[ky] == nullptr) continue;
     for (uint32_t kx = 0; kx < 3; ++kx) {
+      uintptr_t next = 0;
+      if (PF) {
+        uint32_t ny = ky + 1;
+        while (ny < 3 && rows[ny] == nullptr) ++ny;
+        next = kx < 2 ? at(ky, kx + 1, x0) : ny < 3 ? at(ny, 0, x0) : at(first_ky, 0, x0 + MR);
+      }
       // Tile pixel i reads input pixel x0 + i - 1 + kx; where that is -1 (or
       // a.w) the edge pixel skips the tap.
       const float* wt = w + (ky * 3 + kx) * tap_floats;
       const bool skip_first = left && kx == 0, skip_last = right && kx == 2;  // never both
       if (skip_first) {
-        steps<NB, MR, 1, MR>(acc, rows[ky], in_stride, wt, a.cin);
+        steps<NB, MR, 1, MR, PF>(acc, rows[ky], in_stride, wt, a.cin, next);
       } else {
         const float* p = rows[ky] + (x0 + kx - 1) * in_stride;
-        if (skip_last) steps<NB, MR, 0, MR - 1>(acc, p, in_stride, wt, a.cin);
-        else steps<NB, MR, 0, MR>(acc, p, in_stride, wt, a.cin);
+        if (skip_last) steps<NB, MR, 0, MR - 1, PF>(acc, p, in_stride, wt, a.cin, next);
+        else steps<NB, MR, 0, MR, PF>(acc, p, in_stride, wt, a.cin, next);
       }
     }
   }
@@ -93,16 +118,16 @@ void tile(const DirectConvArgs& a, const float* const (&rows)[3], uint64_t in_st
 
 using TileFn = void (*)(const DirectConvArgs&, const float* const (&)[3], uint64_t, uint32_t, const float*,
                         const float*, float*, uint64_t);
-template <uint32_t NB, uint32_t... R>
+template <uint32_t NB, bool PF, uint32_t... R>
 constexpr std::array<TileFn, sizeof...(R)> tile_table(std::integer_sequence<uint32_t, R...>) {
-  return {&tile<NB, R + 1>...};
+  return {&tile<NB, R + 1, PF>...};
 }
 
 // The kernel for groups of NB blocks: tiles of up to kAccumulators / NB pixels.
-template <uint32_t NB>
+template <uint32_t NB, bool PF>
 Status run(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
   constexpr uint32_t kGroup = NB * 16, kMaxTile = kAccumulators / NB;
-  static constexpr auto kTiles = tile_table<NB>(std::make_integer_sequence<uint32_t, kMaxTile>{});  // [pixels - 1]
+  static constexpr auto kTiles = tile_table<NB, PF>(std::make_integer_sequence<uint32_t, kMaxTile>{});  // [pixels - 1]
   const uint64_t in_stride = a.src.uniform_row_stride() / sizeof(float);
   const uint64_t out_stride = a.dst.uniform_row_stride() / sizeof(float);
   const uint32_t tiles = (a.ow + kMaxTile - 1) / kMaxTile;
@@ -137,7 +162,8 @@ Status run(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
 
 Status conv3x3_rows_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const DirectConvArgs& a = *static_cast<const DirectConvArgs*>(raw);
-  return a.group_blocks == 4 ? run<4>(a, begin, end) : run<2>(a, begin, end);
+  if (a.group_blocks == 4) return a.rows_prefetch ? run<4, true>(a, begin, end) : run<4, false>(a, begin, end);
+  return a.rows_prefetch ? run<2, true>(a, begin, end) : run<2, false>(a, begin, end);
 }
 
 }  // namespace tessera::cpu::avx512

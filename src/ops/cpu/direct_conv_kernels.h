@@ -62,6 +62,7 @@ struct DirectConvArgs {
   uint32_t bands, band_rows;      // output rows of each image in `bands` bands of band_rows (the last shorter)
   uint32_t groups, group_blocks;  // 16-channel output blocks in `groups` groups of group_blocks
   uint32_t segment_tiles;         // Winograd only: tiles transformed and multiplied at a time
+  bool rows_prefetch;             // 3x3 row kernel only: prefetch the next tap's input (see there)
 };
 
 // Tasks are (image, band, group), group fastest: n * bands * groups.
