@@ -152,7 +152,9 @@ Status narrow_conv_kernel(const void* args, uint32_t begin, uint32_t end);
 // the input rows. Weights per group: [ky][kx][cin][group channels] float32;
 // bias: cout float32. Accumulation: bias, then taps in (ky, kx, cin) order
 // in float32 FMAs, skipping the taps that fall in the padding; then the
-// activation.
+// activation. With rows_prefetch the tiles prefetch the next tap's input
+// into L1 as they go (for tasks whose rows and weights spill from L2; the
+// values are the same either way).
 inline uint32_t rows3x3_group_channels(uint32_t cin, uint32_t cout) { return cout % 64 == 0 && cin <= 256 ? 64 : 32; }
 Status conv3x3_rows_kernel(const void* args, uint32_t begin, uint32_t end);
 }  // namespace avx512
