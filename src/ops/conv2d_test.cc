@@ -950,13 +950,13 @@ TEST(Conv2d, DirectAvx512Kernel) {
 // (1, 3, 17, 33, 200, 257, 300), two and three groups, batches, one-row and
 // two-row maps (both vertical taps in the padding), activations in
 // registers (relu, relu6) and through the float math table (silu, gelu, an
-// affine), block-float weights, rows in L1 (staged), and rows whose three
+// affine), block-float weights, rows in L1 (staged), and tasks whose three
 // input rows and weights spill from a 2 MB L2 (the kernel then prefetches
-// the next tap's input: 1300 x 136 into 64, 76801 x 40 into 96). 65, 128 or 513 input
-// channels into 64, 256 -> 192, 96 output channels on a small map, 32 -> 32
-// on a large one, 47-pixel rows, maps just over or under the bounds (81x80,
-// 13x15, 61x80), a stride, a dilation, asymmetric padding or a residual go
-// elsewhere. Same tolerance as every float32 conv.
+// the next tap's input: 1300 x 136 into 64, 76801 x 40 into 96). 65, 128
+// or 513 input channels into 64, 256 -> 192, 96 output channels on a small
+// map, 32 -> 32 on a large one, 47-pixel rows, maps just over or under the
+// bounds (81x80, 13x15, 61x80), a stride, a dilation, asymmetric padding or
+// a residual go elsewhere. Same tolerance as every float32 conv.
 TEST(Conv2d, Rows3x3Kernel) {
   if (kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));

@@ -72,20 +72,19 @@ void tile(const DirectConvArgs& a, const float* const (&rows)[3], uint64_t in_st
   const uint64_t tap_floats = uint64_t{a.cin} * kGroup;
   // With PF: tile pixel 0's input at tap (ky, kx) as an address (pixel
   // x0 + kx - 1, which may be -1: a prefetch never faults, and integer
-  // arithmetic forms it); after the last tap, the next tile's first.
+  // arithmetic forms it); after a row's last tap, the next row's first; after
+  // the last tap, the next tile's first. The middle row is never padding.
   auto at = [&](uint32_t ky, uint32_t kx, uint32_t x) {
     return reinterpret_cast<uintptr_t>(rows[ky]) + (uint64_t{x} + kx - 1) * in_stride * sizeof(float);
   };
-  uint32_t first_ky = 0;
-  while (first_ky < 2 && rows[first_ky] == nullptr) ++first_ky;
+  const uint32_t first_ky = rows[0] == nullptr ? 1 : 0;
   for (uint32_t ky = 0; ky < 3; ++ky) {
     if (rows[ky] == nullptr) continue;
     for (uint32_t kx = 0; kx < 3; ++kx) {
       uintptr_t next = 0;
-      if (PF) {
-        uint32_t ny = ky + 1;
-        while (ny < 3 && rows[ny] == nullptr) ++ny;
-        next = kx < 2 ? at(ky, kx + 1, x0) : ny < 3 ? at(ny, 0, x0) : at(first_ky, 0, x0 + MR);
+      if constexpr (PF) {
+        const bool last_row = ky == 2 || (ky == 1 && rows[2] == nullptr);
+        next = kx < 2 ? at(ky, kx + 1, x0) : !last_row ? at(ky + 1, 0, x0) : at(first_ky, 0, x0 + MR);
       }
       // Tile pixel i reads input pixel x0 + i - 1 + kx; where that is -1 (or
       // a.w) the edge pixel skips the tap.
