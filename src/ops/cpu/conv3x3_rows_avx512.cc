@@ -27,29 +27,44 @@ namespace {
 // step's weights and a broadcast.
 constexpr uint32_t kAccumulators = 24;
 
+// One step (input channel) for pixels [LO, HI) of the tile: pixel i reads
+// input p[(i - LO) * stride], the step's weights are w[0 .. NB * 16).
+template <uint32_t NB, uint32_t MR, uint32_t LO, uint32_t HI>
+inline void step(__m512 (&acc)[MR][NB], const float* p, uint64_t stride, const float* w) {
+  __m512 wv[NB];
+  _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + 16 * j);
+  _Pragma("GCC unroll 16") for (uint32_t i = LO; i < HI; ++i) {
+    const __m512 x = _mm512_set1_ps(p[(i - LO) * stride]);
+    _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
+  }
+}
+
 // One tap's cin steps for pixels [LO, HI) of the tile: pixel i reads input
 // p + (i - LO) * stride (floats; p is pixel LO's, so every pointer formed is
-// inside the rows), the step's weights w[k * NB * 16 .. + NB * 16). With
-// PF, every 16 steps each of the MR pixels' next cache line of the next
+// inside the rows), step k's weights w[k * NB * 16 .. + NB * 16). With PF,
+// before each 16 steps each of the MR pixels' next cache line of the next
 // tap's input (`next`: tile pixel 0's, as an address) is prefetched into L1:
 // where a task's rows and weights spill from L2 (DirectConvArgs::
 // rows_prefetch), the rows come from L3 in short streams (cin floats per
-// pixel and tap) that the hardware prefetchers do not cover in time.
+// pixel and tap) that the hardware prefetchers do not cover in time. The
+// prefetches sit in a loop over 16-step chunks of their own: tested as
+// `k % 16 == 0` inside the step loop, they left the 12-pixel tile's step
+// counter and a pixel pointer on the stack (GCC 12: five memory operations
+// more per 24 FMAs), and dec4_512-256 ran 2% slower on two cores
+// (bench/RESULTS.md, thirty-ninth run). Unrolling the chunk lost 2%.
 template <uint32_t NB, uint32_t MR, uint32_t LO, uint32_t HI, bool PF>
 inline void steps(__m512 (&acc)[MR][NB], const float* p, uint64_t stride, const float* w, uint32_t cin,
                   uintptr_t next) {
-  for (uint32_t k = 0; k < cin; ++k, w += NB * 16) {
-    if (PF && k % 16 == 0) {
+  uint32_t k = 0;
+  if constexpr (PF) {
+    for (; k + 16 <= cin; k += 16, p += 16, w += 16 * NB * 16, next += 16 * sizeof(float)) {
       _Pragma("GCC unroll 16") for (uint32_t i = 0; i < MR; ++i)
-        _mm_prefetch(reinterpret_cast<const char*>(next + (i * stride + k) * sizeof(float)), _MM_HINT_T0);
-    }
-    __m512 wv[NB];
-    _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) wv[j] = _mm512_loadu_ps(w + 16 * j);
-    _Pragma("GCC unroll 16") for (uint32_t i = LO; i < HI; ++i) {
-      const __m512 x = _mm512_set1_ps(p[(i - LO) * stride + k]);
-      _Pragma("GCC unroll 16") for (uint32_t j = 0; j < NB; ++j) acc[i][j] = _mm512_fmadd_ps(x, wv[j], acc[i][j]);
+        _mm_prefetch(reinterpret_cast<const char*>(next + i * stride * sizeof(float)), _MM_HINT_T0);
+      _Pragma("GCC unroll 1") for (uint32_t kk = 0; kk < 16; ++kk)
+        step<NB, MR, LO, HI>(acc, p + kk, stride, w + kk * NB * 16);
     }
   }
+  for (; k < cin; ++k, ++p, w += NB * 16) step<NB, MR, LO, HI>(acc, p, stride, w);
 }
 
 // MR pixels of one output row from x0 by NB 16-channel blocks (one group):
