@@ -1882,8 +1882,8 @@ void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArg
 // its bottleneck (30x40 512 -> 512) 548 -> 541.
 void rows3x3_tasks(const Problem& pr, uint64_t l2_bytes, cpu::DirectConvArgs& args) {
   const Geometry& g = pr.g;
-  args.band_rows = getenv("TS_BR") ? atoi(getenv("TS_BR")) : 1;
-  args.bands = (g.oh + args.band_rows - 1) / args.band_rows;
+  args.band_rows = 1;
+  args.bands = g.oh;
   const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cin, g.cout);
   args.groups = g.cout / group;
   args.group_blocks = group / 16;
@@ -2065,7 +2065,7 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
     // The AVX-512 direct and narrow kernels' bands span the batch; the AVX2
     // and 3x3 row kernels' are per image.
     prog.num_tasks = (pr.direct_avx512 || pr.narrow ? 1 : g.n) * args.bands * args.groups;
-    prog.grain = pr.rows3x3 && getenv("TS_GRAIN") ? (prog.num_tasks + atoi(getenv("TS_GRAIN")) - 1) / atoi(getenv("TS_GRAIN")) : 1;
+    prog.grain = 1;
     return prog;
   };
   TS_RETURN_IF_ERROR(ops::launch(device, cq_id, pr.key, compile, args));
