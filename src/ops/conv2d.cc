@@ -561,7 +561,22 @@ bool is_direct_avx512(const Problem& pr) {
 //   faster in every round. 120x160 512 -> 256 lost 1%; and 256 input
 //   channels in 32-channel groups were equal on 30x40 and 60x80 maps and
 //   7% slower on 120x160.
-constexpr uint32_t kRows3x3MaxCin = 64;
+// - 64-channel groups of any row width over more than kRows3x3MaxCin and at
+//   most kRows3x3MidMaxCin input channels, on maps of at most
+//   kRows3x3MaxPixels, and over kRows3x3WideMinCin to kRows3x3WideMaxCin
+//   into any output channels on maps from kRows3x3MidMinPixels to
+//   kRows3x3MidMaxPixels (fortieth run; eight rounds, the layers one after
+//   another in one process): 128 -> 128 on 14x14 532 against 548, 28x28
+//   (ResNet-50's stage 2) 530 against 542, and 488 against 529 in a slow
+//   phase of the VM with the layer alone in its process, 56x56 516 against
+//   526; equal on 40x40, 60x80 128 -> 256 and 28x28 96 -> 96. 256 -> 512 on
+//   30x40 (the UNet's bottleneck) 524 against 529 (497 against 518, 516
+//   against 533 in two other runs), 192 -> 256 on 30x40 523 against 536,
+//   256 -> 256 on 40x40 518 against 530, and equal on 20x20 and 28x28. On
+//   14x14, 256 -> 256 and 256 -> 512 were 1-3% slower, and 60x80 256 -> 256
+//   equal to 2% slower.
+constexpr uint32_t kRows3x3MaxCin = 64, kRows3x3MidMaxCin = 128;
+constexpr uint64_t kRows3x3MidMinPixels = 20 * 20, kRows3x3MidMaxPixels = 40 * 40;
 constexpr uint32_t kRows3x3MinWidth = 48;
 constexpr uint64_t kRows3x3MaxPixels = 80 * 80;
 constexpr uint64_t kRows3x3PairsMinPixels = 240 * 320;
@@ -573,10 +588,14 @@ bool is_rows3x3(const Problem& pr) {
   const Geometry& g = pr.g;
   const uint64_t pixels = uint64_t{g.oh} * g.ow;
   const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cin, g.cout);
-  const bool quads = group == 64 && g.ow >= kRows3x3MinWidth &&
-                     ((g.cin <= kRows3x3MaxCin && pixels <= kRows3x3MaxPixels) ||
-                      (g.cin >= kRows3x3WideMinCin && g.cin <= kRows3x3WideMaxCin &&
-                       g.cout <= kRows3x3WideMaxCout && pixels <= kRows3x3WideMaxPixels));
+  const bool wide_cin = g.cin >= kRows3x3WideMinCin && g.cin <= kRows3x3WideMaxCin;
+  const bool quads =
+      group == 64 &&
+      ((g.ow >= kRows3x3MinWidth &&
+        ((g.cin <= kRows3x3MaxCin && pixels <= kRows3x3MaxPixels) ||
+         (wide_cin && g.cout <= kRows3x3WideMaxCout && pixels <= kRows3x3WideMaxPixels))) ||
+       (g.cin > kRows3x3MaxCin && g.cin <= kRows3x3MidMaxCin && pixels <= kRows3x3MaxPixels) ||
+       (wide_cin && pixels >= kRows3x3MidMinPixels && pixels <= kRows3x3MidMaxPixels));
   const bool pairs = group == 32 &&
                      ((g.cin > 32 && g.cin <= kRows3x3MaxCin && pixels >= kRows3x3PairsMinPixels) ||
                       (g.cin >= kRows3x3DeepMinCin && g.cin <= kRows3x3DeepMaxCin &&

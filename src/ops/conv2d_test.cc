@@ -943,7 +943,9 @@ TEST(Conv2d, DirectAvx512Kernel) {
 // 3x3 row kernel: whole 64-channel output groups on rows of at least 48
 // pixels, from at most 64 input channels on maps of at most 80x80
 // (ResNet-50's 56x56 64 -> 64) or from 129-256 into at most 128 on maps of
-// at most 120x160; 32-channel groups from 33-64 input channels into 32
+// at most 120x160; on rows of any width, from 65-128 input channels on maps
+// of at most 80x80 and from 129-256 on maps of 20x20 to 40x40 pixels;
+// 32-channel groups from 33-64 input channels into 32
 // more than a multiple of 64 on maps of at least 240x320, and from 257-512
 // input channels on maps of 14x14 to 60x80 pixels. Odd and prime widths
 // (tiles of 5 and 6 pixels, 53 = 8 x 6 + 5; of 8 to 12) and input channels
@@ -952,10 +954,11 @@ TEST(Conv2d, DirectAvx512Kernel) {
 // registers (relu, relu6) and through the float math table (silu, gelu, an
 // affine), block-float weights, rows in L1 (staged), and tasks whose three
 // input rows and weights spill from a 2 MB L2 (the kernel then prefetches
-// the next tap's input: 1300 x 136 into 64, 76801 x 40 into 96). 65, 128
-// or 513 input channels into 64, 256 -> 192, 96 output channels on a small
-// map, 32 -> 32 on a large one, 47-pixel rows, maps just over or under the
-// bounds (81x80, 13x15, 61x80), a stride, a dilation, asymmetric padding or
+// the next tap's input: 1300 x 136 into 64, 76801 x 40 into 96). 513 input
+// channels into 64, 256 -> 192 on 300 pixels and 200 -> 192 on 399, 129 ->
+// 192 on 1640, 96 output channels on a small map, 32 -> 32 on a large one,
+// 47-pixel rows from 64 channels, maps just over or under the bounds (81x80,
+// 13x15, 61x80), a stride, a dilation, asymmetric padding or
 // a residual go elsewhere. Same tolerance as every float32 conv.
 TEST(Conv2d, Rows3x3Kernel) {
   if (kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
@@ -975,6 +978,10 @@ TEST(Conv2d, Rows3x3Kernel) {
       {2, 14, 14, 512, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
       {1, 60, 80, 257, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 2, 1300, 136, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
+      {1, 6, 50, 65, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {2, 14, 13, 128, 128, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+      {1, 20, 21, 144, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
+      {1, 31, 40, 256, 128, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
   };
   for (const Case& c : cases)
     expect_conv_kernel(*dev, c, DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG, "f32_conv2d__rows3x3_avx512");
@@ -986,12 +993,12 @@ TEST(Conv2d, Rows3x3Kernel) {
                      "f32_conv2d__rows3x3_avx512");
   const Case others[] = {
       {1, 240, 320, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 6, 50, 128, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 6, 50, 256, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 19, 21, 200, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 41, 40, 129, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 13, 15, 512, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 61, 80, 300, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 14, 14, 513, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 6, 50, 65, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 6, 50, 64, 96, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 6, 47, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 81, 80, 16, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
