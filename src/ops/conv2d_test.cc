@@ -958,7 +958,7 @@ TEST(Conv2d, DirectAvx512Kernel) {
 // channels into 64, 256 -> 192 on 300 pixels and 200 -> 192 on 399, 129 ->
 // 192 on 1640, 96 output channels on a small map, 32 -> 32 on a large one,
 // 47-pixel rows from 64 channels, maps just over or under the bounds (81x80,
-// 13x15, 61x80), a stride, a dilation, asymmetric padding or
+// 13x15, 61x80, 65 channels on 6401 pixels), a stride, a dilation, asymmetric padding or
 // a residual go elsewhere. Same tolerance as every float32 conv.
 TEST(Conv2d, Rows3x3Kernel) {
   if (kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AVX-512";
@@ -1002,6 +1002,7 @@ TEST(Conv2d, Rows3x3Kernel) {
       {1, 6, 50, 64, 96, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 6, 47, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 81, 80, 16, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 1, 6401, 65, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
       {1, 6, 100, 64, 64, 3, 3, 2, 1, 1, {1, 1, 1, 1}},
       {1, 6, 52, 64, 64, 3, 3, 1, 2, 1, {2, 2, 2, 2}},
       {1, 6, 50, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 0}},
