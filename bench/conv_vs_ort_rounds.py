@@ -9,7 +9,11 @@ at the FMA peak. So this script times each layer with both engines back to
 back, within about a second, in an order that alternates from layer to layer
 and round to round, ROUNDS times, and prints per layer the median over rounds
 of each engine's GFLOP/s and of their ratio, with its range (each ratio from
-one pair of back-to-back timings). Both engines' times are kernel-only, by
+one pair of back-to-back timings), and a distribution-free confidence interval
+for that median ratio (order statistics of the rounds' ratios, at least 95%
+coverage by the binomial sign test; 6 rounds or more): a layer counts as
+slower than ONNX Runtime beyond the VM's drift only where the whole interval
+lies under 1.00. Both engines' times are kernel-only, by
 their own profilers: ONNX Runtime's median Conv node time over REPS runs
 (bench/ort/time_models.js; its binding's per-run overhead is not the
 layer's), and Tessera's median launch time per call over 150 back-to-back
@@ -23,6 +27,7 @@ is not counted either).
 Needs what bench/conv_vs_ort.sh sets up (run it once first): python3-onnx,
 node with bench/ort/node_modules, build/release/bench_conv_f32.
 """
+import math
 import os
 import re
 import statistics
@@ -49,6 +54,23 @@ def tessera_ms(layer_file):
         if m:
             return float(m.group(2))
     sys.exit(f"bench_conv_f32 printed no layer row:\n{out}")
+
+
+def median_ci(values, alpha=0.05):
+    """The sign test's distribution-free interval for the median of `values`:
+    (low, high, coverage), the k-th smallest and k-th largest values for the
+    largest k whose two tails each hold at most alpha / 2 of Binomial(n, 1/2);
+    None below 6 values (no k keeps 95%)."""
+    n, xs = len(values), sorted(values)
+    tail, k = 0.0, 0  # tail: P(B <= k - 1)
+    while True:
+        nxt = tail + math.comb(n, k) / 2 ** n  # P(B <= k)
+        if nxt > alpha / 2:
+            break
+        tail, k = nxt, k + 1
+    if k == 0:
+        return None
+    return xs[k - 1], xs[n - k], 1 - 2 * tail
 
 
 def main():
@@ -87,18 +109,32 @@ def main():
                 for name, run in engines:
                     (ort if name == "ort" else tess).setdefault(key, []).append(gflop[key] / (run() / 1e3))
             print(f"round {i + 1} of {rounds} done", file=sys.stderr)
-    print(f"| layer | Tessera f32 GFLOP/s | ONNX Runtime f32 GFLOP/s | Tessera / ORT, median (range) over {rounds} rounds |")
-    print("|---|---|---|---|")
-    below = 0
+    print(f"| layer | Tessera f32 GFLOP/s | ONNX Runtime f32 GFLOP/s | Tessera / ORT, median (range) over {rounds} rounds "
+          "| confidence interval of the median ratio | Tessera faster in |")
+    print("|---|---|---|---|---|---|")
+    below, slower, faster, coverage = 0, 0, 0, None
     for key in gflop:
         if key not in tess or key not in ort:
             continue
         ratios = [t / o for t, o in zip(tess[key], ort[key])]
         med = statistics.median(ratios)
         below += med < 1.0
+        ci = median_ci(ratios)
+        interval = "-"
+        if ci:
+            low, high, coverage = ci
+            slower += high < 1.0
+            faster += low > 1.0
+            interval = f"{low:.3f}-{high:.3f}" + (" (slower)" if high < 1.0 else " (faster)" if low > 1.0 else "")
+        wins = sum(r > 1.0 for r in ratios)
         print(f"| {key} | {statistics.median(tess[key]):.0f} | {statistics.median(ort[key]):.0f} | "
-              f"{med:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
+              f"{med:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | {interval} | {wins} of {len(ratios)} rounds |")
     print(f"\n{below} layer(s) with a median ratio under 1.00x")
+    if coverage is None:
+        print("(6 rounds or more give each median ratio a 95% confidence interval)")
+    else:
+        print(f"{slower} layer(s) slower than ONNX Runtime and {faster} faster beyond the rounds' spread "
+              f"(the {coverage:.1%} interval of the median ratio wholly under, or over, 1.00)")
 
 
 if __name__ == "__main__":
