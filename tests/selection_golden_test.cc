@@ -16,9 +16,8 @@
 // skips, saying so, on a machine that has none. Record one with
 //   TESSERA_GOLDEN_WRITE=1 build/release/selection_golden_test
 // (before the change), then run the test after it.
-#include <dnnl.hpp>
-
 #include <cstdlib>
+#include <dnnl.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -135,8 +134,8 @@ StatusOr<std::string> record_layer(Device& dev, const Layer& l, const Config& c)
   TS_RETURN_IF_ERROR(enable_profiler(dev));
   StatusOr<Conv2dResult> r = internal_error("not run");
   if (l.op == "convT") {
-    ConvTranspose2dParams p{.batch_size = n, .input_height = l.h, .input_width = l.w, .in_channels = l.c,
-                            .out_channels = l.k};
+    ConvTranspose2dParams p{
+        .batch_size = n, .input_height = l.h, .input_width = l.w, .in_channels = l.c, .out_channels = l.k};
     p.kernel_size = {l.r, l.r};
     p.stride = {l.stride, l.stride};
     r = conv_transpose2d(x, w, b, p, cfg);
@@ -148,8 +147,8 @@ StatusOr<std::string> record_layer(Device& dev, const Layer& l, const Config& c)
     p.groups = l.op == "dwconv" ? l.c : 1;
     p.activation = {l.op == "dwconv" ? UnaryOpType::RELU6 : UnaryOpType::RELU};
     if (c.residual) {
-      TS_ASSIGN_OR_RETURN(Tensor res, random_device(dev, Shape{1, 1, n * p.output_height() * p.output_width(), l.k},
-                                                    c.in, 4));
+      TS_ASSIGN_OR_RETURN(Tensor res,
+                          random_device(dev, Shape{1, 1, n * p.output_height() * p.output_width(), l.k}, c.in, 4));
       r = conv2d_with_residual(x, w, b, p, {.tensor = res, .activation = {UnaryOpType::RELU}}, cfg);
     } else {
       r = conv2d(x, w, b, p, cfg);

@@ -1,17 +1,17 @@
 // The `tessera` command line:
 //
 //   tessera run MODEL.onnx [--input X.npy | --random] [--output Y.npy] [--reference R.npy]
-//                          [--config trace,2cq] [--dtype float32|bfloat16|bfloat8_b] [--batch B]
+//                          [--config trace,2cq] [--dtype float32|bfloat16|bfloat8_b] [--batch B] [--explain]
 //   tessera bench MODEL.onnx [--iterations N] [--batch B] [--dtype ...] [--config ...]
 //                            [--input X.npy --reference R.npy] [--profile TRACE.json|-]
 //   tessera conformance [DIR] [--filter S] [--min-pass-rate R]
 //
 // Results go to stdout, errors to stderr with exit code 1 (2 for bad usage).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <malloc.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,6 +41,7 @@ struct Common {
   std::string shape;  // "1x3x480x640"
   int workers = 0;
   bool verbose = false;
+  bool explain = false;
   bool no_pin = false;
 };
 
@@ -81,9 +82,10 @@ void print_report(const LoadedModel& m, const Common& c) {
                  "bfloat16-rounded values without faster arithmetic, usually slower than float32\n",
                  c.dtype.c_str());
   const auto& r = m.model->report();
-  std::printf("compiled in %.0f ms (import %.0f ms): %d device ops, %zu host fallback(s), %d layout conversion(s), "
-              "%.2f GFLOP per run\n",
-              m.compile_ms, m.import_ms, r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
+  std::printf(
+      "compiled in %.0f ms (import %.0f ms): %d device ops, %zu host fallback(s), %d layout conversion(s), "
+      "%.2f GFLOP per run\n",
+      m.compile_ms, m.import_ms, r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
   for (const auto& f : r.fallbacks) std::printf("  host fallback: %s\n", f.c_str());
   size_t applied = 0;
   for (const auto& p : r.conv_plans) applied += p.find("(applied)") != std::string::npos;
@@ -97,6 +99,16 @@ void print_report(const LoadedModel& m, const Common& c) {
                 verbose ? ":" : " (--verbose lists them)");
   if (verbose)
     for (const auto& v : r.bfloat16_values) std::printf("  %s\n", v.c_str());
+}
+
+void print_selections(const runtime::CompiledModel& model) {
+  const std::vector<std::string> lines = model.conv_selections();
+  std::printf("conv kernels (%zu convs; the candidates before each choice, in order, with why they declined):\n",
+              lines.size());
+  for (std::string l : lines) {
+    for (size_t at = l.find('\n'); at != std::string::npos; at = l.find('\n', at + 1)) l.insert(at + 1, "  ");
+    std::printf("  %s\n", l.c_str());
+  }
 }
 
 // The seeds' PCC rule against a reference output: 0.999 in float32, 0.99
@@ -148,6 +160,7 @@ Status cmd_run(const Common& c, const std::string& input, bool random, const std
   for (float f : v) sum += f, lo = std::min<double>(lo, f), hi = std::max<double>(hi, f);
   std::printf("output '%s' %s: min %.6g max %.6g mean %.6g (compile + 1 run through the pipeline: %.0f ms)\n",
               m.model->output_names()[0].c_str(), y.shape().to_string().c_str(), lo, hi, sum / v.size(), ms);
+  if (c.explain) print_selections(*m.model);
   if (!output.empty()) {
     TS_RETURN_IF_ERROR(cnn::save_npy(output, y));
     std::printf("wrote %s\n", output.c_str());
@@ -200,7 +213,8 @@ Status print_profile(const DeviceProfile& p, int replays, const std::string& pat
   double total_us = 0;
   for (size_t i = 0; i < n; ++i) {
     std::vector<int64_t> d;
-    for (size_t r = 0; r < static_cast<size_t>(replays); ++r) d.push_back(p.ops[r * n + i].end_ns - p.ops[r * n + i].start_ns);
+    for (size_t r = 0; r < static_cast<size_t>(replays); ++r)
+      d.push_back(p.ops[r * n + i].end_ns - p.ops[r * n + i].start_ns);
     std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
     med[i].end_ns = med[i].start_ns + d[d.size() / 2];
     total_us += med[i].duration_us();
@@ -257,10 +271,11 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
     TS_ASSIGN_OR_RETURN(inputs[0], first->view(m.input_shape));
   }
   TS_ASSIGN_OR_RETURN(auto pipe, cnn::create_pipeline_from_config(pc, m.model->pipeline_model(), *device,
-                                                                   DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG, dram_out));
+                                                                  DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG, dram_out));
   auto t0 = Clock::now();
   TS_RETURN_IF_ERROR(pipe->compile(inputs[0]));
   const double pipeline_compile_ms = ms_since(t0);
+  if (c.explain) print_selections(*m.model);
   TS_RETURN_IF_ERROR(pipe->preallocate_output_tensors_on_host(inputs.size()));
   // Latency: one frame at a time, enqueue to outputs on the host; with
   // --interval, each frame starts that long after the last one started (a
@@ -270,7 +285,8 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   auto next = Clock::now();
   for (int i = 0; i < iterations; ++i) {
     if (interval_ms > 0) std::this_thread::sleep_until(next);
-    next = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(interval_ms));
+    next = Clock::now() +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(interval_ms));
     t0 = Clock::now();
     TS_RETURN_IF_ERROR(pipe->enqueue(std::span<const Tensor>(&inputs[static_cast<size_t>(i)], 1)));
     TS_RETURN_IF_ERROR(pipe->pop_all().status());
@@ -318,11 +334,12 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   // The fidelity when it is not the exact default (LoFi trades precision for speed: see --math-fidelity).
   const std::string precision = c.math_fidelity == "HiFi4" ? c.dtype : c.dtype + " " + c.math_fidelity;
   std::printf("%s  %s  batch %ld  %s  (%d iterations; pipeline compile %.0f ms)\n", c.model.c_str(), precision.c_str(),
-              static_cast<long>(m.input_shape[0]), pc.use_trace ? (pc.num_command_queues == 2 ? "2 queues + trace" : "trace")
-                                                       : "no trace",
-              iterations, pipeline_compile_ms);
+              static_cast<long>(m.input_shape[0]),
+              pc.use_trace ? (pc.num_command_queues == 2 ? "2 queues + trace" : "trace") : "no trace", iterations,
+              pipeline_compile_ms);
   std::printf("  end to end:  %8.2f FPS (%.2f ms per batch)\n", frames / e2e_ms * 1e3, e2e_ms / iterations);
-  const std::string pace = interval_ms > 0 ? fmt::format("one batch every {:g} ms", interval_ms) : "one batch at a time";
+  const std::string pace =
+      interval_ms > 0 ? fmt::format("one batch every {:g} ms", interval_ms) : "one batch at a time";
   std::printf("  latency:     p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  (%s)\n", percentile(lat, 50), percentile(lat, 90),
               percentile(lat, 99), pace.c_str());
   std::printf("  device only: %8.2f FPS (%.2f ms per batch, trace replays back to back; %.0f GFLOP/s)\n",
@@ -338,7 +355,8 @@ Status cmd_conformance(const std::string& dir, const std::string& filter, double
   const auto ops = runtime::supported_ops();
   std::printf("Supported ops (%zu): %s\n\n", ops.size(), fmt::format("{}", fmt::join(ops, " ")).c_str());
   for (const auto& c : r.cases)
-    if (!quiet || c.status == "fail") std::printf("%-62s %-11s %s\n", c.name.c_str(), c.status.c_str(), c.detail.c_str());
+    if (!quiet || c.status == "fail")
+      std::printf("%-62s %-11s %s\n", c.name.c_str(), c.status.c_str(), c.detail.c_str());
   std::printf("\nONNX node tests in %s: %d pass, %d fail (%.1f%% of the %d with supported ops); %d unsupported\n",
               dir.c_str(), r.pass, r.fail, 100 * r.pass_rate(), r.pass + r.fail, r.unsupported);
   if (r.fail) {
@@ -347,7 +365,8 @@ Status cmd_conformance(const std::string& dir, const std::string& filter, double
       if (c.status == "fail") std::printf("  %s: %s\n", c.name.c_str(), c.detail.c_str());
   }
   if (r.pass_rate() < min_rate)
-    return failed_precondition_error("pass rate {:.1f}% is below the required {:.1f}%", 100 * r.pass_rate(), 100 * min_rate);
+    return failed_precondition_error("pass rate {:.1f}% is below the required {:.1f}%", 100 * r.pass_rate(),
+                                     100 * min_rate);
   return ok_status();
 }
 
@@ -381,13 +400,15 @@ int main(int argc, char** argv) {
     s->add_option("--device", c.device, "cpu | wormhole_b0")->check(CLI::IsMember({"cpu", "wormhole_b0"}));
     s->add_option("--workers", c.workers, "worker threads (0: one per physical core)");
     s->add_flag("--verbose", c.verbose, "list every conv's placement plan");
+    s->add_flag("--explain", c.explain, "list every conv's kernel and why the candidates before it declined");
     s->add_flag("--no-pin", c.no_pin, "leave the device's threads to the OS (default: each pinned to its own core)");
   };
   std::string input, output, reference;
   bool random = false;
   auto* run = app.add_subcommand("run", "compile MODEL and run one input through the pipeline");
   add_common(run);
-  auto* in_opt = run->add_option("--input", input, "input .npy (float32, the model's input shape)")->check(CLI::ExistingFile);
+  auto* in_opt =
+      run->add_option("--input", input, "input .npy (float32, the model's input shape)")->check(CLI::ExistingFile);
   run->add_flag("--random", random, "a fixed-seed uniform [-1, 1) input (the default)")->excludes(in_opt);
   run->add_option("--output", output, "write the first output as .npy");
   run->add_option("--reference", reference, "compare the first output with this .npy (PCC >= 0.999)")
@@ -397,14 +418,16 @@ int main(int argc, char** argv) {
   add_common(bench);
   bench->add_option("--iterations", iterations, "frames (batches) to time");
   std::string bench_input, bench_reference;
-  bench->add_option("--input", bench_input, "frame 0 from this .npy (its shape sets the model's)")->check(CLI::ExistingFile);
+  bench->add_option("--input", bench_input, "frame 0 from this .npy (its shape sets the model's)")
+      ->check(CLI::ExistingFile);
   bench->add_option("--reference", bench_reference, "check frame 0's output against this .npy (PCC)")
       ->check(CLI::ExistingFile);
   double interval_ms = 0;
   bench->add_option("--interval", interval_ms,
                     "latency frames start this many ms apart, the device idle in between (0: back to back)");
   std::string profile_path;
-  bench->add_option("--profile", profile_path, "kernel time per op, median over up to 10 replays; a Chrome trace to this file ('-': none)");
+  bench->add_option("--profile", profile_path,
+                    "kernel time per op, median over up to 10 replays; a Chrome trace to this file ('-': none)");
   std::string dir = kDefaultNodeTestDir, filter;
   double min_rate = 0.95;
   bool quiet = false;
@@ -419,9 +442,12 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   tessera::Status s;
-  if (*run) s = cmd_run(c, input, random, output, reference);
-  else if (*bench) s = cmd_bench(c, iterations, bench_input, bench_reference, profile_path, interval_ms);
-  else s = cmd_conformance(dir, filter, min_rate, quiet);
+  if (*run)
+    s = cmd_run(c, input, random, output, reference);
+  else if (*bench)
+    s = cmd_bench(c, iterations, bench_input, bench_reference, profile_path, interval_ms);
+  else
+    s = cmd_conformance(dir, filter, min_rate, quiet);
   if (!s.ok()) {
     std::fprintf(stderr, "tessera: %s\n", s.to_string().c_str());
     return 1;

@@ -19,15 +19,24 @@ StatusOr<Conv2dResult> run(const Tensor& x, const PreparedConv2dWeights& w, cons
                            const Conv2dConfig& c, uint8_t cq) {
   return conv_transpose2d(x, w, p, c, cq);
 }
+StatusOr<std::string> explain(const Tensor& x, const Conv2dParams& p, const Conv2dConfig& c) {
+  return explain_conv2d(x, p, c);
+}
+StatusOr<std::string> explain(const Tensor& x, const ConvTranspose2dParams& p, const Conv2dConfig& c) {
+  return explain_conv_transpose2d(x, p, c);
+}
 }  // namespace
 
 template <class Params>
-template <class First, class Again>
-StatusOr<Tensor> ConvLayer<Params>::prepared_once(First first, Again again) {
+template <class First, class Again, class Explain>
+StatusOr<Tensor> ConvLayer<Params>::prepared_once(First first, Again again, Explain explain) {
   if (prepared_) {
     TS_ASSIGN_OR_RETURN(Conv2dResult r, again(*prepared_));
     return r.output;
   }
+  // The problem the call makes; a failure is the call's own, reported by it.
+  StatusOr<std::string> why = explain();
+  selection_ = why.ok() ? *why : "not explained: " + why.status().to_string();
   TS_ASSIGN_OR_RETURN(Conv2dResult r, first());
   prepared_ = r.weights;
   return r.output;
@@ -36,24 +45,26 @@ StatusOr<Tensor> ConvLayer<Params>::prepared_once(First first, Again again) {
 template <class Params>
 StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, uint8_t cq_id) {
   return prepared_once([&] { return run(input, weight_, bias_, params_, config_, cq_id); },
-                       [&](const PreparedConv2dWeights& w) { return run(input, w, params_, config_, cq_id); });
+                       [&](const PreparedConv2dWeights& w) { return run(input, w, params_, config_, cq_id); },
+                       [&] { return explain(input, params_, config_); });
 }
 
 template <class Params>
-StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, const Conv2dResidual& residual, uint8_t cq_id)
-  requires std::is_same_v<Params, Conv2dParams>
-{
+StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, const Conv2dResidual& residual,
+                                               uint8_t cq_id) requires std::is_same_v<Params, Conv2dParams> {
   return prepared_once(
       [&] { return conv2d_with_residual(input, weight_, bias_, params_, residual, config_, cq_id); },
-      [&](const PreparedConv2dWeights& w) { return conv2d_with_residual(input, w, params_, residual, config_, cq_id); });
+      [&](const PreparedConv2dWeights& w) { return conv2d_with_residual(input, w, params_, residual, config_, cq_id); },
+      [&] { return explain_conv2d(input, params_, config_, &residual); });
 }
 
 template <class Params>
-StatusOr<Tensor> ConvLayer<Params>::operator()(std::span<const Tensor> inputs, uint8_t cq_id)
-  requires std::is_same_v<Params, Conv2dParams>
-{
-  return prepared_once([&] { return conv2d_concat(inputs, weight_, bias_, params_, config_, cq_id); },
-                       [&](const PreparedConv2dWeights& w) { return conv2d_concat(inputs, w, params_, config_, cq_id); });
+StatusOr<Tensor> ConvLayer<Params>::operator()(std::span<const Tensor> inputs,
+                                               uint8_t cq_id) requires std::is_same_v<Params, Conv2dParams> {
+  return prepared_once(
+      [&] { return conv2d_concat(inputs, weight_, bias_, params_, config_, cq_id); },
+      [&](const PreparedConv2dWeights& w) { return conv2d_concat(inputs, w, params_, config_, cq_id); },
+      [&] { return explain_conv2d_concat(inputs, params_, config_); });
 }
 
 template class ConvLayer<Conv2dParams>;

@@ -1,20 +1,15 @@
 #include "tessera/ops/conv2d.h"
-#include "tessera/ops/conv_transpose2d.h"
-#include "tessera/ops/conv2d_l1.h"
-#include "tessera/ops/data_movement.h"
-#include "tessera/ops/eltwise.h"
-#include "tessera/ops/manipulation.h"
-#include "tessera/ops/matmul.h"
 
-#include <dnnl.hpp>
 #include <omp.h>
 
-#include <map>
-
 #include <cstring>
+#include <dnnl.hpp>
+#include <map>
 #include <mutex>
 #include <optional>
 
+#include "conv/problem.h"
+#include "conv/select.h"
 #include "cpu/depthwise_kernels.h"
 #include "cpu/direct_conv_kernels.h"
 #include "cpu/float_math.h"
@@ -24,11 +19,24 @@
 #include "tessera/base/cpu_features.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/numerics/convert.h"
+#include "tessera/ops/conv2d_l1.h"
+#include "tessera/ops/conv_transpose2d.h"
+#include "tessera/ops/data_movement.h"
+#include "tessera/ops/eltwise.h"
+#include "tessera/ops/manipulation.h"
+#include "tessera/ops/matmul.h"
 
 namespace tessera {
 
 namespace {
 
+using conv::ConvAlgorithm;
+using conv::Geometry;
+using conv::is_plain_silu;
+using conv::is_row_dtype;
+using conv::on_amx;
+using conv::patch_shape;
+using conv::Problem;
 using dnnl::memory;
 using onednn::dense_row_stride;
 using onednn::dnnl_type;
@@ -98,12 +106,12 @@ struct ConvPlan {
   // (bfloat16 rows on a CPU without oneDNN bfloat16 kernels): copied or
   // converted through per-shard buffers.
   bool stage_src = false, stage_dst = false;
-  bool tile_src = false;                      // the input is tiles: the shard untilizes the rows it reads
-  bool concat = false;                        // launched with ConcatConvArgs: the shards gather their parts
+  bool tile_src = false;  // the input is tiles: the shard untilizes the rows it reads
+  bool concat = false;    // launched with ConcatConvArgs: the shards gather their parts
   DataType src_type = DataType::FLOAT32, in_type = DataType::FLOAT32;  // the input's dtype, the kernel's
   uint32_t cin = 0;
-  bool tile_dst = false;                      // the output is tiles: the shard tilizes its rows
-  DataType tile_type = DataType::FLOAT32;     // the output tiles' dtype
+  bool tile_dst = false;                   // the output is tiles: the shard tilizes its rows
+  DataType tile_type = DataType::FLOAT32;  // the output tiles' dtype
   // The tiles are packed from bfloat16 rows, but the kernel wrote float32
   // (no oneDNN bfloat16 kernels): round the rows first, as the bfloat16 kernel would.
   bool round_to_bf16 = false;
@@ -208,7 +216,8 @@ void keep_channels(const ConvArgs& a, ConvShard& sh, uint64_t p, uint64_t pixels
   auto* rows = reinterpret_cast<float*>(sh.dst_stage.get());
   const uint64_t c = plan.cout, n = pixels * c;
   for (uint64_t i = 1; i < pixels; ++i) std::memmove(rows + i * c, rows + i * plan.cout_padded, c * sizeof(float));
-  if (plan.post_activation) onednn::apply_activation_in_place(*plan.post_activation, DataType::FLOAT32, sh.dst_stage.get(), n);
+  if (plan.post_activation)
+    onednn::apply_activation_in_place(*plan.post_activation, DataType::FLOAT32, sh.dst_stage.get(), n);
   const bool dense_out = !plan.tile_dst && !plan.stage_dst;
   std::byte* out = dense_out ? a.dst.base + p * c * sizeof(float) : sh.dst_stage.get();
   const cpu::FusedOperand kept{rows, false};
@@ -330,20 +339,12 @@ Status conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   return ok_status();
 }
 
-// A convolution or a transposed convolution, as the kernels see it.
-struct Geometry {
-  bool transposed = false;
-  uint32_t n = 1, h = 0, w = 0, cin = 0, cout = 0, kh = 0, kw = 0, sh = 1, sw = 1, dh = 1, dw = 1, groups = 1;
-  uint32_t oh = 0, ow = 0;
-  int64_t pad_t = 0, pad_b = 0, pad_l = 0, pad_r = 0;  // oneDNN's padding of the whole problem
-  UnaryWithParam activation;
-  std::string descriptor;
-};
-
 Geometry geometry(const Conv2dParams& p) {
-  return {false, p.batch_size, p.input_height, p.input_width, p.in_channels, p.out_channels, p.kernel_size[0],
-          p.kernel_size[1], p.stride[0], p.stride[1], p.dilation[0], p.dilation[1], p.groups, p.output_height(),
-          p.output_width(), p.padding[0], p.padding[1], p.padding[2], p.padding[3], p.activation, p.descriptor()};
+  return {false,          p.batch_size,     p.input_height,   p.input_width,     p.in_channels,
+          p.out_channels, p.kernel_size[0], p.kernel_size[1], p.stride[0],       p.stride[1],
+          p.dilation[0],  p.dilation[1],    p.groups,         p.output_height(), p.output_width(),
+          p.padding[0],   p.padding[1],     p.padding[2],     p.padding[3],      p.activation,
+          p.descriptor()};
 }
 
 // oneDNN sizes a deconvolution's output as (in - 1) * s - pad_l - pad_r +
@@ -372,291 +373,6 @@ Geometry geometry(const ConvTranspose2dParams& p) {
           p.descriptor()};
 }
 
-bool is_plain_silu(const UnaryWithParam& act) { return act.op == UnaryOpType::SILU && !act.has_affine(); }
-// The dtypes of the rows Tessera's kernels and staging read and write.
-bool is_row_dtype(DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; }
-
-struct Problem {
-  Geometry g;
-  TensorSpec input, output;
-  DataType compute;         // the operands' precision: weights are rounded to it
-  DataType kernel;          // what oneDNN computes on (onednn::kernel_type(compute))
-  DataType dst_precision;   // the output rows' precision (float32 or bfloat16)
-  DataType dst_dtype;       // the rows the kernel writes (onednn::kernel_type(dst_precision))
-  std::string key;          // the program: geometry, dtypes and memory configs
-  std::string weights_key;  // the prepared weights: geometry and dtypes only
-  const Conv2dResidual* residual = nullptr;
-  bool winograd = false;    // may use oneDNN's Winograd kernel (see allows_winograd)
-  bool direct = false;      // runs Tessera's AVX2 direct kernel (see is_direct_avx2) or, with
-  bool direct_avx512 = false;  // direct_avx512, its AVX-512 one (see is_direct_avx512)
-  bool narrow = false;         // direct: the AVX-512 kernel for few output channels (see is_narrow)
-  bool rows3x3 = false;        // direct: the AVX-512 3x3 row kernel (see is_rows3x3)
-  bool amx_patches = false;    // a transposed conv as a 1x1 conv and a permute (see is_amx_patch)
-  uint32_t cout_padded = 0;  // the kernel's output channels when padded (see pads_output_channels), else 0
-  bool concat = false;       // conv2d_concat's gathering launch (ConvPlan::concat)
-};
-
-// Winograd (F(4x4, 3x3) / F(2x2, 3x3)) does a 3x3 stride-1 float32 conv in
-// about half the multiplies, measured 1.6-1.9x faster than the direct kernel
-// on ResNet-50's 56x56 to 14x14 layers, at the cost of a transform's
-// rounding (relative error ~1e-5 instead of ~1e-7). So only when the user
-// lowers the math fidelity below HiFi4, the original's knob for trading
-// exactness for speed; with a residual only on AVX2-only CPUs (Tessera's
-// kernel adds it; oneDNN's Winograd has no sum post-op), and there also for
-// bfloat16 rows (widened as the kernel pads them; on these CPUs bfloat16
-// computes in float32 anyway).
-// On AVX-512 CPUs only from kWinogradMinCin input channels: oneDNN's Winograd
-// against its direct kernel (bench_conv_f32 --hifi2, Intel Xeon with
-// AVX-512) ran 3 -> 32 and 8 -> 32 at 0.13x and 0.53x, 16 -> 32 at 0.99x,
-// 32 -> 32 at 0.70-0.91x (32 -> 64 at 1.12x), and 64 channels and more at
-// 1.1-1.9x (ResNet-50's 3x3 set 1.11-1.94x). Tessera's own AVX2 kernel keeps
-// every width.
-constexpr uint32_t kWinogradMinCin = 64;
-bool allows_winograd(const Geometry& g, DataType compute, const Conv2dConfig& config, bool residual) {
-  return config.compute_config.math_fidelity != MathFidelity::HiFi4 &&
-         (kernel_isa() != KernelIsa::kAvx512 || g.cin >= kWinogradMinCin) &&
-         (compute == DataType::FLOAT32 || (compute == DataType::BFLOAT16 && kernel_isa() == KernelIsa::kAvx2)) &&
-         !g.transposed && g.groups == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
-         g.dw == 1 && !residual;
-}
-
-// Convolutions Tessera's AVX2 direct kernel runs (cpu/direct_conv_kernels.h)
-// on CPUs with AVX2 but not AVX-512: float32 or bfloat16 in and out (bfloat16
-// computed in float32, as these CPUs have no bfloat16 arithmetic: oneDNN's
-// jit:avx2 with bfloat16 staging ran ResNet-50 at 100-140 ms against 60-90
-// for float32 on the direct kernel), kernels from 2x2 to
-// 7x7 over at least 16 input channels, no groups, with or without a fused
-// residual (the kernel adds it as it stores). 1x1 convs stay on oneDNN's jit_1x1 (130-170 GFLOP/s
-// there), and everything on AVX-512 CPUs on oneDNN. The choice depends on
-// nothing a memory config changes, as the prepared weights serve every
-// config: conv2d hands the kernel rows (with_io), and the kernel reads and
-// writes dense copies where the rows are spread over banks.
-//
-// Against oneDNN's jit:avx2, same process, alternating calls (30 medians
-// of 5; the VM's speed drifts, so read each ratio within its run): the
-// Vanilla UNet's 3x3 set 128 against 92 GFLOP/s (1.38x; 1.7-1.9x on the
-// 128-channel layers), measured with chunks on every map, which large maps
-// now skip (direct_cin_block). On ResNet-50's small maps input-channel chunks
-// (direct_cin_block) keep each block's weights in L1; against the kernel
-// without them, which ran there at half oneDNN's speed, the 3x3 set went
-// from 51-125 to 101-138 GFLOP/s per layer (7x7x512: 77-85 -> 102-122).
-bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t kw, uint32_t cin, DataType in,
-                       DataType out) {
-  return kernel_isa() == KernelIsa::kAvx2 && !transposed && groups == 1 && kh * kw > 1 && kh <= 7 && kw <= 7 &&
-         cin >= 16 && is_row_dtype(in) && is_row_dtype(out);
-}
-// Transposed convs whose kernel equals their stride (the UNet's upconvs, see
-// is_patch_transpose) run cpu::avx2::patch_transpose_kernel there: on
-// 30x40 to 240x320 maps oneDNN's gemm ran their batched matmul rows (M = W)
-// at 50-85 GFLOP/s (and PP-OCR's 24 -> 1 upconv, N = 2, at 13 ms).
-// A transposed conv whose kernel equals its stride, without padding,
-// dilation or groups: each input pixel maps onto its own kh x kw output patch.
-bool patch_shape(const Geometry& g) {
-  return g.transposed && g.kh == g.sh && g.kw == g.sw && g.dh == 1 && g.dw == 1 && g.groups == 1 && g.pad_t == 0 &&
-         g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 && g.oh == g.h * g.sh && g.ow == g.w * g.sw;
-}
-bool patch_transpose_avx2_shape(const Geometry& g, DataType in, DataType out) {
-  return kernel_isa() == KernelIsa::kAvx2 && patch_shape(g) && (in == DataType::FLOAT32 || in == DataType::BFLOAT16) &&
-         (out == DataType::FLOAT32 || out == DataType::BFLOAT16);
-}
-bool is_direct_avx2(const Problem& pr) {
-  const Geometry& g = pr.g;
-  return pr.output.layout == Layout::ROW_MAJOR &&
-         (direct_avx2_shape(g.transposed, g.groups, g.kh, g.kw, g.cin, pr.compute, pr.output.dtype) ||
-          (pr.residual == nullptr && patch_transpose_avx2_shape(g, pr.compute, pr.output.dtype)));
-}
-
-// Float32 convs without groups on AVX-512 CPUs whose whole output is at most
-// kDirectAvx512MaxPixels pixels and whose weights outgrow a worker's L2 (the
-// late layers of a classifier at small batches) run Tessera's AVX-512 direct
-// kernel (cpu::avx512::direct_conv_kernel): 1x1 convs without padding, and
-// 2x2 to 7x7 ones on maps of at most kDirectAvx512MaxMapPixels. There
-// oneDNN's brgconv_1x1 ran at 250-300 GFLOP/s inside ResNet-50 at batch 1
-// (bench/RESULTS.md, fifteenth run): its channel shards stage their output
-// columns, its row shards read every weight twice, and it reads cold weights
-// slowly. Tessera's kernel writes any column range in place, so its tasks
-// split the channels, and prefetches the weights. A
-// standalone loop with 8 rotating weight and residual sets (cold, as in a
-// model), two threads: 196 x 256 -> 1024 with a residual 0.25-0.31 ms, 49 x
-// 2048 -> 512 0.26-0.27, 196 x 512 -> 1024 0.51-0.56, where the model's
-// launches took 0.36-0.40, 0.35-0.36 and 0.75 ms on oneDNN; at 784 pixels
-// (28x28) and more it lost (128 -> 512: 0.33 against 0.30-0.33 ms).
-constexpr uint64_t kDirectAvx512MaxPixels = 512;
-// ... and at least this many weights (1 MB: more than a worker's L2 keeps).
-// With fewer, oneDNN's row shards each keep all of them, and MobileNetV2's
-// 14x14 1x1 convs (24-96 Ki weights, 20-70 us launches) lost 5-15% here
-// (batch 1, per-launch medians, eight alternated pairs).
-constexpr uint64_t kDirectAvx512MinWeights = 256 * 1024;
-// Larger kernels only on maps this small: ResNet-50's 3x3 convs with 7x7
-// outputs (9.4 MB of weights), four alternated pairs, batch 1: 0.74 against
-// 0.78-0.87 ms on oneDNN; batch 8: 5.0-5.2 against 5.1-5.7 ms. On 14x14 maps
-// (batch 1, 196 pixels) they lost: 0.60-0.62 against 0.57-0.59 ms.
-constexpr uint64_t kDirectAvx512MaxMapPixels = 64;
-// 1x1 convs with a fused residual over at most kDirectAvx512ResidualMaxCin
-// input channels run the kernel on up to kDirectAvx512MaxResidualPixels: each
-// output value costs few FMAs (2 * cin) beside its residual read and its
-// store, and the kernel claims a tile's output lines (the residual's, in
-// place) before its FMAs, where oneDNN's sum post-op meets them cold.
-// ResNet-50 batch 8, the six 14x14 256->1024 convs (1568 pixels), seven
-// alternated rounds: 13.7-15.7 against 15.0-16.6 ms in all (0.4-2.2 less in
-// every round). Without a residual (1024->256, 1024->512) and with 512 input
-// channels (the 512->1024 stride-2 downsample) the kernel was mixed to worse
-// at 1568 pixels, and they stay on oneDNN.
-constexpr uint64_t kDirectAvx512MaxResidualPixels = 1600;
-constexpr uint32_t kDirectAvx512ResidualMaxCin = 256;
-bool is_direct_avx512(const Problem& pr) {
-  const Geometry& g = pr.g;
-  return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
-         g.groups == 1 && !pr.winograd &&
-         ((g.kh == 1 && g.kw == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0) ||
-          (g.kh <= 7 && g.kw <= 7 && uint64_t{g.oh} * g.ow <= kDirectAvx512MaxMapPixels)) &&
-         pr.compute == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 &&
-         (pr.residual == nullptr || pr.residual->tensor.dtype() == DataType::FLOAT32) &&
-         uint64_t{g.n} * g.oh * g.ow <=
-             (pr.residual && g.kh == 1 && g.kw == 1 && g.cin <= kDirectAvx512ResidualMaxCin
-                  ? kDirectAvx512MaxResidualPixels
-                  : kDirectAvx512MaxPixels) &&
-         uint64_t{g.cin} * g.cout * g.kh * g.kw >= kDirectAvx512MinWeights;
-}
-
-// Float32 3x3 convs of stride 1 and padding 1 without groups or a residual,
-// on AVX-512 CPUs, run Tessera's 3x3 row kernel
-// (cpu::avx512::conv3x3_rows_kernel) on the shapes where it beat oneDNN's
-// brgconv, measured with bench_conv_f32 --kernel-time, two workers,
-// alternated rounds (GFLOP/s, brgconv against the row kernel):
-// - Output channels in whole 64-channel groups (rows of at least
-//   kRows3x3MinWidth pixels in all that follow), at most kRows3x3MaxCin
-//   input channels (a group's weights, 9 * cin * 64 float32, stay in the
-//   L2) and maps of at most kRows3x3MaxPixels. brgconv computes a row in
-//   tiles of six pixels, so a row of 6k + 1 or 6k + 2 pixels ends in a tile
-//   that streams all the weights for one or two; the row kernel's tiles are
-//   as even as whole tiles allow. 64 -> 64: 56x56 (ResNet-50's stage 1) 496-501 against
-//   512-523, 80x80 486-495 against 505-516, 56 rows of 50, 61 and 62 pixels
-//   3-4% faster; 58, 60 and 64 pixels equal, and so were 28x28 and 40x40
-//   (under kRows3x3MinWidth). Larger maps lost 1-2% (112x112 64 -> 64,
-//   160x160 32 -> 64, 120x160 64 -> 128, the UNet's 240x320 layers) or
-//   were equal.
-// - The same groups over kRows3x3WideMinCin to kRows3x3WideMaxCin input
-//   channels (a group's weights up to 590 KB, still in the L2) into at most
-//   kRows3x3WideMaxCout output channels, on maps of at most
-//   kRows3x3WideMaxPixels, where brgconv is slower than on its other
-//   layers; each layer alone: 120x160 256 -> 128 (the UNet's dec3)
-//   485-503 against 502-513 in all eight rounds; four rounds: 256 -> 64
-//   495-502 against 511-516, 60x80 256 -> 128 505-510 against 511-524,
-//   56x56 256 -> 128 2-3% faster in two, equal in two. Equal: 256 ->
-//   256, 192 -> 128 and 128 -> 64 at 120x160, 60x80 128 -> 256.
-// - 32 output channels over the last group (tiles of 12 pixels by two
-//   blocks), more than 32 and at most kRows3x3MaxCin input channels, on maps
-//   of at least kRows3x3PairsMinPixels, where brgconv slows down: 64 -> 32
-//   on 240x320 486-494 against 500-510, 360x480 444-453 against 500-514,
-//   480x640 (the UNet's dec1) 476-500 against 503-517. On 80x80 to 160x160
-//   maps, and 32 -> 32 on 480x640, the two were equal.
-// - 32-channel groups from kRows3x3DeepMinCin to kRows3x3DeepMaxCin
-//   input channels (rows3x3_group_channels), on maps from
-//   kRows3x3DeepMinPixels to kRows3x3DeepMaxPixels: each layer alone, four
-//   alternated rounds, 60x80 512 -> 256 (the UNet's dec4) 501-517 against
-//   508-529, 30x40 512 -> 512 (its bottleneck) 511-520 against 521-537,
-//   60x80 512 -> 128 488-496 against 512-522, 40x40 384 -> 256 509-514
-//   against 522-528, 30x40 512 -> 256, 20x20 and 14x14 512 -> 512 1-4%
-//   faster in every round. 120x160 512 -> 256 lost 1%; and 256 input
-//   channels in 32-channel groups were equal on 30x40 and 60x80 maps and
-//   7% slower on 120x160.
-// - 64-channel groups of any row width over more than kRows3x3MaxCin and at
-//   most kRows3x3MidMaxCin input channels, on maps of at most
-//   kRows3x3MaxPixels, and over kRows3x3WideMinCin to kRows3x3WideMaxCin
-//   into any output channels on maps from kRows3x3MidMinPixels to
-//   kRows3x3MidMaxPixels (fortieth run; eight rounds, the layers one after
-//   another in one process): 128 -> 128 on 14x14 532 against 548, 28x28
-//   (ResNet-50's stage 2) 530 against 542, and 488 against 529 in a slow
-//   phase of the VM with the layer alone in its process, 56x56 516 against
-//   526; equal on 40x40, 60x80 128 -> 256 and 28x28 96 -> 96. 256 -> 512 on
-//   30x40 (the UNet's bottleneck) 524 against 529 (497 against 518, 516
-//   against 533 in two other runs), 192 -> 256 on 30x40 523 against 536,
-//   256 -> 256 on 40x40 518 against 530, and equal on 20x20 and 28x28. On
-//   14x14, 256 -> 256 and 256 -> 512 were 1-3% slower, and 60x80 256 -> 256
-//   equal to 2% slower.
-constexpr uint32_t kRows3x3MaxCin = 64, kRows3x3MidMaxCin = 128;
-constexpr uint64_t kRows3x3MidMinPixels = 20 * 20, kRows3x3MidMaxPixels = 40 * 40;
-constexpr uint32_t kRows3x3MinWidth = 48;
-constexpr uint64_t kRows3x3MaxPixels = 80 * 80;
-constexpr uint64_t kRows3x3PairsMinPixels = 240 * 320;
-constexpr uint32_t kRows3x3WideMinCin = 129, kRows3x3WideMaxCin = 256, kRows3x3WideMaxCout = 128;
-constexpr uint64_t kRows3x3WideMaxPixels = 120 * 160;
-constexpr uint32_t kRows3x3DeepMinCin = 257, kRows3x3DeepMaxCin = 512;
-constexpr uint64_t kRows3x3DeepMinPixels = 14 * 14, kRows3x3DeepMaxPixels = 60 * 80;
-bool is_rows3x3(const Problem& pr) {
-  const Geometry& g = pr.g;
-  const uint64_t pixels = uint64_t{g.oh} * g.ow;
-  const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cin, g.cout);
-  const bool wide_cin = g.cin >= kRows3x3WideMinCin && g.cin <= kRows3x3WideMaxCin;
-  const bool quads =
-      group == 64 &&
-      ((g.ow >= kRows3x3MinWidth &&
-        ((g.cin <= kRows3x3MaxCin && pixels <= kRows3x3MaxPixels) ||
-         (wide_cin && g.cout <= kRows3x3WideMaxCout && pixels <= kRows3x3WideMaxPixels))) ||
-       (g.cin > kRows3x3MaxCin && g.cin <= kRows3x3MidMaxCin && pixels <= kRows3x3MaxPixels) ||
-       (wide_cin && pixels >= kRows3x3MidMinPixels && pixels <= kRows3x3MidMaxPixels));
-  const bool pairs = group == 32 &&
-                     ((g.cin > 32 && g.cin <= kRows3x3MaxCin && pixels >= kRows3x3PairsMinPixels) ||
-                      (g.cin >= kRows3x3DeepMinCin && g.cin <= kRows3x3DeepMaxCin &&
-                       pixels >= kRows3x3DeepMinPixels && pixels <= kRows3x3DeepMaxPixels));
-  return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
-         g.groups == 1 && !pr.winograd && pr.residual == nullptr && pr.compute == DataType::FLOAT32 &&
-         pr.input.dtype == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 && g.kh == 3 && g.kw == 3 &&
-         g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.pad_t == 1 && g.pad_b == 1 && g.pad_l == 1 &&
-         g.pad_r == 1 && g.cout % 32 == 0 && (quads || pairs);
-}
-
-// Transposed convs whose kernel equals their stride, float32, without a
-// residual, whose output channels fill whole 16-channel blocks and whose
-// weights are kDirectAvx512MinWeights or more, run
-// cpu::avx512::patch_transpose_kernel on AVX-512 CPUs (see there). bench_ops,
-// three runs each, against oneDNN's batched matmul: the UNet's upconv4 (512 ->
-// 256, 512 Ki weights) 2.54-2.75 against 3.70-3.74 ms; upconv3 (256 -> 128,
-// 128 Ki) 2.83-2.98 against 2.77, and upconv1 (64 -> 32, two blocks per tap)
-// 4.65-5.08 against 3.35-3.52: those stay on oneDNN.
-bool is_patch_avx512(const Problem& pr) {
-  const Geometry& g = pr.g;
-  return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && patch_shape(g) &&
-         g.cout % 16 == 0 && pr.compute == DataType::FLOAT32 && pr.output.dtype == DataType::FLOAT32 && pr.residual == nullptr &&
-         uint64_t{g.cin} * g.cout * g.kh * g.kw >= kDirectAvx512MinWeights;
-}
-
-// Transposed convs whose kernel equals their stride (patch_shape), computed
-// in bfloat16 on CPUs with AMX, run as a 1x1 convolution to kh * kw * Cout
-// channels (oneDNN's AMX brgconv_1x1, its weights packed once) and a permute
-// that moves each input pixel's kh output rows into place
-// (amx_patches_with_weights). The batched matmul (launch_patches) calls oneDNN
-// once per input row and ky with M = W, and on AMX oneDNN repacks the plain
-// weights into its tile layout on every call: the UNet's upconvs ran at
-// 350-800 GFLOP/s there (bench/RESULTS.md, twenty-eighth run). Standalone,
-// oneDNN's 1x1 conv and a row-copy permute took 0.32 + 0.08 ms for upconv4
-// (30x40, 512 -> 256) and 1.46 + 1.15 ms for upconv1 (240x320, 64 -> 32),
-// against 3.6 and 3.0 ms for the matmul, and oneDNN's AMX deconvolution
-// 4.4 and 5.2 ms. The matmul repacks per W rows, the permute moves every
-// output byte: bench_ops, alternated builds, four rounds, upconv4 (W = 40)
-// went 3.8-4.1 -> 1.9-2.3 ms, upconv3 (W = 80) 2.8-3.0 -> 1.2-2.1,
-// upconv2 (W = 160) 2.4-2.6 -> 2.2-2.4 and upconv1 (W = 320) 2.7-3.1 ->
-// 3.2-3.6: inputs up to kAmxPatchMaxWidth wide take the 1x1 conv. In the
-// bfloat16 UNet (alternated, six rounds, a slow phase of the VM) the
-// upconvs' launches summed 13.5-15.8 ms before, 10.8-13.3 after.
-constexpr uint32_t kAmxPatchMaxWidth = 128;
-// The permute reads the conv's output as a view, so the device's DRAM rows
-// of kw * Cout values must be dense: one bank, rows a multiple of its
-// alignment (always on the native CPU descriptor; not on wormhole_b0's).
-bool amx_patch_fits(const Geometry& g, const TensorSpec& output, bool residual, const Device& device) {
-  const uint64_t row_bytes = uint64_t{g.kw} * g.cout * element_size(output.dtype);
-  return patch_shape(g) && g.w <= kAmxPatchMaxWidth && !residual && output.layout == Layout::ROW_MAJOR &&
-         device.descriptor().num_dram_banks == 1 && row_bytes % device.alignment(BufferType::DRAM) == 0;
-}
-// Whether oneDNN runs a conv whose kernel dtype is `kernel` on AMX.
-bool on_amx(DataType kernel) {
-  return kernel == DataType::BFLOAT16 && kernel_isa() == KernelIsa::kAvx512 && cpu_features().amx_bf16;
-}
-bool is_amx_patch(const Problem& pr, const Device& device) {
-  return on_amx(pr.kernel) && amx_patch_fits(pr.g, pr.output, pr.residual != nullptr, device);
-}
-
 // Float32 convs at math fidelity LoFi on CPUs with AMX compute on bfloat16
 // operands (rounded to nearest even) with float32 accumulation and float32
 // output rows: oneDNN's AMX kernels, the input rows converted as each shard
@@ -681,39 +397,6 @@ bool lowers_to_bf16(const Geometry& g, DataType input, const Conv2dConfig& confi
          (g.cin >= 16 || uint64_t{g.kh} * g.kw * g.cin >= 64);
 }
 
-// 1x1 convs of stride 1 with at most cpu::avx512::kNarrowMaxCout output
-// channels (a segmentation head's scores) over float32 or bfloat16 rows on
-// AVX-512 CPUs run Tessera's narrow kernel: the blocked kernels compute 16
-// channels at least, and the Vanilla UNet's 32 -> 1 head (sigmoid, 480x640)
-// took 4.0 ms in the model on oneDNN's brgconv_1x1 with its channels padded
-// to 16 (bfloat16: 2.0 ms).
-bool is_narrow(const Problem& pr) {
-  const Geometry& g = pr.g;
-  return kernel_isa() == KernelIsa::kAvx512 && pr.output.layout == Layout::ROW_MAJOR && !g.transposed &&
-         g.groups == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pad_t == 0 && g.pad_b == 0 &&
-         g.pad_l == 0 && g.pad_r == 0 && g.cout <= cpu::avx512::kNarrowMaxCout && is_row_dtype(pr.compute) &&
-         is_row_dtype(pr.output.dtype) && (pr.residual == nullptr || is_row_dtype(pr.residual->tensor.dtype()));
-}
-
-// MobileNetV2's narrow pointwise convs (24 output channels) ran at 120-150
-// GFLOP/s in oneDNN's brgconv_1x1, which blocks output channels by 16: the
-// same convs computing 32 channels took 0.60 against 0.99 ms (144 -> 24,
-// batch 8, two threads, standalone). Inside the model, batch 8, three
-// alternated pairs: 144 -> 24 with its residual 1.63-1.77 -> 1.28-1.39 ms,
-// 96 -> 24 1.04-1.11 -> 1.00 ms (chunks sized by their input as well as
-// their output did no better). So a float32 1x1 conv of stride 1 whose output
-// channels are not a multiple of 16 (and under 64) computes them padded to
-// one, with zero weights, in pixel chunks (ConvPlan::chunked), and keeps the
-// real ones. Decided by the weights' key alone (the packed weights are
-// padded): every program of the problem runs this way.
-bool pads_output_channels(const Problem& pr) {
-  const Geometry& g = pr.g;
-  return kernel_isa() == KernelIsa::kAvx512 && cpu::select_float_math().fused != nullptr && !g.transposed &&
-         g.groups == 1 && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pad_t == 0 && g.pad_b == 0 &&
-         g.pad_l == 0 && g.pad_r == 0 && !pr.winograd && !pr.direct && pr.kernel == DataType::FLOAT32 &&
-         pr.dst_dtype == DataType::FLOAT32 && g.cout % 16 != 0 && g.cout < 64;
-}
-
 // The part of a prepared-weights key naming the rows the kernel writes
 // ("->f32:"): packed weights serve only kernels writing those rows.
 std::string weights_key_rows(DataType dst) { return fmt::format("->{}:", short_dtype_name(dst)); }
@@ -722,7 +405,8 @@ std::string weights_key_rows(DataType dst) { return fmt::format("->{}:", short_d
 // whose channel concatenation the conv reads (conv2d_concat); its device.
 template <class Params>
 StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, const Conv2dConfig& config,
-                               const Conv2dResidual* residual = nullptr, const TensorSpec* whole = nullptr) {
+                               const Conv2dResidual* residual = nullptr, const TensorSpec* whole = nullptr,
+                               conv::ConvSelection* selection = nullptr) {
   const Geometry g = geometry(p);
   const std::string_view op = g.transposed ? "conv_transpose2d" : "conv2d";
   TS_RETURN_IF_ERROR(p.validate());
@@ -780,58 +464,59 @@ StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, cons
                                short_dtype_name(config.weights_dtype));
   if (pr.kernel != pr.compute) pr.weights_key += fmt::format(":{}kernel", short_dtype_name(pr.kernel));
   if (lowered) pr.key += ":lofi";  // the same tensors at HiFi4 are another program
-  if (whole) {                      // conv2d_concat's launch: its own program (ConcatConvArgs)
+  if (whole) {                     // conv2d_concat's launch: its own program (ConcatConvArgs)
     pr.concat = true;
     pr.key += ":cat";
   }
-  pr.winograd = allows_winograd(g, pr.compute, config, residual != nullptr && kernel_isa() != KernelIsa::kAvx2);
-  if (pr.winograd) {
+  pr.fidelity = config.compute_config.math_fidelity;
+  pr.residual = residual;
+  const conv::ConvSelection chosen = conv::select_conv_algorithm(pr, device);
+  pr.algorithm = chosen.algorithm;
+  if (selection) *selection = chosen;
+  // The keys name the algorithm: programs and packed weights serve only it.
+  if (pr.winograd()) {
     pr.key += ":wino";
     pr.weights_key += ":wino";
   }
   if (residual) {
-    pr.residual = residual;
     pr.key += fmt::format(":+{}:{}", residual->tensor.spec().to_string(), activation_name(residual->activation));
     pr.weights_key += ":+residual";  // oneDNN may pick another kernel, and packing, with the sum post-op
   }
-  pr.direct = is_direct_avx2(pr);
-  if (pr.direct) {
-    pr.key += ":direct";
-    pr.weights_key += ":direct";
-  } else if (is_narrow(pr)) {
-    pr.direct = pr.narrow = true;
-    pr.key += ":narrow";
-    pr.weights_key += ":narrow";
-  } else if (is_direct_avx512(pr) || is_patch_avx512(pr)) {
-    pr.direct = pr.direct_avx512 = true;
-    pr.key += ":direct512";
-    pr.weights_key += ":direct512";
-  } else if (is_rows3x3(pr)) {
-    pr.direct = pr.rows3x3 = true;
-    pr.key += ":rows3x3";
-    pr.weights_key += ":rows3x3";
+  std::string suffix;
+  switch (pr.algorithm) {
+    case ConvAlgorithm::kWinogradAvx2:
+    case ConvAlgorithm::kDirectAvx2:
+    case ConvAlgorithm::kPatchAvx2:
+      suffix = ":direct";
+      break;
+    case ConvAlgorithm::kNarrowAvx512:
+      suffix = ":narrow";
+      break;
+    case ConvAlgorithm::kDirectAvx512:
+    case ConvAlgorithm::kPatchAvx512:
+      suffix = ":direct512";
+      break;
+    case ConvAlgorithm::kRows3x3Avx512:
+      suffix = ":rows3x3";
+      break;
+    case ConvAlgorithm::kAmxPatch1x1:
+      suffix = ":amx1x1";
+      break;
+    case ConvAlgorithm::kOnednnPaddedCout:
+      pr.cout_padded = (g.cout + 15) / 16 * 16;
+      suffix = fmt::format(":pad{}", pr.cout_padded);
+      break;
+    case ConvAlgorithm::kOnednnF32Rows:
+      // The kernel writes float32 rows, which Tessera's SiLU and fused add
+      // round once as they store (silu_before_own_residual).
+      pr.dst_dtype = DataType::FLOAT32;
+      suffix = ":f32rows";
+      break;
+    default:
+      break;
   }
-  if (is_amx_patch(pr, device)) {
-    pr.amx_patches = true;
-    pr.key += ":amx1x1";
-    pr.weights_key += ":amx1x1";
-  }
-  if (pads_output_channels(pr)) {
-    pr.cout_padded = (g.cout + 15) / 16 * 16;
-    pr.key += fmt::format(":pad{}", pr.cout_padded);
-    pr.weights_key += fmt::format(":pad{}", pr.cout_padded);
-  }
-  // bfloat16 rows out of SiLU and a residual, on oneDNN's bfloat16 kernels:
-  // the kernel writes float32 rows, which Tessera's SiLU and fused add round
-  // once as they store (silu_before_own_residual), as oneDNN's post-ops did.
-  if (residual && is_plain_silu(g.activation) && kernel_isa() == KernelIsa::kAvx512 && !pr.direct &&
-      !pr.amx_patches && !pr.winograd && !pr.cout_padded && pr.kernel == DataType::BFLOAT16 &&
-      pr.dst_dtype == DataType::BFLOAT16 && pr.output.dtype == DataType::BFLOAT16 &&
-      pr.output.layout == Layout::ROW_MAJOR && is_row_dtype(residual->tensor.dtype())) {
-    pr.dst_dtype = DataType::FLOAT32;
-    pr.key += ":f32rows";
-    pr.weights_key += ":f32rows";
-  }
+  pr.key += suffix;
+  pr.weights_key += suffix;
   return pr;
 }
 
@@ -1129,15 +814,15 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   if (plan.chunked) return build_chunk_primitives(plan, pr);
   for (auto& sh : plan.shards) {
     if (sh->ocs == 0) sh->ocs = g.cout;
-    const std::array<int64_t, 7> shape{sh->mb, sh->out_rows, sh->in_rows, sh->pad_top, sh->pad_bottom, sh->oc0, sh->ocs};
+    const std::array<int64_t, 7> shape{sh->mb,         sh->out_rows, sh->in_rows, sh->pad_top,
+                                       sh->pad_bottom, sh->oc0,      sh->ocs};
     auto src_md = rows_desc(sh->mb, sh->in_rows, g.w, g.cin, pr.kernel);
     auto dst_md = rows_desc(sh->mb, sh->out_rows, g.ow, sh->ocs, pr.dst_dtype);
     memory::desc b_md({static_cast<memory::dim>(sh->ocs)}, memory::data_type::f32, memory::format_tag::x);
-    memory::desc w_md = own_weights
-                            ? memory::desc({static_cast<memory::dim>(sh->ocs), static_cast<memory::dim>(g.cin),
-                                            static_cast<memory::dim>(g.kh), static_cast<memory::dim>(g.kw)},
-                                           dnnl_type(pr.kernel), memory::format_tag::any)
-                            : plan.packing.at(0).desc;
+    memory::desc w_md = own_weights ? memory::desc({static_cast<memory::dim>(sh->ocs), static_cast<memory::dim>(g.cin),
+                                                    static_cast<memory::dim>(g.kh), static_cast<memory::dim>(g.kw)},
+                                                   dnnl_type(pr.kernel), memory::format_tag::any)
+                                    : plan.packing.at(0).desc;
     auto [it, fresh] = by_shape.try_emplace(shape, plan.prims.size());
     if (fresh) {
       plan.pds.push_back(make_pd(plan, g, src_md, w_md, b_md, dst_md, sh->pad_top, sh->pad_bottom));
@@ -1221,8 +906,8 @@ constexpr uint64_t kMinWeightsToSplitChannels = 64 * 1024;
 // 0.30-0.38 -> 0.27-0.34 ms each, the rest unchanged.
 // Plain convolutions only.
 bool splits_channels(const Conv2dGeometry& g, bool transposed, uint32_t threads, bool residual) {
-  const bool many_weights = uint64_t{g.in_channels} * g.out_channels * g.kernel_h * g.kernel_w >
-                            kMinWeightsToSplitChannels;
+  const bool many_weights =
+      uint64_t{g.in_channels} * g.out_channels * g.kernel_h * g.kernel_w > kMinWeightsToSplitChannels;
   const bool few_rows = uint64_t{g.output_height} * g.output_width < kMinPixelsToSplit;
   const bool pointwise_residual = residual && g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1;
   return threads > 1 && g.batch < threads && !transposed && g.groups == 1 && g.out_channels >= 32 * threads &&
@@ -1286,12 +971,11 @@ struct Chunking {
 };
 Chunking chunking(const Problem& pr, const ConvPlan& plan) {
   const Geometry& g = pr.g;
-  const bool pointwise =
-      kernel_isa() == KernelIsa::kAvx512 && cpu::select_float_math().fused != nullptr && !g.transposed &&
-      g.groups == 1 && g.kh == 1 && g.kw == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 &&
-      !plan.winograd && !plan.tile_dst && !plan.stage_dst && pr.kernel == DataType::FLOAT32 &&
-      plan.out_type == DataType::FLOAT32 &&
-      (!plan.residual || (!plan.stage_res && plan.res_type == DataType::FLOAT32));
+  const bool pointwise = kernel_isa() == KernelIsa::kAvx512 && cpu::select_float_math().fused != nullptr &&
+                         !g.transposed && g.groups == 1 && g.kh == 1 && g.kw == 1 && g.pad_t == 0 && g.pad_b == 0 &&
+                         g.pad_l == 0 && g.pad_r == 0 && !plan.winograd && !plan.tile_dst && !plan.stage_dst &&
+                         pr.kernel == DataType::FLOAT32 && plan.out_type == DataType::FLOAT32 &&
+                         (!plan.residual || (!plan.stage_res && plan.res_type == DataType::FLOAT32));
   const bool strided = (g.sh > 1 || g.sw > 1) && !plan.stage_src;
   const uint64_t image_bytes = uint64_t{g.oh} * g.ow * g.cout * sizeof(float);
   const bool large = image_bytes >= kOwnResidualImageBytes || image_bytes * g.n >= kOwnResidualBatchBytes;
@@ -1359,7 +1043,7 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   // batch splits by image; otherwise see splits_channels; otherwise rows
   // (several shards per worker on large maps, see row_shards).
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
-  if (pr.winograd) {  // only where oneDNN has a Winograd kernel for the whole problem
+  if (pr.winograd()) {  // only where oneDNN has a Winograd kernel for the whole problem
     plan->winograd = true;
     const Status whole = guard("compiling the convolution", [&] {
       if (!std::string_view(whole_problem(*plan, pr).impl_info_str()).starts_with("jit"))
@@ -1420,9 +1104,12 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
         plan->own_residual = chunked ? chunks.own_residual : silu_before_own_residual(pr, *plan, dst, res);
         const uint64_t image_bytes = uint64_t{g.h} * g.w * g.cin * element_size(pr.kernel) +
                                      uint64_t{g.oh} * g.ow * g.cout * element_size(pr.dst_dtype);
-        if (split == Split::kImages) split_images(*plan, g, threads, image_bytes);
-        else if (split == Split::kRows) made = !split_rows(*plan, g, row_shards(g, threads)).empty();
-        else split_rows(*plan, g, 1);
+        if (split == Split::kImages)
+          split_images(*plan, g, threads, image_bytes);
+        else if (split == Split::kRows)
+          made = !split_rows(*plan, g, row_shards(g, threads)).empty();
+        else
+          split_rows(*plan, g, 1);
         if (made && shard_layout) {
           const memory::desc w = first_shard_weights(*plan, pr);
           plan->packing.at(0).desc = w;
@@ -1444,10 +1131,10 @@ StatusOr<Program> compile(const Device& device, const Problem& pr, const TensorA
   prog.kernel = conv_kernel;
   // Suffixes: "oc" for channel shards, "_chunked" for pixel chunks
   // (ConvPlan::chunked).
-  prog.kernel_name = fmt::format("{}_{}__onednn_{}_x{}{}{}", short_dtype_name(pr.kernel),
-                                 g.transposed ? "conv_transpose2d" : "conv2d", plan->pds[0].impl_info_str(),
-                                 plan->shards.size(), plan->split_channels ? "oc" : "",
-                                 plan->chunked ? "_chunked" : "");
+  prog.kernel_name =
+      fmt::format("{}_{}__onednn_{}_x{}{}{}", short_dtype_name(pr.kernel), g.transposed ? "conv_transpose2d" : "conv2d",
+                  plan->pds[0].impl_info_str(), plan->shards.size(), plan->split_channels ? "oc" : "",
+                  plan->chunked ? "_chunked" : "");
   prog.num_tasks = static_cast<uint32_t>(plan->shards.size());
   prog.grain = 1;
   prog.plan = plan;
@@ -1496,14 +1183,14 @@ StatusOr<Conv2dResult> launch_conv(const Tensor& input, Tensor output, const Pre
 
 }  // namespace
 
-StatusOr<Tensor> round_conv2d_weights(const Tensor& weight, const Conv2dParams& p, DataType wt,
-                                      DataType input_dtype) {
+StatusOr<Tensor> round_conv2d_weights(const Tensor& weight, const Conv2dParams& p, DataType wt, DataType input_dtype) {
   if (weight.is_on_device()) return invalid_argument_error("conv2d: expected host weights, found a device tensor");
   const uint32_t cin_g = p.in_channels / (p.groups ? p.groups : 1), kh = p.kernel_size[0], kw = p.kernel_size[1];
   const Shape expected{p.out_channels, cin_g, kh, kw};
   if (weight.shape() != expected)
-    return invalid_argument_error("conv2d: expected weight shape {} (out_channels, in_channels/groups, kh, kw), found {}",
-                                  expected.to_string(), weight.shape().to_string());
+    return invalid_argument_error(
+        "conv2d: expected weight shape {} (out_channels, in_channels/groups, kh, kw), found {}", expected.to_string(),
+        weight.shape().to_string());
   if (!is_floating(wt))
     return invalid_argument_error("conv2d: weights_dtype must be a float type, found {}", data_type_name(wt));
   TS_ASSIGN_OR_RETURN(std::vector<float> v, weight.to_vector());
@@ -1520,13 +1207,15 @@ StatusOr<Tensor> round_conv2d_weights(const Tensor& weight, const Conv2dParams& 
     for (uint32_t oc = 0; oc < cols; ++oc)
       for (uint32_t ci = 0; ci < cin_g; ++ci)
         for (uint32_t ky = 0; ky < kh; ++ky)
-          for (uint32_t kx = 0; kx < kw; ++kx) m[((ky * kw + kx) * cin_g + ci) * uint64_t{cols} + oc] = v[at(oc, ci, ky, kx)];
+          for (uint32_t kx = 0; kx < kw; ++kx)
+            m[((ky * kw + kx) * cin_g + ci) * uint64_t{cols} + oc] = v[at(oc, ci, ky, kx)];
     TS_ASSIGN_OR_RETURN(Tensor t, Tensor::from_vector(m, Shape{1, 1, rows, cols}, wt, Layout::TILE));
     TS_ASSIGN_OR_RETURN(m, t.to_vector());
     for (uint32_t oc = 0; oc < cols; ++oc)
       for (uint32_t ci = 0; ci < cin_g; ++ci)
         for (uint32_t ky = 0; ky < kh; ++ky)
-          for (uint32_t kx = 0; kx < kw; ++kx) v[at(oc, ci, ky, kx)] = m[((ky * kw + kx) * cin_g + ci) * uint64_t{cols} + oc];
+          for (uint32_t kx = 0; kx < kw; ++kx)
+            v[at(oc, ci, ky, kx)] = m[((ky * kw + kx) * cin_g + ci) * uint64_t{cols} + oc];
   }
   // A bfloat16 input computes in bfloat16: float32 weights are rounded once more
   // (a no-op for bfloat16 and block-float weights, which bfloat16 holds exactly).
@@ -1543,15 +1232,20 @@ StatusOr<Tensor> round_conv_transpose2d_weights(const Tensor& weight, const Conv
   const uint32_t kh = p.kernel_size[0], kw = p.kernel_size[1];
   const Shape expected{p.in_channels, cout_g, kh, kw};
   if (weight.shape() != expected)
-    return invalid_argument_error("conv_transpose2d: expected weight shape {} (in_channels, out_channels/groups, kh, "
-                                  "kw), found {}",
-                                  expected.to_string(), weight.shape().to_string());
+    return invalid_argument_error(
+        "conv_transpose2d: expected weight shape {} (in_channels, out_channels/groups, kh, "
+        "kw), found {}",
+        expected.to_string(), weight.shape().to_string());
   // Round as the equivalent convolution's (out, in/g, kh, kw) weights: the
   // block-float blocks run over output channels either way.
   TS_ASSIGN_OR_RETURN(std::vector<float> v, weight.to_vector());
   std::vector<float> conv(v.size());
-  auto t_at = [&](uint32_t ic, uint32_t o, uint32_t y, uint32_t x) { return ((uint64_t{ic} * cout_g + o) * kh + y) * kw + x; };
-  auto c_at = [&](uint32_t oc, uint32_t i, uint32_t y, uint32_t x) { return ((uint64_t{oc} * cin_g + i) * kh + y) * kw + x; };
+  auto t_at = [&](uint32_t ic, uint32_t o, uint32_t y, uint32_t x) {
+    return ((uint64_t{ic} * cout_g + o) * kh + y) * kw + x;
+  };
+  auto c_at = [&](uint32_t oc, uint32_t i, uint32_t y, uint32_t x) {
+    return ((uint64_t{oc} * cin_g + i) * kh + y) * kw + x;
+  };
   auto each = [&](auto f) {
     for (uint32_t ic = 0; ic < p.in_channels; ++ic)
       for (uint32_t o = 0; o < cout_g; ++o)
@@ -1585,12 +1279,8 @@ StatusOr<Tensor> round_weights(const Tensor& weight, const ConvTranspose2dParams
 // y * s + ky of image n is input row y times the weight slice of ky,
 // (W, Cin) x (Cin, kw * Cout), and the (N * H, kh, W, kw * Cout) result is
 // byte for byte the (N, OH, OW, Cout) output. oneDNN's deconvolution runs
-// these at 2-45% of peak (bench/RESULTS.md); the matmul does not.
-bool is_patch_transpose(const ConvTranspose2dParams& p) {
-  return p.kernel_size == p.stride && p.padding == std::array<uint32_t, 2>{0, 0} &&
-         p.output_padding == std::array<uint32_t, 2>{0, 0} && p.dilation == std::array<uint32_t, 2>{1, 1} &&
-         p.groups == 1;
-}
+// these at 2-45% of peak (bench/RESULTS.md); the matmul does not
+// (conv::ConvAlgorithm::kPatchMatmul and the patch kernels).
 
 StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
                                      uint8_t cq_id);
@@ -1607,7 +1297,7 @@ StatusOr<Tensor> as_output_rows(const Tensor& t, const Geometry& g, uint8_t cq_i
 
 StatusOr<Conv2dResult> launch_patches(const Tensor& input, const PreparedConv2dWeights& w,
                                       const ConvTranspose2dParams& p, const Problem& pr, uint8_t cq_id) {
-  if (pr.direct) return launch_direct(input, w, pr, cq_id);
+  if (pr.direct()) return launch_direct(input, w, pr, cq_id);
   const Geometry& g = pr.g;
   TS_ASSIGN_OR_RETURN(Tensor a, input.view(Shape{g.n * g.h, 1, g.w, g.cin}));
   // Float32 rows computed in bfloat16 (lowers_to_bf16): the matmul at LoFi,
@@ -1616,8 +1306,10 @@ StatusOr<Conv2dResult> launch_patches(const Tensor& input, const PreparedConv2dW
   if (pr.compute == DataType::BFLOAT16 && pr.input.dtype == DataType::FLOAT32)
     compute = DeviceComputeKernelConfig{.math_fidelity = MathFidelity::LoFi};
   TS_ASSIGN_OR_RETURN(Tensor y, linear(a, w.weight, w.bias,
-                                       {.dtype = pr.output.dtype, .activation = p.activation,
-                                        .memory_config = pr.output.memory_config, .compute_kernel_config = compute,
+                                       {.dtype = pr.output.dtype,
+                                        .activation = p.activation,
+                                        .memory_config = pr.output.memory_config,
+                                        .compute_kernel_config = compute,
                                         .cq_id = cq_id}));
   Conv2dResult r;
   TS_ASSIGN_OR_RETURN(r.output, as_output_rows(y, g, cq_id));
@@ -1653,7 +1345,7 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv_transpose2d_weights(weight, p, weights_dtype, input.dtype()));
   TS_ASSIGN_OR_RETURN(const std::vector<float> bv, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(std::vector<float> v, rounded.to_vector());
-  if (pr.direct) {  // AVX2 kernel: (Cin, Cout, kh, kw) -> columns n = (ky * kw + kx) * Cout + co, [n / 16][Cin][16]
+  if (pr.direct()) {  // AVX2 kernel: (Cin, Cout, kh, kw) -> columns n = (ky * kw + kx) * Cout + co, [n / 16][Cin][16]
     const uint32_t cols = g.kh * g.kw * g.cout, blocks = (cols + 15) / 16;
     std::vector<float> m(uint64_t{blocks} * g.cin * 16, 0.0f), b(uint64_t{blocks} * 16, 0.0f);
     for (uint32_t n = 0; n < cols; ++n) {
@@ -1674,47 +1366,14 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
     for (uint32_t co = 0; co < g.cout; ++co)
       for (uint32_t ky = 0; ky < g.kh; ++ky)
         for (uint32_t kx = 0; kx < g.kw; ++kx)
-          m[(uint64_t{ky} * g.cin + ci) * row + kx * g.cout + co] = v[((uint64_t{ci} * g.cout + co) * g.kh + ky) * g.kw + kx];
+          m[(uint64_t{ky} * g.cin + ci) * row + kx * g.cout + co] =
+              v[((uint64_t{ci} * g.cout + co) * g.kh + ky) * g.kw + kx];
   std::vector<float> b(row);
   for (uint32_t i = 0; i < row; ++i) b[i] = bv[i % g.cout];
   TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{1, g.kh, g.cin, row}, pr.compute));
   TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{row}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));
   return launch_patches(input, w, p, pr, cq_id);
-}
-
-// Depthwise convolutions (multiplier 1) run Tessera's own kernels
-// (cpu/depthwise_kernels.h); their prepared weights are (kh * kw, C) float32,
-// then the same and the bias in pairs order (DepthwiseArgs::weights_pairs).
-// With the AVX-512 set, float32 compute: 3x3 kernels of stride 1 on every
-// map, and every shape up to 14x14 outputs (3x3 ones take the direct path,
-// the others the staged one). Per launch in a trace replay (kernel medians,
-// bench/RESULTS.md twelfth run), the direct path against the staged one:
-// 7x7x960 8-10 against 23 us, 14x14x576 16 against 30; against oneDNN
-// 2.6's brdgmm: 28x28x192 17-20 against 22-26, 112x112x32 49-62 against
-// 65-72, a batch of 8 56x56x144 505-648 against 579-622. Stride 2 on 56x56 and larger inputs lost (56x56x144: 25-35
-// against 23-26 us), so those stay on oneDNN. bfloat16 compute takes the
-// same shapes. It took the 7x7 maps alone until the kernel's bfloat16 block
-// rounded without an out-of-line call (avx512_util.h, to_bf16_noting):
-// MobileNetV2 bfloat16 at batch 1, per-launch sums, four alternated rounds
-// (bench/RESULTS.md, twenty-third run), against oneDNN's brdgmm: 112x112x32
-// 0.029-0.030 against 0.036-0.038 ms, 28x28x192 0.022-0.023 against
-// 0.025-0.026, 14x14x384 0.026-0.027 against 0.027-0.028, 56x56x144 and
-// 14x14x576 equal.
-// On AVX2-only CPUs, every map with bfloat16 rows in or out: oneDNN's
-// jit:avx2 runs those through float32 staging copies, and Tessera's AVX2 kernel took 1.0-2.4x less time on MobileNetV2's layers
-// (same process, alternating; 112x112x96/2: 145-162 against 313-424 us).
-// Float32 stays on oneDNN's, which ran 1.2-2x faster than Tessera's there.
-bool is_depthwise(const Problem& pr) {
-  const Geometry& g = pr.g;
-  if (g.transposed || g.groups != g.cin || g.cout != g.cin || g.groups < 2) return false;
-  if (kernel_isa() == KernelIsa::kAvx2)
-    return is_row_dtype(pr.input.dtype) && is_row_dtype(pr.output.dtype) &&
-           (pr.input.dtype == DataType::BFLOAT16 || pr.output.dtype == DataType::BFLOAT16);
-  if (kernel_isa() != KernelIsa::kAvx512) return false;
-  if (pr.compute != DataType::FLOAT32 && pr.compute != DataType::BFLOAT16) return false;
-  const bool direct_stride1 = g.kw == 3 && g.dw == 1 && g.dh == 1 && g.sw == 1;
-  return direct_stride1 || g.oh * g.ow <= 14 * 14;
 }
 
 // The depthwise kernel's chunks of output rows, sized by the float32 values
@@ -1833,8 +1492,8 @@ uint32_t direct_cin_block(const Geometry& g) {
 }
 // The problem's: Winograd, patch, AVX-512 direct, narrow and 3x3 row kernels take no chunks.
 uint32_t direct_cin_block(const Problem& pr) {
-  return pr.winograd || pr.direct_avx512 || pr.narrow || pr.rows3x3 || pr.g.transposed ? pr.g.cin
-                                                                                      : direct_cin_block(pr.g);
+  return pr.winograd() || pr.direct_avx512() || pr.narrow() || pr.rows3x3() || pr.g.transposed ? pr.g.cin
+                                                                                               : direct_cin_block(pr.g);
 }
 
 // The AVX-512 direct kernel's bands: pixels of the whole batch per band, as many
@@ -1864,9 +1523,8 @@ void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArg
   const uint64_t pixels = g.transposed ? uint64_t{g.n} * g.h * g.w : uint64_t{g.n} * g.oh * g.ow;
   const uint32_t cols = g.transposed ? g.kh * g.kw * g.cout : g.cout;
   const uint32_t tile_rows = cpu::avx512::kDirectTileRows, tile_blocks = cpu::avx512::kDirectTileBlocks;
-  const uint64_t fit =
-      std::min(pixels, std::max<uint64_t>(kDirectAvx512BandBytes / (uint64_t{g.cin} * sizeof(float)),
-                                          kDirectAvx512MinBandPixels));
+  const uint64_t fit = std::min(pixels, std::max<uint64_t>(kDirectAvx512BandBytes / (uint64_t{g.cin} * sizeof(float)),
+                                                           kDirectAvx512MinBandPixels));
   const uint32_t want = threads * kDirectTasksPerWorker, blocks = (cols + 15) / 16;
   const uint32_t tiles = (blocks + tile_blocks - 1) / tile_blocks;
   uint64_t bands = (pixels + fit - 1) / fit;
@@ -1916,8 +1574,8 @@ constexpr uint64_t kNarrowMinBandPixels = 256;
 void narrow_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs& args) {
   const Geometry& g = pr.g;
   const uint64_t pixels = uint64_t{g.n} * g.oh * g.ow;
-  const uint64_t band = std::max(kNarrowMinBandPixels, (pixels + threads * kDirectTasksPerWorker - 1) /
-                                                           (threads * kDirectTasksPerWorker));
+  const uint64_t band = std::max(kNarrowMinBandPixels,
+                                 (pixels + threads * kDirectTasksPerWorker - 1) / (threads * kDirectTasksPerWorker));
   args.band_rows = static_cast<uint32_t>(std::min(pixels, band));
   args.bands = static_cast<uint32_t>((pixels + args.band_rows - 1) / args.band_rows);
   args.groups = 1;
@@ -1936,7 +1594,7 @@ void direct_avx2_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs&
   // worker streams only its own blocks' weights. Winograd bands count rows of
   // 2x2 output tiles, each reading two more input rows.
   const Geometry& g = pr.g;
-  const bool wino = pr.winograd, patches = g.transposed;
+  const bool wino = pr.winograd(), patches = g.transposed;
   const uint32_t units = wino ? (g.oh + 1) / 2 : patches ? g.h : g.oh;
   uint32_t fit_rows;
   if (patches) {  // input rows read in place, half the budget
@@ -1985,8 +1643,8 @@ void direct_avx2_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs&
     // kWinogradSegmentBytes).
     const uint64_t tiles = uint64_t{args.band_rows} * ((g.ow + 1) / 2);
     const uint64_t weight_bytes = uint64_t{16} * g.cin * g.cout * sizeof(float);
-    const uint64_t budget = weight_bytes > kWinogradCachedWeightBytes ? kWinogradStreamedSegmentBytes
-                                                                       : kWinogradSegmentBytes;
+    const uint64_t budget =
+        weight_bytes > kWinogradCachedWeightBytes ? kWinogradStreamedSegmentBytes : kWinogradSegmentBytes;
     uint64_t seg = budget / (16 * sizeof(float) * (g.cin + 16));
     if (seg >= 6) seg = seg / 6 * 6;
     args.segment_tiles = static_cast<uint32_t>(std::clamp<uint64_t>(seg, 1, tiles));
@@ -2001,8 +1659,8 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   // DRAM shard each way.
   // (Tiles untilize to float32; bfloat16 rows stay bfloat16.)
   auto dense_rows = [&](uint32_t rows, uint32_t cols, DataType t) { return staging(rows, cols, t, true); };
-  const MemoryConfig dense_in = dense_rows(g.n * g.h * g.w, g.cin, input.layout() == Layout::TILE ? DataType::FLOAT32
-                                                                                                  : input.dtype()),
+  const MemoryConfig dense_in = dense_rows(g.n * g.h * g.w, g.cin,
+                                           input.layout() == Layout::TILE ? DataType::FLOAT32 : input.dtype()),
                      dense_out = dense_rows(g.n * g.oh * g.ow, g.cout, pr.output.dtype);
   Tensor x = input;
   cpu::DirectConvArgs args{};
@@ -2025,8 +1683,10 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
     res = pr.residual->tensor;
     TS_ASSIGN_OR_RETURN(args.res, make_access(*res));
     if (res->layout() == Layout::TILE) {
-      TS_ASSIGN_OR_RETURN(res, untilize(*res, {.memory_config = dense_rows(g.n * g.oh * g.ow, g.cout, DataType::FLOAT32),
-                                               .dtype = DataType::FLOAT32, .cq_id = cq_id}));
+      TS_ASSIGN_OR_RETURN(res,
+                          untilize(*res, {.memory_config = dense_rows(g.n * g.oh * g.ow, g.cout, DataType::FLOAT32),
+                                          .dtype = DataType::FLOAT32,
+                                          .cq_id = cq_id}));
       TS_ASSIGN_OR_RETURN(args.res, make_access(*res));
     } else if (args.res.uniform_row_stride() == 0) {
       TS_ASSIGN_OR_RETURN(res, to_memory_config(*res, dense_out, cq_id));
@@ -2058,32 +1718,34 @@ StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWe
   args.kh = g.kh, args.kw = g.kw, args.sh = g.sh, args.sw = g.sw, args.dh = g.dh, args.dw = g.dw;
   args.pad_t = static_cast<uint32_t>(g.pad_t), args.pad_l = static_cast<uint32_t>(g.pad_l);
   const uint32_t threads = static_cast<uint32_t>(device.workers().num_threads());
-  if (pr.narrow)
+  if (pr.narrow())
     narrow_tasks(pr, threads, args);
-  else if (pr.rows3x3)
+  else if (pr.rows3x3())
     rows3x3_tasks(pr, device.descriptor().l1_size_per_core, args);
-  else if (pr.direct_avx512)
+  else if (pr.direct_avx512())
     direct_avx512_tasks(pr, threads, args);
   else
     direct_avx2_tasks(pr, threads, args);
-  const bool wino = pr.winograd, patches = g.transposed;
+  const bool wino = pr.winograd(), patches = g.transposed;
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
-    prog.kernel = pr.narrow          ? cpu::avx512::narrow_conv_kernel
-                  : pr.rows3x3       ? cpu::avx512::conv3x3_rows_kernel
-                  : pr.direct_avx512 ? (patches ? cpu::avx512::patch_transpose_kernel : cpu::avx512::direct_conv_kernel)
-                  : patches          ? cpu::avx2::patch_transpose_kernel
-                  : wino             ? cpu::avx2::winograd_f2_kernel
-                                     : cpu::avx2::direct_conv_kernel;
-    prog.kernel_name = pr.narrow          ? (args.src_bf16 ? "bf16_conv2d__narrow_avx512" : "f32_conv2d__narrow_avx512")
-                       : pr.rows3x3       ? "f32_conv2d__rows3x3_avx512"
-                       : pr.direct_avx512 ? (patches ? "f32_conv_transpose2d__patches_avx512" : "f32_conv2d__direct_avx512")
-                       : patches          ? "f32_conv_transpose2d__patches_avx2"
-                       : wino             ? "f32_conv2d__winograd_f2_avx2"
-                                          : "f32_conv2d__direct_avx2";
+    prog.kernel = pr.narrow()    ? cpu::avx512::narrow_conv_kernel
+                  : pr.rows3x3() ? cpu::avx512::conv3x3_rows_kernel
+                  : pr.direct_avx512()
+                      ? (patches ? cpu::avx512::patch_transpose_kernel : cpu::avx512::direct_conv_kernel)
+                  : patches ? cpu::avx2::patch_transpose_kernel
+                  : wino    ? cpu::avx2::winograd_f2_kernel
+                            : cpu::avx2::direct_conv_kernel;
+    prog.kernel_name = pr.narrow()    ? (args.src_bf16 ? "bf16_conv2d__narrow_avx512" : "f32_conv2d__narrow_avx512")
+                       : pr.rows3x3() ? "f32_conv2d__rows3x3_avx512"
+                       : pr.direct_avx512()
+                           ? (patches ? "f32_conv_transpose2d__patches_avx512" : "f32_conv2d__direct_avx512")
+                       : patches ? "f32_conv_transpose2d__patches_avx2"
+                       : wino    ? "f32_conv2d__winograd_f2_avx2"
+                                 : "f32_conv2d__direct_avx2";
     // The AVX-512 direct and narrow kernels' bands span the batch; the AVX2
     // and 3x3 row kernels' are per image.
-    prog.num_tasks = (pr.direct_avx512 || pr.narrow ? 1 : g.n) * args.bands * args.groups;
+    prog.num_tasks = (pr.direct_avx512() || pr.narrow() ? 1 : g.n) * args.bands * args.groups;
     prog.grain = 1;
     return prog;
   };
@@ -2107,13 +1769,13 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
   TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());  // (cout, cin, kh, kw)
   const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = direct_cin_block(pr);
   std::vector<float> m(uint64_t{blocks} * taps * g.cin * 16, 0.0f);
-  if (pr.narrow) m.assign(v.begin(), v.end());  // (cout, cin): the narrow kernel's rows
+  if (pr.narrow()) m.assign(v.begin(), v.end());  // (cout, cin): the narrow kernel's rows
   const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cin, g.cout);
-  for (uint32_t o = 0; o < g.cout && pr.rows3x3; ++o)  // [cout / group][taps][cin][group]
+  for (uint32_t o = 0; o < g.cout && pr.rows3x3(); ++o)  // [cout / group][taps][cin][group]
     for (uint32_t c = 0; c < g.cin; ++c)
       for (uint32_t t = 0; t < taps; ++t)
         m[((uint64_t{o / group} * taps + t) * g.cin + c) * group + o % group] = v[(uint64_t{o} * g.cin + c) * taps + t];
-  for (uint32_t o = 0; o < g.cout && !pr.narrow && !pr.rows3x3; ++o)
+  for (uint32_t o = 0; o < g.cout && !pr.narrow() && !pr.rows3x3(); ++o)
     for (uint32_t c = 0; c < g.cin; ++c) {
       const uint32_t c0 = c / cb * cb, cbk = std::min(cb, g.cin - c0);
       float* chunk = m.data() + (uint64_t{o / 16} * g.cin + c0) * taps * 16;
@@ -2167,8 +1829,8 @@ StatusOr<Conv2dResult> amx_patches_with_weights(const Tensor& input, const Tenso
                                                 const std::optional<Tensor>& bias, const ConvTranspose2dParams& p,
                                                 const Conv2dConfig& config, const Problem& pr, uint8_t cq_id);
 StatusOr<Conv2dResult> launch_amx_patches(const Tensor& input, const PreparedConv2dWeights& w,
-                                          const ConvTranspose2dParams& p, const Conv2dConfig& config,
-                                          const Problem& pr, uint8_t cq_id);
+                                          const ConvTranspose2dParams& p, const Conv2dConfig& config, const Problem& pr,
+                                          uint8_t cq_id);
 
 // Whether conv2d_concat's parts can be read by the shards as they stage
 // their rows: float32 rows converted for bfloat16 kernels (LoFi on AMX CPUs,
@@ -2178,8 +1840,8 @@ StatusOr<Conv2dResult> launch_amx_patches(const Tensor& input, const PreparedCon
 bool concat_fuses(const Problem& pr) {
   return !pr.g.transposed && pr.input.layout == Layout::ROW_MAJOR &&
          (pr.input.dtype == DataType::FLOAT32 || pr.input.dtype == DataType::BFLOAT16) &&
-         pr.kernel == DataType::BFLOAT16 && !pr.direct && !pr.winograd && !pr.amx_patches && pr.cout_padded == 0 &&
-         !pr.residual && !is_depthwise(pr);
+         pr.kernel == DataType::BFLOAT16 && !pr.direct() && !pr.winograd() && !pr.amx_patches() &&
+         pr.cout_padded == 0 && !pr.residual && !pr.depthwise();
 }
 
 // `cat`, `whole`: conv2d_concat's parts (`input` their first) and the spec
@@ -2193,13 +1855,13 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
   TS_ASSIGN_OR_RETURN(Problem pr, make_problem(input, p, config, residual, whole));
   if (cat && !concat_fuses(pr)) return internal_error("conv2d_concat: the problem does not stage its rows");
   if constexpr (std::is_same_v<Params, ConvTranspose2dParams>) {
-    if (pr.amx_patches) return amx_patches_with_weights(input, weight, bias, p, config, pr, cq_id);
-    if (is_patch_transpose(p)) return patches_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
+    if (pr.amx_patches()) return amx_patches_with_weights(input, weight, bias, p, config, pr, cq_id);
+    if (pr.patches()) return patches_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
   } else {
-    if (is_depthwise(pr)) return depthwise_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
-    if (pr.direct && pr.winograd)
+    if (pr.depthwise()) return depthwise_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
+    if (pr.direct() && pr.winograd())
       return winograd_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
-    if (pr.direct) return direct_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
+    if (pr.direct()) return direct_with_weights(input, weight, bias, p, pr, config.weights_dtype, cq_id);
   }
   const Geometry& g = pr.g;
   Device& device = *input.device();
@@ -2213,9 +1875,10 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
   if (residual) {
     TS_ASSIGN_OR_RETURN(res, make_access(residual->tensor));
   }
-  TS_ASSIGN_OR_RETURN(const Program* prog, device.program_cache().get_or_compile(
-                                               pr.key, device.may_compile_programs(cq_id),
-                                               [&] { return compile(device, pr, src, dst, res ? &*res : nullptr); }));
+  TS_ASSIGN_OR_RETURN(const Program* prog,
+                      device.program_cache().get_or_compile(pr.key, device.may_compile_programs(cq_id), [&] {
+                        return compile(device, pr, src, dst, res ? &*res : nullptr);
+                      }));
   auto* plan = static_cast<ConvPlan*>(prog->plan.get());
   // Pack on the host, then copy to the device. Padded output channels
   // (Problem::cout_padded) get zero weights and bias: (out, in, kh, kw)
@@ -2242,11 +1905,10 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
       // A slice of output channels is a contiguous run of (out, in, kh, kw)
       // rows: a dense desc of its own from its first byte (oneDNN's
       // Winograd weight reorder ignores a sub-memory's offset).
-      const memory::desc slice =
-          ps.ocs == kg.cout ? user_md
-                           : memory::desc({static_cast<memory::dim>(ps.ocs), user_md.dims()[1], user_md.dims()[2],
-                                           user_md.dims()[3]},
-                                          user_md.data_type(), memory::format_tag::oihw);
+      const memory::desc slice = ps.ocs == kg.cout ? user_md
+                                                   : memory::desc({static_cast<memory::dim>(ps.ocs), user_md.dims()[1],
+                                                                   user_md.dims()[2], user_md.dims()[3]},
+                                                                  user_md.data_type(), memory::format_tag::oihw);
       const uint64_t per_oc = user_md.get_size() / kg.cout;
       memory from(slice, plan->engine, static_cast<std::byte*>(user) + uint64_t{ps.oc0} * per_oc);
       memory to(ps.desc, plan->engine, static_cast<std::byte*>(packed_host.host_data()) + ps.offset);
@@ -2254,8 +1916,7 @@ StatusOr<Conv2dResult> conv_with_weights(const Tensor& input, const Tensor& weig
     }
     stream.wait();
   }));
-  TS_ASSIGN_OR_RETURN(Tensor bias_host,
-                      Tensor::from_vector(kernel_bias, Shape{1, 1, 1, kg.cout}, DataType::FLOAT32));
+  TS_ASSIGN_OR_RETURN(Tensor bias_host, Tensor::from_vector(kernel_bias, Shape{1, 1, 1, kg.cout}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, packed_host, bias_host, device, cq_id));
   return launch_conv(input, std::move(output), w, pr, *prog, cq_id, cat);
 }
@@ -2273,11 +1934,11 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
   if (w.weight.device() != input.device() || !w.weight.is_allocated() || !w.bias.is_allocated())
     return failed_precondition_error("{}: the prepared weights are not allocated on the input's device", op);
   if constexpr (std::is_same_v<Params, ConvTranspose2dParams>) {
-    if (pr.amx_patches) return launch_amx_patches(input, w, p, config, pr, cq_id);
-    if (is_patch_transpose(p)) return launch_patches(input, w, p, pr, cq_id);
+    if (pr.amx_patches()) return launch_amx_patches(input, w, p, config, pr, cq_id);
+    if (pr.patches()) return launch_patches(input, w, p, pr, cq_id);
   } else {
-    if (is_depthwise(pr)) return launch_depthwise(input, w, pr, cq_id);
-    if (pr.direct) return launch_direct(input, w, pr, cq_id);
+    if (pr.depthwise()) return launch_depthwise(input, w, pr, cq_id);
+    if (pr.direct()) return launch_direct(input, w, pr, cq_id);
   }
   Device& device = *input.device();
   // Same problem in other memory configs: its own program (compiled now
@@ -2289,14 +1950,16 @@ StatusOr<Conv2dResult> conv_with_prepared(const Tensor& input, const PreparedCon
   if (residual) {
     TS_ASSIGN_OR_RETURN(res, make_access(residual->tensor));
   }
-  TS_ASSIGN_OR_RETURN(const Program* prog, device.program_cache().get_or_compile(
-                                               pr.key, device.may_compile_programs(cq_id),
-                                               [&] { return compile(device, pr, src, dst, res ? &*res : nullptr); }));
+  TS_ASSIGN_OR_RETURN(const Program* prog,
+                      device.program_cache().get_or_compile(pr.key, device.may_compile_programs(cq_id), [&] {
+                        return compile(device, pr, src, dst, res ? &*res : nullptr);
+                      }));
   const uint64_t packed = static_cast<ConvPlan*>(prog->plan.get())->packed_bytes;
   if (packed != w.weight.shape().volume())
-    return failed_precondition_error("{}: the prepared weights hold {} B, the kernel for '{}' packs {} B; prepare "
-                                     "them again",
-                                     op, w.weight.shape().volume(), pr.key, packed);
+    return failed_precondition_error(
+        "{}: the prepared weights hold {} B, the kernel for '{}' packs {} B; prepare "
+        "them again",
+        op, w.weight.shape().volume(), pr.key, packed);
   return launch_conv(input, std::move(output), w, pr, *prog, cq_id, cat);
 }
 
@@ -2359,7 +2022,8 @@ StatusOr<Conv2dL1Estimate> plan_l1(const Conv2dGeometry& g, const Conv2dConfig& 
     if (same.ok()) return estimate_conv2d_l1(g, *same, c, input.dtype(), out_dt);
   }
   if (!layout) return auto_shard_conv2d(g, c, input.dtype(), out_dt, grid);
-  TS_ASSIGN_OR_RETURN(Conv2dParallelConfig pc, determine_conv2d_parallel_config(g, *layout, c.output_layout, grid, cores));
+  TS_ASSIGN_OR_RETURN(Conv2dParallelConfig pc,
+                      determine_conv2d_parallel_config(g, *layout, c.output_layout, grid, cores));
   return estimate_conv2d_l1(g, pc, c, input.dtype(), out_dt);
 }
 
@@ -2416,16 +2080,16 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
   TS_ASSIGN_OR_RETURN(const std::optional<MemoryConfig> planned, plan_output(input, g, config, out_dt, op));
   const bool dense = op == "conv2d";
   const bool depthwise_shape = g.groups > 1 && g.groups == g.in_channels && g.out_channels == g.in_channels;
-  const DataType kernel_out = !is_block_float(out_dt) ? out_dt : in_dt == DataType::FLOAT32 ? DataType::FLOAT32
-                                                                                             : DataType::BFLOAT16;
+  const DataType kernel_out = !is_block_float(out_dt)      ? out_dt
+                              : in_dt == DataType::FLOAT32 ? DataType::FLOAT32
+                                                           : DataType::BFLOAT16;
   // Kernels of Tessera's own read and write rows (the oneDNN one reads
   // tiles and shards itself and tilizes its own output).
-  const bool own_kernel =
-      depthwise_shape || direct_avx2_shape(op != "conv2d", g.groups, g.kernel_h, g.kernel_w, g.in_channels, in_dt,
-                                           kernel_out);
+  const bool own_kernel = depthwise_shape || conv::direct_avx2_shape(op != "conv2d", g.groups, g.kernel_h, g.kernel_w,
+                                                                     g.in_channels, in_dt, kernel_out);
   TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, dense, dense && !own_kernel, cq_id));
-  const MemoryConfig mc = config.output_memory_config.value_or(planned.value_or(
-      input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config()));
+  const MemoryConfig mc = config.output_memory_config.value_or(
+      planned.value_or(input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config()));
   Conv2dConfig kernel = config;
   kernel.dtype = kernel_out;
   kernel.output_layout = Layout::ROW_MAJOR;
@@ -2532,8 +2196,8 @@ StatusOr<Conv2dResult> amx_patches_with_weights(const Tensor& input, const Tenso
 }
 
 StatusOr<Conv2dResult> launch_amx_patches(const Tensor& input, const PreparedConv2dWeights& w,
-                                          const ConvTranspose2dParams& p, const Conv2dConfig& config,
-                                          const Problem& pr, uint8_t cq_id) {
+                                          const ConvTranspose2dParams& p, const Conv2dConfig& config, const Problem& pr,
+                                          uint8_t cq_id) {
   const AmxPatchConv c = amx_patch_conv(p, config, pr.compute);
   TS_ASSIGN_OR_RETURN(const Problem inner, make_problem(input, c.params, c.config));
   PreparedConv2dWeights wi = w;
@@ -2547,8 +2211,9 @@ StatusOr<Conv2dResult> launch_amx_patches(const Tensor& input, const PreparedCon
 
 StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                               const Conv2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return with_io(input, conv2d_geometry(p, bias.has_value()), config, "conv2d", cq_id,
-                 [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_weights(x, weight, bias, p, c, cq_id); });
+  return with_io(
+      input, conv2d_geometry(p, bias.has_value()), config, "conv2d", cq_id,
+      [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_weights(x, weight, bias, p, c, cq_id); });
 }
 
 bool conv2d_rounds_input_to_bfloat16(const Conv2dParams& p, const Conv2dConfig& config) {
@@ -2588,9 +2253,10 @@ StatusOr<std::optional<FusedConcat>> plan_concat(std::span<const Tensor> inputs,
     if (t.device() != first.device())
       return invalid_argument_error("conv2d_concat: the inputs are on different devices");
     if (t.shape().rank() != first.shape().rank() || !std::ranges::equal(lead(t.shape()), lead(first.shape())))
-      return invalid_argument_error("conv2d_concat: expected inputs that differ only in channels (the last dim), "
-                                    "found {} and {}",
-                                    first.shape().to_string(), t.shape().to_string());
+      return invalid_argument_error(
+          "conv2d_concat: expected inputs that differ only in channels (the last dim), "
+          "found {} and {}",
+          first.shape().to_string(), t.shape().to_string());
     channels += t.shape()[-1];
     // gather_rows reads any rows; the parts share one dtype, the whole's.
     plain = plain && (t.dtype() == DataType::FLOAT32 || t.dtype() == DataType::BFLOAT16) &&
@@ -2600,14 +2266,12 @@ StatusOr<std::optional<FusedConcat>> plan_concat(std::span<const Tensor> inputs,
     return invalid_argument_error("conv2d_concat: the inputs' channels sum to {}, expected in_channels = {}", channels,
                                   p.in_channels);
   plain = plain && config.output_layout == Layout::ROW_MAJOR && !config.shard_layout && !config.slice_config &&
-          !(config.output_memory_config && config.output_memory_config->is_sharded()) &&
-          !config.deallocate_activation;
+          !(config.output_memory_config && config.output_memory_config->is_sharded()) && !config.deallocate_activation;
   if (!plain) return std::optional<FusedConcat>();
   FusedConcat f;
   std::vector<uint32_t> dims(first.shape().dims().begin(), first.shape().dims().end());
   dims.back() = static_cast<uint32_t>(channels);
-  f.whole = TensorSpec{Shape(std::span<const uint32_t>(dims)), first.dtype(), Layout::ROW_MAJOR,
-                       first.memory_config()};
+  f.whole = TensorSpec{Shape(std::span<const uint32_t>(dims)), first.dtype(), Layout::ROW_MAJOR, first.memory_config()};
   f.kernel = config;
   f.kernel.dtype = config.dtype.value_or(first.dtype());
   f.kernel.output_memory_config = config.output_memory_config.value_or(first.memory_config());
@@ -2650,6 +2314,30 @@ StatusOr<Conv2dResult> conv2d_concat(std::span<const Tensor> inputs, const Prepa
 
 namespace {
 
+// Whether the conv kernel adds the residual itself (Conv2dResidual): rows in
+// and out, not depthwise, neither activation a hardsigmoid.
+bool residual_fuses(const Tensor& input, const Conv2dParams& p, const Conv2dResidual& residual,
+                    const Conv2dConfig& config) {
+  const DataType in = input.dtype();
+  const DataType out = config.dtype.value_or(is_block_float(in) ? DataType::BFLOAT16 : in);
+  const bool depthwise = p.groups > 1 && p.groups == p.in_channels && p.out_channels == p.in_channels;
+  // oneDNN 2.6's AVX2 convs have no activation-then-sum chain of post-ops
+  // (they fall back to its reference kernel: minutes per frame for YOLO's
+  // bottlenecks), so on AVX2-only CPUs an activation before the add fuses
+  // only into Tessera's direct kernel.
+  const bool avx2_fusable =
+      kernel_isa() != KernelIsa::kAvx2 || p.activation.is_identity() ||
+      conv::direct_avx2_shape(false, p.groups, p.kernel_size[0], p.kernel_size[1], p.in_channels, in, out);
+  const bool fusable = !depthwise && config.output_layout == Layout::ROW_MAJOR && !is_block_float(out) &&
+                       !config.output_memory_config.value_or(input.memory_config()).is_sharded() &&
+                       !input.memory_config().is_sharded() && !config.shard_layout && !config.slice_config &&
+                       p.activation.op != UnaryOpType::HARDSIGMOID &&
+                       residual.activation.op != UnaryOpType::HARDSIGMOID &&
+                       residual.tensor.layout() == Layout::ROW_MAJOR && residual.tensor.dtype() == out &&
+                       !residual.tensor.memory_config().is_sharded() && avx2_fusable;
+  return fusable;
+}
+
 // Runs `run(&residual, config)` when the kernel can add the residual itself,
 // else `run(nullptr, config)` (float32 rows, see below) and one add with the
 // residual's activation.
@@ -2660,27 +2348,14 @@ StatusOr<Conv2dResult> with_residual(const Tensor& input, const Conv2dParams& p,
   TS_RETURN_IF_ERROR(ops::require_device_tensor(residual.tensor, "conv2d", "residual"));
   TS_RETURN_IF_ERROR(p.validate());
   const uint64_t rows = uint64_t{p.batch_size} * p.output_height() * p.output_width();
-  if (residual.tensor.shape().volume() != rows * p.out_channels || residual.tensor.shape().dims().back() != p.out_channels)
+  if (residual.tensor.shape().volume() != rows * p.out_channels ||
+      residual.tensor.shape().dims().back() != p.out_channels)
     return invalid_argument_error("conv2d: the residual has shape {}; expected the output's ({}, {}, {}, {})",
                                   residual.tensor.shape().to_string(), p.batch_size, p.output_height(),
                                   p.output_width(), p.out_channels);
+  if (residual_fuses(input, p, residual, config)) return run(&residual, config);
   const DataType in = input.dtype();
   const DataType out = config.dtype.value_or(is_block_float(in) ? DataType::BFLOAT16 : in);
-  const bool depthwise = p.groups > 1 && p.groups == p.in_channels && p.out_channels == p.in_channels;
-  // oneDNN 2.6's AVX2 convs have no activation-then-sum chain of post-ops
-  // (they fall back to its reference kernel: minutes per frame for YOLO's
-  // bottlenecks), so on AVX2-only CPUs an activation before the add fuses
-  // only into Tessera's direct kernel.
-  const bool avx2_fusable = kernel_isa() != KernelIsa::kAvx2 || p.activation.is_identity() ||
-                            direct_avx2_shape(false, p.groups, p.kernel_size[0], p.kernel_size[1], p.in_channels, in, out);
-  const bool fusable = !depthwise && config.output_layout == Layout::ROW_MAJOR && !is_block_float(out) &&
-                       !config.output_memory_config.value_or(input.memory_config()).is_sharded() &&
-                       !input.memory_config().is_sharded() && !config.shard_layout && !config.slice_config &&
-                       p.activation.op != UnaryOpType::HARDSIGMOID &&
-                       residual.activation.op != UnaryOpType::HARDSIGMOID &&
-                       residual.tensor.layout() == Layout::ROW_MAJOR && residual.tensor.dtype() == out &&
-                       !residual.tensor.memory_config().is_sharded() && avx2_fusable;
-  if (fusable) return run(&residual, config);
   // A float32 residual on bfloat16 rows: the conv's rows stay float32 until
   // the add rounds its sum once, as the fused kernels do. Rounding the conv
   // first lost up to half a bfloat16 ulp of its value, which a residual
@@ -2697,14 +2372,13 @@ StatusOr<Conv2dResult> with_residual(const Tensor& input, const Conv2dParams& p,
 
 }  // namespace
 
-StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                                            const Conv2dParams& p, const Conv2dResidual& residual,
-                                            const Conv2dConfig& config, uint8_t cq_id) {
+StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const Tensor& weight,
+                                            const std::optional<Tensor>& bias, const Conv2dParams& p,
+                                            const Conv2dResidual& residual, const Conv2dConfig& config, uint8_t cq_id) {
   return with_residual(input, p, residual, config, cq_id, [&](const Conv2dResidual* fused, const Conv2dConfig& cfg) {
-    return with_io(input, conv2d_geometry(p, bias.has_value()), cfg, "conv2d", cq_id,
-                   [&](const Tensor& x, const Conv2dConfig& c) {
-                     return conv_with_weights(x, weight, bias, p, c, cq_id, fused);
-                   });
+    return with_io(
+        input, conv2d_geometry(p, bias.has_value()), cfg, "conv2d", cq_id,
+        [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_weights(x, weight, bias, p, c, cq_id, fused); });
   });
 }
 
@@ -2717,16 +2391,18 @@ StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const PreparedC
   return with_residual(
       input, p, residual, config, cq_id,
       [&](const Conv2dResidual* fused, const Conv2dConfig& cfg) {
-        return with_io(input, conv2d_geometry(p, true), cfg, "conv2d", cq_id,
-                       [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id, fused); });
+        return with_io(
+            input, conv2d_geometry(p, true), cfg, "conv2d", cq_id,
+            [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id, fused); });
       },
       wide_weights);
 }
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                         const ConvTranspose2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return with_io(input, conv2d_geometry(p, bias.has_value()), config, "conv_transpose2d", cq_id,
-                 [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_weights(x, weight, bias, p, c, cq_id); });
+  return with_io(
+      input, conv2d_geometry(p, bias.has_value()), config, "conv_transpose2d", cq_id,
+      [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_weights(x, weight, bias, p, c, cq_id); });
 }
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const PreparedConv2dWeights& w,
@@ -2735,12 +2411,73 @@ StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const PreparedConv2
                  [&](const Tensor& x, const Conv2dConfig& c) { return conv_with_prepared(x, w, p, c, cq_id); });
 }
 
+namespace {
+
+// The config with_io hands the kernel for a row-major output: the call the
+// explanation describes.
+Conv2dConfig explained_config(const Tensor& input, const Conv2dConfig& config) {
+  Conv2dConfig k = config;
+  const DataType in_dt = input.dtype();
+  const DataType out_dt = config.dtype.value_or(is_block_float(in_dt) ? DataType::BFLOAT16 : in_dt);
+  k.dtype = !is_block_float(out_dt) ? out_dt : in_dt == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+  k.output_layout = Layout::ROW_MAJOR;
+  k.output_memory_config = config.output_memory_config.value_or(
+      input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config());
+  k.shard_layout.reset();
+  k.slice_config.reset();
+  return k;
+}
+
+template <class Params>
+StatusOr<std::string> explain_problem(const Tensor& input, const Params& p, const Conv2dConfig& config,
+                                      const Conv2dResidual* residual, const TensorSpec* whole) {
+  conv::ConvSelection s;
+  TS_ASSIGN_OR_RETURN(const Problem pr, make_problem(input, p, config, residual, whole, &s));
+  const std::string why = conv::explain(s);
+  const size_t first_line = why.find('\n');
+  return fmt::format("{} for {}:{}->{}{}", why.substr(0, first_line), pr.g.descriptor, short_dtype_name(pr.input.dtype),
+                     short_dtype_name(pr.output.dtype), first_line == std::string::npos ? "" : why.substr(first_line));
+}
+
+}  // namespace
+
+StatusOr<std::string> explain_conv2d(const Tensor& input, const Conv2dParams& p, const Conv2dConfig& config,
+                                     const Conv2dResidual* residual) {
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "conv2d"));
+  if (residual && !residual_fuses(input, p, *residual, config)) residual = nullptr;  // a separate add follows
+  return explain_problem(input, p, explained_config(input, config), residual, nullptr);
+}
+
+StatusOr<std::string> explain_conv2d_concat(std::span<const Tensor> inputs, const Conv2dParams& p,
+                                            const Conv2dConfig& config) {
+  TS_ASSIGN_OR_RETURN(std::optional<FusedConcat> f, plan_concat(inputs, p, config));
+  if (f) return explain_problem(inputs[0], p, f->kernel, nullptr, &f->whole);
+  if (inputs.size() == 1) return explain_conv2d(inputs[0], p, config);
+  // Concatenated first: the conv reads the whole rows.
+  const Tensor& first = inputs[0];
+  std::vector<uint32_t> dims(first.shape().dims().begin(), first.shape().dims().end());
+  dims.back() = p.in_channels;
+  const TensorSpec whole{Shape(std::span<const uint32_t>(dims)), first.dtype(), Layout::ROW_MAJOR,
+                         first.memory_config()};
+  return explain_problem(first, p, explained_config(first, config), nullptr, &whole);
+}
+
+StatusOr<std::string> explain_conv_transpose2d(const Tensor& input, const ConvTranspose2dParams& p,
+                                               const Conv2dConfig& config) {
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "conv_transpose2d"));
+  return explain_problem(input, p, explained_config(input, config), nullptr, nullptr);
+}
+
 std::string_view conv2d_slice_type_name(Conv2dSliceType t) {
   switch (t) {
-    case Conv2dSliceType::DRAM_HEIGHT: return "DRAM_HEIGHT";
-    case Conv2dSliceType::DRAM_WIDTH: return "DRAM_WIDTH";
-    case Conv2dSliceType::L1_FULL: return "L1_FULL";
-    case Conv2dSliceType::DRAM_CHANNEL: return "DRAM_CHANNEL";
+    case Conv2dSliceType::DRAM_HEIGHT:
+      return "DRAM_HEIGHT";
+    case Conv2dSliceType::DRAM_WIDTH:
+      return "DRAM_WIDTH";
+    case Conv2dSliceType::L1_FULL:
+      return "L1_FULL";
+    case Conv2dSliceType::DRAM_CHANNEL:
+      return "DRAM_CHANNEL";
   }
   return "?";
 }

@@ -94,6 +94,8 @@ struct CompiledModel::Impl {
   std::vector<Dims> in_shapes, out_shapes;
   std::vector<std::unique_ptr<cnn::DirectConv2d>> convs;
   std::vector<std::unique_ptr<cnn::ConvTranspose2d>> deconvs;
+  // Each conv layer's node, in lowering order (conv_selections).
+  std::vector<std::pair<std::string, std::function<const std::string&()>>> conv_layers;
   std::vector<std::shared_ptr<const FallbackNode>> fallbacks;
   std::vector<std::vector<std::pair<int, int>>> consumers;  // per value: (node, input slot)
   // Channel concats of NHWC values (at most four, none constant): the
@@ -123,7 +125,7 @@ struct CompiledModel::Impl {
     // Float32 where a kernel may read a bfloat16 value (its output would follow its input).
     if (act_dtype() == DataType::FLOAT32) return keeps_bf16_values ? std::optional(DataType::FLOAT32) : std::nullopt;
     return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end() ? std::optional(DataType::FLOAT32)
-                                                                                : std::nullopt;
+                                                                               : std::nullopt;
   }
   size_t rank(int v) const { return dims(v).size(); }
   DataType act_dtype() const { return opt.dtype; }
@@ -166,7 +168,9 @@ struct CompiledModel::Impl {
   // A constant value as a plain device tensor in the activation dtype.
   StatusOr<Tensor> constant(int v) {
     auto& c = constants[static_cast<size_t>(v)];
-    if (!c) { TS_ASSIGN_OR_RETURN(c, upload(*g.value(v).constant, dims(v), act_dtype())); }
+    if (!c) {
+      TS_ASSIGN_OR_RETURN(c, upload(*g.value(v).constant, dims(v), act_dtype()));
+    }
     return *c;
   }
   // A host constant permuted to NHWC for a rank-4 broadcast against an NHWC
@@ -199,7 +203,9 @@ struct CompiledModel::Impl {
     if (g.is_constant(v)) return constant(v);
     auto& t = s[static_cast<size_t>(v)];
     if (!t) return internal_error("value '{}' is read before it is computed (or after its release)", g.value(v).name);
-    if (in_caller_dtype(s, v)) { TS_ASSIGN_OR_RETURN(t, typecast(*t, act_dtype(), step_cq)); }
+    if (in_caller_dtype(s, v)) {
+      TS_ASSIGN_OR_RETURN(t, typecast(*t, act_dtype(), step_cq));
+    }
     return *t;
   }
   // One channel or one pixel: NCHW and NHWC hold the same bytes.
@@ -228,9 +234,9 @@ struct CompiledModel::Impl {
     const Dims& d4 = dims(v);
     if (dense && moves && (d4[1] * static_cast<int64_t>(element_size(dt))) % 4 == 0) {
       const auto rows = static_cast<uint32_t>(d4[0] * d4[2] * d4[3]), cols = static_cast<uint32_t>(d4[1]);
-      const MemoryConfig one_shard{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::DRAM,
-                                   ShardSpec{CoreRangeSet(CoreRange({0, 0}, {0, 0})), {rows, cols},
-                                             ShardOrientation::ROW_MAJOR}};
+      const MemoryConfig one_shard{
+          TensorMemoryLayout::HEIGHT_SHARDED, BufferType::DRAM,
+          ShardSpec{CoreRangeSet(CoreRange({0, 0}, {0, 0})), {rows, cols}, ShardOrientation::ROW_MAJOR}};
       return permute(t, kNchwToNhwcPerm, dt, {.memory_config = one_shard, .cq_id = cq});
     }
     if (same_bytes_either_layout(v) && !t.memory_config().is_sharded()) {
@@ -304,11 +310,44 @@ struct CompiledModel::Impl {
 
 namespace {
 
-const std::set<std::string> kDeviceOps = {
-    "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "Resize", "Upsample",
-    "BatchNormalization", "Relu", "Sigmoid", "Tanh", "SiLU", "HardSwish", "HardSigmoid", "LeakyRelu", "Mish", "Clip",
-    "Exp", "Sqrt", "Identity", "Dropout", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm", "Softmax", "Concat",
-    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Pad", "Split", "LayerNormalization"};
+const std::set<std::string> kDeviceOps = {"Conv",
+                                          "ConvTranspose",
+                                          "MaxPool",
+                                          "AveragePool",
+                                          "GlobalAveragePool",
+                                          "Resize",
+                                          "Upsample",
+                                          "BatchNormalization",
+                                          "Relu",
+                                          "Sigmoid",
+                                          "Tanh",
+                                          "SiLU",
+                                          "HardSwish",
+                                          "HardSigmoid",
+                                          "LeakyRelu",
+                                          "Mish",
+                                          "Clip",
+                                          "Exp",
+                                          "Sqrt",
+                                          "Identity",
+                                          "Dropout",
+                                          "Add",
+                                          "Sub",
+                                          "Mul",
+                                          "Div",
+                                          "MatMul",
+                                          "Gemm",
+                                          "Softmax",
+                                          "Concat",
+                                          "Reshape",
+                                          "Flatten",
+                                          "Squeeze",
+                                          "Unsqueeze",
+                                          "Transpose",
+                                          "Slice",
+                                          "Pad",
+                                          "Split",
+                                          "LayerNormalization"};
 
 }  // namespace
 
@@ -336,8 +375,8 @@ bool needs_constant_input(const Node& n, size_t slot) {
 std::string CompileReport::to_string() const {
   std::string s;
   for (const auto& p : passes) s += fmt::format("pass {}: {} rewrite(s)\n", p.pass, p.rewrites);
-  s += fmt::format("{} device op(s), {} layout conversion(s), {:.2f} GFLOP per run\n", device_ops,
-                   layout_conversions, conv_flops * 1e-9);
+  s += fmt::format("{} device op(s), {} layout conversion(s), {:.2f} GFLOP per run\n", device_ops, layout_conversions,
+                   conv_flops * 1e-9);
   if (fallbacks.empty()) s += "no host fallbacks\n";
   for (const auto& f : fallbacks) s += fmt::format("host fallback: {}\n", f);
   for (const auto& m : micro_batches) s += fmt::format("micro-batched: {}\n", m);
@@ -366,8 +405,7 @@ bool CompiledModel::Impl::splits_channels_for_transpose(const Node& n) const {
 }
 
 Status CompiledModel::Impl::lower_fallback(const Node& n, const std::string& why) {
-  if (!opt.allow_fallback)
-    return unimplemented_error("{}: {} (and host fallbacks are disabled)", n.label(), why);
+  if (!opt.allow_fallback) return unimplemented_error("{}: {} (and host fallbacks are disabled)", n.label(), why);
   if (!graph::host_supports(n.op_type))
     return unimplemented_error("{}: {}, and the op has no host reference kernel either", n.label(), why);
   auto fn = std::make_shared<FallbackNode>();
@@ -376,8 +414,10 @@ Status CompiledModel::Impl::lower_fallback(const Node& n, const std::string& why
   fn->opset = g.opset;
   std::vector<int> dyn;
   for (int in : n.inputs) {
-    if (in >= 0 && g.is_constant(in)) fn->constants.push_back(*g.value(in).constant);
-    else fn->constants.push_back(std::nullopt);
+    if (in >= 0 && g.is_constant(in))
+      fn->constants.push_back(*g.value(in).constant);
+    else
+      fn->constants.push_back(std::nullopt);
     fn->input_dims.push_back(in >= 0 ? dims(in) : Dims{});
     fn->input_types.push_back(in >= 0 ? g.value(in).type : graph::ElemType::FLOAT32);
     if (in >= 0 && !g.is_constant(in)) {
@@ -396,14 +436,18 @@ Status CompiledModel::Impl::lower_fallback(const Node& n, const std::string& why
     std::vector<Tensor> ins;
     for (int v : dyn) {
       TS_ASSIGN_OR_RETURN(Tensor t, plain(s, v, cq));
-      if (t.dtype() != DataType::FLOAT32) { TS_ASSIGN_OR_RETURN(t, typecast(t, DataType::FLOAT32, cq)); }
+      if (t.dtype() != DataType::FLOAT32) {
+        TS_ASSIGN_OR_RETURN(t, typecast(t, DataType::FLOAT32, cq));
+      }
       ins.push_back(std::move(t));
     }
     TS_ASSIGN_OR_RETURN(std::vector<Tensor> ys, run_host_fallback(*device, fn, ins, cq));
     for (size_t k = 0; k < outs.size(); ++k) {
       Tensor y = ys[k];
       const DataType want = bf16_values[static_cast<size_t>(outs[k])] ? DataType::BFLOAT16 : act_dtype();
-      if (want != DataType::FLOAT32) { TS_ASSIGN_OR_RETURN(y, typecast(y, want, cq)); }
+      if (want != DataType::FLOAT32) {
+        TS_ASSIGN_OR_RETURN(y, typecast(y, want, cq));
+      }
       TS_RETURN_IF_ERROR(put(s, outs[k], std::move(y)));
     }
     return ok_status();
@@ -469,7 +513,8 @@ StatusOr<Conv2dParams> CompiledModel::Impl::conv_params(const Node& n) const {
 
 // A ConvTranspose node's params but its padding and activation (which
 // lower_conv_transpose derives, cropping asymmetric pads).
-ConvTranspose2dParams CompiledModel::Impl::conv_transpose_params(const Node& n, const graph::SpatialGeometry& geo) const {
+ConvTranspose2dParams CompiledModel::Impl::conv_transpose_params(const Node& n,
+                                                                 const graph::SpatialGeometry& geo) const {
   const Dims& xd = dims(n.inputs[0]);
   const Dims& wd = dims(n.inputs[1]);
   const Dims op = n.attr_ints("output_padding", {0, 0});
@@ -483,7 +528,8 @@ ConvTranspose2dParams CompiledModel::Impl::conv_transpose_params(const Node& n, 
   p.kernel_size = {static_cast<uint32_t>(geo.kernel[0]), static_cast<uint32_t>(geo.kernel[1])};
   p.stride = {static_cast<uint32_t>(geo.strides[0]), static_cast<uint32_t>(geo.strides[1])};
   p.dilation = {static_cast<uint32_t>(geo.dilations[0]), static_cast<uint32_t>(geo.dilations[1])};
-  p.output_padding = {static_cast<uint32_t>(op.size() > 0 ? op[0] : 0), static_cast<uint32_t>(op.size() > 1 ? op[1] : 0)};
+  p.output_padding = {static_cast<uint32_t>(op.size() > 0 ? op[0] : 0),
+                      static_cast<uint32_t>(op.size() > 1 ? op[1] : 0)};
   return p;
 }
 
@@ -544,7 +590,8 @@ Status CompiledModel::Impl::plan_bfloat16_values() {
                         (passes_on(r) && bf16_values[static_cast<size_t>(r.outputs[0])]));
       }
       const int made_by = g.value(static_cast<int>(v)).producer;
-      if (made_by < 0) keep = false;
+      if (made_by < 0)
+        keep = false;
       else if (const Node& producer = g.nodes[static_cast<size_t>(made_by)]; passes_on(producer))
         for (int in : producer.inputs) keep = keep && in >= 0 && bf16_values[static_cast<size_t>(in)];
       if (!keep) {
@@ -567,8 +614,10 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   TS_ASSIGN_OR_RETURN(const Conv2dParams p, conv_params(n));
   TS_ASSIGN_OR_RETURN(Tensor w, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(wd), DataType::FLOAT32));
   std::optional<Tensor> b;
-  if (n.inputs.size() > 2 && n.inputs[2] >= 0)
-    { TS_ASSIGN_OR_RETURN(b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32)); }
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+    TS_ASSIGN_OR_RETURN(
+        b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32));
+  }
   report.conv_flops += per_run(lowering, p.flops());
   Conv2dConfig config{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)};
   config.compute_config.math_fidelity = opt.math_fidelity;
@@ -584,6 +633,7 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   }
   convs.push_back(std::make_unique<cnn::DirectConv2d>(p, w, b, config));
   cnn::DirectConv2d* layer = convs.back().get();
+  conv_layers.emplace_back(n.name, [layer]() -> const std::string& { return layer->selection(); });
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
   const bool to_dram = sharded_to_dram;
@@ -654,13 +704,16 @@ Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
     return lower_fallback(n, "output geometry the device kernel does not produce");
   TS_ASSIGN_OR_RETURN(Tensor w, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(wd), DataType::FLOAT32));
   std::optional<Tensor> b;
-  if (n.inputs.size() > 2 && n.inputs[2] >= 0)
-    { TS_ASSIGN_OR_RETURN(b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32)); }
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+    TS_ASSIGN_OR_RETURN(
+        b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32));
+  }
   report.conv_flops += per_run(lowering, p.flops());
   Conv2dConfig config{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)};
   config.compute_config.math_fidelity = opt.math_fidelity;
   deconvs.push_back(std::make_unique<cnn::ConvTranspose2d>(p, w, b, config));
   cnn::ConvTranspose2d* layer = deconvs.back().get();
+  conv_layers.emplace_back(n.name, [layer]() -> const std::string& { return layer->selection(); });
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
   const uint32_t oh = p.output_height(), ow = p.output_width();
@@ -670,8 +723,8 @@ Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
     if (crop) {
       TS_ASSIGN_OR_RETURN(out, reshape(out, Shape{p.batch_size, oh, ow, p.out_channels}));
       SliceParams sl{.begin = {0, static_cast<uint32_t>(crop_begin[0]), static_cast<uint32_t>(crop_begin[1]), 0},
-                     .end = {p.batch_size, static_cast<uint32_t>(oh - crop_end[0]), static_cast<uint32_t>(ow - crop_end[1]),
-                             p.out_channels},
+                     .end = {p.batch_size, static_cast<uint32_t>(oh - crop_end[0]),
+                             static_cast<uint32_t>(ow - crop_end[1]), p.out_channels},
                      .step = {1, 1, 1, 1}};
       TS_ASSIGN_OR_RETURN(out, slice(out, sl, {.cq_id = cq}));
     }
@@ -784,8 +837,12 @@ Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
                                    (!cb && nhwc[static_cast<size_t>(b)] && (ca || a4) && rank(a) <= 4));
   std::optional<Tensor> const_a, const_b;
   if (out_nhwc) {
-    if (ca) { TS_ASSIGN_OR_RETURN(const_a, constant_nhwc(a)); }
-    if (cb) { TS_ASSIGN_OR_RETURN(const_b, constant_nhwc(b)); }
+    if (ca) {
+      TS_ASSIGN_OR_RETURN(const_a, constant_nhwc(a));
+    }
+    if (cb) {
+      TS_ASSIGN_OR_RETURN(const_b, constant_nhwc(b));
+    }
     note_nhwc(a), note_nhwc(b);
   } else {
     note_plain(a), note_plain(b);
@@ -793,10 +850,16 @@ Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
   nhwc[static_cast<size_t>(y)] = out_nhwc;
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     Tensor ta, tb;
-    if (const_a) ta = *const_a;
-    else { TS_ASSIGN_OR_RETURN(ta, out_nhwc ? as_nhwc(s, a, cq) : plain(s, a, cq)); }
-    if (const_b) tb = *const_b;
-    else { TS_ASSIGN_OR_RETURN(tb, out_nhwc ? as_nhwc(s, b, cq) : plain(s, b, cq)); }
+    if (const_a)
+      ta = *const_a;
+    else {
+      TS_ASSIGN_OR_RETURN(ta, out_nhwc ? as_nhwc(s, a, cq) : plain(s, a, cq));
+    }
+    if (const_b)
+      tb = *const_b;
+    else {
+      TS_ASSIGN_OR_RETURN(tb, out_nhwc ? as_nhwc(s, b, cq) : plain(s, b, cq));
+    }
     TS_ASSIGN_OR_RETURN(Tensor out, binary(ta, tb, op, {.dtype = out_dtype(y), .activation = act, .cq_id = cq}));
     if (out_nhwc) return put(s, y, out);
     return put_plain(s, y, out);
@@ -809,21 +872,29 @@ Status CompiledModel::Impl::lower_matmul(const Node& n) {
   if (rank(a) < 2 || rank(b) < 2) return lower_fallback(n, "1-D operands");
   const auto act = activation_of(n);
   std::optional<Tensor> const_b;
-  if (g.is_constant(b)) { TS_ASSIGN_OR_RETURN(const_b, upload_weights(*g.value(b).constant, dims(b))); }
+  if (g.is_constant(b)) {
+    TS_ASSIGN_OR_RETURN(const_b, upload_weights(*g.value(b).constant, dims(b)));
+  }
   if (g.is_constant(a)) return lower_fallback(n, "a constant left operand");
   const auto& ad = dims(a);
   const auto& bd = dims(b);
-  report.conv_flops += per_run(lowering, 2ull * static_cast<uint64_t>(to_shape(dims(y)).volume()) * static_cast<uint64_t>(ad.back()));
+  report.conv_flops +=
+      per_run(lowering, 2ull * static_cast<uint64_t>(to_shape(dims(y)).volume()) * static_cast<uint64_t>(ad.back()));
   (void)bd;
   note_plain(a), note_plain(b);
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor ta, plain(s, a, cq));
     Tensor tb;
-    if (const_b) tb = *const_b;
-    else { TS_ASSIGN_OR_RETURN(tb, plain(s, b, cq)); }
-    TS_ASSIGN_OR_RETURN(Tensor out, matmul(ta, tb,
-                                           {.dtype = out_dtype(y), .activation = act,
-                                            .compute_kernel_config = compute_kernel_config(), .cq_id = cq}));
+    if (const_b)
+      tb = *const_b;
+    else {
+      TS_ASSIGN_OR_RETURN(tb, plain(s, b, cq));
+    }
+    TS_ASSIGN_OR_RETURN(
+        Tensor out,
+        matmul(
+            ta, tb,
+            {.dtype = out_dtype(y), .activation = act, .compute_kernel_config = compute_kernel_config(), .cq_id = cq}));
     return put_plain(s, y, out);
   });
   return ok_status();
@@ -846,20 +917,28 @@ Status CompiledModel::Impl::lower_gemm(const Node& n) {
   if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
     HostTensor c = *g.value(n.inputs[2]).constant;
     for (float& v : c.f) v *= beta;
-    if (c.volume() == nn) { TS_ASSIGN_OR_RETURN(bias, upload(c, {nn}, DataType::FLOAT32)); }
-    else { TS_ASSIGN_OR_RETURN(full_c, upload(c, c.dims, act_dtype())); }
+    if (c.volume() == nn) {
+      TS_ASSIGN_OR_RETURN(bias, upload(c, {nn}, DataType::FLOAT32));
+    } else {
+      TS_ASSIGN_OR_RETURN(full_c, upload(c, c.dims, act_dtype()));
+    }
   }
   const auto act = activation_of(n);
   if (full_c && act) return lower_fallback(n, "a 2-D C with a fused activation");
-  report.conv_flops += per_run(lowering, 2ull * static_cast<uint64_t>(dims(y)[0] * nn) * static_cast<uint64_t>(dims(a)[1]));
+  report.conv_flops +=
+      per_run(lowering, 2ull * static_cast<uint64_t>(dims(y)[0] * nn) * static_cast<uint64_t>(dims(a)[1]));
   note_plain(a);
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor ta, plain(s, a, cq));
-    TS_ASSIGN_OR_RETURN(Tensor out,
-                        linear(ta, weight, bias,
-                               {.transpose_b = trans_b, .dtype = out_dtype(y), .activation = act,
-                                .compute_kernel_config = compute_kernel_config(), .cq_id = cq}));
-    if (full_c) { TS_ASSIGN_OR_RETURN(out, add(out, *full_c, {.cq_id = cq})); }
+    TS_ASSIGN_OR_RETURN(Tensor out, linear(ta, weight, bias,
+                                           {.transpose_b = trans_b,
+                                            .dtype = out_dtype(y),
+                                            .activation = act,
+                                            .compute_kernel_config = compute_kernel_config(),
+                                            .cq_id = cq}));
+    if (full_c) {
+      TS_ASSIGN_OR_RETURN(out, add(out, *full_c, {.cq_id = cq}));
+    }
     return put_plain(s, y, out);
   });
   return ok_status();
@@ -897,15 +976,17 @@ Status CompiledModel::Impl::lower(size_t ni) {
     TS_RETURN_IF_ERROR(lower_resize(n, &lowered));
     if (lowered) return ok_status();
     --report.device_ops;
-    return lower_fallback(n, fmt::format("mode '{}' / coordinate mode '{}' has no device kernel",
-                                         n.attr_string("mode", "nearest"),
-                                         n.attr_string("coordinate_transformation_mode", "half_pixel")));
+    return lower_fallback(
+        n, fmt::format("mode '{}' / coordinate mode '{}' has no device kernel", n.attr_string("mode", "nearest"),
+                       n.attr_string("coordinate_transformation_mode", "half_pixel")));
   }
   if (op == "BatchNormalization" && rank(x) == 4 && n.outputs.size() == 1) {
     std::array<Tensor, 4> stats;
     for (size_t k = 0; k < 4; ++k) {
-      if (!g.is_constant(n.inputs[k + 1])) return unimplemented_error("{}: input {} must be a constant", n.label(), k + 1);
-      TS_ASSIGN_OR_RETURN(stats[k], upload(*g.value(n.inputs[k + 1]).constant, dims(n.inputs[k + 1]), DataType::FLOAT32));
+      if (!g.is_constant(n.inputs[k + 1]))
+        return unimplemented_error("{}: input {} must be a constant", n.label(), k + 1);
+      TS_ASSIGN_OR_RETURN(stats[k],
+                          upload(*g.value(n.inputs[k + 1]).constant, dims(n.inputs[k + 1]), DataType::FLOAT32));
     }
     const float eps = n.attr_float("epsilon", 1e-5f);
     note_nhwc(x);
@@ -960,7 +1041,8 @@ Status CompiledModel::Impl::lower(size_t ni) {
         int64_t outer = 1, inner = 1;
         for (size_t d = 0; d < r; ++d) (static_cast<int64_t>(d) < axis ? outer : inner) *= xd[d];
         if (!legacy) outer = to_shape(xd).volume() / xd.back(), inner = xd.back();
-        TS_ASSIGN_OR_RETURN(Tensor flat, reshape(in, Shape{static_cast<uint32_t>(outer), static_cast<uint32_t>(inner)}));
+        TS_ASSIGN_OR_RETURN(Tensor flat,
+                            reshape(in, Shape{static_cast<uint32_t>(outer), static_cast<uint32_t>(inner)}));
         TS_ASSIGN_OR_RETURN(Tensor out, softmax(flat, -1, cq));
         return put_plain(s, y, out);
       }
@@ -984,9 +1066,12 @@ Status CompiledModel::Impl::lower(size_t ni) {
     std::vector<std::optional<Tensor>> consts(n.inputs.size());
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const int in = n.inputs[k];
-      if (g.is_constant(in)) { TS_ASSIGN_OR_RETURN(consts[k], out_nhwc ? constant_nhwc(in) : constant(in)); }
-      else if (out_nhwc) note_nhwc(in);
-      else note_plain(in);
+      if (g.is_constant(in)) {
+        TS_ASSIGN_OR_RETURN(consts[k], out_nhwc ? constant_nhwc(in) : constant(in));
+      } else if (out_nhwc)
+        note_nhwc(in);
+      else
+        note_plain(in);
     }
     nhwc[static_cast<size_t>(y)] = out_nhwc;
     const int dim = out_nhwc ? kToNhwc[axis] : static_cast<int>(axis);
@@ -1020,7 +1105,9 @@ Status CompiledModel::Impl::lower(size_t ni) {
                      static_cast<uint32_t>(d[1]), static_cast<uint32_t>(d[2])};
     steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
       TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
-      if (in.memory_config().is_sharded()) { TS_ASSIGN_OR_RETURN(in, to_memory_config(in, DRAM_MEMORY_CONFIG, cq)); }
+      if (in.memory_config().is_sharded()) {
+        TS_ASSIGN_OR_RETURN(in, to_memory_config(in, DRAM_MEMORY_CONFIG, cq));
+      }
       TS_ASSIGN_OR_RETURN(Tensor out, reshape(in, view));
       return put(s, y, out);
     });
@@ -1103,7 +1190,8 @@ Status CompiledModel::Impl::lower(size_t ni) {
       if (steps_v.empty()) steps_v.assign(starts.size(), 1);
       SliceParams sl;
       const Dims& xd = dims(x);
-      for (size_t d = 0; d < r; ++d) sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(xd[d])), sl.step.push_back(1);
+      for (size_t d = 0; d < r; ++d)
+        sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(xd[d])), sl.step.push_back(1);
       for (size_t k = 0; k < starts.size(); ++k) {
         const auto d = static_cast<size_t>(axes[k] < 0 ? axes[k] + static_cast<int64_t>(r) : axes[k]);
         const int64_t dim = xd[d];
@@ -1122,7 +1210,8 @@ Status CompiledModel::Impl::lower(size_t ni) {
       uint32_t begin = 0;
       for (int o : n.outputs) {
         SliceParams sl;
-        for (size_t d = 0; d < r; ++d) sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(xd[d])), sl.step.push_back(1);
+        for (size_t d = 0; d < r; ++d)
+          sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(xd[d])), sl.step.push_back(1);
         const auto len = static_cast<uint32_t>(dims(o)[static_cast<size_t>(axis)]);
         if (len == 0) return lower_fallback(n, "an empty output");
         sl.begin[static_cast<size_t>(axis)] = begin;
@@ -1154,8 +1243,9 @@ Status CompiledModel::Impl::lower(size_t ni) {
       return lower_fallback(n, "run-time scale or bias");
     TS_ASSIGN_OR_RETURN(Tensor w, upload(*g.value(n.inputs[1]).constant, {inner}, DataType::FLOAT32));
     std::optional<Tensor> b;
-    if (n.inputs.size() > 2 && n.inputs[2] >= 0)
-      { TS_ASSIGN_OR_RETURN(b, upload(*g.value(n.inputs[2]).constant, {inner}, DataType::FLOAT32)); }
+    if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+      TS_ASSIGN_OR_RETURN(b, upload(*g.value(n.inputs[2]).constant, {inner}, DataType::FLOAT32));
+    }
     if (g.value(n.inputs[1]).constant->volume() != inner) return lower_fallback(n, "a broadcast scale");
     const float eps = n.attr_float("epsilon", 1e-5f);
     note_plain(x);
@@ -1208,10 +1298,28 @@ namespace {
 // Ops that treat each image of the batch on its own, given rank-4 values
 // whose dim 0 is the batch (checked by the caller).
 bool per_image_op(const Node& n) {
-  static const std::set<std::string> ops = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
-                                            "BatchNormalization", "Relu", "Sigmoid", "Tanh", "SiLU", "HardSwish",
-                                            "HardSigmoid", "LeakyRelu", "Mish", "Clip", "Exp", "Sqrt", "Add",
-                                            "Sub", "Mul", "Div", "Concat"};
+  static const std::set<std::string> ops = {"Conv",
+                                            "ConvTranspose",
+                                            "MaxPool",
+                                            "AveragePool",
+                                            "GlobalAveragePool",
+                                            "BatchNormalization",
+                                            "Relu",
+                                            "Sigmoid",
+                                            "Tanh",
+                                            "SiLU",
+                                            "HardSwish",
+                                            "HardSigmoid",
+                                            "LeakyRelu",
+                                            "Mish",
+                                            "Clip",
+                                            "Exp",
+                                            "Sqrt",
+                                            "Add",
+                                            "Sub",
+                                            "Mul",
+                                            "Div",
+                                            "Concat"};
   if (!ops.count(n.op_type) || n.outputs.size() != 1) return false;
   if (n.op_type == "Concat") {
     const int64_t axis = n.attr_int("axis", 1);
@@ -1259,8 +1367,9 @@ std::vector<CompiledModel::Impl::MicroBatch> CompiledModel::Impl::find_micro_bat
       if (g.is_constant(v)) {  // weights; an element-wise operand must not vary by image
         const auto& d = g.value(v).dims;
         weights[ni] += static_cast<uint64_t>(graph::dims_volume(d)) * wes;
-        ok = ok && n.op_type != "Concat" && (n.op_type == "Conv" || n.op_type == "ConvTranspose" ||
-                                             n.op_type == "BatchNormalization" || d.size() < 4 || d[0] == 1);
+        ok = ok && n.op_type != "Concat" &&
+             (n.op_type == "Conv" || n.op_type == "ConvTranspose" || n.op_type == "BatchNormalization" ||
+              d.size() < 4 || d[0] == 1);
         continue;
       }
       ok = ok && batched(v);
@@ -1380,8 +1489,10 @@ Status CompiledModel::Impl::plan_micro_batches() {
     for (size_t ni = mb.begin; ni < mb.end; ++ni) {
       Node& n = g.nodes[ni];
       for (int& v : n.inputs) {
-        if (v == mb.in) v = mb.in_part;
-        else if (v == mb.out) v = mb.out_part;
+        if (v == mb.in)
+          v = mb.in_part;
+        else if (v == mb.out)
+          v = mb.out_part;
       }
       for (int& v : n.outputs) {
         if (v == mb.out) {
@@ -1411,7 +1522,8 @@ uint64_t CompiledModel::Impl::per_run(size_t ni, uint64_t work) const {
 Status CompiledModel::Impl::run_steps(size_t begin, size_t end, Slots& s, uint8_t cq, bool group) {
   step_cq = cq;
   for (size_t i = begin; i < end;) {
-    auto mb = std::find_if(micro_batches.begin(), micro_batches.end(), [&](const MicroBatch& m) { return m.begin == i; });
+    auto mb =
+        std::find_if(micro_batches.begin(), micro_batches.end(), [&](const MicroBatch& m) { return m.begin == i; });
     if (!group && mb != micro_batches.end()) {
       TS_RETURN_IF_ERROR(run_micro_batch(*mb, s, cq));
       i = mb->end;
@@ -1427,8 +1539,9 @@ Status CompiledModel::Impl::run_steps(size_t begin, size_t end, Slots& s, uint8_
 
 Status CompiledModel::Impl::run_micro_batch(const MicroBatch& mb, Slots& s, uint8_t cq) {
   TS_ASSIGN_OR_RETURN(Tensor whole, get(s, mb.in));
-  if (whole.memory_config().is_sharded() || whole.memory_config().buffer_type != BufferType::DRAM)
-    { TS_ASSIGN_OR_RETURN(whole, to_memory_config(whole, DRAM_MEMORY_CONFIG, cq)); }
+  if (whole.memory_config().is_sharded() || whole.memory_config().buffer_type != BufferType::DRAM) {
+    TS_ASSIGN_OR_RETURN(whole, to_memory_config(whole, DRAM_MEMORY_CONFIG, cq));
+  }
   std::optional<Tensor> out;
   for (uint32_t grp = 0; grp < mb.groups; ++grp) {
     // Held here as well as in the slot, so no kernel writes over the input in place.
@@ -1463,7 +1576,8 @@ CompiledModel::~CompiledModel() = default;
 StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Device& device,
                                                                 const CompileOptions& options) {
   if (options.dtype != DataType::FLOAT32 && options.dtype != DataType::BFLOAT16)
-    return invalid_argument_error("CompileOptions::dtype must be FLOAT32 or BFLOAT16, got {}", data_type_name(options.dtype));
+    return invalid_argument_error("CompileOptions::dtype must be FLOAT32 or BFLOAT16, got {}",
+                                  data_type_name(options.dtype));
   if (options.dtype == DataType::BFLOAT16 && options.weights_dtype == DataType::FLOAT32)
     return invalid_argument_error("bfloat16 activations need bfloat16 or block-float weights, got float32 weights");
   auto impl = std::make_unique<Impl>();
@@ -1471,7 +1585,8 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
   impl->opt = options;
   impl->id = next_model_id++;
   for (int i : graph.inputs)
-    if (!graph.value(i).has_shape) return invalid_argument_error("graph input '{}' has no shape (run infer_shapes)", graph.value(i).name);
+    if (!graph.value(i).has_shape)
+      return invalid_argument_error("graph input '{}' has no shape (run infer_shapes)", graph.value(i).name);
   if (options.optimize) impl->report.passes = graph::optimize(graph);
   impl->g = std::move(graph);
   Graph& g = impl->g;
@@ -1496,7 +1611,8 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
       if (mb.begin == ni) impl->nhwc[static_cast<size_t>(mb.in_part)] = impl->nhwc[static_cast<size_t>(mb.in)];
     impl->lowering = ni;
     TS_RETURN_IF_ERROR(impl->lower(ni));
-    if (impl->steps.size() != before + 1) return internal_error("{} lowered to {} steps", g.nodes[ni].label(), impl->steps.size() - before);
+    if (impl->steps.size() != before + 1)
+      return internal_error("{} lowered to {} steps", g.nodes[ni].label(), impl->steps.size() - before);
     for (const auto& mb : impl->micro_batches)
       if (mb.end == ni + 1) impl->nhwc[static_cast<size_t>(mb.out)] = impl->nhwc[static_cast<size_t>(mb.out_part)];
   }
@@ -1518,9 +1634,12 @@ StatusOr<std::vector<Tensor>> CompiledModel::run(std::span<const Tensor> inputs,
     if (!t.is_on_device() || t.shape().volume() != want.volume() || t.layout() != Layout::ROW_MAJOR)
       return invalid_argument_error("input {} ('{}'): expected a ROW_MAJOR device tensor of shape {}, got {} {} on {}",
                                     k, g.value(g.inputs[k]).name, graph::dims_to_string(m.in_shapes[k]),
-                                    t.shape().to_string(), layout_name(t.layout()), t.is_on_device() ? "the device" : "the host");
+                                    t.shape().to_string(), layout_name(t.layout()),
+                                    t.is_on_device() ? "the device" : "the host");
     Tensor x = t;
-    if (x.shape() != want) { TS_ASSIGN_OR_RETURN(x, reshape(x, want)); }
+    if (x.shape() != want) {
+      TS_ASSIGN_OR_RETURN(x, reshape(x, want));
+    }
     // float32 / bfloat16 rows convert to the activation dtype where first
     // read (Impl::get, as_nhwc); other dtypes here.
     if (x.dtype() != DataType::FLOAT32 && x.dtype() != DataType::BFLOAT16) {
@@ -1532,9 +1651,15 @@ StatusOr<std::vector<Tensor>> CompiledModel::run(std::span<const Tensor> inputs,
   std::vector<Tensor> outs;
   for (int o : g.outputs) {
     TS_ASSIGN_OR_RETURN(Tensor t, m.get(slots, o));
-    if (m.nhwc[static_cast<size_t>(o)]) { TS_ASSIGN_OR_RETURN(t, permute(t, kNhwcToNchwPerm, {.cq_id = cq_id})); }
-    if (t.dtype() != DataType::FLOAT32) { TS_ASSIGN_OR_RETURN(t, typecast(t, DataType::FLOAT32, cq_id)); }
-    if (t.shape() != to_shape(g.value(o).dims)) { TS_ASSIGN_OR_RETURN(t, reshape(t, to_shape(g.value(o).dims))); }
+    if (m.nhwc[static_cast<size_t>(o)]) {
+      TS_ASSIGN_OR_RETURN(t, permute(t, kNhwcToNchwPerm, {.cq_id = cq_id}));
+    }
+    if (t.dtype() != DataType::FLOAT32) {
+      TS_ASSIGN_OR_RETURN(t, typecast(t, DataType::FLOAT32, cq_id));
+    }
+    if (t.shape() != to_shape(g.value(o).dims)) {
+      TS_ASSIGN_OR_RETURN(t, reshape(t, to_shape(g.value(o).dims)));
+    }
     outs.push_back(std::move(t));
   }
   return outs;
@@ -1566,6 +1691,12 @@ std::vector<std::string> CompiledModel::output_names() const {
   return r;
 }
 const CompileReport& CompiledModel::report() const { return impl_->report; }
+std::vector<std::string> CompiledModel::conv_selections() const {
+  std::vector<std::string> out;
+  for (const auto& [name, selection] : impl_->conv_layers)
+    out.push_back(fmt::format("{}: {}", name, selection().empty() ? "not run yet" : selection()));
+  return out;
+}
 const Graph& CompiledModel::graph() const { return impl_->g; }
 Device& CompiledModel::device() const { return *impl_->device; }
 

@@ -9,8 +9,8 @@
 
 #include "onnx_model_builder.h"
 #include "tessera/base/cpu_features.h"
-#include "tessera/device/profiler.h"
 #include "tessera/cnn/pipeline.h"
+#include "tessera/device/profiler.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/import/onnx.h"
 #include "tessera/ops/eltwise.h"
@@ -19,9 +19,9 @@
 namespace tessera::runtime {
 namespace {
 
-using ::testing::HasSubstr;
 using tessera::testing::pcc;
 using tessera::testing::random_values;
+using ::testing::HasSubstr;
 
 std::vector<graph::HostTensor> reference(const graph::Graph& g, const graph::HostTensor& x) {
   std::vector<std::optional<graph::HostTensor>> vals(g.values.size());
@@ -49,7 +49,8 @@ graph::HostTensor input_for(const std::vector<int64_t>& dims, uint32_t seed) {
 
 Tensor device_input(const graph::HostTensor& x, Device& dev) {
   std::vector<uint32_t> d(x.dims.begin(), x.dims.end());
-  return to_device(Tensor::from_vector(x.f, Shape(std::span<const uint32_t>(d)), DataType::FLOAT32).value(), dev).value();
+  return to_device(Tensor::from_vector(x.f, Shape(std::span<const uint32_t>(d)), DataType::FLOAT32).value(), dev)
+      .value();
 }
 
 void expect_close(const Tensor& got_dev, const graph::HostTensor& want, double min_pcc, double max_rel) {
@@ -82,16 +83,23 @@ TEST_P(CompiledModelTest, SmallCnnMatchesTheHostReference) {
     ADD_FAILURE() << "no pass " << pass;
     return -1;
   };
-  EXPECT_EQ(rewrites("fold_bias_add"), 0);         // no constant bias add
-  EXPECT_EQ(rewrites("fold_batch_norm"), 1);       // the batch norm
-  EXPECT_EQ(rewrites("fold_scale_mul"), 0);        // no constant scale
-  EXPECT_EQ(rewrites("fuse_sigmoid_mul"), 1);      // x * sigmoid(x)
-  EXPECT_GE(rewrites("fuse_activations"), 2);      // relu and silu into their convs
-  EXPECT_EQ(rewrites("fuse_residual_adds"), 1);    // the residual add into the second conv
+  EXPECT_EQ(rewrites("fold_bias_add"), 0);       // no constant bias add
+  EXPECT_EQ(rewrites("fold_batch_norm"), 1);     // the batch norm
+  EXPECT_EQ(rewrites("fold_scale_mul"), 0);      // no constant scale
+  EXPECT_EQ(rewrites("fuse_sigmoid_mul"), 1);    // x * sigmoid(x)
+  EXPECT_GE(rewrites("fuse_activations"), 2);    // relu and silu into their convs
+  EXPECT_EQ(rewrites("fuse_residual_adds"), 1);  // the residual add into the second conv
   EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
+  // Each conv's kernel choice is known once the first run has made it.
+  for (const std::string& s : model->conv_selections()) EXPECT_THAT(s, HasSubstr(": not run yet"));
   const Tensor xs[] = {device_input(x, *dev)};
   ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
   ASSERT_EQ(outs.size(), 2u);
+  ASSERT_FALSE(model->conv_selections().empty());
+  for (const std::string& s : model->conv_selections()) {
+    EXPECT_THAT(s, ::testing::ContainsRegex(": [a-z0-9_]+ for conv2d:n[0-9]+h"));
+    EXPECT_THAT(s, ::testing::Not(HasSubstr("not run yet")));
+  }
   expect_close(outs[0], want[0], 0.99999, 1e-4);
   expect_close(outs[1], want[1], 0.99999, 1e-4);
   // bfloat16 activations with bfloat16 and bfloat8_b weights.
@@ -168,9 +176,9 @@ void expect_traced_pipeline_matches(CompiledModel& model, Device& dev, const gra
     refs.push_back(reference(g, x)[0]);
     inputs.push_back(Tensor::from_vector(x.f, shape, DataType::FLOAT32).value());
   }
-  ASSERT_OK_AND_ASSIGN(auto pipe, cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2},
-                                                                    model.pipeline_model(), dev, DRAM_MEMORY_CONFIG,
-                                                                    DRAM_MEMORY_CONFIG));
+  ASSERT_OK_AND_ASSIGN(
+      auto pipe, cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2}, model.pipeline_model(),
+                                                  dev, DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG));
   ASSERT_OK(pipe->compile(inputs[0]));
   const MemoryRegionStats before = dev.memory_stats(BufferType::DRAM);
   ASSERT_OK(pipe->enqueue(inputs));
@@ -245,11 +253,13 @@ TEST(CompiledModel, BadOptionsAndInputsAreErrors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   EXPECT_THAT(CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT16}).status().message(),
               HasSubstr("bfloat16 activations need bfloat16 or block-float weights"));
-  EXPECT_EQ(CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT8_B}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT8_B}).status().code(),
+            StatusCode::kInvalidArgument);
   ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
   EXPECT_THAT(model->run({}).status().message(), HasSubstr("takes 1 input(s), got 0"));
   const Tensor wrong[] = {device_input(input_for({1, 3, 8, 8}, 1), *dev)};
-  EXPECT_THAT(model->run(wrong).status().message(), HasSubstr("expected a ROW_MAJOR device tensor of shape [1,3,16,16]"));
+  EXPECT_THAT(model->run(wrong).status().message(),
+              HasSubstr("expected a ROW_MAJOR device tensor of shape [1,3,16,16]"));
   const Tensor host[] = {Tensor::from_vector(std::vector<float>(768), Shape{1, 3, 16, 16}, DataType::FLOAT32).value()};
   EXPECT_THAT(model->run(host).status().message(), HasSubstr("on the host"));
 }
@@ -299,17 +309,20 @@ TEST(CompiledModel, MicroBatchedRunsMatchTheWholeBatch) {
   const Tensor xs[] = {device_input(x, *dev)};
   // Per image: at most 24 KB an op; for the batch of 4, up to 96 KB.
   constexpr uint64_t kBudget = 32 << 10;
-  ASSERT_OK_AND_ASSIGN(auto whole, CompiledModel::compile(g, *dev, {.micro_batch = 0, .micro_batch_cache_bytes = kBudget}));
+  ASSERT_OK_AND_ASSIGN(auto whole,
+                       CompiledModel::compile(g, *dev, {.micro_batch = 0, .micro_batch_cache_bytes = kBudget}));
   EXPECT_TRUE(whole->report().micro_batches.empty());
   ASSERT_OK_AND_ASSIGN(auto whole_out, whole->run(xs));
   expect_close(whole_out[0], want[0], 0.99999, 1e-4);
   ASSERT_OK_AND_ASSIGN(Tensor whole_host, whole_out[0].cpu());
   ASSERT_OK_AND_ASSIGN(const auto whole_values, whole_host.to_vector());
-  for (std::optional<uint32_t> per : {std::optional<uint32_t>(1), std::optional<uint32_t>(2), std::optional<uint32_t>()}) {
+  for (std::optional<uint32_t> per :
+       {std::optional<uint32_t>(1), std::optional<uint32_t>(2), std::optional<uint32_t>()}) {
     SCOPED_TRACE(per ? fmt::format("{} per group", *per) : std::string("automatic"));
     // Two images per group: 48 KB for the residual conv.
     const uint64_t budget = per == 2u ? kBudget + (24 << 10) : kBudget;
-    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {.micro_batch = per, .micro_batch_cache_bytes = budget}));
+    ASSERT_OK_AND_ASSIGN(auto model,
+                         CompiledModel::compile(g, *dev, {.micro_batch = per, .micro_batch_cache_bytes = budget}));
     const auto& runs = model->report().micro_batches;
     ASSERT_EQ(runs.size(), 1u) << model->report().to_string();
     if (per) {
@@ -321,19 +334,22 @@ TEST(CompiledModel, MicroBatchedRunsMatchTheWholeBatch) {
     ASSERT_OK_AND_ASSIGN(Tensor host, outs[0].cpu());
     ASSERT_OK_AND_ASSIGN(auto got, host.to_vector());
     ASSERT_EQ(got.size(), whole_values.size());
-    for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], whole_values[k], 1e-5f * (1 + std::fabs(whole_values[k])));
+    for (size_t k = 0; k < got.size(); ++k)
+      EXPECT_NEAR(got[k], whole_values[k], 1e-5f * (1 + std::fabs(whole_values[k])));
     // The caller's input is untouched (no kernel wrote over it in place).
     ASSERT_OK_AND_ASSIGN(Tensor in_back, xs[0].cpu());
     EXPECT_EQ(in_back.to_vector().value(), x.f);
   }
   // Through the traced two-queue Pipeline: replays allocate nothing.
-  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {.micro_batch = 1, .micro_batch_cache_bytes = kBudget}));
+  ASSERT_OK_AND_ASSIGN(auto model,
+                       CompiledModel::compile(g, *dev, {.micro_batch = 1, .micro_batch_cache_bytes = kBudget}));
   expect_traced_pipeline_matches(*model, *dev, g, {4, 3, 16, 16}, 30, /*list=*/false);
   // bfloat16 activations, micro-batched.
-  ASSERT_OK_AND_ASSIGN(auto lp, CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT16,
-                                                                 .weights_dtype = DataType::BFLOAT16,
-                                                                 .micro_batch = 2,
-                                                                 .micro_batch_cache_bytes = kBudget / 2}));
+  ASSERT_OK_AND_ASSIGN(auto lp, CompiledModel::compile(g, *dev,
+                                                       {.dtype = DataType::BFLOAT16,
+                                                        .weights_dtype = DataType::BFLOAT16,
+                                                        .micro_batch = 2,
+                                                        .micro_batch_cache_bytes = kBudget / 2}));
   EXPECT_EQ(lp->report().micro_batches.size(), 1u) << lp->report().to_string();
   ASSERT_OK_AND_ASSIGN(auto lo, lp->run(xs));
   expect_close(lo[0], want[0], 0.999, 0);
@@ -494,7 +510,8 @@ TEST(CompiledModel, MicroBatchingLimits) {
     ASSERT_OK_AND_ASSIGN(graph::Graph whole, importer::import_onnx_bytes(b.bytes()));
     const graph::HostTensor x = input_for({4, 3, 12, 12}, 9);
     const auto want = reference(whole, x);
-    ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(whole, *dev, {.micro_batch = 1, .micro_batch_cache_bytes = 8 << 10}));
+    ASSERT_OK_AND_ASSIGN(auto m,
+                         CompiledModel::compile(whole, *dev, {.micro_batch = 1, .micro_batch_cache_bytes = 8 << 10}));
     ASSERT_EQ(m->report().micro_batches.size(), 1u) << m->report().to_string();
     const Tensor xs[] = {device_input(x, *dev)};
     ASSERT_OK_AND_ASSIGN(auto outs, m->run(xs));

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <span>
+#include <string>
 #include <type_traits>
 
 #include "tessera/ops/conv2d.h"
@@ -25,24 +26,28 @@ class ConvLayer {
       : params_(params), weight_(std::move(weight)), bias_(std::move(bias)), config_(config) {}
   StatusOr<Tensor> operator()(const Tensor& input, uint8_t cq_id = 0);
   // With a skip connection added by the kernel (conv2d.h's Conv2dResidual).
-  StatusOr<Tensor> operator()(const Tensor& input, const Conv2dResidual& residual, uint8_t cq_id = 0)
-    requires std::is_same_v<Params, Conv2dParams>;
+  StatusOr<Tensor> operator()(const Tensor& input, const Conv2dResidual& residual,
+                              uint8_t cq_id = 0) requires std::is_same_v<Params, Conv2dParams>;
   // Over the channel concatenation of `inputs` (conv2d.h's conv2d_concat).
-  StatusOr<Tensor> operator()(std::span<const Tensor> inputs, uint8_t cq_id = 0)
-    requires std::is_same_v<Params, Conv2dParams>;
+  StatusOr<Tensor> operator()(std::span<const Tensor> inputs,
+                              uint8_t cq_id = 0) requires std::is_same_v<Params, Conv2dParams>;
   const Params& params() const { return params_; }
+  // The kernel chosen on the first call and why the candidates before it
+  // declined (explain_conv2d); empty before the first call.
+  const std::string& selection() const { return selection_; }
 
  private:
   // `first()` (conv2d on the host weights) on the first call, keeping the
-  // weights it prepared; `again(prepared)` after.
-  template <class First, class Again>
-  StatusOr<Tensor> prepared_once(First first, Again again);
+  // weights it prepared and `explain()`'s line; `again(prepared)` after.
+  template <class First, class Again, class Explain>
+  StatusOr<Tensor> prepared_once(First first, Again again, Explain explain);
 
   Params params_;
   Tensor weight_;
   std::optional<Tensor> bias_;
   Conv2dConfig config_;
   std::optional<PreparedConv2dWeights> prepared_;
+  std::string selection_;
 };
 using DirectConv2d = ConvLayer<Conv2dParams>;  // cnn::Conv2d (builder.h) is the configuration-built layer
 using ConvTranspose2d = ConvLayer<ConvTranspose2dParams>;

@@ -1,4 +1,4 @@
-// ONNX in: a ModelProto (opsets 7-17 of the default domain) to the graph IR.
+// ONNX in: a ModelProto (opsets 1-17 of the default domain) to the graph IR.
 // The only Tessera library that links protobuf (Debian's libonnx-dev).
 //
 //   TS_ASSIGN_OR_RETURN(graph::Graph g, importer::import_onnx("resnet50.onnx"));
@@ -13,7 +13,7 @@
 // malformed, naming the node, its op type and the attribute or input
 // (truncated files, wrong attribute types, cycles, inputs no one provides,
 // declared shapes over the limits); UNIMPLEMENTED for valid ONNX that
-// Tessera does not support (other domains, opsets outside 7-17, sparse
+// Tessera does not support (other domains, opsets outside 1-17, sparse
 // tensors, unsupported element types), also naming what.
 #pragma once
 #include <map>

@@ -85,8 +85,8 @@ struct Conv2dConfig {
   uint32_t act_block_w_div = 1;           // WIDTH_SHARDED only
   bool enable_act_double_buffer = false;
   bool enable_weights_double_buffer = false;
-  bool reallocate_halo_output = true;     // kept for the original's configs; no effect on the CPU
-  bool config_tensors_in_dram = false;    // kept for the original's configs; no effect on the CPU
+  bool reallocate_halo_output = true;   // kept for the original's configs; no effect on the CPU
+  bool config_tensors_in_dram = false;  // kept for the original's configs; no effect on the CPU
   std::optional<Conv2dSliceConfig> slice_config;
   DeviceComputeKernelConfig compute_config;  // see compute_config.h
 
@@ -95,9 +95,9 @@ struct Conv2dConfig {
 };
 
 struct PreparedConv2dWeights {
-  std::string key;   // the problem they were prepared for (checked on use)
-  Tensor weight;     // packed for the kernel: opaque bytes in DRAM
-  Tensor bias;       // float32 (1, 1, 1, out_channels) in DRAM (zeros without bias)
+  std::string key;  // the problem they were prepared for (checked on use)
+  Tensor weight;    // packed for the kernel: opaque bytes in DRAM
+  Tensor bias;      // float32 (1, 1, 1, out_channels) in DRAM (zeros without bias)
 };
 
 struct Conv2dResult {
@@ -159,12 +159,26 @@ struct Conv2dResidual {
   UnaryWithParam activation;
   bool in_place = false;
 };
-StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                                            const Conv2dParams& params, const Conv2dResidual& residual,
-                                            const Conv2dConfig& config = {}, uint8_t cq_id = 0);
+StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const Tensor& weight,
+                                            const std::optional<Tensor>& bias, const Conv2dParams& params,
+                                            const Conv2dResidual& residual, const Conv2dConfig& config = {},
+                                            uint8_t cq_id = 0);
 StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const PreparedConv2dWeights& weights,
                                             const Conv2dParams& params, const Conv2dResidual& residual,
                                             const Conv2dConfig& config = {}, uint8_t cq_id = 0);
+
+// How conv2d chooses its kernel for this call: the algorithm it runs for
+// the problem, then why each candidate before it declined, a line each
+// (src/ops/conv/README.md):
+//   rows3x3_avx512 for conv2d:n1h56w56c64k64:r3x3s1x1p1x1x1x1d1x1g1:relu:f32->f32
+//     declined depthwise: not depthwise (groups == in == out channels)
+//     ...
+// `tessera run --explain` prints it per conv. With a residual, the choice
+// for the fused kernel. Errors: conv2d's for the same arguments.
+StatusOr<std::string> explain_conv2d(const Tensor& input, const Conv2dParams& params, const Conv2dConfig& config = {},
+                                     const Conv2dResidual* residual = nullptr);
+StatusOr<std::string> explain_conv2d_concat(std::span<const Tensor> inputs, const Conv2dParams& params,
+                                            const Conv2dConfig& config = {});
 
 // The weights as the device computes with them: `weight` rounded to
 // `weights_dtype` the way preparation rounds it (and to bfloat16 when the

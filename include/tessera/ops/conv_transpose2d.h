@@ -53,6 +53,11 @@ StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const PreparedConv2
                                         const ConvTranspose2dParams& params, const Conv2dConfig& config = {},
                                         uint8_t cq_id = 0);
 
+// As explain_conv2d (conv2d.h): the algorithm conv_transpose2d runs for
+// this call and why each candidate before it declined.
+StatusOr<std::string> explain_conv_transpose2d(const Tensor& input, const ConvTranspose2dParams& params,
+                                               const Conv2dConfig& config = {});
+
 // As conv2d_rounds_input_to_bfloat16 (conv2d.h): kernels that equal their
 // stride, at LoFi on CPUs with AMX.
 bool conv_transpose2d_rounds_input_to_bfloat16(const ConvTranspose2dParams& params, const Conv2dConfig& config);

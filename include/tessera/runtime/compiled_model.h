@@ -121,6 +121,10 @@ class CompiledModel {
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
   const CompileReport& report() const;
+  // Per Conv / ConvTranspose node, in lowering order: "<node>: " and
+  // explain_conv2d's lines (the algorithm, then each decline), as chosen by
+  // the first run ("not run yet" before it).
+  std::vector<std::string> conv_selections() const;
   const graph::Graph& graph() const;  // after the passes
   Device& device() const;
 

@@ -1,0 +1,66 @@
+// A conv problem as conv2d's kernels see it (internal to src/ops): its
+// geometry, the tensors' specs, the precisions, the program and weights
+// keys, and the algorithm select_conv_algorithm chose for it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "select.h"
+#include "tessera/ops/compute_config.h"
+#include "tessera/ops/conv2d.h"
+#include "tessera/tensor/tensor_spec.h"
+
+namespace tessera::conv {
+
+// A convolution or a transposed convolution.
+struct Geometry {
+  bool transposed = false;
+  uint32_t n = 1, h = 0, w = 0, cin = 0, cout = 0, kh = 0, kw = 0, sh = 1, sw = 1, dh = 1, dw = 1, groups = 1;
+  uint32_t oh = 0, ow = 0;
+  int64_t pad_t = 0, pad_b = 0, pad_l = 0, pad_r = 0;  // oneDNN's padding of the whole problem
+  UnaryWithParam activation;
+  std::string descriptor;
+};
+
+struct Problem {
+  Geometry g;
+  TensorSpec input, output;
+  DataType compute;        // the operands' precision: weights are rounded to it
+  DataType kernel;         // what oneDNN computes on (onednn::kernel_type(compute))
+  DataType dst_precision;  // the output rows' precision (float32 or bfloat16)
+  DataType dst_dtype;      // the rows the kernel writes (onednn::kernel_type(dst_precision))
+  MathFidelity fidelity = MathFidelity::HiFi4;
+  std::string key;          // the program: geometry, dtypes and memory configs
+  std::string weights_key;  // the prepared weights: geometry and dtypes only
+  const Conv2dResidual* residual = nullptr;
+  bool concat = false;  // conv2d_concat's gathering launch (ConvPlan::concat)
+  ConvAlgorithm algorithm = ConvAlgorithm::kOnednn;
+  uint32_t cout_padded = 0;  // kOnednnPaddedCout: the kernel's output channels, else 0
+
+  // What the algorithm implies, for the code that runs it.
+  bool winograd() const { return is_winograd(algorithm); }
+  bool direct() const { return runs_own_direct_kernel(algorithm); }
+  bool narrow() const { return algorithm == ConvAlgorithm::kNarrowAvx512; }
+  bool rows3x3() const { return algorithm == ConvAlgorithm::kRows3x3Avx512; }
+  bool direct_avx512() const {
+    return algorithm == ConvAlgorithm::kDirectAvx512 || algorithm == ConvAlgorithm::kPatchAvx512;
+  }
+  bool amx_patches() const { return algorithm == ConvAlgorithm::kAmxPatch1x1; }
+  bool depthwise() const { return algorithm == ConvAlgorithm::kDepthwise; }
+  bool patches() const {
+    return algorithm == ConvAlgorithm::kPatchAvx2 || algorithm == ConvAlgorithm::kPatchAvx512 ||
+           algorithm == ConvAlgorithm::kPatchMatmul;
+  }
+};
+
+// The dtypes of the rows Tessera's kernels and staging read and write.
+inline bool is_row_dtype(DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; }
+inline bool is_plain_silu(const UnaryWithParam& act) { return act.op == UnaryOpType::SILU && !act.has_affine(); }
+// A transposed conv whose kernel equals its stride, without padding,
+// dilation or groups: each input pixel maps onto its own kh x kw output patch.
+bool patch_shape(const Geometry& g);
+// Whether oneDNN runs a conv whose kernel dtype is `kernel` on AMX.
+bool on_amx(DataType kernel);
+
+}  // namespace tessera::conv
