@@ -74,8 +74,8 @@ Status fallback_kernel(const void* raw, uint32_t, uint32_t) {
   for (uint32_t k = 0; k < args.num_outputs; ++k) {
     const graph::HostTensor& o = outs[k];
     if (o.volume() != static_cast<int64_t>(args.out[k].rows) * args.out[k].cols)
-      return internal_error("fallback {}: output {} has {} values, the plan expected {}", fn.node.label(), k, o.volume(),
-                            uint64_t{args.out[k].rows} * args.out[k].cols);
+      return internal_error("fallback {}: output {} has {} values, the plan expected {}", fn.node.label(), k,
+                            o.volume(), uint64_t{args.out[k].rows} * args.out[k].cols);
     if (o.type == graph::ElemType::FLOAT32) {
       write_floats(args.out[k], o.f.data());
     } else {
@@ -117,17 +117,18 @@ StatusOr<std::vector<Tensor>> run_host_fallback(Device& device, const std::share
   }
   // The plan keeps the node alive as long as the device's program cache.
   std::shared_ptr<void> keep = std::const_pointer_cast<FallbackNode>(node);
-  TS_RETURN_IF_ERROR(ops::launch(device, cq_id, node->key,
-                                 [&]() -> StatusOr<Program> {
-                                   Program p;
-                                   p.key = node->key;
-                                   p.kernel_name = "host_reference_" + node->node.op_type;
-                                   p.kernel = fallback_kernel;
-                                   p.num_tasks = 1;
-                                   p.plan = keep;
-                                   return p;
-                                 },
-                                 args));
+  TS_RETURN_IF_ERROR(ops::launch(
+      device, cq_id, node->key,
+      [&]() -> StatusOr<Program> {
+        Program p;
+        p.key = node->key;
+        p.kernel_name = "host_reference_" + node->node.op_type;
+        p.kernel = fallback_kernel;
+        p.num_tasks = 1;
+        p.plan = keep;
+        return p;
+      },
+      args));
   return outs;
 }
 

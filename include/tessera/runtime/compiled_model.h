@@ -128,8 +128,11 @@ class CompiledModel {
   const graph::Graph& graph() const;  // after the passes
   Device& device() const;
 
- private:
+  // The compiler's internals (src/runtime/lowering.h); named here only so
+  // that the op-traits table can point at its lowering functions.
   struct Impl;
+
+ private:
   explicit CompiledModel(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

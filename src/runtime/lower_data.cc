@@ -1,0 +1,220 @@
+// Lowering data movement: Concat, the Reshape family, Transpose, Slice / Pad / Split.
+#include "runtime/lowering.h"
+
+namespace tessera::runtime {
+
+Status CompiledModel::Impl::lower_concat(const Node& n) {
+  const int x = n.inputs.empty() ? -1 : n.inputs[0];
+  const int y = n.outputs[0];
+  const std::string& op = n.op_type;
+  (void)x, (void)y, (void)op;
+  const size_t r = rank(y);
+  int64_t axis = n.attr_int("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(r);
+  bool any_nhwc = false;
+  for (int in : n.inputs) any_nhwc = any_nhwc || (in >= 0 && nhwc[static_cast<size_t>(in)]);
+  const bool out_nhwc = r == 4 && any_nhwc;
+  std::vector<std::optional<Tensor>> consts(n.inputs.size());
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const int in = n.inputs[k];
+    if (g.is_constant(in)) {
+      TS_ASSIGN_OR_RETURN(consts[k], out_nhwc ? constant_nhwc(in) : constant(in));
+    } else if (out_nhwc)
+      note_nhwc(in);
+    else
+      note_plain(in);
+  }
+  nhwc[static_cast<size_t>(y)] = out_nhwc;
+  const int dim = out_nhwc ? kToNhwc[axis] : static_cast<int>(axis);
+  const std::vector<int> ins = n.inputs;
+  if (out_nhwc && dim == 3 && ins.size() <= 4 &&
+      std::none_of(ins.begin(), ins.end(), [&](int in) { return in < 0 || g.is_constant(in); }))
+    channel_concats[y] = {lowering, ins};
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    std::vector<Tensor> ts;
+    for (size_t k = 0; k < ins.size(); ++k) {
+      if (consts[k]) {
+        ts.push_back(*consts[k]);
+        continue;
+      }
+      TS_ASSIGN_OR_RETURN(Tensor t, out_nhwc ? as_nhwc(s, ins[k], cq) : plain(s, ins[k], cq));
+      ts.push_back(std::move(t));
+    }
+    // A graph output in a bfloat16 run leaves in float32, converted as it
+    // is copied (out_dtype).
+    TS_ASSIGN_OR_RETURN(Tensor out, concat(ts, dim, out_dtype(y).value_or(ts[0].dtype()), {.cq_id = cq}));
+    return put(s, y, out);
+  });
+  return ok_status();
+}
+
+// A detection head's Reshape of an NHWC-resident [N, A * B, H, W] value into
+// [N, A, B, H, W] whose one reader is a Transpose (0, 1, 3, 4, 2) to
+// [N, A, H, W, B] (YOLO's anchors by box fields). On the NHWC rows that is
+// one permute of whole runs of B values; taken plainly it was two full
+// transposes (NHWC -> NCHW, then B innermost), 0.7 ms each for YOLO's
+// 80x80x255 head.
+bool CompiledModel::Impl::splits_channels_for_transpose(const Node& n) const {
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (!nhwc[static_cast<size_t>(x)] || rank(x) != 4 || rank(y) != 5) return false;
+  const Dims& xd = dims(x);
+  const Dims& yd = dims(y);
+  if (yd[0] != xd[0] || yd[1] * yd[2] != xd[1] || yd[3] != xd[2] || yd[4] != xd[3]) return false;
+  if (std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end()) return false;
+  const std::vector<std::pair<int, int>> readers = g.consumers()[static_cast<size_t>(y)];
+  if (readers.size() != 1) return false;
+  const Node& t = g.nodes[static_cast<size_t>(readers[0].first)];
+  return t.op_type == "Transpose" && t.attr_ints("perm") == Dims{0, 1, 3, 4, 2};
+}
+
+Status CompiledModel::Impl::lower_reshape(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  const std::string& op = n.op_type;
+  if (op == "Reshape" && splits_channels_for_transpose(n)) {
+    // Kept as the NHWC rows viewed as (N, H, W, A, B): the Transpose moves
+    // whole runs of B values (see splits_channels_for_transpose).
+    split_nhwc[static_cast<size_t>(y)] = true;
+    const Dims& d = dims(y);
+    const Shape view{static_cast<uint32_t>(d[0]), static_cast<uint32_t>(d[3]), static_cast<uint32_t>(d[4]),
+                     static_cast<uint32_t>(d[1]), static_cast<uint32_t>(d[2])};
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      if (in.memory_config().is_sharded()) {
+        TS_ASSIGN_OR_RETURN(in, to_memory_config(in, DRAM_MEMORY_CONFIG, cq));
+      }
+      TS_ASSIGN_OR_RETURN(Tensor out, reshape(in, view));
+      return put(s, y, out);
+    });
+    return ok_status();
+  }
+  note_plain(x);
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, plain(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor out, reshape(in, to_shape(dims(y))));
+    return put(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_transpose(const Node& n) {
+  const int x = n.inputs.empty() ? -1 : n.inputs[0];
+  const int y = n.outputs[0];
+  const std::string& op = n.op_type;
+  (void)x, (void)y, (void)op;
+  const size_t r = rank(x);
+  Dims perm = n.attr_ints("perm");
+  if (perm.empty())
+    for (size_t k = 0; k < r; ++k) perm.push_back(static_cast<int64_t>(r - 1 - k));
+  const bool from_nhwc = nhwc[static_cast<size_t>(x)];
+  std::vector<int> p(r);
+  for (size_t k = 0; k < r; ++k) p[k] = from_nhwc ? kToNhwc[perm[k]] : static_cast<int>(perm[k]);
+  if (split_nhwc[static_cast<size_t>(x)]) p = {0, 3, 1, 2, 4};  // (N, H, W, A, B) -> (N, A, H, W, B)
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+    TS_ASSIGN_OR_RETURN(Tensor out, permute(in, p, {.cq_id = cq}));
+    return put(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_slice_pad_split(const Node& n) {
+  const int x = n.inputs.empty() ? -1 : n.inputs[0];
+  const int y = n.outputs[0];
+  const std::string& op = n.op_type;
+  (void)x, (void)y, (void)op;
+  // Evaluate the index arithmetic once on the host: per output, begin/end/step per dim (plain layout).
+  const size_t r = rank(x);
+  const bool from_nhwc = nhwc[static_cast<size_t>(x)] && r == 4;
+  auto map = [&](auto v) {  // reorder per-dim NCHW values to NHWC
+    if (!from_nhwc) return v;
+    auto o = v;
+    for (size_t d = 0; d < 4; ++d) o[static_cast<size_t>(kToNhwc[d])] = v[d];
+    return o;
+  };
+  if (op == "Pad") {
+    if (n.attr_string("mode", "constant") != "constant") return lower_fallback(n, "pad modes other than constant");
+    const Dims& xd = dims(x);
+    const Dims& yd = dims(y);
+    Dims pads = n.attr_ints("pads");
+    if (g.opset >= 11) pads = g.value(n.inputs[1]).constant->i;
+    if (n.inputs.size() > 3 && n.inputs[3] >= 0) return lower_fallback(n, "the axes input");
+    float value = n.attr_float("value", 0.0f);
+    if (g.opset >= 11 && n.inputs.size() > 2 && n.inputs[2] >= 0 && g.value(n.inputs[2]).constant->size())
+      value = static_cast<float>(g.value(n.inputs[2]).constant->at(0));
+    std::vector<std::array<uint32_t, 2>> pp(r);
+    for (size_t d = 0; d < r; ++d) {
+      if (pads[d] < 0 || pads[d + r] < 0) return lower_fallback(n, "negative pads (cropping)");
+      pp[d] = {static_cast<uint32_t>(pads[d]), static_cast<uint32_t>(pads[d + r])};
+    }
+    (void)xd, (void)yd;
+    pp = map(pp);
+    nhwc[static_cast<size_t>(y)] = from_nhwc;
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      TS_ASSIGN_OR_RETURN(Tensor out, pad(in, pp, value, {.cq_id = cq}));
+      return put(s, y, out);
+    });
+    return ok_status();
+  }
+  // Slice / Split: per output the [begin, end) per dim.
+  std::vector<SliceParams> slices;
+  if (op == "Slice") {
+    // Re-derive begin/step from the host kernel's rules on a small index probe.
+    std::vector<int64_t> starts, ends, axes, steps_v;
+    if (g.opset < 10) {
+      starts = n.attr_ints("starts"), ends = n.attr_ints("ends"), axes = n.attr_ints("axes");
+    } else {
+      starts = g.value(n.inputs[1]).constant->i, ends = g.value(n.inputs[2]).constant->i;
+      if (n.inputs.size() > 3 && n.inputs[3] >= 0) axes = g.value(n.inputs[3]).constant->i;
+      if (n.inputs.size() > 4 && n.inputs[4] >= 0) steps_v = g.value(n.inputs[4]).constant->i;
+    }
+    if (axes.empty())
+      for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
+    if (steps_v.empty()) steps_v.assign(starts.size(), 1);
+    SliceParams sl;
+    const Dims& xd = dims(x);
+    for (size_t d = 0; d < r; ++d)
+      sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(xd[d])), sl.step.push_back(1);
+    for (size_t k = 0; k < starts.size(); ++k) {
+      const auto d = static_cast<size_t>(axes[k] < 0 ? axes[k] + static_cast<int64_t>(r) : axes[k]);
+      const int64_t dim = xd[d];
+      if (steps_v[k] < 1) return lower_fallback(n, "negative steps");
+      auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
+      sl.begin[d] = static_cast<uint32_t>(clamp(starts[k]));
+      sl.end[d] = static_cast<uint32_t>(clamp(ends[k]));
+      sl.step[d] = static_cast<uint32_t>(steps_v[k]);
+      if (sl.begin[d] >= sl.end[d]) return lower_fallback(n, "an empty result");
+    }
+    slices.push_back(sl);
+  } else {
+    const Dims& xd = dims(x);
+    int64_t axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(r);
+    uint32_t begin = 0;
+    for (int o : n.outputs) {
+      SliceParams sl;
+      for (size_t d = 0; d < r; ++d)
+        sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(xd[d])), sl.step.push_back(1);
+      const auto len = static_cast<uint32_t>(dims(o)[static_cast<size_t>(axis)]);
+      if (len == 0) return lower_fallback(n, "an empty output");
+      sl.begin[static_cast<size_t>(axis)] = begin;
+      sl.end[static_cast<size_t>(axis)] = begin + len;
+      begin += len;
+      slices.push_back(sl);
+    }
+  }
+  for (auto& sl : slices) sl.begin = map(sl.begin), sl.end = map(sl.end), sl.step = map(sl.step);
+  const std::vector<int> outs = n.outputs;
+  for (int o : outs) nhwc[static_cast<size_t>(o)] = from_nhwc;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+    for (size_t k = 0; k < outs.size(); ++k) {
+      TS_ASSIGN_OR_RETURN(Tensor out, slice(in, slices[k], {.cq_id = cq}));
+      TS_RETURN_IF_ERROR(put(s, outs[k], out));
+    }
+    return ok_status();
+  });
+  return ok_status();
+}
+
+}  // namespace tessera::runtime

@@ -1,0 +1,133 @@
+// Lowering unary activations, Add / Sub / Mul / Div, Softmax and LayerNormalization.
+#include <numeric>
+
+#include "runtime/lowering.h"
+
+namespace tessera::runtime {
+
+Status CompiledModel::Impl::lower_unary(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  const std::optional<UnaryWithParam> act = device_unary(g, n);
+  if (!act || n.outputs.size() != 1) return not_covered(n);
+  const bool keep = nhwc[static_cast<size_t>(x)];
+  nhwc[static_cast<size_t>(y)] = keep;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+    TS_ASSIGN_OR_RETURN(Tensor out, unary(in, *act, {.dtype = out_dtype(y), .cq_id = cq}));
+    return put(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_arith(const Node& n) {
+  static const std::map<std::string, BinaryOpType> binaries = {
+      {"Add", BinaryOpType::ADD}, {"Sub", BinaryOpType::SUB}, {"Mul", BinaryOpType::MUL}, {"Div", BinaryOpType::DIV}};
+  if (g.is_constant(n.inputs[0]) && g.is_constant(n.inputs[1])) return lower_fallback(n, "two constant operands");
+  return lower_binary(n, binaries.at(n.op_type));
+}
+
+Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
+  const int a = n.inputs[0], b = n.inputs[1], y = n.outputs[0];
+  const auto act = activation_of(n);
+  const bool ca = g.is_constant(a), cb = g.is_constant(b);
+  // Layout: NHWC when a rank-4 run-time operand is NHWC and the other is a
+  // constant or rank-4 too; plain otherwise.
+  const bool a4 = rank(a) == 4, b4 = rank(b) == 4;
+  bool out_nhwc = rank(y) == 4 && ((!ca && nhwc[static_cast<size_t>(a)] && (cb || b4) && rank(b) <= 4) ||
+                                   (!cb && nhwc[static_cast<size_t>(b)] && (ca || a4) && rank(a) <= 4));
+  std::optional<Tensor> const_a, const_b;
+  if (out_nhwc) {
+    if (ca) {
+      TS_ASSIGN_OR_RETURN(const_a, constant_nhwc(a));
+    }
+    if (cb) {
+      TS_ASSIGN_OR_RETURN(const_b, constant_nhwc(b));
+    }
+    note_nhwc(a), note_nhwc(b);
+  } else {
+    note_plain(a), note_plain(b);
+  }
+  nhwc[static_cast<size_t>(y)] = out_nhwc;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    Tensor ta, tb;
+    if (const_a)
+      ta = *const_a;
+    else {
+      TS_ASSIGN_OR_RETURN(ta, out_nhwc ? as_nhwc(s, a, cq) : plain(s, a, cq));
+    }
+    if (const_b)
+      tb = *const_b;
+    else {
+      TS_ASSIGN_OR_RETURN(tb, out_nhwc ? as_nhwc(s, b, cq) : plain(s, b, cq));
+    }
+    TS_ASSIGN_OR_RETURN(Tensor out, binary(ta, tb, op, {.dtype = out_dtype(y), .activation = act, .cq_id = cq}));
+    if (out_nhwc) return put(s, y, out);
+    return put_plain(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_softmax(const Node& n) {
+  const int x = n.inputs.empty() ? -1 : n.inputs[0];
+  const int y = n.outputs[0];
+  const std::string& op = n.op_type;
+  (void)x, (void)y, (void)op;
+  const size_t r = rank(x);
+  int64_t axis = n.attr_int("axis", g.opset >= 13 ? -1 : 1);
+  if (axis < 0) axis += static_cast<int64_t>(r);
+  note_plain(x);
+  const bool legacy = g.opset < 13;
+  const Dims xd = dims(x);
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, plain(s, x, cq));
+    if (legacy || axis == static_cast<int64_t>(r) - 1) {
+      // Older opsets normalise the 2D view flattened at `axis`.
+      int64_t outer = 1, inner = 1;
+      for (size_t d = 0; d < r; ++d) (static_cast<int64_t>(d) < axis ? outer : inner) *= xd[d];
+      if (!legacy) outer = to_shape(xd).volume() / xd.back(), inner = xd.back();
+      TS_ASSIGN_OR_RETURN(Tensor flat, reshape(in, Shape{static_cast<uint32_t>(outer), static_cast<uint32_t>(inner)}));
+      TS_ASSIGN_OR_RETURN(Tensor out, softmax(flat, -1, cq));
+      return put_plain(s, y, out);
+    }
+    std::vector<int> perm(r);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::swap(perm[static_cast<size_t>(axis)], perm.back());
+    TS_ASSIGN_OR_RETURN(Tensor t, permute(in, perm, {.cq_id = cq}));
+    TS_ASSIGN_OR_RETURN(Tensor sm, softmax(t, -1, cq));
+    TS_ASSIGN_OR_RETURN(Tensor out, permute(sm, perm, {.cq_id = cq}));
+    return put_plain(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_layer_norm(const Node& n) {
+  const int x = n.inputs.empty() ? -1 : n.inputs[0];
+  const int y = n.outputs[0];
+  const std::string& op = n.op_type;
+  (void)x, (void)y, (void)op;
+  if (n.outputs.size() != 1) return not_covered(n);
+  const size_t r = rank(x);
+  int64_t axis = n.attr_int("axis", -1);
+  if (axis < 0) axis += static_cast<int64_t>(r);
+  int64_t outer = 1, inner = 1;
+  for (size_t d = 0; d < r; ++d) (static_cast<int64_t>(d) < axis ? outer : inner) *= dims(x)[d];
+  if (!g.is_constant(n.inputs[1]) || (n.inputs.size() > 2 && n.inputs[2] >= 0 && !g.is_constant(n.inputs[2])))
+    return lower_fallback(n, "run-time scale or bias");
+  TS_ASSIGN_OR_RETURN(Tensor w, upload(*g.value(n.inputs[1]).constant, {inner}, DataType::FLOAT32));
+  std::optional<Tensor> b;
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+    TS_ASSIGN_OR_RETURN(b, upload(*g.value(n.inputs[2]).constant, {inner}, DataType::FLOAT32));
+  }
+  if (g.value(n.inputs[1]).constant->volume() != inner) return lower_fallback(n, "a broadcast scale");
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  note_plain(x);
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, plain(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor flat, reshape(in, Shape{static_cast<uint32_t>(outer), static_cast<uint32_t>(inner)}));
+    TS_ASSIGN_OR_RETURN(Tensor out, layer_norm(flat, {.epsilon = eps, .weight = w, .bias = b, .cq_id = cq}));
+    return put_plain(s, y, out);
+  });
+  return ok_status();
+}
+
+}  // namespace tessera::runtime

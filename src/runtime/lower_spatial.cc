@@ -1,0 +1,153 @@
+// Lowering pools, Resize / Upsample and BatchNormalization.
+#include "runtime/lowering.h"
+
+namespace tessera::runtime {
+
+Status CompiledModel::Impl::lower_pool(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D pooling (the device kernel is 2-D)", rank(x) - 2));
+  if (n.outputs.size() > 1) return lower_fallback(n, "the Indices output");
+  const Dims& xd = dims(x);
+  TS_ASSIGN_OR_RETURN(graph::SpatialGeometry geo, graph::spatial_geometry(n, xd, {}));
+  const bool average = n.op_type == "AveragePool";
+  if (n.attr_int("storage_order", 0) != 0) return lower_fallback(n, "storage_order 1");
+  if (geo.pads[0] != geo.pads[2] || geo.pads[1] != geo.pads[3]) return lower_fallback(n, "asymmetric padding");
+  if (2 * geo.pads[0] > geo.kernel[0] || 2 * geo.pads[1] > geo.kernel[1])
+    return lower_fallback(n, "padding over half the kernel");
+  if (average && geo.dilations != Dims{1, 1}) return lower_fallback(n, "dilated average pooling");
+  Pool2dParams p;
+  p.batch_size = static_cast<uint32_t>(xd[0]);
+  p.channels = static_cast<uint32_t>(xd[1]);
+  p.input_height = static_cast<uint32_t>(xd[2]);
+  p.input_width = static_cast<uint32_t>(xd[3]);
+  p.kernel_size = {static_cast<uint32_t>(geo.kernel[0]), static_cast<uint32_t>(geo.kernel[1])};
+  p.stride = {static_cast<uint32_t>(geo.strides[0]), static_cast<uint32_t>(geo.strides[1])};
+  p.dilation = {static_cast<uint32_t>(geo.dilations[0]), static_cast<uint32_t>(geo.dilations[1])};
+  p.padding = {static_cast<uint32_t>(geo.pads[0]), static_cast<uint32_t>(geo.pads[1])};
+  p.ceil_mode = n.attr_int("ceil_mode", 0) != 0;
+  p.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
+  if (!p.validate().ok() || p.output_height() != dims(y)[2] || p.output_width() != dims(y)[3])
+    return lower_fallback(n, "a window geometry the device kernel does not produce");
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor out, average ? avg_pool2d(in, p, cq) : max_pool2d(in, p, cq));
+    return put_nhwc(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_resize(const Node& n, bool* lowered) {
+  *lowered = false;
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (rank(x) != 4) return ok_status();
+  const Dims& xd = dims(x);
+  const Dims& yd = dims(y);
+  if (xd[0] != yd[0] || xd[1] != yd[1]) return ok_status();
+  const bool upsample_op = n.op_type == "Upsample";
+  const std::string mode = n.attr_string("mode", "nearest");
+  const std::string ctm = upsample_op ? "asymmetric" : n.attr_string("coordinate_transformation_mode", "half_pixel");
+  if (!upsample_op && g.opset >= 11 && n.inputs.size() > 1 && n.inputs[1] >= 0 && ctm == "tf_crop_and_resize")
+    return ok_status();
+  UpsampleParams up;
+  // Scales from the inferred sizes unless the file's scales are given (ONNX
+  // maps coordinates with the given scale, not with out/in).
+  up.scale_h = static_cast<float>(yd[2]) / static_cast<float>(xd[2]);
+  up.scale_w = static_cast<float>(yd[3]) / static_cast<float>(xd[3]);
+  const size_t scales_slot = upsample_op || g.opset < 11 ? 1 : 2;
+  if (n.inputs.size() > scales_slot && n.inputs[scales_slot] >= 0 && g.is_constant(n.inputs[scales_slot]) &&
+      g.value(n.inputs[scales_slot]).constant->size() == 4) {
+    up.scale_h = static_cast<float>(g.value(n.inputs[scales_slot]).constant->at(2));
+    up.scale_w = static_cast<float>(g.value(n.inputs[scales_slot]).constant->at(3));
+  }
+  if (mode == "nearest") {
+    const std::string nm = n.attr_string("nearest_mode", "round_prefer_floor");
+    const bool legacy = upsample_op || g.opset < 11;  // Upsample and Resize-10: asymmetric, floor
+    if (!legacy && (ctm != "asymmetric" || nm != "floor")) return ok_status();
+    up.mode = UpsampleMode::NEAREST;
+  } else if (mode == "linear" || mode == "bilinear") {
+    up.mode = UpsampleMode::BILINEAR;
+    if (ctm == "align_corners") {
+      // ONNX maps with the unrounded output size, PyTorch (and the kernel) with the rounded one.
+      if (std::floor(xd[2] * up.scale_h) != xd[2] * up.scale_h || std::floor(xd[3] * up.scale_w) != xd[3] * up.scale_w)
+        return ok_status();
+      up.align_corners = true;
+    } else if (ctm != "half_pixel" && !(ctm == "pytorch_half_pixel" && yd[2] > 1 && yd[3] > 1)) {
+      return ok_status();
+    }
+  } else {
+    return ok_status();
+  }
+  if (mode != "nearest" && (n.attr_int("exclude_outside", 0) != 0)) return ok_status();
+  *lowered = true;
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    UpsampleParams q = up;
+    q.cq_id = cq;
+    TS_ASSIGN_OR_RETURN(Tensor out, upsample(in, q));
+    if (out.shape().volume() != to_shape(dims(y)).volume())
+      return internal_error("{}: upsample produced {}, expected {}", g.value(y).name, out.shape().to_string(),
+                            graph::dims_to_string(dims(y)));
+    return put_nhwc(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_global_avg_pool(const Node& n) {
+  const int x = n.inputs.empty() ? -1 : n.inputs[0];
+  const int y = n.outputs[0];
+  const std::string& op = n.op_type;
+  (void)x, (void)y, (void)op;
+  if (rank(x) != 4) return lower_fallback(n, "a non-4D input");
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor out, global_avg_pool2d(in, cq));
+    return put_nhwc(s, y, out);
+  });
+  return ok_status();
+}
+
+Status CompiledModel::Impl::lower_resize_node(const Node& n) {
+  const int x = n.inputs.empty() ? -1 : n.inputs[0];
+  const int y = n.outputs[0];
+  const std::string& op = n.op_type;
+  (void)x, (void)y, (void)op;
+  bool lowered = false;
+  TS_RETURN_IF_ERROR(lower_resize(n, &lowered));
+  if (lowered) return ok_status();
+  --report.device_ops;
+  return lower_fallback(
+      n, fmt::format("mode '{}' / coordinate mode '{}' has no device kernel", n.attr_string("mode", "nearest"),
+                     n.attr_string("coordinate_transformation_mode", "half_pixel")));
+}
+
+Status CompiledModel::Impl::lower_batch_norm(const Node& n) {
+  const int x = n.inputs.empty() ? -1 : n.inputs[0];
+  const int y = n.outputs[0];
+  const std::string& op = n.op_type;
+  (void)x, (void)y, (void)op;
+  if (rank(x) != 4 || n.outputs.size() != 1) return not_covered(n);
+  std::array<Tensor, 4> stats;
+  for (size_t k = 0; k < 4; ++k) {
+    if (!g.is_constant(n.inputs[k + 1]))
+      return unimplemented_error("{}: input {} must be a constant", n.label(), k + 1);
+    TS_ASSIGN_OR_RETURN(stats[k], upload(*g.value(n.inputs[k + 1]).constant, dims(n.inputs[k + 1]), DataType::FLOAT32));
+  }
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    NormParams np{.epsilon = eps, .weight = stats[0], .bias = stats[1], .cq_id = cq};
+    TS_ASSIGN_OR_RETURN(Tensor out, batch_norm(in, stats[2], stats[3], np));
+    return put(s, y, out);
+  });
+  return ok_status();
+}
+
+}  // namespace tessera::runtime

@@ -1,0 +1,252 @@
+// The compiler's internals (src/runtime only): CompiledModel::Impl, the state
+// that lowering fills and running reads, and the op-traits table that says,
+// per ONNX op type, how it lowers.
+//
+// How a graph is lowered: src/runtime/README.md. The files:
+//   op_traits.cc         the table: op type -> lowering, per-image, constant inputs
+//   compiled_model.cc    compile(): passes, planning, one step per node; run()
+//   lower_conv.cc        Conv, ConvTranspose (and their sharding plans)
+//   lower_spatial.cc     pools, Resize / Upsample, BatchNormalization
+//   lower_eltwise.cc     unary activations, Add / Sub / Mul / Div, Softmax, LayerNormalization
+//   lower_matmul.cc      MatMul, Gemm
+//   lower_data.cc        Concat, Reshape family, Transpose, Slice / Pad / Split
+//   plan_precision.cc    values kept in bfloat16 at LoFi
+//   plan_micro_batch.cc  runs of per-image ops a few images at a time
+//   plan_memory.cc       liveness: each value released after its last reader
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string_view>
+
+#include "runtime/host_fallback.h"
+#include "tessera/cnn/layers.h"
+#include "tessera/graph/host_eval.h"
+#include "tessera/graph/shape_inference.h"
+#include "tessera/numerics/bfloat16.h"
+#include "tessera/ops/conv2d.h"
+#include "tessera/ops/conv2d_l1.h"
+#include "tessera/ops/conv_transpose2d.h"
+#include "tessera/ops/data_movement.h"
+#include "tessera/ops/eltwise.h"
+#include "tessera/ops/manipulation.h"
+#include "tessera/ops/matmul.h"
+#include "tessera/ops/normalization.h"
+#include "tessera/ops/pool2d.h"
+#include "tessera/ops/upsample.h"
+#include "tessera/runtime/compiled_model.h"
+
+namespace tessera::runtime {
+
+using graph::Graph;
+using graph::HostTensor;
+using graph::Node;
+using Dims = std::vector<int64_t>;
+
+inline Shape to_shape(const Dims& dims) {
+  if (dims.empty()) return Shape{1};
+  std::vector<uint32_t> d(dims.begin(), dims.end());
+  return Shape(std::span<const uint32_t>(d));
+}
+
+// NCHW dim d lives at NHWC axis kToNhwc[d].
+inline constexpr int kToNhwc[4] = {0, 3, 1, 2};
+inline constexpr int kNchwToNhwcPerm[4] = {0, 2, 3, 1};
+inline constexpr int kNhwcToNchwPerm[4] = {0, 3, 1, 2};
+
+// The activation the passes fused into `n` (tessera_activation), if any.
+std::optional<UnaryWithParam> activation_of(const Node& n);
+// A unary node that runs on the device's unary kernel, or nullopt.
+std::optional<UnaryWithParam> device_unary(const Graph& g, const Node& n);
+
+// Which inputs of an op must be constants at compile time.
+enum class ConstantInputs : uint8_t { kNone, kAfterFirst, kAll };
+
+// What the compiler knows about one ONNX op type (op_traits.cc): decisions
+// as data, one row per op.
+struct OpTraits {
+  std::string_view op_type;
+  // Appends the node's step; nullptr: the op runs as a host fallback.
+  Status (CompiledModel::Impl::*lower)(const Node&) = nullptr;
+  // Each image of a rank-4 batch computed alone (micro-batching may split
+  // the batch around it).
+  bool per_image = false;
+  // May read a constant first operand at run time (others: the folder
+  // should have folded it; a constant left is a fallback).
+  bool constant_first = false;
+  ConstantInputs constants = ConstantInputs::kNone;
+};
+// nullptr for an op type the table does not know.
+const OpTraits* find_op_traits(std::string_view op_type);
+// Whether node `n` computes each image alone (its traits, and a Concat's axis).
+bool per_image_op(const Node& n);
+
+struct CompiledModel::Impl {
+  using Slots = std::vector<std::optional<Tensor>>;
+  using Step = std::function<Status(Slots&, uint8_t cq)>;
+
+  Device* device = nullptr;
+  Graph g;
+  CompileOptions opt;
+  CompileReport report;
+  uint64_t id = 0;
+  std::vector<bool> nhwc;                        // per value: stored as NHWC on the device
+  std::vector<bool> split_nhwc;                  // per value: an [N, A, B, H, W] split kept as (N, H, W, A, B)
+  std::vector<std::optional<Tensor>> constants;  // per value: the device copy of a constant (plain)
+  std::vector<Step> steps;
+  std::vector<std::vector<int>> release;  // per step: values whose last reader it is
+  std::vector<Dims> in_shapes, out_shapes;
+  std::vector<std::unique_ptr<cnn::DirectConv2d>> convs;
+  std::vector<std::unique_ptr<cnn::ConvTranspose2d>> deconvs;
+  // Each conv layer's node, in lowering order (conv_selections).
+  std::vector<std::pair<std::string, std::function<const std::string&()>>> conv_layers;
+  std::vector<std::shared_ptr<const FallbackNode>> fallbacks;
+  std::vector<std::vector<std::pair<int, int>>> consumers;  // per value: (node, input slot)
+  // Channel concats of NHWC values (at most four, none constant): the
+  // Concat node and its inputs. A Conv that alone reads one fuses it
+  // (fused_concats): the Concat's step becomes a no-op and the conv reads the
+  // inputs through conv2d_concat, which gathers them as its shards stage
+  // their rows where it can (conv2d.h), so the concatenation is never
+  // written. plan_liveness keeps the inputs to the conv.
+  std::map<int, std::pair<size_t, std::vector<int>>> channel_concats;
+  std::vector<std::pair<size_t, std::vector<int>>> fused_concats;  // (the conv node, the concat's inputs)
+  // A micro-batched run of nodes [begin, end) (CompileOptions::micro_batch):
+  // its nodes read `in` (the whole batch) as `in_part`, one group's images
+  // (a view), and leave `out_part`, copied into `out` (the whole batch).
+  // Every value the nodes make has `per` images.
+  struct MicroBatch {
+    size_t begin = 0, end = 0;
+    int in = -1, in_part = -1, out = -1, out_part = -1;
+    uint32_t groups = 1, per = 1;
+  };
+  std::vector<MicroBatch> micro_batches;
+
+  const Dims& dims(int v) const { return g.value(v).dims; }
+  // Graph outputs leave their producing kernel in float32 (one rounding
+  // fewer than bfloat16 then a typecast); other values in the activation dtype.
+  std::optional<DataType> out_dtype(int v) const {
+    if (bf16_values[static_cast<size_t>(v)]) return DataType::BFLOAT16;
+    // Float32 where a kernel may read a bfloat16 value (its output would follow its input).
+    if (act_dtype() == DataType::FLOAT32) return keeps_bf16_values ? std::optional(DataType::FLOAT32) : std::nullopt;
+    return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end() ? std::optional(DataType::FLOAT32)
+                                                                               : std::nullopt;
+  }
+  size_t rank(int v) const { return dims(v).size(); }
+  DataType act_dtype() const { return opt.dtype; }
+  // Float32 activations at math fidelity LoFi on CPUs with AMX: the values
+  // whose every reader computes on their bfloat16-rounded values (a conv
+  // that lowers to bfloat16, conv2d_rounds_input_to_bfloat16) or passes them
+  // on unchanged to such readers (MaxPool, Concat) leave their producer
+  // (Conv, ConvTranspose, or those two) in bfloat16: the same results, half
+  // the bytes, no conversion as the conv stages them
+  // (plan_bfloat16_values). Graph outputs, residual readers and
+  // micro-batches' values keep float32.
+  std::vector<bool> bf16_values;
+  bool keeps_bf16_values = false;  // any of them
+  Status plan_bfloat16_values();   // plan_precision.cc
+  bool rounds_input(const Node& n, size_t slot) const;
+  StatusOr<Conv2dParams> conv_params(const Node& n) const;
+  ConvTranspose2dParams conv_transpose_params(const Node& n, const graph::SpatialGeometry& geo) const;
+  // The math fidelity of matmuls and Gemms, as of convs (matmul.h: LoFi
+  // computes float32 operands in bfloat16 on AMX CPUs).
+  DeviceComputeKernelConfig compute_kernel_config() const { return {.math_fidelity = opt.math_fidelity}; }
+
+  // ---- tensors in and out of slots (slots.cc)
+
+  StatusOr<Tensor> upload(const HostTensor& h, const Dims& dims, DataType dtype);
+  // Constant matmul / linear weights: bfloat16 values in bfloat16 runs, kept
+  // in matmul_weights_dtype (float32 where the CPU multiplies bfloat16 in
+  // float32, so they are not converted on every call).
+  StatusOr<Tensor> upload_weights(HostTensor h, const Dims& dims);
+  // A constant value as a plain device tensor in the activation dtype.
+  StatusOr<Tensor> constant(int v);
+  // A host constant permuted to NHWC for a rank-4 broadcast against an NHWC
+  // value: dims are right-aligned to rank 4 first.
+  StatusOr<Tensor> constant_nhwc(int v);
+  // Graph inputs stay in the caller's dtype in their slots until a step
+  // reads them: get() converts one to the activation dtype once (and keeps
+  // that), as_nhwc() moves it to NHWC and converts it in one launch (an
+  // image: permute with a dtype), where a typecast and a permute took two
+  // (YOLO in bfloat16: 0.45 + 0.18 ms).
+  std::vector<bool> graph_input;  // per value
+  uint8_t step_cq = 0;            // the queue run_steps runs on (get's typecast)
+  bool in_caller_dtype(const Slots& s, int v) const;
+  StatusOr<Tensor> get(Slots& s, int v);
+  // One channel or one pixel: NCHW and NHWC hold the same bytes.
+  bool same_bytes_either_layout(int v) const;
+  // The value in NCHW (plain) layout.
+  StatusOr<Tensor> plain(Slots& s, int v, uint8_t cq);
+  // The value in NHWC layout (rank 4). `dense`: a converted value lands in
+  // one DRAM shard, rows back to back (a conv's input: narrow rows such as
+  // an image's 3 channels would otherwise each take a padded DRAM page, and
+  // the conv kernel reads dense rows in place).
+  StatusOr<Tensor> as_nhwc(Slots& s, int v, uint8_t cq, bool dense = false);
+  // Counts the permutes a step will do (compile-time bookkeeping).
+  void note_plain(int v);
+  void note_nhwc(int v);
+  static Status put(Slots& s, int v, Tensor t);
+  // An NHWC result (any shape of the right volume) stored as (N, H, W, C).
+  Status put_nhwc(Slots& s, int v, const Tensor& t);
+  Status put_plain(Slots& s, int v, const Tensor& t);
+
+  // ---- lowering
+
+  // Lowers node `ni` through its op's traits (op_traits.cc): appends exactly
+  // one step, or a host fallback's.
+  Status lower(size_t ni);
+  // One per op family; each the `lower` of its ops' OpTraits rows.
+  Status lower_conv(const Node& n);  // lower_conv.cc
+  Status lower_conv_transpose(const Node& n);
+  Status plan_conv_sharding(const Node& n, const Conv2dGeometry& geo, Conv2dConfig& config);
+  bool sharded_to_dram = false;      // set by plan_conv_sharding for the conv being lowered
+  Status lower_pool(const Node& n);  // lower_spatial.cc
+  Status lower_global_avg_pool(const Node& n);
+  Status lower_resize_node(const Node& n);
+  Status lower_resize(const Node& n, bool* lowered);
+  Status lower_batch_norm(const Node& n);
+  Status lower_unary(const Node& n);  // lower_eltwise.cc
+  Status lower_arith(const Node& n);
+  Status lower_binary(const Node& n, BinaryOpType op);
+  Status lower_softmax(const Node& n);
+  Status lower_layer_norm(const Node& n);
+  Status lower_matmul(const Node& n);  // lower_matmul.cc
+  Status lower_gemm(const Node& n);
+  Status lower_concat(const Node& n);  // lower_data.cc
+  Status lower_reshape(const Node& n);
+  bool splits_channels_for_transpose(const Node& n) const;
+  Status lower_transpose(const Node& n);
+  Status lower_slice_pad_split(const Node& n);
+  Status lower_fallback(const Node& n, const std::string& why);  // compiled_model.cc
+  // A device op whose attributes its kernel does not cover: a host fallback.
+  Status not_covered(const Node& n) {
+    --report.device_ops;
+    return lower_fallback(n, "attributes the device kernel does not cover");
+  }
+  Status plan_liveness();  // plan_memory.cc
+  // Whether nodes a and b (a before b) run in the same micro-batch run, or
+  // both outside any, and `v` is not a run's input or output.
+  bool same_micro_batch(size_t a, size_t b, int v) const {
+    for (const MicroBatch& mb : micro_batches) {
+      if (v == mb.in || v == mb.out || v == mb.in_part || v == mb.out_part) return false;
+      if ((a >= mb.begin && a < mb.end) != (b >= mb.begin && b < mb.end)) return false;
+    }
+    return true;
+  }
+  Status plan_micro_batches();  // plan_micro_batch.cc
+  std::vector<MicroBatch> find_micro_batches(uint32_t per) const;
+  uint64_t per_run(size_t ni, uint64_t work) const;
+  size_t lowering = 0;  // the node being lowered
+
+  // ---- running
+  // Steps [begin, end); micro-batched runs group by group, unless `group` (a run's own steps, one group).
+  Status run_steps(size_t begin, size_t end, Slots& s, uint8_t cq, bool group = false);
+  Status run_micro_batch(const MicroBatch& mb, Slots& s, uint8_t cq);
+};
+
+}  // namespace tessera::runtime

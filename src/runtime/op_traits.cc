@@ -1,0 +1,147 @@
+// The op-traits table: every ONNX op type the compiler knows, with how it
+// lowers, whether it computes each image alone, and which of its inputs must
+// be constants. Adding an op is one row here and its lowering function
+// (src/runtime/README.md walks through one).
+#include <algorithm>
+
+#include "runtime/lowering.h"
+
+namespace tessera::runtime {
+
+namespace {
+
+using I = CompiledModel::Impl;
+constexpr auto kAfterFirst = ConstantInputs::kAfterFirst;
+constexpr auto kAll = ConstantInputs::kAll;
+
+// Sorted by op type (find_op_traits searches it).
+constexpr OpTraits kOpTraits[] = {
+    // op type, lowering, per image, constant first operand, constant inputs
+    {"Add", &I::lower_arith, true, true},
+    {"AveragePool", &I::lower_pool, true},
+    {"BatchNormalization", &I::lower_batch_norm, true, false, kAfterFirst},
+    {"Clip", &I::lower_unary, true, false, kAfterFirst},
+    {"Concat", &I::lower_concat, true, true},  // per image unless along the batch (per_image_op)
+    {"ConstantOfShape", nullptr, false, false, kAll},
+    {"Conv", &I::lower_conv, true, false, kAfterFirst},
+    {"ConvTranspose", &I::lower_conv_transpose, true, false, kAfterFirst},
+    {"Div", &I::lower_arith, true, true},
+    {"Dropout", &I::lower_unary},
+    {"Exp", &I::lower_unary, true},
+    {"Expand", nullptr, false, false, kAfterFirst},
+    {"Flatten", &I::lower_reshape},
+    {"Gemm", &I::lower_gemm, false, false, kAfterFirst},
+    {"GlobalAveragePool", &I::lower_global_avg_pool, true},
+    {"HardSigmoid", &I::lower_unary, true},
+    {"HardSwish", &I::lower_unary, true},
+    {"Identity", &I::lower_unary},
+    {"InstanceNormalization", nullptr, false, false, kAfterFirst},
+    {"LayerNormalization", &I::lower_layer_norm, false, false, kAfterFirst},
+    {"LeakyRelu", &I::lower_unary, true},
+    {"MatMul", &I::lower_matmul},
+    {"MaxPool", &I::lower_pool, true},
+    {"Mish", &I::lower_unary, true},
+    {"Mul", &I::lower_arith, true, true},
+    {"PRelu", nullptr, false, false, kAfterFirst},
+    {"Pad", &I::lower_slice_pad_split, false, false, kAfterFirst},
+    {"Range", nullptr, false, false, kAll},
+    {"ReduceL1", nullptr, false, false, kAfterFirst},
+    {"ReduceL2", nullptr, false, false, kAfterFirst},
+    {"ReduceLogSum", nullptr, false, false, kAfterFirst},
+    {"ReduceLogSumExp", nullptr, false, false, kAfterFirst},
+    {"ReduceMax", nullptr, false, false, kAfterFirst},
+    {"ReduceMean", nullptr, false, false, kAfterFirst},
+    {"ReduceMin", nullptr, false, false, kAfterFirst},
+    {"ReduceProd", nullptr, false, false, kAfterFirst},
+    {"ReduceSum", nullptr, false, false, kAfterFirst},
+    {"ReduceSumSquare", nullptr, false, false, kAfterFirst},
+    {"Relu", &I::lower_unary, true},
+    {"Reshape", &I::lower_reshape, false, false, kAfterFirst},
+    {"Resize", &I::lower_resize_node, false, false, kAfterFirst},
+    {"SiLU", &I::lower_unary, true},
+    {"Sigmoid", &I::lower_unary, true},
+    {"Slice", &I::lower_slice_pad_split, false, false, kAfterFirst},
+    {"Softmax", &I::lower_softmax},
+    {"Split", &I::lower_slice_pad_split, false, false, kAfterFirst},
+    {"Sqrt", &I::lower_unary, true},
+    {"Squeeze", &I::lower_reshape, false, false, kAfterFirst},
+    {"Sub", &I::lower_arith, true, true},
+    {"Tanh", &I::lower_unary, true},
+    {"Tile", nullptr, false, false, kAfterFirst},
+    {"Transpose", &I::lower_transpose},
+    {"Unsqueeze", &I::lower_reshape, false, false, kAfterFirst},
+    {"Upsample", &I::lower_resize_node, false, false, kAfterFirst},
+};
+
+constexpr bool sorted() {
+  for (size_t i = 1; i < std::size(kOpTraits); ++i)
+    if (!(kOpTraits[i - 1].op_type < kOpTraits[i].op_type)) return false;
+  return true;
+}
+static_assert(sorted(), "kOpTraits must be sorted by op type, each op once");
+
+}  // namespace
+
+const OpTraits* find_op_traits(std::string_view op_type) {
+  const auto it = std::lower_bound(std::begin(kOpTraits), std::end(kOpTraits), op_type,
+                                   [](const OpTraits& t, std::string_view op) { return t.op_type < op; });
+  return it != std::end(kOpTraits) && it->op_type == op_type ? &*it : nullptr;
+}
+
+bool per_image_op(const Node& n) {
+  const OpTraits* t = find_op_traits(n.op_type);
+  if (!t || !t->per_image || n.outputs.size() != 1) return false;
+  if (n.op_type == "Concat") {
+    const int64_t axis = n.attr_int("axis", 1);
+    return axis != 0 && axis != -4;
+  }
+  return true;
+}
+
+std::optional<UnaryWithParam> activation_of(const Node& n) {
+  const std::string name = n.attr_string("tessera_activation", "");
+  if (name.empty()) return std::nullopt;
+  auto op = parse_unary_op(name);
+  if (!op) return std::nullopt;
+  return UnaryWithParam{*op, n.attr_float("tessera_activation_param", 0.0f),
+                        n.attr_float("tessera_activation_scale", 1.0f), n.attr_float("tessera_activation_shift", 0.0f)};
+}
+
+std::optional<UnaryWithParam> device_unary(const Graph& g, const Node& n) {
+  float param = 0;
+  const std::string name = graph::fusable_activation(g, n, &param);
+  if (!name.empty()) {
+    auto op = parse_unary_op(name);
+    if (op) return UnaryWithParam{*op, param};
+  }
+  static const std::map<std::string, UnaryOpType> plain = {{"Exp", UnaryOpType::EXP},
+                                                           {"Sqrt", UnaryOpType::SQRT},
+                                                           {"Identity", UnaryOpType::IDENTITY},
+                                                           {"Dropout", UnaryOpType::IDENTITY}};
+  if (auto it = plain.find(n.op_type); it != plain.end() && n.outputs.size() == 1) return UnaryWithParam{it->second};
+  return std::nullopt;
+}
+
+std::vector<std::string> device_ops() {
+  std::vector<std::string> ops;
+  for (const OpTraits& t : kOpTraits)
+    if (t.lower) ops.emplace_back(t.op_type);
+  return ops;
+}
+
+std::vector<std::string> supported_ops() {
+  std::set<std::string> all;
+  for (const OpTraits& t : kOpTraits)
+    if (t.lower) all.emplace(t.op_type);
+  for (const auto& op : graph::host_supported_ops()) all.insert(op);
+  all.insert("Constant");
+  return {all.begin(), all.end()};
+}
+
+bool needs_constant_input(const Node& n, size_t slot) {
+  const OpTraits* t = find_op_traits(n.op_type);
+  if (!t) return false;
+  return t->constants == ConstantInputs::kAll || (slot > 0 && t->constants == ConstantInputs::kAfterFirst);
+}
+
+}  // namespace tessera::runtime

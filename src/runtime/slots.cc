@@ -1,0 +1,130 @@
+// Values in and out of the steps' slots: constants uploaded once, layout
+// conversions between NCHW and NHWC, graph inputs converted to the
+// activation dtype as they are first read.
+#include "runtime/lowering.h"
+
+namespace tessera::runtime {
+
+StatusOr<Tensor> CompiledModel::Impl::upload(const HostTensor& h, const Dims& dims, DataType dtype) {
+  std::vector<float> f(h.size());
+  for (size_t k = 0; k < f.size(); ++k) f[k] = static_cast<float>(h.at(k));
+  TS_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(f, to_shape(dims), dtype));
+  return to_device(host, *device);
+}
+
+StatusOr<Tensor> CompiledModel::Impl::upload_weights(HostTensor h, const Dims& dims) {
+  if (act_dtype() == DataType::FLOAT32) return upload(h, dims, DataType::FLOAT32);
+  const DataType wd = matmul_weights_dtype(DataType::BFLOAT16);
+  if (wd == DataType::FLOAT32)
+    for (float& v : h.f) v = round_to_bfloat16(v);
+  return upload(h, dims, wd);
+}
+
+StatusOr<Tensor> CompiledModel::Impl::constant(int v) {
+  auto& c = constants[static_cast<size_t>(v)];
+  if (!c) {
+    TS_ASSIGN_OR_RETURN(c, upload(*g.value(v).constant, dims(v), act_dtype()));
+  }
+  return *c;
+}
+
+StatusOr<Tensor> CompiledModel::Impl::constant_nhwc(int v) {
+  Dims d = dims(v);
+  while (d.size() < 4) d.insert(d.begin(), 1);
+  HostTensor h = *g.value(v).constant;
+  h.dims = d;
+  Node t;
+  t.op_type = "Transpose";
+  t.attrs["perm"].kind = graph::Attribute::Kind::INTS;
+  t.attrs["perm"].ints = {0, 2, 3, 1};
+  const HostTensor* args[] = {&h};
+  TS_ASSIGN_OR_RETURN(auto out, graph::evaluate(t, args, g.opset));
+  return upload(out[0], out[0].dims, act_dtype());
+}
+
+bool CompiledModel::Impl::in_caller_dtype(const Slots& s, int v) const {
+  const auto& t = s[static_cast<size_t>(v)];
+  return graph_input[static_cast<size_t>(v)] && t && t->dtype() != act_dtype();
+}
+
+StatusOr<Tensor> CompiledModel::Impl::get(Slots& s, int v) {
+  if (g.is_constant(v)) return constant(v);
+  auto& t = s[static_cast<size_t>(v)];
+  if (!t) return internal_error("value '{}' is read before it is computed (or after its release)", g.value(v).name);
+  if (in_caller_dtype(s, v)) {
+    TS_ASSIGN_OR_RETURN(t, typecast(*t, act_dtype(), step_cq));
+  }
+  return *t;
+}
+
+bool CompiledModel::Impl::same_bytes_either_layout(int v) const {
+  const Dims& d = dims(v);
+  return d.size() == 4 && (d[1] == 1 || d[2] * d[3] == 1);
+}
+
+StatusOr<Tensor> CompiledModel::Impl::plain(Slots& s, int v, uint8_t cq) {
+  TS_ASSIGN_OR_RETURN(Tensor t, get(s, v));
+  if (!nhwc[static_cast<size_t>(v)]) return t;
+  if (same_bytes_either_layout(v) && t.layout() == Layout::ROW_MAJOR && !t.memory_config().is_sharded())
+    return reshape(t, to_shape(dims(v)));
+  return permute(t, kNhwcToNchwPerm, {.cq_id = cq});
+}
+
+StatusOr<Tensor> CompiledModel::Impl::as_nhwc(Slots& s, int v, uint8_t cq, bool dense) {
+  const bool moves = !nhwc[static_cast<size_t>(v)] && !same_bytes_either_layout(v);
+  const bool converts = moves && in_caller_dtype(s, v);  // a graph input: converted as it moves
+  TS_ASSIGN_OR_RETURN(Tensor t, converts ? *s[static_cast<size_t>(v)] : get(s, v));
+  if (nhwc[static_cast<size_t>(v)]) return t;
+  const DataType dt = converts ? act_dtype() : t.dtype();
+  const Dims& d4 = dims(v);
+  if (dense && moves && (d4[1] * static_cast<int64_t>(element_size(dt))) % 4 == 0) {
+    const auto rows = static_cast<uint32_t>(d4[0] * d4[2] * d4[3]), cols = static_cast<uint32_t>(d4[1]);
+    const MemoryConfig one_shard{
+        TensorMemoryLayout::HEIGHT_SHARDED, BufferType::DRAM,
+        ShardSpec{CoreRangeSet(CoreRange({0, 0}, {0, 0})), {rows, cols}, ShardOrientation::ROW_MAJOR}};
+    return permute(t, kNchwToNhwcPerm, dt, {.memory_config = one_shard, .cq_id = cq});
+  }
+  if (same_bytes_either_layout(v) && !t.memory_config().is_sharded()) {
+    const Dims& d = dims(v);
+    return reshape(t, Shape{static_cast<uint32_t>(d[0]), static_cast<uint32_t>(d[2]), static_cast<uint32_t>(d[3]),
+                            static_cast<uint32_t>(d[1])});
+  }
+  return permute(t, kNchwToNhwcPerm, dt, {.cq_id = cq});
+}
+
+void CompiledModel::Impl::note_plain(int v) {
+  if (v >= 0 && nhwc[static_cast<size_t>(v)]) ++report.layout_conversions;
+}
+
+void CompiledModel::Impl::note_nhwc(int v) {
+  if (v >= 0 && !nhwc[static_cast<size_t>(v)] && !g.is_constant(v)) ++report.layout_conversions;
+}
+
+Status CompiledModel::Impl::put(Slots& s, int v, Tensor t) {
+  s[static_cast<size_t>(v)] = std::move(t);
+  return ok_status();
+}
+
+// (The reshaped tensor goes straight into its slot: GCC 12 reports a
+// moved-from local Tensor's optional shard spec as maybe-uninitialized.)
+Status CompiledModel::Impl::put_nhwc(Slots& s, int v, const Tensor& t) {
+  const Dims& d = dims(v);
+  StatusOr<Tensor> r = reshape(t, Shape{static_cast<uint32_t>(d[0]), static_cast<uint32_t>(d[2]),
+                                        static_cast<uint32_t>(d[3]), static_cast<uint32_t>(d[1])});
+  if (!r.ok()) return r.status();
+  s[static_cast<size_t>(v)] = *r;
+  return ok_status();
+}
+
+Status CompiledModel::Impl::put_plain(Slots& s, int v, const Tensor& t) {
+  if (t.shape().volume() != to_shape(dims(v)).volume())
+    return internal_error("value '{}': the kernel produced {}, the graph says {}", g.value(v).name,
+                          t.shape().to_string(), graph::dims_to_string(dims(v)));
+  if (t.shape() == to_shape(dims(v))) return put(s, v, t);
+  StatusOr<Tensor> r = reshape(t, to_shape(dims(v)));
+  if (!r.ok()) return r.status();
+  s[static_cast<size_t>(v)] = *r;
+  return ok_status();
+}
+
+}  // namespace tessera::runtime
