@@ -20,6 +20,7 @@
 
 #include "harness.h"
 #include "tessera/import/onnx.h"
+#include "tessera/import/onnx_weights.h"
 #include "tessera/cnn/pipeline.h"
 #include "tessera/cnn/testing.h"
 #include "tessera/device/profiler.h"

@@ -12,6 +12,7 @@
 
 #include "tessera/cnn/testing.h"
 #include "tessera/import/onnx.h"
+#include "tessera/import/onnx_weights.h"
 #include "tessera/ops/conv_transpose2d.h"
 #include "tessera/ops/manipulation.h"
 #include "tessera/ops/normalization.h"

@@ -3,6 +3,7 @@
 // the module-parameter walker.
 #include "tessera/cnn/weights.h"
 #include "tessera/import/onnx.h"
+#include "tessera/import/onnx_weights.h"
 
 #include <onnx/onnx_pb.h>
 

@@ -6,6 +6,7 @@
 #include "tessera/ops/data_movement.h"
 #include "tessera/ops/eltwise.h"
 #include "tessera/ops/manipulation.h"
+#include "tessera/ops/reference.h"
 
 namespace tessera::cnn {
 

@@ -3,7 +3,7 @@
 // rounding to float32 at the end.
 #include "tessera/graph/host_eval.h"
 
-#include "graph/host_spatial.h"
+#include "host_spatial.h"
 
 #include <fmt/format.h>
 

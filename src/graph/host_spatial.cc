@@ -1,4 +1,4 @@
-#include "graph/host_spatial.h"
+#include "host_spatial.h"
 
 #include <fmt/format.h>
 

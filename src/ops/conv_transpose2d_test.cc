@@ -2,6 +2,7 @@
 // device uses (weights rounded by round_conv_transpose2d_weights), with the
 // convolution tolerances of test_util.h and PCC >= 0.9999; shards over the
 // output rows must agree with one shard; prepared weights are reused.
+#include "tessera/ops/reference.h"
 #include "tessera/ops/conv_transpose2d.h"
 
 #include "tessera/base/cpu_features.h"

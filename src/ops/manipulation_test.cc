@@ -1,6 +1,7 @@
 // reshape, permute, pad, slice, concat and the CHW/HWC conversions against
 // their reference kernels, bit for bit (values are moved, never rounded),
 // over shapes, dtypes and input/output memory configs.
+#include "tessera/ops/reference.h"
 #include "tessera/ops/manipulation.h"
 
 #include "tessera/device/profiler.h"

@@ -3,6 +3,7 @@
 // activations. Tolerance: float32 accumulation of K products of N(0, 16)
 // operands, |err| <= 1e-6 * 16 * K absolute, plus one bfloat16 ulp (2^-7
 // relative) when the output is bfloat16.
+#include "tessera/ops/reference.h"
 #include "tessera/ops/matmul.h"
 
 #include "tessera/base/cpu_features.h"

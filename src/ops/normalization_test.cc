@@ -1,6 +1,7 @@
 // softmax and the norms against their double-precision reference kernels:
 // within 1e-5 relative + 1e-5 absolute in float32, plus one bfloat16 ulp in
 // bfloat16 (normalization.h), both ISA paths, several memory configs.
+#include "tessera/ops/reference.h"
 #include "tessera/ops/normalization.h"
 
 #include "tessera/base/cpu_features.h"

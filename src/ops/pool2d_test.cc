@@ -1,5 +1,6 @@
 // max_pool2d against its reference kernel, bit for bit (max selects an input
 // value: no rounding), over shapes, dtypes, memory configs and ISA paths.
+#include "tessera/ops/reference.h"
 #include "tessera/ops/pool2d.h"
 
 #include <algorithm>

@@ -98,7 +98,15 @@ Status upsample_kernel(const void* raw, uint32_t begin, uint32_t end) {
   return ok_status();
 }
 
-Status validate(const Shape& s, const UpsampleParams& p) {
+}  // namespace
+
+std::string UpsampleParams::descriptor(const Shape& s) const {
+  return fmt::format("upsample:n{}h{}w{}c{}:s{}x{}:{}{}", s[0], s[1], s[2], s[3], scale_h, scale_w,
+                     mode == UpsampleMode::NEAREST ? "nearest" : "bilinear", align_corners ? ":align_corners" : "");
+}
+
+Status UpsampleParams::validate(const Shape& s) const {
+  const UpsampleParams& p = *this;
   if (s.rank() != 4) return invalid_argument_error("upsample: expected an (N, H, W, C) input, found {}", s.to_string());
   if (!(p.scale_h > 0) || !(p.scale_w > 0) || !std::isfinite(p.scale_h) || !std::isfinite(p.scale_w))
     return invalid_argument_error("upsample: scale factors must be finite and > 0, found {}x{}", p.scale_h, p.scale_w);
@@ -111,17 +119,10 @@ Status validate(const Shape& s, const UpsampleParams& p) {
   return ok_status();
 }
 
-}  // namespace
-
-std::string UpsampleParams::descriptor(const Shape& s) const {
-  return fmt::format("upsample:n{}h{}w{}c{}:s{}x{}:{}{}", s[0], s[1], s[2], s[3], scale_h, scale_w,
-                     mode == UpsampleMode::NEAREST ? "nearest" : "bilinear", align_corners ? ":align_corners" : "");
-}
-
 StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& p) {
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "upsample"));
   const Shape& s = input.shape();
-  TS_RETURN_IF_ERROR(validate(s, p));
+  TS_RETURN_IF_ERROR(p.validate(s));
   if (input.layout() != Layout::ROW_MAJOR)
     return unimplemented_error("upsample: the input must be ROW_MAJOR (NHWC rows), found {}", input.spec().to_string());
   if (input.dtype() != DataType::FLOAT32 && input.dtype() != DataType::BFLOAT16)
@@ -183,44 +184,5 @@ StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& p) {
   TS_RETURN_IF_ERROR(device.enqueue_program(p.cq_id, *prog, &args, sizeof(args)));
   return out;
 }
-
-namespace reference {
-
-StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& p, DataType out_dtype) {
-  if (input.is_on_device()) return invalid_argument_error("reference::upsample: expected a host tensor");
-  const Shape& s = input.shape();
-  TS_RETURN_IF_ERROR(validate(s, p));
-  TS_ASSIGN_OR_RETURN(std::vector<float> x, input.to_vector());
-  const auto oh = static_cast<uint32_t>(std::floor(s[1] * double{p.scale_h}));
-  const auto ow = static_cast<uint32_t>(std::floor(s[2] * double{p.scale_w}));
-  const uint32_t h = s[1], w = s[2], c = s[3];
-  std::vector<float> y(uint64_t{s[0]} * oh * ow * c);
-  // Coordinates computed independently of the device code, in double.
-  auto coord = [&](uint32_t dst, uint32_t in, uint32_t out, float scale) {
-    if (p.mode == UpsampleMode::NEAREST) return std::min(std::floor(dst / double{scale}), double(in - 1));
-    if (p.align_corners) return out > 1 ? static_cast<double>(dst) * (in - 1) / (out - 1) : 0.0;
-    return std::max((dst + 0.5) / double{scale} - 0.5, 0.0);
-  };
-  auto at = [&](uint32_t n, uint32_t iy, uint32_t ix, uint32_t ch) {
-    return double{x[((uint64_t{n} * h + iy) * w + ix) * c + ch]};
-  };
-  for (uint32_t n = 0; n < s[0]; ++n)
-    for (uint32_t oy = 0; oy < oh; ++oy)
-      for (uint32_t ox = 0; ox < ow; ++ox) {
-        const double sy = coord(oy, h, oh, p.scale_h), sx = coord(ox, w, ow, p.scale_w);
-        const auto y0 = static_cast<uint32_t>(std::min(std::floor(sy), double(h - 1)));
-        const auto x0 = static_cast<uint32_t>(std::min(std::floor(sx), double(w - 1)));
-        const uint32_t y1 = std::min(y0 + 1, h - 1), x1 = std::min(x0 + 1, w - 1);
-        const double ly = sy - y0, lx = sx - x0;
-        for (uint32_t ch = 0; ch < c; ++ch) {
-          const double v = (1 - ly) * ((1 - lx) * at(n, y0, x0, ch) + lx * at(n, y0, x1, ch)) +
-                           ly * ((1 - lx) * at(n, y1, x0, ch) + lx * at(n, y1, x1, ch));
-          y[((uint64_t{n} * oh + oy) * ow + ox) * c + ch] = static_cast<float>(v);
-        }
-      }
-  return Tensor::from_vector(y, Shape{s[0], oh, ow, c}, out_dtype);
-}
-
-}  // namespace reference
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 // upsample against its reference kernel: nearest bit for bit, bilinear
 // within 1e-5 relative + 1e-6 absolute (one ulp in bfloat16); integer and
 // fractional scales, both align_corners variants.
+#include "tessera/ops/reference.h"
 #include "tessera/ops/upsample.h"
 
 #include "tessera/base/cpu_features.h"

@@ -10,8 +10,8 @@
 #include <numeric>
 #include <set>
 
-#include "runtime/host_fallback.h"
-#include "runtime/lowering.h"
+#include "host_fallback.h"
+#include "lowering.h"
 #include "tessera/cnn/layers.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/graph/shape_inference.h"

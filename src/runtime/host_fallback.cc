@@ -1,8 +1,8 @@
-#include "runtime/host_fallback.h"
+#include "host_fallback.h"
 
 #include <cstring>
+#include <type_traits>
 
-#include "ops/op_common.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/tensor/access.h"
 
@@ -117,18 +117,19 @@ StatusOr<std::vector<Tensor>> run_host_fallback(Device& device, const std::share
   }
   // The plan keeps the node alive as long as the device's program cache.
   std::shared_ptr<void> keep = std::const_pointer_cast<FallbackNode>(node);
-  TS_RETURN_IF_ERROR(ops::launch(
-      device, cq_id, node->key,
-      [&]() -> StatusOr<Program> {
-        Program p;
-        p.key = node->key;
-        p.kernel_name = "host_reference_" + node->node.op_type;
-        p.kernel = fallback_kernel;
-        p.num_tasks = 1;
-        p.plan = keep;
-        return p;
-      },
-      args));
+  static_assert(std::is_trivially_copyable_v<FallbackArgs>, "kernel arguments must be trivially copyable");
+  auto compile = [&]() -> StatusOr<Program> {
+    Program p;
+    p.key = node->key;
+    p.kernel_name = "host_reference_" + node->node.op_type;
+    p.kernel = fallback_kernel;
+    p.num_tasks = 1;
+    p.plan = keep;
+    return p;
+  };
+  TS_ASSIGN_OR_RETURN(const Program* prog,
+                      device.program_cache().get_or_compile(node->key, device.may_compile_programs(cq_id), compile));
+  TS_RETURN_IF_ERROR(device.enqueue_program(cq_id, *prog, &args, sizeof(args)));
   return outs;
 }
 

@@ -1,5 +1,5 @@
 // Lowering Conv and ConvTranspose nodes onto conv2d / conv_transpose2d layers.
-#include "runtime/lowering.h"
+#include "lowering.h"
 
 namespace tessera::runtime {
 

@@ -1,5 +1,5 @@
 // Lowering data movement: Concat, the Reshape family, Transpose, Slice / Pad / Split.
-#include "runtime/lowering.h"
+#include "lowering.h"
 
 namespace tessera::runtime {
 

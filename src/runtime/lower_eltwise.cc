@@ -1,7 +1,7 @@
 // Lowering unary activations, Add / Sub / Mul / Div, Softmax and LayerNormalization.
 #include <numeric>
 
-#include "runtime/lowering.h"
+#include "lowering.h"
 
 namespace tessera::runtime {
 

@@ -1,5 +1,5 @@
 // Lowering MatMul and Gemm nodes onto matmul / linear.
-#include "runtime/lowering.h"
+#include "lowering.h"
 
 namespace tessera::runtime {
 

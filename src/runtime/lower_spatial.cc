@@ -1,5 +1,5 @@
 // Lowering pools, Resize / Upsample and BatchNormalization.
-#include "runtime/lowering.h"
+#include "lowering.h"
 
 namespace tessera::runtime {
 

@@ -25,7 +25,7 @@
 #include <set>
 #include <string_view>
 
-#include "runtime/host_fallback.h"
+#include "host_fallback.h"
 #include "tessera/cnn/layers.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/graph/shape_inference.h"

@@ -4,7 +4,7 @@
 // (src/runtime/README.md walks through one).
 #include <algorithm>
 
-#include "runtime/lowering.h"
+#include "lowering.h"
 
 namespace tessera::runtime {
 

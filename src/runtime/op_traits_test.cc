@@ -2,7 +2,7 @@
 // comes from its row.
 #include <algorithm>
 
-#include "runtime/lowering.h"
+#include "lowering.h"
 #include "test_util.h"
 
 namespace tessera::runtime {

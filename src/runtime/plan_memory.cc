@@ -1,5 +1,5 @@
 // Memory planning: every intermediate released after its last reader.
-#include "runtime/lowering.h"
+#include "lowering.h"
 
 namespace tessera::runtime {
 

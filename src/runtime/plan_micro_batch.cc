@@ -1,6 +1,6 @@
 // Micro-batching: runs of per-image ops a few images at a time, where the
 // whole batch spills the cache and a group fits.
-#include "runtime/lowering.h"
+#include "lowering.h"
 
 namespace tessera::runtime {
 

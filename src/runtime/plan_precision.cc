@@ -1,6 +1,6 @@
 // Precision planning: the values kept in bfloat16 at LoFi on CPUs where convs
 // compute on bfloat16-rounded operands.
-#include "runtime/lowering.h"
+#include "lowering.h"
 
 namespace tessera::runtime {
 

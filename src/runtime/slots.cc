@@ -1,7 +1,7 @@
 // Values in and out of the steps' slots: constants uploaded once, layout
 // conversions between NCHW and NHWC, graph inputs converted to the
 // activation dtype as they are first read.
-#include "runtime/lowering.h"
+#include "lowering.h"
 
 namespace tessera::runtime {
 

@@ -21,7 +21,6 @@
 #include <string_view>
 #include <vector>
 
-#include "tessera/cnn/weights.h"
 #include "tessera/graph/graph.h"
 #include "tessera/graph/shape_inference.h"
 
@@ -48,10 +47,11 @@ StatusOr<graph::Graph> import_onnx_bytes(std::string_view bytes, const OnnxImpor
 // A serialized TensorProto file (the ONNX test data's input_0.pb).
 StatusOr<graph::HostTensor> load_tensor_proto(const std::string& path);
 
-// Initializers of an ONNX model as float32 host tensors, keyed by name
+// Initializers of an ONNX model as graph host tensors, keyed by name
 // (raw_data or typed fields; external data files resolved next to the
-// model; integer values that float32 cannot hold exactly are an error).
-StatusOr<cnn::WeightMap> load_onnx_initializers(const std::string& path);
+// model). For TT-CNN weights (device-ready float32 tensors) see
+// tessera/import/onnx_weights.h.
+StatusOr<std::map<std::string, graph::HostTensor>> load_onnx_initializer_tensors(const std::string& path);
 
 // ONNX op types the importer's shape inference knows (the runtime's
 // supported list is runtime::supported_ops()).

@@ -11,13 +11,21 @@
 //   mish        x * tanh(softplus(x))     exp, sqrt
 // then, with an affine, y * scale + shift in the same pass (a learnable
 // affine after the activation, as PP-LCNet's).
+//
+// Also the binary arithmetic kinds (BinaryOpType). This header holds the
+// element-wise op kinds and their scalar math only, no device op, so the
+// CPU kernels (src/ops/cpu/) include it rather than the ops' front ends.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace tessera {
+
+enum class BinaryOpType : uint8_t { ADD, SUB, MUL, DIV };
+std::string_view binary_op_name(BinaryOpType op);  // "add", "sub", "mul", "div"
 
 enum class UnaryOpType : uint8_t {
   IDENTITY,

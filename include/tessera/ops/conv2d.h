@@ -25,8 +25,8 @@
 // the device; each shard is a single-threaded oneDNN primitive (Debian
 // libdnnl) with its own halo rows and padding, so a core keeps its rows in
 // its own cache and oneDNN's OpenMP team never competes with Tessera's
-// threads. Measured: 81-93% of the FP32 FMA peak over the ResNet-50 and UNet
-// layer sets, about 2x that in bfloat16 (bench/RESULTS.md).
+// threads. Measured: 93-96% of the FP32 FMA peak over the ResNet-50 and UNet
+// layer sets on an AVX-512 Zen 5, about 2x that in bfloat16 (bench/RESULTS.md).
 #pragma once
 
 #include <optional>

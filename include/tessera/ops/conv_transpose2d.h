@@ -67,10 +67,4 @@ bool conv_transpose2d_rounds_input_to_bfloat16(const ConvTranspose2dParams& para
 StatusOr<Tensor> round_conv_transpose2d_weights(const Tensor& weight, const ConvTranspose2dParams& params,
                                                 DataType weights_dtype, DataType input_dtype);
 
-namespace reference {
-// Double accumulation, bias, activation, one rounding to `out_dtype`.
-StatusOr<Tensor> conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                                  const ConvTranspose2dParams& params, DataType out_dtype);
-}  // namespace reference
-
 }  // namespace tessera

@@ -35,9 +35,6 @@
 
 namespace tessera {
 
-enum class BinaryOpType : uint8_t { ADD, SUB, MUL, DIV };
-std::string_view binary_op_name(BinaryOpType op);  // "add", "sub", "mul", "div"
-
 struct EltwiseParams {
   std::optional<DataType> dtype;                 // output dtype
   std::optional<UnaryWithParam> activation;      // fused into binary ops

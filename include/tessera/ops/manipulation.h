@@ -66,12 +66,4 @@ StatusOr<Tensor> convert_to_hwc(const Tensor& input, const ManipulationParams& p
 StatusOr<Tensor> convert_to_chw(const Tensor& input, std::optional<DataType> dtype = std::nullopt,
                                 const ManipulationParams& params = {});
 
-namespace reference {
-// Host tensors of float dtypes in, ROW_MAJOR host tensors of the input dtype out.
-StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm);
-StatusOr<Tensor> pad(const Tensor& input, std::span<const std::array<uint32_t, 2>> padding, float value);
-StatusOr<Tensor> slice(const Tensor& input, const SliceParams& slice);
-StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim);
-}  // namespace reference
-
 }  // namespace tessera

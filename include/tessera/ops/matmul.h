@@ -53,10 +53,4 @@ StatusOr<Tensor> linear(const Tensor& input, const Tensor& weight, const std::op
 // classifier: 1.1 against 0.4 ms per call on an AVX2 CPU).
 DataType matmul_weights_dtype(DataType activations);
 
-namespace reference {
-// Double accumulation; host tensors of any float dtype.
-StatusOr<Tensor> matmul(const Tensor& a, const Tensor& b, const std::optional<Tensor>& bias,
-                        const MatmulParams& params, DataType out_dtype);
-}  // namespace reference
-
 }  // namespace tessera

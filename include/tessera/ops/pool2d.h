@@ -57,12 +57,4 @@ StatusOr<Tensor> avg_pool2d(const Tensor& input, const Pool2dParams& params, uin
 // sharded; output (N, 1, 1, C) interleaved in the input's buffer type.
 StatusOr<Tensor> global_avg_pool2d(const Tensor& input, uint8_t cq_id = 0);
 
-namespace reference {
-// Any float dtype and layout in; (1, 1, N*OH*OW, C) ROW_MAJOR of `out_dtype` out.
-StatusOr<Tensor> max_pool2d(const Tensor& input, const Pool2dParams& params, DataType out_dtype);
-StatusOr<Tensor> avg_pool2d(const Tensor& input, const Pool2dParams& params, DataType out_dtype);
-// (N, H, W, C) in, (N, 1, 1, C) out.
-StatusOr<Tensor> global_avg_pool2d(const Tensor& input, DataType out_dtype);
-}  // namespace reference
-
 }  // namespace tessera

@@ -29,12 +29,11 @@ struct UpsampleParams {
   uint8_t cq_id = 0;
 
   std::string descriptor(const Shape& input) const;  // "upsample:n1h30w40c512:s2x2:nearest"
+  // INVALID_ARGUMENT unless `input` is (N, H, W, C), the scales finite and
+  // positive, the output 1..65535 on each side, and align_corners bilinear.
+  Status validate(const Shape& input) const;
 };
 
 StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& params);
-
-namespace reference {
-StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& params, DataType out_dtype);
-}  // namespace reference
 
 }  // namespace tessera

@@ -438,7 +438,7 @@ StatusOr<graph::Graph> import_onnx_bytes(std::string_view bytes, const OnnxImpor
   return g;
 }
 
-StatusOr<cnn::WeightMap> load_onnx_initializers(const std::string& path) {
+StatusOr<std::map<std::string, HostTensor>> load_onnx_initializer_tensors(const std::string& path) {
   TS_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
   onnx::ModelProto model;
   if (!model.ParseFromString(bytes)) return invalid_argument_error("{}: not an ONNX model (protobuf parse failed)", path);
@@ -446,25 +446,11 @@ StatusOr<cnn::WeightMap> load_onnx_initializers(const std::string& path) {
     return unimplemented_error("{}: {} sparse initializers; Tessera reads dense initializers only", path,
                                model.graph().sparse_initializer_size());
   const std::string dir = std::filesystem::path(path).parent_path().string();
-  cnn::WeightMap out;
+  std::map<std::string, HostTensor> out;
   for (const onnx::TensorProto& t : model.graph().initializer()) {
     const std::string what = fmt::format("{}: initializer '{}'", path, t.name());
     TS_ASSIGN_OR_RETURN(HostTensor h, read_tensor(t, what, dir, int64_t{1} << 31));
-    if (h.volume() == 0) continue;  // an empty initializer carries no weights
-    std::vector<float> values(h.size());
-    for (size_t k = 0; k < h.size(); ++k) {
-      const double v = h.at(k);
-      if (h.type == ElemType::INT64 && std::fabs(v) > 16777216.0)
-        return invalid_argument_error("{}: integer {} at index {} is not exact in float32", what, v, k);
-      values[k] = static_cast<float>(v);
-    }
-    if (h.dims.size() > static_cast<size_t>(Shape::kMaxRank))
-      return invalid_argument_error("{}: rank {} is above Tessera's maximum {}", what, h.dims.size(), Shape::kMaxRank);
-    std::vector<uint32_t> dims(h.dims.begin(), h.dims.end());
-    if (dims.empty()) dims.push_back(1);  // a scalar becomes (1)
-    TS_ASSIGN_OR_RETURN(Tensor tensor,
-                        Tensor::from_vector(values, Shape(std::span<const uint32_t>(dims)), DataType::FLOAT32));
-    out.emplace(t.name(), std::move(tensor));
+    out.emplace(t.name(), std::move(h));
   }
   return out;
 }

@@ -12,7 +12,6 @@
 #include <cstddef>
 
 #include "tessera/ops/activation.h"
-#include "tessera/ops/eltwise.h"
 
 namespace tessera::cpu {
 
