@@ -470,7 +470,7 @@ StatusOr<Problem> make_problem(const Tensor& input_tensor, const Params& p, cons
   }
   pr.fidelity = config.compute_config.math_fidelity;
   pr.residual = residual;
-  const conv::ConvSelection chosen = conv::select_conv_algorithm(pr, device);
+  const conv::ConvSelection chosen = conv::select_conv_algorithm(pr, device, /*explain=*/selection != nullptr);
   pr.algorithm = chosen.algorithm;
   if (selection) *selection = chosen;
   // The keys name the algorithm: programs and packed weights serve only it.

@@ -310,7 +310,7 @@ bool runs_own_direct_kernel(ConvAlgorithm a) {
   }
 }
 
-ConvSelection select_conv_algorithm(const Problem& problem, const Device& device) {
+ConvSelection select_conv_algorithm(const Problem& problem, const Device& device, bool explain) {
   const ConvTuning& t = conv_tuning(kernel_isa());
   ConvSelection s;
   for (const Candidate& c : kCandidates) {
@@ -319,7 +319,7 @@ ConvSelection select_conv_algorithm(const Problem& problem, const Device& device
       s.algorithm = c.algorithm;
       return s;
     }
-    s.declined.push_back({c.algorithm, r});
+    if (explain) s.declined.push_back({c.algorithm, r});
   }
   return s;  // unreachable: the last candidate always applies
 }

@@ -72,11 +72,13 @@ struct ConvDecline {
 };
 struct ConvSelection {
   ConvAlgorithm algorithm = ConvAlgorithm::kOnednn;
-  std::vector<ConvDecline> declined;  // the candidates before it, in order
+  std::vector<ConvDecline> declined;  // the candidates before it, in order (when explained)
 };
 
-// `problem`: everything but algorithm and cout_padded filled in.
-ConvSelection select_conv_algorithm(const Problem& problem, const Device& device);
+// `problem`: everything but algorithm and cout_padded filled in. With
+// `explain`, the declines are kept too (an eager conv2d call asks without:
+// no allocation).
+ConvSelection select_conv_algorithm(const Problem& problem, const Device& device, bool explain = false);
 
 // The algorithm, then one line per candidate before it:
 //   rows3x3_avx512

@@ -46,7 +46,8 @@ TEST(ConvSelect, NamesAreUniqueAndOnednnAppliesToAnything) {
   pr.g = {.n = 1, .h = 8, .w = 8, .cin = 8, .cout = 8, .kh = 5, .kw = 5, .groups = 2, .oh = 4, .ow = 4};
   pr.input = pr.output = TensorSpec{Shape{1, 1, 64, 8}, DataType::FLOAT32, Layout::ROW_MAJOR, DRAM_MEMORY_CONFIG};
   pr.compute = pr.kernel = pr.dst_precision = pr.dst_dtype = DataType::FLOAT32;
-  const ConvSelection s = select_conv_algorithm(pr, *dev);
+  EXPECT_TRUE(select_conv_algorithm(pr, *dev).declined.empty());  // unexplained: no declines kept
+  const ConvSelection s = select_conv_algorithm(pr, *dev, /*explain=*/true);
   EXPECT_EQ(s.algorithm, ConvAlgorithm::kOnednn);
   // Every other candidate declined, in order, each with a reason.
   ASSERT_EQ(s.declined.size(), static_cast<size_t>(ConvAlgorithm::kOnednn));
