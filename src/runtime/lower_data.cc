@@ -4,10 +4,7 @@
 namespace tessera::runtime {
 
 Status CompiledModel::Impl::lower_concat(const Node& n) {
-  const int x = n.inputs.empty() ? -1 : n.inputs[0];
   const int y = n.outputs[0];
-  const std::string& op = n.op_type;
-  (void)x, (void)y, (void)op;
   const size_t r = rank(y);
   int64_t axis = n.attr_int("axis", 0);
   if (axis < 0) axis += static_cast<int64_t>(r);
@@ -97,10 +94,7 @@ Status CompiledModel::Impl::lower_reshape(const Node& n) {
 }
 
 Status CompiledModel::Impl::lower_transpose(const Node& n) {
-  const int x = n.inputs.empty() ? -1 : n.inputs[0];
-  const int y = n.outputs[0];
-  const std::string& op = n.op_type;
-  (void)x, (void)y, (void)op;
+  const int x = n.inputs[0], y = n.outputs[0];
   const size_t r = rank(x);
   Dims perm = n.attr_ints("perm");
   if (perm.empty())
@@ -118,10 +112,8 @@ Status CompiledModel::Impl::lower_transpose(const Node& n) {
 }
 
 Status CompiledModel::Impl::lower_slice_pad_split(const Node& n) {
-  const int x = n.inputs.empty() ? -1 : n.inputs[0];
-  const int y = n.outputs[0];
+  const int x = n.inputs[0], y = n.outputs[0];
   const std::string& op = n.op_type;
-  (void)x, (void)y, (void)op;
   // Evaluate the index arithmetic once on the host: per output, begin/end/step per dim (plain layout).
   const size_t r = rank(x);
   const bool from_nhwc = nhwc[static_cast<size_t>(x)] && r == 4;

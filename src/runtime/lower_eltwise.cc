@@ -68,10 +68,7 @@ Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
 }
 
 Status CompiledModel::Impl::lower_softmax(const Node& n) {
-  const int x = n.inputs.empty() ? -1 : n.inputs[0];
-  const int y = n.outputs[0];
-  const std::string& op = n.op_type;
-  (void)x, (void)y, (void)op;
+  const int x = n.inputs[0], y = n.outputs[0];
   const size_t r = rank(x);
   int64_t axis = n.attr_int("axis", g.opset >= 13 ? -1 : 1);
   if (axis < 0) axis += static_cast<int64_t>(r);
@@ -101,10 +98,7 @@ Status CompiledModel::Impl::lower_softmax(const Node& n) {
 }
 
 Status CompiledModel::Impl::lower_layer_norm(const Node& n) {
-  const int x = n.inputs.empty() ? -1 : n.inputs[0];
-  const int y = n.outputs[0];
-  const std::string& op = n.op_type;
-  (void)x, (void)y, (void)op;
+  const int x = n.inputs[0], y = n.outputs[0];
   if (n.outputs.size() != 1) return not_covered(n);
   const size_t r = rank(x);
   int64_t axis = n.attr_int("axis", -1);

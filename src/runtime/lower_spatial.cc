@@ -97,10 +97,7 @@ Status CompiledModel::Impl::lower_resize(const Node& n, bool* lowered) {
 }
 
 Status CompiledModel::Impl::lower_global_avg_pool(const Node& n) {
-  const int x = n.inputs.empty() ? -1 : n.inputs[0];
-  const int y = n.outputs[0];
-  const std::string& op = n.op_type;
-  (void)x, (void)y, (void)op;
+  const int x = n.inputs[0], y = n.outputs[0];
   if (rank(x) != 4) return lower_fallback(n, "a non-4D input");
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
@@ -113,10 +110,6 @@ Status CompiledModel::Impl::lower_global_avg_pool(const Node& n) {
 }
 
 Status CompiledModel::Impl::lower_resize_node(const Node& n) {
-  const int x = n.inputs.empty() ? -1 : n.inputs[0];
-  const int y = n.outputs[0];
-  const std::string& op = n.op_type;
-  (void)x, (void)y, (void)op;
   bool lowered = false;
   TS_RETURN_IF_ERROR(lower_resize(n, &lowered));
   if (lowered) return ok_status();
@@ -127,10 +120,7 @@ Status CompiledModel::Impl::lower_resize_node(const Node& n) {
 }
 
 Status CompiledModel::Impl::lower_batch_norm(const Node& n) {
-  const int x = n.inputs.empty() ? -1 : n.inputs[0];
-  const int y = n.outputs[0];
-  const std::string& op = n.op_type;
-  (void)x, (void)y, (void)op;
+  const int x = n.inputs[0], y = n.outputs[0];
   if (rank(x) != 4 || n.outputs.size() != 1) return not_covered(n);
   std::array<Tensor, 4> stats;
   for (size_t k = 0; k < 4; ++k) {
