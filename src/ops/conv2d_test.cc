@@ -1127,7 +1127,7 @@ TEST(Conv2d, LargeMapsTakeSeveralRowShardsPerWorker) {
 // A bfloat16 1x1 conv whose row shards' oneDNN kernel takes another weight
 // layout than the whole problem's (MobileNetV2's 14x14 96 -> 576) still
 // splits its rows over the workers: its weights are packed in the shards'
-// layout (conv2d.cc, compile's shard_layout retry). A batch split by images keeps
+// layout (conv/onednn_plan.cc, compile_onednn's shard_layout retry). A batch split by images keeps
 // the whole problem's layout. Both match the reference, the prepared weights
 // reused bit for bit.
 TEST(Conv2d, Bfloat16RowShardsPackTheirOwnLayout) {
@@ -1230,7 +1230,7 @@ TEST(Conv2d, WinogradBelowHiFi4) {
 }
 
 // float32 convs at LoFi on AMX CPUs compute on bfloat16-rounded operands
-// (lowers_to_bf16 in conv2d.cc): against the reference kernel run on the
+// (lowers_to_bf16 in conv/problem.cc): against the reference kernel run on the
 // input and weights rounded to bfloat16, with float32's tolerance (the
 // products are exact, the sums float32), float32 output rows. Row, channel
 // and image shards, a 7x7 stride-2 kernel, strides, dilation,

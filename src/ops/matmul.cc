@@ -24,7 +24,7 @@ using dnnl::memory;
 constexpr int kMaxBatchDims = 6;
 
 // One block of rows of every batch's output, run by one worker thread with
-// its own primitive arguments, scratch and staging (see conv2d.cc).
+// its own primitive arguments, scratch and staging (see conv/onednn_run.cc).
 struct MatmulBlock {
   uint32_t row0 = 0, rows = 0;
   uint32_t col0 = 0, cols = 0;  // a block of output columns (few rows, as a classifier's 1 x K)

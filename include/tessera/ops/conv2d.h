@@ -135,6 +135,10 @@ StatusOr<Conv2dResult> conv2d_concat(std::span<const Tensor> inputs, const Prepa
 // kernel): the input rounded to bfloat16 beforehand then gives the same
 // output. The compiler keeps such convs' inputs in bfloat16 at LoFi.
 bool conv2d_rounds_input_to_bfloat16(const Conv2dParams& params, const Conv2dConfig& config);
+// Whether any conv under `config` computes float32 inputs as bfloat16 on
+// this machine (the config's fidelity and the CPU; the shape then decides,
+// see conv2d_rounds_input_to_bfloat16).
+bool conv2d_may_round_input_to_bfloat16(const Conv2dConfig& config);
 
 // A skip connection added by the conv:
 //   y = residual.activation(params.activation(conv(x) + bias) + residual.tensor)

@@ -7,8 +7,10 @@
 #include <string>
 
 #include "select.h"
+#include "tessera/base/status.h"
 #include "tessera/ops/compute_config.h"
 #include "tessera/ops/conv2d.h"
+#include "tessera/ops/conv_transpose2d.h"
 #include "tessera/tensor/tensor_spec.h"
 
 namespace tessera::conv {
@@ -62,5 +64,32 @@ inline bool is_plain_silu(const UnaryWithParam& act) { return act.op == UnaryOpT
 bool patch_shape(const Geometry& g);
 // Whether oneDNN runs a conv whose kernel dtype is `kernel` on AMX.
 bool on_amx(DataType kernel);
+
+// The geometry of a conv or transposed conv (problem.cc). A transposed
+// conv's right and bottom padding shrink by its output padding, as oneDNN
+// sizes a deconvolution.
+Geometry geometry(const Conv2dParams& p);
+Geometry geometry(const ConvTranspose2dParams& p);
+// Whether a conv of `input` rows computes on bfloat16 operands although the
+// rows are float32: math fidelity LoFi where oneDNN has bfloat16 kernels
+// (see problem.cc for the shapes that keep float32). The compiler asks this
+// to round the values such a conv reads (conv2d_rounds_input_to_bfloat16).
+bool lowers_to_bf16(const Geometry& g, DataType input, const Conv2dConfig& config);
+// The part of a prepared-weights key naming the rows the kernel writes
+// ("->f32:"): packed weights serve only kernels writing those rows.
+std::string weights_key_rows(DataType dst);
+
+// The problem conv2d / conv_transpose2d solve for `input` under `config`,
+// its algorithm chosen by select_conv_algorithm (the declines kept in
+// `selection` when given). `residual`: the one the kernel adds (already
+// checked to fuse). `whole`: the spec of the rows the conv reads when
+// `input` is only the first of conv2d_concat's parts. Errors: the params'
+// and the input's checks (InvalidArgument, Unimplemented dtypes or layouts).
+StatusOr<Problem> make_problem(const Tensor& input, const Conv2dParams& p, const Conv2dConfig& config,
+                               const Conv2dResidual* residual = nullptr, const TensorSpec* whole = nullptr,
+                               ConvSelection* selection = nullptr);
+StatusOr<Problem> make_problem(const Tensor& input, const ConvTranspose2dParams& p, const Conv2dConfig& config,
+                               const Conv2dResidual* residual = nullptr, const TensorSpec* whole = nullptr,
+                               ConvSelection* selection = nullptr);
 
 }  // namespace tessera::conv

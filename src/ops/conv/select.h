@@ -9,7 +9,7 @@
 // per ISA tier, each value with its provenance), read through conv_tuning().
 //
 // Everything that needs the choice asks this function through the Problem
-// (conv2d.cc's make_problem): execution, weight packing and the program and
+// (problem.cc's make_problem): execution, weight packing and the program and
 // weights keys. `tessera run --explain` prints each conv's selection.
 //
 // To add an algorithm: one TS_CONV_ALGORITHMS line here, one candidate entry

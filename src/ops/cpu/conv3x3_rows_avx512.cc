@@ -1,7 +1,7 @@
 // Tessera's AVX-512 3x3 row kernel over float32 rows; contract in
 // direct_conv_kernels.h. Hand-written because oneDNN 2.6's brgconv and
 // Tessera's direct kernel both lose a few percent on some 3x3 convs (the
-// shapes: see conv2d.cc), against what their 6 x 4 micro tile sustains:
+// shapes: see conv/select.cc's rows3x3_avx512), against what their 6 x 4 micro tile sustains:
 // a tile of one output row's pixels reads its broadcasts at a constant
 // stride from three input rows (no per-pixel row pointers), the tiles of a
 // row are as even as whole tiles allow (56 pixels: 6 x 6 + 4 x 5, not a

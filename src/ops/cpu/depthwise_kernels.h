@@ -8,8 +8,8 @@
 // row; other shapes stage
 // zero-padded channel-blocked input rows (kernels past 7x7 take the portable
 // loop of depthwise_impl.h).
-// conv2d picks the shapes where each beats oneDNN's (conv2d.cc,
-// is_depthwise). The AVX2 kernel (depthwise_avx2.cc) takes float32 or
+// conv2d picks the shapes where each beats oneDNN's (conv/select.cc,
+// depthwise). The AVX2 kernel (depthwise_avx2.cc) takes float32 or
 // bfloat16 rows on every map (conv2d gives it those with bfloat16 in or
 // out): per block of six output pixels of a row and 16 channels, it reads
 // each tap's input straight from the rows (zeros in the padding) with the
