@@ -179,7 +179,7 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
     for (const auto& mb : impl->micro_batches)
       if (mb.end == ni + 1) impl->nhwc[static_cast<size_t>(mb.out)] = impl->nhwc[static_cast<size_t>(mb.out_part)];
   }
-  TS_RETURN_IF_ERROR(impl->plan_liveness());
+  impl->release = plan_liveness(g, impl->fused_concats, impl->micro_batches);
   for (int o : g.outputs)
     if (g.is_constant(o)) TS_RETURN_IF_ERROR(impl->constant(o).status());
   return std::unique_ptr<CompiledModel>(new CompiledModel(std::move(impl)));

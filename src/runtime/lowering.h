@@ -10,9 +10,8 @@
 //   lower_eltwise.cc     unary activations, Add / Sub / Mul / Div, Softmax, LayerNormalization
 //   lower_matmul.cc      MatMul, Gemm
 //   lower_data.cc        Concat, Reshape family, Transpose, Slice / Pad / Split
-//   plan_precision.cc    values kept in bfloat16 at LoFi
-//   plan_micro_batch.cc  runs of per-image ops a few images at a time
-//   plan_memory.cc       liveness: each value released after its last reader
+//   plan_*.cc            the planning passes (plans.h): micro-batching,
+//                        precision, liveness
 #pragma once
 
 #include <fmt/format.h>
@@ -26,6 +25,7 @@
 #include <string_view>
 
 #include "host_fallback.h"
+#include "plans.h"
 #include "tessera/cnn/layers.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/graph/shape_inference.h"
@@ -115,17 +115,8 @@ struct CompiledModel::Impl {
   // their rows where it can (conv2d.h), so the concatenation is never
   // written. plan_liveness keeps the inputs to the conv.
   std::map<int, std::pair<size_t, std::vector<int>>> channel_concats;
-  std::vector<std::pair<size_t, std::vector<int>>> fused_concats;  // (the conv node, the concat's inputs)
-  // A micro-batched run of nodes [begin, end) (CompileOptions::micro_batch):
-  // its nodes read `in` (the whole batch) as `in_part`, one group's images
-  // (a view), and leave `out_part`, copied into `out` (the whole batch).
-  // Every value the nodes make has `per` images.
-  struct MicroBatch {
-    size_t begin = 0, end = 0;
-    int in = -1, in_part = -1, out = -1, out_part = -1;
-    uint32_t groups = 1, per = 1;
-  };
-  std::vector<MicroBatch> micro_batches;
+  std::vector<FusedConcat> fused_concats;  // (the conv node, the concat's inputs)
+  std::vector<MicroBatch> micro_batches;  // plan_micro_batches (plans.h)
 
   const Dims& dims(int v) const { return g.value(v).dims; }
   // Graph outputs leave their producing kernel in float32 (one rounding
@@ -228,7 +219,6 @@ struct CompiledModel::Impl {
     --report.device_ops;
     return lower_fallback(n, "attributes the device kernel does not cover");
   }
-  Status plan_liveness();  // plan_memory.cc
   // Whether nodes a and b (a before b) run in the same micro-batch run, or
   // both outside any, and `v` is not a run's input or output.
   bool same_micro_batch(size_t a, size_t b, int v) const {
@@ -238,8 +228,7 @@ struct CompiledModel::Impl {
     }
     return true;
   }
-  Status plan_micro_batches();  // plan_micro_batch.cc
-  std::vector<MicroBatch> find_micro_batches(uint32_t per) const;
+  Status plan_micro_batches();  // plan_micro_batch.cc: micro_batches, the graph rewritten onto them
   uint64_t per_run(size_t ni, uint64_t work) const;
   size_t lowering = 0;  // the node being lowered
 

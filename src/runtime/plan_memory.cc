@@ -3,7 +3,8 @@
 
 namespace tessera::runtime {
 
-Status CompiledModel::Impl::plan_liveness() {
+std::vector<std::vector<int>> plan_liveness(const Graph& g, std::span<const FusedConcat> fused_concats,
+                                            std::span<const MicroBatch> micro_batches) {
   // The last step reading each value; graph outputs live to the end.
   std::vector<int> last(g.values.size(), -1);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni)
@@ -22,7 +23,7 @@ Status CompiledModel::Impl::plan_liveness() {
     held.insert(mb.out_part);
     last[static_cast<size_t>(mb.out_part)] = -1;
   }
-  release.assign(g.nodes.size(), {});
+  std::vector<std::vector<int>> release(g.nodes.size());
   for (size_t v = 0; v < last.size(); ++v)
     if (last[v] >= 0 && !g.values[v].constant) release[static_cast<size_t>(last[v])].push_back(static_cast<int>(v));
   // Outputs nobody reads (a Dropout mask, a skipped optional) go right away.
@@ -31,7 +32,7 @@ Status CompiledModel::Impl::plan_liveness() {
       if (last[static_cast<size_t>(o)] < 0 && !held.count(o) &&
           std::find(g.outputs.begin(), g.outputs.end(), o) == g.outputs.end())
         release[ni].push_back(o);
-  return ok_status();
+  return release;
 }
 
 }  // namespace tessera::runtime

@@ -11,11 +11,11 @@ namespace tessera::runtime {
 // group. Within each longest chain of such intervals whose ops are
 // per-image and fit the cache per group, the run is the stretch of whole
 // intervals with the largest estimated saving (below), if positive.
-std::vector<CompiledModel::Impl::MicroBatch> CompiledModel::Impl::find_micro_batches(uint32_t per) const {
+std::vector<MicroBatch> find_micro_batches(const Graph& g, uint32_t per, const MicroBatchBudget& mbb) {
   const size_t k = g.nodes.size();
   const int64_t batch = g.value(g.inputs[0]).dims.empty() ? 0 : g.value(g.inputs[0]).dims[0];
   if (per == 0 || batch <= per || batch % per != 0) return {};
-  const uint64_t es = element_size(act_dtype());
+  const uint64_t es = element_size(mbb.act_dtype);
   auto batched = [&](int v) {
     const graph::Value& val = g.value(v);
     return val.type == graph::ElemType::FLOAT32 && val.has_shape && val.dims.size() == 4 && val.dims[0] == batch;
@@ -26,11 +26,8 @@ std::vector<CompiledModel::Impl::MicroBatch> CompiledModel::Impl::find_micro_bat
   // Per node: whether it may run per group, and whether the whole batch spills.
   std::vector<bool> fits(k), spills(k);
   std::vector<uint64_t> whole(k), weights(k);  // bytes each node moves over the whole batch; its constants' bytes
-  const uint64_t wes = opt.weights_dtype == DataType::FLOAT32 ? 4 : 2;  // block floats: about 1, counted as 2
-  const uint64_t shared = device->descriptor().shared_cache_size;
-  const uint64_t budget = opt.micro_batch_cache_bytes ? opt.micro_batch_cache_bytes
-                          : shared                    ? shared / 2
-                                                      : uint64_t{16} << 20;
+  const uint64_t wes = mbb.weights_dtype == DataType::FLOAT32 ? 4 : 2;  // block floats: about 1, counted as 2
+  const uint64_t budget = mbb.cache_bytes;
   for (size_t ni = 0; ni < k; ++ni) {
     const Node& n = g.nodes[ni];
     bool ok = per_image_op(n) && batched(n.outputs[0]);
@@ -123,34 +120,43 @@ std::vector<CompiledModel::Impl::MicroBatch> CompiledModel::Impl::find_micro_bat
 
 // Picks the images per group (CompileOptions::micro_batch; by default one
 // per worker thread, so that each worker's convs keep one image's maps in its
-// own cache, else one) and rewrites each run's nodes onto per-group values.
-// ResNet-50 at batch 8 on two workers, device-only, two alternated rounds:
-// 146.1 / 153.4 ms whole-batch, 141.6 / 144.3 with one image per group,
-// 140.2 / 138.0 with two.
-Status CompiledModel::Impl::plan_micro_batches() {
-  if (opt.micro_batch == 0u || g.inputs.empty()) return ok_status();
+// own cache, else one). ResNet-50 at batch 8 on two workers, device-only, two
+// alternated rounds: 146.1 / 153.4 ms whole-batch, 141.6 / 144.3 with one
+// image per group, 140.2 / 138.0 with two. The group's budget: half the
+// shared cache (16 MiB where the descriptor names none).
+StatusOr<std::vector<MicroBatch>> plan_micro_batches(const Graph& g, const CompileOptions& opt,
+                                                     const DeviceDescriptor& device, uint32_t workers) {
+  if (opt.micro_batch == 0u || g.inputs.empty()) return std::vector<MicroBatch>();
   const auto& d0 = g.value(g.inputs[0]).dims;
   if (opt.micro_batch && !d0.empty() && *opt.micro_batch < d0[0] && d0[0] % *opt.micro_batch != 0)
     return invalid_argument_error("CompileOptions::micro_batch {} does not divide the batch of {} images",
                                   *opt.micro_batch, d0[0]);
-  if (!opt.micro_batch && device->descriptor().emulated) return ok_status();
-  if (device->descriptor().num_dram_banks != 1) return ok_status();  // batch views need one DRAM bank
+  if (!opt.micro_batch && device.emulated) return std::vector<MicroBatch>();
+  if (device.num_dram_banks != 1) return std::vector<MicroBatch>();  // batch views need one DRAM bank
+  const uint64_t shared = device.shared_cache_size;
+  const MicroBatchBudget budget{.act_dtype = opt.dtype,
+                                .weights_dtype = opt.weights_dtype,
+                                .cache_bytes = opt.micro_batch_cache_bytes ? opt.micro_batch_cache_bytes
+                                               : shared                    ? shared / 2
+                                                                           : uint64_t{16} << 20};
+  if (opt.micro_batch) return find_micro_batches(g, *opt.micro_batch, budget);
+  // The candidate covering the most nodes; ties go to the larger groups.
+  auto covered = [](const std::vector<MicroBatch>& r) {
+    size_t n = 0;
+    for (const auto& mb : r) n += mb.end - mb.begin;
+    return n;
+  };
   std::vector<MicroBatch> runs;
-  if (opt.micro_batch) {
-    runs = find_micro_batches(*opt.micro_batch);
-  } else {
-    // The candidate covering the most nodes; ties go to the larger groups.
-    auto covered = [](const std::vector<MicroBatch>& r) {
-      size_t n = 0;
-      for (const auto& mb : r) n += mb.end - mb.begin;
-      return n;
-    };
-    for (uint32_t per : {static_cast<uint32_t>(device->workers().num_threads()), 1u}) {
-      std::vector<MicroBatch> r = find_micro_batches(per);
-      if (covered(r) > covered(runs)) runs = std::move(r);
-    }
+  for (uint32_t per : {workers, 1u}) {
+    std::vector<MicroBatch> r = find_micro_batches(g, per, budget);
+    if (covered(r) > covered(runs)) runs = std::move(r);
   }
-  for (MicroBatch mb : runs) {
+  return runs;
+}
+
+std::vector<std::string> apply_micro_batches(Graph& g, std::vector<MicroBatch>& runs) {
+  std::vector<std::string> report;
+  for (MicroBatch& mb : runs) {
     auto part = [&](int v) {
       graph::Value pv = g.value(v);
       pv.name += "/micro_batch";
@@ -178,11 +184,17 @@ Status CompiledModel::Impl::plan_micro_batches() {
         }
       }
     }
-    report.micro_batches.push_back(fmt::format("nodes {} .. {} ({}): {} groups of {} image(s)",
-                                               g.nodes[mb.begin].label(), g.nodes[mb.end - 1].label(),
-                                               mb.end - mb.begin, mb.groups, mb.per));
-    micro_batches.push_back(mb);
+    report.push_back(fmt::format("nodes {} .. {} ({}): {} groups of {} image(s)", g.nodes[mb.begin].label(),
+                                 g.nodes[mb.end - 1].label(), mb.end - mb.begin, mb.groups, mb.per));
   }
+  return report;
+}
+
+Status CompiledModel::Impl::plan_micro_batches() {
+  TS_ASSIGN_OR_RETURN(micro_batches, runtime::plan_micro_batches(
+                                         g, opt, device->descriptor(),
+                                         static_cast<uint32_t>(device->workers().num_threads())));
+  report.micro_batches = apply_micro_batches(g, micro_batches);
   return ok_status();
 }
 

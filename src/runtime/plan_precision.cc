@@ -22,25 +22,16 @@ bool CompiledModel::Impl::rounds_input(const Node& n, size_t slot) const {
   return p.validate().ok() && conv_transpose2d_rounds_input_to_bfloat16(p, config);
 }
 
-// A fixed point over bf16_values: start from every value a Conv,
-// ConvTranspose (but SiLU ones), MaxPool or Concat makes, and drop those read
-// by anything but a rounding conv or a MaxPool / Concat whose own result
-// stays, and the MaxPool / Concat results whose inputs did not all stay (a
-// Concat's inputs share its dtype).
-Status CompiledModel::Impl::plan_bfloat16_values() {
-  bf16_values.assign(g.values.size(), false);
-  Conv2dConfig probe{.weights_dtype = opt.weights_dtype};
-  probe.compute_config.math_fidelity = opt.math_fidelity;
-  Conv2dParams any;  // a 16 -> 16 channel 3x3 conv on an 8x8 map: whether any conv lowers here
-  any.in_channels = any.out_channels = 16;
-  any.input_height = any.input_width = 8;
-  any.with_padding(1, 1);
-  if (act_dtype() != DataType::FLOAT32 || !conv2d_rounds_input_to_bfloat16(any, probe)) return ok_status();
+// (A Concat's inputs share its dtype: all of them stay, or none.)
+std::vector<bool> plan_bfloat16_values(const Graph& g, std::span<const MicroBatch> micro_batches,
+                                       const RoundsInput& rounds_input) {
+  std::vector<bool> bf16_values(g.values.size(), false);
+  const std::vector<std::vector<std::pair<int, int>>> consumers = g.consumers();
   auto passes_on = [](const Node& n) { return n.op_type == "MaxPool" || n.op_type == "Concat"; };
   for (const Node& n : g.nodes) {
     if (n.outputs.size() != 1) continue;
     // A conv whose SiLU runs after oneDNN writes its rows would round them
-    // twice in bfloat16 (conv2d.cc, make_pd): its result stays float32.
+    // twice in bfloat16 (conv/onednn_plan.cc, make_pd): its result stays float32.
     const bool residual = n.inputs.size() > 3 && n.inputs[3] >= 0;
     const std::optional<UnaryWithParam> act = activation_of(n);
     const bool silu = act && act->op == UnaryOpType::SILU;
@@ -49,7 +40,8 @@ Status CompiledModel::Impl::plan_bfloat16_values() {
   }
   for (int v : g.outputs) bf16_values[static_cast<size_t>(v)] = false;
   for (const MicroBatch& mb : micro_batches)
-    for (int v : {mb.in, mb.out, mb.in_part, mb.out_part}) bf16_values[static_cast<size_t>(v)] = false;
+    for (int v : {mb.in, mb.out, mb.in_part, mb.out_part})
+      if (v >= 0) bf16_values[static_cast<size_t>(v)] = false;
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t v = 0; v < g.values.size(); ++v) {
@@ -71,6 +63,16 @@ Status CompiledModel::Impl::plan_bfloat16_values() {
       }
     }
   }
+  return bf16_values;
+}
+
+Status CompiledModel::Impl::plan_bfloat16_values() {
+  bf16_values.assign(g.values.size(), false);
+  Conv2dConfig config{.weights_dtype = opt.weights_dtype};
+  config.compute_config.math_fidelity = opt.math_fidelity;
+  if (act_dtype() == DataType::FLOAT32 && conv2d_may_round_input_to_bfloat16(config))
+    bf16_values = runtime::plan_bfloat16_values(
+        g, micro_batches, [this](const Node& n, size_t slot) { return rounds_input(n, slot); });
   keeps_bf16_values = std::find(bf16_values.begin(), bf16_values.end(), true) != bf16_values.end();
   for (size_t v = 0; v < g.values.size(); ++v)
     if (bf16_values[v]) report.bfloat16_values.push_back(g.value(static_cast<int>(v)).name);
