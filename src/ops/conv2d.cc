@@ -264,10 +264,14 @@ StatusOr<std::optional<MemoryConfig>> plan_output(const Tensor& input, const Con
 }
 
 // Runs `core` on the kernel's input and config, then gives the output the
-// layout, dtype and memory config asked for.
-template <class Core>
-StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, const Conv2dConfig& config,
-                               std::string_view op, uint8_t cq_id, Core core) {
+// layout, dtype and memory config asked for. `residual`: the one the kernel
+// adds (with_residual), `bias`: whether the conv has one (its L1 plan).
+template <class Params, class Core>
+StatusOr<Conv2dResult> with_io(const Tensor& input, const Params& p, bool bias, const Conv2dResidual* residual,
+                               const Conv2dConfig& config, uint8_t cq_id, Core core) {
+  constexpr bool dense = std::is_same_v<Params, Conv2dParams>;  // transposed convs' patch matmul reads interleaved rows
+  const std::string_view op = dense ? "conv2d" : "conv_transpose2d";
+  const Conv2dGeometry g = conv2d_geometry(p, bias);
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
   const DataType in_dt = input.dtype();
   const DataType out_dt = config.dtype.value_or(is_block_float(in_dt) ? DataType::BFLOAT16 : in_dt);
@@ -275,24 +279,25 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
     return invalid_argument_error("{}: a {} output needs output_layout TILE (block-float tensors are tiles)", op,
                                   data_type_name(out_dt));
   TS_ASSIGN_OR_RETURN(const std::optional<MemoryConfig> planned, plan_output(input, g, config, out_dt, op));
-  const bool dense = op == "conv2d";
-  const bool depthwise_shape = g.groups > 1 && g.groups == g.in_channels && g.out_channels == g.in_channels;
   const DataType kernel_out = !is_block_float(out_dt)      ? out_dt
                               : in_dt == DataType::FLOAT32 ? DataType::FLOAT32
                                                            : DataType::BFLOAT16;
-  // Kernels of Tessera's own read and write rows (the oneDNN one reads
-  // tiles and shards itself and tilizes its own output).
-  const bool own_kernel = depthwise_shape || conv::direct_avx2_shape(op != "conv2d", g.groups, g.kernel_h, g.kernel_w,
-                                                                     g.in_channels, in_dt, kernel_out);
-  TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, dense, dense && !own_kernel, cq_id));
   const MemoryConfig mc = config.output_memory_config.value_or(
       planned.value_or(input.memory_config().is_sharded() ? DRAM_MEMORY_CONFIG : input.memory_config()));
   Conv2dConfig kernel = config;
   kernel.dtype = kernel_out;
   kernel.output_layout = Layout::ROW_MAJOR;
-  // The oneDNN kernel tilizes its own rows into the final tiles (depthwise
-  // shapes may take another kernel, and channel shards cannot: they tilize
-  // after). Otherwise the kernel
+  kernel.output_memory_config = mc;
+  kernel.shard_layout.reset();
+  kernel.slice_config.reset();
+  // Kernels of Tessera's own read and write rows (oneDNN's read tiles and
+  // shards themselves and tilize their own output): the algorithm that runs
+  // the conv on rows says which the input must become.
+  TS_ASSIGN_OR_RETURN(const conv::ConvAlgorithm algorithm, conv::algorithm_for_rows(input, p, kernel, residual));
+  const bool own_kernel = !conv::is_onednn(algorithm);
+  TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, dense, dense && !own_kernel, cq_id));
+  // The oneDNN kernel tilizes its own rows into the final tiles (channel
+  // shards cannot: they tilize after). Otherwise the kernel
   // writes the final memory config when no conversion follows, else dense
   // rows for the conversion to read.
   // Channel shards each own a slice of every row, so none can tilize rows.
@@ -310,8 +315,6 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
     kernel.output_memory_config =
         convert ? staging(static_cast<uint32_t>(g.output_rows()), g.out_channels, *kernel.dtype, dense) : mc;
   }
-  kernel.shard_layout.reset();
-  kernel.slice_config.reset();
   TS_ASSIGN_OR_RETURN(Conv2dResult r, core(x, kernel));
   if (fused_tiles) {
     // already final
@@ -331,7 +334,7 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Conv2dGeometry& g, con
 
 StatusOr<Conv2dResult> conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                               const Conv2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return with_io(input, conv2d_geometry(p, bias.has_value()), config, "conv2d", cq_id,
+  return with_io(input, p, bias.has_value(), nullptr, config, cq_id,
                  [&](const Tensor& x, const Conv2dConfig& c) { return with_weights(x, weight, bias, p, c, cq_id); });
 }
 
@@ -348,7 +351,7 @@ bool conv_transpose2d_rounds_input_to_bfloat16(const ConvTranspose2dParams& p, c
 // Prepared weights always carry a bias (zeros without one): the plan counts it.
 StatusOr<Conv2dResult> conv2d(const Tensor& input, const PreparedConv2dWeights& w, const Conv2dParams& p,
                               const Conv2dConfig& config, uint8_t cq_id) {
-  return with_io(input, conv2d_geometry(p, true), config, "conv2d", cq_id,
+  return with_io(input, p, true, nullptr, config, cq_id,
                  [&](const Tensor& x, const Conv2dConfig& c) { return with_prepared(x, w, p, c, cq_id); });
 }
 
@@ -443,21 +446,22 @@ bool residual_fuses(const Tensor& input, const Conv2dParams& p, const Conv2dResi
   const DataType in = input.dtype();
   const DataType out = config.dtype.value_or(is_block_float(in) ? DataType::BFLOAT16 : in);
   const bool depthwise = p.groups > 1 && p.groups == p.in_channels && p.out_channels == p.in_channels;
-  // oneDNN 2.6's AVX2 convs have no activation-then-sum chain of post-ops
-  // (they fall back to its reference kernel: minutes per frame for YOLO's
-  // bottlenecks), so on AVX2-only CPUs an activation before the add fuses
-  // only into Tessera's direct kernel.
-  const bool avx2_fusable =
-      kernel_isa() != KernelIsa::kAvx2 || p.activation.is_identity() ||
-      conv::direct_avx2_shape(false, p.groups, p.kernel_size[0], p.kernel_size[1], p.in_channels, in, out);
   const bool fusable = !depthwise && config.output_layout == Layout::ROW_MAJOR && !is_block_float(out) &&
                        !config.output_memory_config.value_or(input.memory_config()).is_sharded() &&
                        !input.memory_config().is_sharded() && !config.shard_layout && !config.slice_config &&
                        p.activation.op != UnaryOpType::HARDSIGMOID &&
                        residual.activation.op != UnaryOpType::HARDSIGMOID &&
                        residual.tensor.layout() == Layout::ROW_MAJOR && residual.tensor.dtype() == out &&
-                       !residual.tensor.memory_config().is_sharded() && avx2_fusable;
-  return fusable;
+                       !residual.tensor.memory_config().is_sharded();
+  if (!fusable || kernel_isa() != KernelIsa::kAvx2 || p.activation.is_identity()) return fusable;
+  // oneDNN 2.6's AVX2 convs have no activation-then-sum chain of post-ops
+  // (they fall back to its reference kernel: minutes per frame for YOLO's
+  // bottlenecks), so on AVX2-only CPUs an activation before the add fuses
+  // only into Tessera's direct kernels.
+  Conv2dConfig kernel = config;
+  kernel.dtype = out;
+  const StatusOr<conv::ConvAlgorithm> a = conv::algorithm_for_rows(input, p, kernel, &residual);
+  return a.ok() && conv::runs_own_direct_kernel(*a);
 }
 
 // Runs `run(&residual, config)` when the kernel can add the residual itself,
@@ -498,9 +502,9 @@ StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const Tensor& w
                                             const std::optional<Tensor>& bias, const Conv2dParams& p,
                                             const Conv2dResidual& residual, const Conv2dConfig& config, uint8_t cq_id) {
   return with_residual(input, p, residual, config, cq_id, [&](const Conv2dResidual* fused, const Conv2dConfig& cfg) {
-    return with_io(
-        input, conv2d_geometry(p, bias.has_value()), cfg, "conv2d", cq_id,
-        [&](const Tensor& x, const Conv2dConfig& c) { return with_weights(x, weight, bias, p, c, cq_id, fused); });
+    return with_io(input, p, bias.has_value(), fused, cfg, cq_id, [&](const Tensor& x, const Conv2dConfig& c) {
+      return with_weights(x, weight, bias, p, c, cq_id, fused);
+    });
   });
 }
 
@@ -513,7 +517,7 @@ StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const PreparedC
   return with_residual(
       input, p, residual, config, cq_id,
       [&](const Conv2dResidual* fused, const Conv2dConfig& cfg) {
-        return with_io(input, conv2d_geometry(p, true), cfg, "conv2d", cq_id,
+        return with_io(input, p, true, fused, cfg, cq_id,
                        [&](const Tensor& x, const Conv2dConfig& c) { return with_prepared(x, w, p, c, cq_id, fused); });
       },
       wide_weights);
@@ -521,13 +525,13 @@ StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const PreparedC
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                         const ConvTranspose2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return with_io(input, conv2d_geometry(p, bias.has_value()), config, "conv_transpose2d", cq_id,
+  return with_io(input, p, bias.has_value(), nullptr, config, cq_id,
                  [&](const Tensor& x, const Conv2dConfig& c) { return with_weights(x, weight, bias, p, c, cq_id); });
 }
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const PreparedConv2dWeights& w,
                                         const ConvTranspose2dParams& p, const Conv2dConfig& config, uint8_t cq_id) {
-  return with_io(input, conv2d_geometry(p, true), config, "conv_transpose2d", cq_id,
+  return with_io(input, p, true, nullptr, config, cq_id,
                  [&](const Tensor& x, const Conv2dConfig& c) { return with_prepared(x, w, p, c, cq_id); });
 }
 

@@ -45,11 +45,12 @@ Conv2dParams to_params(const Case& c) {
 
 void check_case(Device& dev, const Case& cs, DataType in_type, DataType w_type, const MemoryConfig& mc) {
   const Conv2dParams p = to_params(cs);
-  SCOPED_TRACE(fmt::format("{} in={} w={} {}", p.descriptor(), data_type_name(in_type), data_type_name(w_type),
-                           mc.to_string()));
+  SCOPED_TRACE(
+      fmt::format("{} in={} w={} {}", p.descriptor(), data_type_name(in_type), data_type_name(w_type), mc.to_string()));
   Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, in_type, Layout::ROW_MAJOR, 1);
   auto wv = testing::random_values(uint64_t{cs.k} * (cs.c / cs.groups) * cs.kh * cs.kw, 2, 0.2f);
-  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(wv, Shape{cs.k, cs.c / cs.groups, cs.kh, cs.kw}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor w,
+                       Tensor::from_vector(wv, Shape{cs.k, cs.c / cs.groups, cs.kh, cs.kw}, DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, dev, mc));
   ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, b, p, {.weights_dtype = w_type}));
@@ -100,8 +101,9 @@ void expect_conv_kernel(Device& dev, const Case& c, DataType in, DataType w, con
 void check_residual_case(Device& dev, const Case& cs, UnaryOpType post, std::string& kernel) {
   const Conv2dParams p = to_params(cs);
   Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 4);
-  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 5, 0.2f),
-                                                     Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor w,
+                       Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 5, 0.2f),
+                                           Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
   const Shape out{cs.n, cs.h, cs.w, cs.k};
   Tensor res = testing::random_tensor(out, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
@@ -122,10 +124,10 @@ void check_residual_case(Device& dev, const Case& cs, UnaryOpType post, std::str
 
 const Case kCases[] = {
     {1, 9, 11, 8, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},
-    {1, 14, 14, 64, 32, 1, 1, 1, 1, 1, {0, 0, 0, 0}},                       // pointwise
-    {2, 13, 7, 5, 7, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},       // batch, stride 2, odd/prime
-    {1, 17, 19, 16, 16, 3, 3, 1, 2, 1, {2, 2, 2, 2}, UnaryOpType::GELU},    // dilation
-    {1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}, UnaryOpType::RELU6},  // depthwise
+    {1, 14, 14, 64, 32, 1, 1, 1, 1, 1, {0, 0, 0, 0}},                          // pointwise
+    {2, 13, 7, 5, 7, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},          // batch, stride 2, odd/prime
+    {1, 17, 19, 16, 16, 3, 3, 1, 2, 1, {2, 2, 2, 2}, UnaryOpType::GELU},       // dilation
+    {1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}, UnaryOpType::RELU6},     // depthwise
     {1, 10, 10, 16, 32, 3, 3, 2, 1, 4, {0, 1, 0, 1}, UnaryOpType::HARDSWISH},  // groups, asymmetric pad
     {1, 8, 8, 3, 32, 7, 7, 2, 1, 1, {3, 3, 3, 3}, UnaryOpType::LEAKY_RELU},    // stem-like
     {1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID},    // activation applied after
@@ -158,10 +160,10 @@ TEST(Conv2d, ActivationAffineOnEveryKernel) {
       {1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}, UnaryOpType::HARDSWISH, -0.75f, 0.5f},  // depthwise
       {1, 13, 13, 48, 48, 3, 3, 2, 1, 48, {1, 1, 1, 1}, UnaryOpType::RELU6, 0.5f, 0.0f},        // depthwise s2
       {1, 20, 22, 96, 96, 5, 5, 1, 1, 96, {2, 2, 2, 2}, UnaryOpType::HARDSWISH, 1.25f, -0.5f},  // depthwise 5x5
-      {1, 4, 4, 1024, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU, 2.0f, -1.0f},     // direct (AVX-512)
-      {1, 20, 24, 32, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SIGMOID, 0.5f, 0.125f},   // narrow
-      {1, 14, 14, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU, 1.0f, 0.75f},      // direct (AVX2)
-      {1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID, 3.0f, -1.0f},   // applied after
+      {1, 4, 4, 1024, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU, 2.0f, -1.0f},        // direct (AVX-512)
+      {1, 20, 24, 32, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SIGMOID, 0.5f, 0.125f},      // narrow
+      {1, 14, 14, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU, 1.0f, 0.75f},         // direct (AVX2)
+      {1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID, 3.0f, -1.0f},      // applied after
   };
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
     set_kernel_isa_limit(isa);
@@ -223,7 +225,8 @@ TEST(Conv2d, DepthwiseBfloat16KeepsDenormals) {
     ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv2d(x, w, std::nullopt, p, DataType::BFLOAT16));
     ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
     ASSERT_EQ(got.size(), ref.size());
-    const auto denormals = std::count_if(ref.begin(), ref.end(), [](float f) { return std::fpclassify(f) == FP_SUBNORMAL; });
+    const auto denormals =
+        std::count_if(ref.begin(), ref.end(), [](float f) { return std::fpclassify(f) == FP_SUBNORMAL; });
     EXPECT_GT(denormals, static_cast<long>(ref.size() / 4));
     for (size_t i = 0; i < got.size(); ++i)
       ASSERT_LE(std::fabs(got[i] - ref[i]), std::ldexp(1.0f, -133) + std::ldexp(std::fabs(ref[i]), -7))
@@ -292,11 +295,11 @@ TEST(Conv2d, DepthwiseOwnKernel) {
     // Float32 input, bfloat16 output: the kernel rounds as it stores.
     const Conv2dParams p = to_params(cases[0]);
     Tensor x = testing::random_tensor(Shape{1, 14, 14, 37}, DataType::FLOAT32, Layout::ROW_MAJOR, 11);
-    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(37 * 9, 12, 0.2f), Shape{37, 1, 3, 3},
-                                                       DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(
+        Tensor w, Tensor::from_vector(testing::random_values(37 * 9, 12, 0.2f), Shape{37, 1, 3, 3}, DataType::FLOAT32));
     ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
-    ASSERT_OK_AND_ASSIGN(Conv2dResult r,
-                         conv2d(dx, w, std::nullopt, p, {.weights_dtype = DataType::FLOAT32, .dtype = DataType::BFLOAT16}));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, std::nullopt, p,
+                                                {.weights_dtype = DataType::FLOAT32, .dtype = DataType::BFLOAT16}));
     EXPECT_EQ(r.output.dtype(), DataType::BFLOAT16);
     ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
     ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
@@ -331,6 +334,60 @@ TEST(Conv2d, BlockFloatWeights) {
   }
 }
 
+// The conv launch's kernel in a profile (the conversions around it are other ops).
+std::string conv_kernel_name(const DeviceProfile& prof) {
+  for (const OpTiming& op : prof.ops)
+    if (op.kernel_name.find("conv") != std::string::npos || op.kernel_name.find("depthwise") != std::string::npos)
+      return op.kernel_name;
+  return "";
+}
+
+// conv2d converts tiles in and out around a kernel of Tessera's own (which
+// reads and writes rows) and leaves them to oneDNN's (which reads tiles and
+// tilizes itself): it asks the selection which runs the rows. Whatever the
+// layout, the same kernel runs and the output tiles hold the rows' values.
+TEST(Conv2d, TilesInAndOutRunTheRowsKernel) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
+  const Case cases[] = {
+      {1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}, UnaryOpType::RELU},    // depthwise
+      {1, 14, 14, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},     // direct / rows3x3 / oneDNN
+      {1, 20, 24, 32, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::IDENTITY},  // narrow
+      {2, 7, 9, 144, 24, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU6},     // padded output channels
+  };
+  const KernelIsa native = kernel_isa();
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2}) {
+    set_kernel_isa_limit(isa);
+    if (kernel_isa() != isa) continue;
+    SCOPED_TRACE(kernel_isa_name(isa));
+    for (const Case& c : cases)
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+        SCOPED_TRACE(fmt::format("{}x{} {} -> {} groups {} {}", c.kh, c.kw, c.c, c.k, c.groups, data_type_name(dt)));
+        const Conv2dParams p = to_params(c);
+        const uint32_t rows = c.n * c.h * c.w;
+        Tensor x = testing::random_tensor(Shape{1, 1, rows, c.c}, dt, Layout::ROW_MAJOR, 1);
+        ASSERT_OK_AND_ASSIGN(
+            Tensor w, Tensor::from_vector(testing::random_values(uint64_t{c.k} * c.c / c.groups * c.kh * c.kw, 2, 0.1f),
+                                          Shape{c.k, c.c / c.groups, c.kh, c.kw}, DataType::FLOAT32));
+        ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+        ASSERT_OK(enable_profiler(*dev));
+        ASSERT_OK_AND_ASSIGN(Conv2dResult base, conv2d(dx, w, std::nullopt, p));
+        ASSERT_OK_AND_ASSIGN(DeviceProfile rows_prof, read_profile(*dev));
+        const std::string kernel = conv_kernel_name(rows_prof);
+        ASSERT_FALSE(kernel.empty());
+        ASSERT_OK_AND_ASSIGN(Tensor want, to_layout(base.output, Layout::TILE));
+        ASSERT_OK_AND_ASSIGN(Tensor tiled, to_layout(dx, Layout::TILE));
+        ASSERT_OK(read_profile(*dev).status());
+        ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(tiled, base.weights, p, {.output_layout = Layout::TILE}));
+        ASSERT_OK_AND_ASSIGN(DeviceProfile tiles_prof, read_profile(*dev));
+        EXPECT_EQ(conv_kernel_name(tiles_prof), kernel);
+        EXPECT_EQ(r.output.layout(), Layout::TILE);
+        EXPECT_EQ(testing::host_bytes(r.output.cpu().value()), testing::host_bytes(want.cpu().value()));
+        ASSERT_OK(disable_profiler(*dev));
+      }
+  }
+  set_kernel_isa_limit(native);
+}
+
 // Float32 1x1 convs with output channels not a multiple of 16 (under 64)
 // compute them padded to one on AVX-512 (zero weights, in pixel chunks) and
 // keep the real ones: every way in and out gives the reference's values, and
@@ -352,7 +409,8 @@ TEST(Conv2d, NarrowOutputsMatchEveryWayInAndOut) {
     Tensor x = testing::random_tensor(Shape{1, 1, rows, c.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
     ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cout} * c.c, 2, 0.1f),
                                                        Shape{cout, c.c, 1, 1}, DataType::FLOAT32));
-    ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cout, 3), Shape{cout}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor b,
+                         Tensor::from_vector(testing::random_values(cout, 3), Shape{cout}, DataType::FLOAT32));
     ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
     ASSERT_OK_AND_ASSIGN(Conv2dResult base, conv2d(dx, w, b, p));
     ASSERT_OK_AND_ASSIGN(Tensor base_host, base.output.cpu());
@@ -402,8 +460,8 @@ TEST(Conv2d, TracedReplayEqualsEager) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 16}));
   const Conv2dParams p = to_params(kCases[0]);
   Tensor x = testing::random_tensor(Shape{1, 9, 11, 8}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
-  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(16 * 8 * 9, 2), Shape{16, 8, 3, 3},
-                                                     DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor w, Tensor::from_vector(testing::random_values(16 * 8 * 9, 2), Shape{16, 8, 3, 3}, DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
   ASSERT_OK_AND_ASSIGN(Conv2dResult eager, conv2d(dx, w, std::nullopt, p));
   ASSERT_OK_AND_ASSIGN(Tensor expected, eager.output.cpu());
@@ -435,8 +493,8 @@ void check_tile_sharded_block_float(uint32_t side, uint32_t cout) {
   ASSERT_OK_AND_ASSIGN(Conv2dResult from_tiles, conv2d(tiled, base.weights, p));
   EXPECT_EQ(testing::host_bytes(from_tiles.output.cpu().value()), want);
   EXPECT_EQ(from_tiles.output.memory_config(), DRAM_MEMORY_CONFIG);
-  const MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
-                                           CoreRange({0, 0}, {1, 0}), half, 32);
+  const MemoryConfig hs =
+      testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1, CoreRange({0, 0}, {1, 0}), half, 32);
   ASSERT_OK_AND_ASSIGN(Tensor sharded, to_device(x, *dev, hs));
   ASSERT_OK_AND_ASSIGN(Conv2dResult from_shards, conv2d(sharded, base.weights, p));
   EXPECT_EQ(testing::host_bytes(from_shards.output.cpu().value()), want);
@@ -445,13 +503,15 @@ void check_tile_sharded_block_float(uint32_t side, uint32_t cout) {
   ASSERT_OK_AND_ASSIGN(Tensor decoded, untilize(bfp8, {.dtype = DataType::BFLOAT16}));
   ASSERT_OK_AND_ASSIGN(Conv2dResult from_decoded, conv2d(decoded, base.weights, p));
   ASSERT_OK_AND_ASSIGN(Conv2dResult from_bfp8, conv2d(bfp8, base.weights, p));
-  EXPECT_EQ(testing::host_bytes(from_bfp8.output.cpu().value()), testing::host_bytes(from_decoded.output.cpu().value()));
+  EXPECT_EQ(testing::host_bytes(from_bfp8.output.cpu().value()),
+            testing::host_bytes(from_decoded.output.cpu().value()));
   // bfloat8_b tiles out, height sharded: the bfloat16 result packed.
-  const MemoryConfig out_hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
-                                               CoreRange({0, 0}, {1, 0}), half, cout);
-  ASSERT_OK_AND_ASSIGN(Conv2dResult packed,
-                       conv2d(dx, base.weights, p,
-                              {.dtype = DataType::BFLOAT8_B, .output_layout = Layout::TILE, .output_memory_config = out_hs}));
+  const MemoryConfig out_hs =
+      testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1, CoreRange({0, 0}, {1, 0}), half, cout);
+  ASSERT_OK_AND_ASSIGN(
+      Conv2dResult packed,
+      conv2d(dx, base.weights, p,
+             {.dtype = DataType::BFLOAT8_B, .output_layout = Layout::TILE, .output_memory_config = out_hs}));
   EXPECT_EQ(packed.output.dtype(), DataType::BFLOAT8_B);
   EXPECT_EQ(packed.output.layout(), Layout::TILE);
   EXPECT_EQ(packed.output.memory_config(), out_hs);
@@ -479,8 +539,10 @@ TEST(Conv2d, Errors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const Conv2dParams p = to_params(kCases[0]);
   Tensor x = testing::random_tensor(Shape{1, 9, 11, 8}, DataType::BFLOAT16, Layout::ROW_MAJOR, 1);
-  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(std::vector<float>(16 * 8 * 9), Shape{16, 8, 3, 3}, DataType::FLOAT32));
-  ASSERT_OK_AND_ASSIGN(Tensor bad_w, Tensor::from_vector(std::vector<float>(16 * 8 * 9), Shape{16, 8, 9, 1}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor w,
+                       Tensor::from_vector(std::vector<float>(16 * 8 * 9), Shape{16, 8, 3, 3}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor bad_w,
+                       Tensor::from_vector(std::vector<float>(16 * 8 * 9), Shape{16, 8, 9, 1}, DataType::FLOAT32));
   EXPECT_ERROR(conv2d(x, w, std::nullopt, p), StatusCode::kInvalidArgument, "must be a device tensor");
   ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
   EXPECT_ERROR(conv2d(dx, bad_w, std::nullopt, p), StatusCode::kInvalidArgument, "expected weight shape [16,8,3,3]");
@@ -518,14 +580,20 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
   };
   const R cases[] = {
       {{1, 14, 14, 32, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
-      {{2, 9, 11, 16, 24, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
+      {{2, 9, 11, 16, 24, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+       UnaryOpType::IDENTITY,
+       DataType::FLOAT32,
        DataType::FLOAT32},
       {{1, 20, 20, 16, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU, DataType::BFLOAT16, DataType::BFLOAT16},
       // bfloat16 rows through the AVX2 direct kernel: strided, an activation before the add, 40 channels.
-      {{2, 9, 11, 16, 40, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::RELU, DataType::BFLOAT16,
+      {{2, 9, 11, 16, 40, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+       UnaryOpType::RELU,
+       DataType::BFLOAT16,
        DataType::BFLOAT16},
       {{1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
-      {{1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID}, UnaryOpType::RELU, DataType::FLOAT32,
+      {{1, 6, 6, 8, 8, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::HARDSIGMOID},
+       UnaryOpType::RELU,
+       DataType::FLOAT32,
        DataType::FLOAT32},
       {{1, 6, 6, 8, 8, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::BFLOAT16},
       {{1, 7, 7, 64, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
@@ -533,51 +601,78 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       {{1, 7, 9, 512, 520, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::FLOAT32},
       {{1, 7, 7, 256, 272, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU6, DataType::FLOAT32, DataType::FLOAT32},
       // ... and an activation before the add there (through the float math table).
-      {{1, 6, 5, 272, 1024, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY,
-       DataType::FLOAT32, DataType::FLOAT32},
+      {{1, 6, 5, 272, 1024, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU},
+       UnaryOpType::IDENTITY,
+       DataType::FLOAT32,
+       DataType::FLOAT32},
       // ... over weights in chunks (2048 input channels: partial sums between two chunks).
-      {{1, 7, 7, 2048, 528, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::RELU,
-       DataType::FLOAT32, DataType::FLOAT32},
+      {{1, 7, 7, 2048, 528, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU},
+       UnaryOpType::RELU,
+       DataType::FLOAT32,
+       DataType::FLOAT32},
       // An activation with an affine before the add: oneDNN's post-ops, then the AVX-512 direct kernel's
       // float math table (the affine keeps relu out of its registers).
-      {{1, 14, 14, 32, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::HARDSWISH, 1.5f, -0.25f}, UnaryOpType::RELU,
-       DataType::FLOAT32, DataType::FLOAT32},
-      {{1, 7, 9, 512, 520, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU, 0.5f, 0.25f}, UnaryOpType::RELU6,
-       DataType::FLOAT32, DataType::FLOAT32},
+      {{1, 14, 14, 32, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::HARDSWISH, 1.5f, -0.25f},
+       UnaryOpType::RELU,
+       DataType::FLOAT32,
+       DataType::FLOAT32},
+      {{1, 7, 9, 512, 520, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU, 0.5f, 0.25f},
+       UnaryOpType::RELU6,
+       DataType::FLOAT32,
+       DataType::FLOAT32},
       // A strided 1x1 downsample with the block's residual, split by rows (ResNet's stage entries).
       {{1, 18, 17, 32, 64, 1, 1, 2, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
       // YOLO's bottlenecks: 3x3 stride 1 with an activation before the add, at HiFi2 (Winograd).
-      {{1, 15, 13, 24, 40, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
-       DataType::FLOAT32, true},
+      {{1, 15, 13, 24, 40, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+       UnaryOpType::IDENTITY,
+       DataType::FLOAT32,
+       DataType::FLOAT32,
+       true},
       {{2, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32, true},
       // SiLU before the add on oneDNN's float32 kernels, by row shards and by images (their post-ops;
       // LoFiSiluThenResidualOnAmx has float32 rows on the bfloat16 kernels, Tessera's SiLU and add after).
-      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
+      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+       UnaryOpType::IDENTITY,
+       DataType::FLOAT32,
        DataType::FLOAT32},
-      {{2, 24, 20, 16, 48, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::RELU, DataType::FLOAT32,
+      {{2, 24, 20, 16, 48, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+       UnaryOpType::RELU,
+       DataType::FLOAT32,
        DataType::FLOAT32},
       // ... and bfloat16 rows there: oneDNN's bfloat16 kernels write float32 rows, which Tessera's SiLU and
       // fused add round as they store, with a bfloat16 or float32 residual.
-      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::BFLOAT16,
+      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+       UnaryOpType::IDENTITY,
+       DataType::BFLOAT16,
        DataType::BFLOAT16},
-      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::BFLOAT16,
+      {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+       UnaryOpType::IDENTITY,
+       DataType::BFLOAT16,
        DataType::FLOAT32},
-      {{2, 5, 7, 32, 48, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::RELU, DataType::BFLOAT16,
+      {{2, 5, 7, 32, 48, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+       UnaryOpType::RELU,
+       DataType::BFLOAT16,
        DataType::BFLOAT16},
       // A float32 residual on bfloat16 rows adds unrounded: oneDNN's kernels write float32 rows there.
       {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU6, DataType::BFLOAT16, DataType::FLOAT32},
       {{1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, UnaryOpType::RELU6, DataType::BFLOAT16, DataType::BFLOAT16},
       {{1, 14, 14, 64, 48, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::BFLOAT16, DataType::FLOAT32},
-      {{2, 9, 11, 16, 40, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU}, UnaryOpType::RELU6, DataType::BFLOAT16,
+      {{2, 9, 11, 16, 40, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},
+       UnaryOpType::RELU6,
+       DataType::BFLOAT16,
        DataType::FLOAT32},
       // An activation before the add on a 1x1: a separate add on AVX2-only CPUs.
-      {{1, 10, 10, 32, 48, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::IDENTITY, DataType::FLOAT32,
+      {{1, 10, 10, 32, 48, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU},
+       UnaryOpType::IDENTITY,
+       DataType::FLOAT32,
        DataType::FLOAT32},
       // 1x1 convs with over 4 MiB of output rows per image add the residual in
       // Tessera's own pass on AVX-512 (pixel chunks with a shorter tail): by
       // image, and by rows with an activation before the add.
       {{2, 64, 67, 24, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
-      {{1, 58, 75, 16, 272, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU}, UnaryOpType::RELU6, DataType::FLOAT32,
+      {{1, 58, 75, 16, 272, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SILU},
+       UnaryOpType::RELU6,
+       DataType::FLOAT32,
        DataType::FLOAT32},
       {{3, 58, 75, 16, 272, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::IDENTITY, DataType::FLOAT32, DataType::FLOAT32},
       // And those with under 4 MiB per image but over 8 MiB over the batch.
@@ -589,7 +684,9 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       {{3, 13, 14, 160, 1640, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
       {{3, 13, 14, 264, 1000, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::RELU, DataType::FLOAT32, DataType::FLOAT32},
       // One and two output channels: the narrow kernel on AVX-512.
-      {{2, 9, 13, 24, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SIGMOID}, UnaryOpType::RELU, DataType::BFLOAT16,
+      {{2, 9, 13, 24, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::SIGMOID},
+       UnaryOpType::RELU,
+       DataType::BFLOAT16,
        DataType::BFLOAT16},
       {{1, 17, 6, 40, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}}, UnaryOpType::IDENTITY, DataType::FLOAT32, DataType::BFLOAT16},
   };
@@ -606,8 +703,10 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       const Case& cs = rc.c;
       Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, rc.in, Layout::ROW_MAJOR, 4);
       auto wv = testing::random_values(uint64_t{cs.k} * (cs.c / cs.groups) * cs.kh * cs.kw, 5, 0.2f);
-      ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(wv, Shape{cs.k, cs.c / cs.groups, cs.kh, cs.kw}, DataType::FLOAT32));
-      ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor w,
+                           Tensor::from_vector(wv, Shape{cs.k, cs.c / cs.groups, cs.kh, cs.kw}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor b,
+                           Tensor::from_vector(testing::random_values(cs.k, 6), Shape{cs.k}, DataType::FLOAT32));
       const Shape out{cs.n, p.output_height(), p.output_width(), cs.k};
       Tensor res = testing::random_tensor(out, rc.res, Layout::ROW_MAJOR, 7);
       ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
@@ -622,7 +721,8 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
       ASSERT_OK_AND_ASSIGN(Tensor rw, round_conv2d_weights(w, p, wt, rc.in));
       ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, rw, b, p, DataType::FLOAT32));
       ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(out));
-      ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {rc.post}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor ref_t,
+                           reference::binary(conv_r, res, BinaryOpType::ADD, {rc.post}, DataType::FLOAT32));
       ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
       if (rc.hifi2) {  // Winograd's tolerance (WinogradBelowHiFi4)
         float mx = 1;
@@ -662,7 +762,8 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
         EXPECT_EQ(ran_direct, direct512);
       }
       // The prepared weights take the same residual.
-      ASSERT_OK_AND_ASSIGN(Conv2dResult again, conv2d_with_residual(dx, r.weights, p, Conv2dResidual{dres, {rc.post}}, cfg));
+      ASSERT_OK_AND_ASSIGN(Conv2dResult again,
+                           conv2d_with_residual(dx, r.weights, p, Conv2dResidual{dres, {rc.post}}, cfg));
       ASSERT_OK_AND_ASSIGN(Tensor again_t, again.output.cpu());
       EXPECT_EQ(testing::host_bytes(again_t), testing::host_bytes(got_t));
       // Weights prepared by a plain conv (for bfloat16 rows) take a float32
@@ -708,11 +809,17 @@ TEST(Conv2d, ResidualMatchesConvThenAdd) {
   }
   // A residual of the wrong shape.
   const Conv2dParams p = to_params(cases[0].c);
-  ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(testing::random_tensor(Shape{1, 14, 14, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
-  ASSERT_OK_AND_ASSIGN(Tensor bad, to_device(testing::random_tensor(Shape{1, 14, 14, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
-  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(std::vector<float>(64 * 32, 0.1f), Shape{64, 32, 1, 1}, DataType::FLOAT32));
-  EXPECT_ERROR(conv2d_with_residual(dx, w, std::nullopt, p, Conv2dResidual{bad, {}}, {.weights_dtype = DataType::FLOAT32}),
-               StatusCode::kInvalidArgument, "the residual has shape [1,14,14,32]");
+  ASSERT_OK_AND_ASSIGN(
+      Tensor dx,
+      to_device(testing::random_tensor(Shape{1, 14, 14, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor bad,
+      to_device(testing::random_tensor(Shape{1, 14, 14, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor w,
+                       Tensor::from_vector(std::vector<float>(64 * 32, 0.1f), Shape{64, 32, 1, 1}, DataType::FLOAT32));
+  EXPECT_ERROR(
+      conv2d_with_residual(dx, w, std::nullopt, p, Conv2dResidual{bad, {}}, {.weights_dtype = DataType::FLOAT32}),
+      StatusCode::kInvalidArgument, "the residual has shape [1,14,14,32]");
 }
 
 }  // namespace
@@ -773,7 +880,8 @@ TEST(Conv2d, OutputChannelSplitMatchesReference) {
   }
   ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
   int split = 0;
-  for (const OpTiming& t : prof.ops) split += t.kernel_name.starts_with("f32_conv2d") && t.kernel_name.ends_with("_x2oc");
+  for (const OpTiming& t : prof.ops)
+    split += t.kernel_name.starts_with("f32_conv2d") && t.kernel_name.ends_with("_x2oc");
   EXPECT_GE(split, 4) << "float32 channel-split launches";
   // With a residual added by the kernel, gathered per shard.
   const Case rc{1, 7, 7, 64, 200, 1, 1, 1, 1, 1, {0, 0, 0, 0}};
@@ -784,15 +892,15 @@ TEST(Conv2d, OutputChannelSplitMatchesReference) {
                                                      DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
   ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
-  ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, std::nullopt, p,
-                                                            Conv2dResidual{dres, {UnaryOpType::RELU}},
-                                                            {.weights_dtype = DataType::FLOAT32}));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult r,
+                       conv2d_with_residual(dx, w, std::nullopt, p, Conv2dResidual{dres, {UnaryOpType::RELU}},
+                                            {.weights_dtype = DataType::FLOAT32}));
   ASSERT_OK_AND_ASSIGN(Tensor got_t, r.output.cpu());
   ASSERT_OK_AND_ASSIGN(std::vector<float> got, got_t.to_vector());
   ASSERT_OK_AND_ASSIGN(Tensor conv_t, reference::conv2d(x, w, std::nullopt, p, DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(Shape{1, 7, 7, 200}));
-  ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {UnaryOpType::RELU},
-                                                       DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor ref_t,
+                       reference::binary(conv_r, res, BinaryOpType::ADD, {UnaryOpType::RELU}, DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
   testing::expect_conv_close(got, ref, DataType::FLOAT32);
   ASSERT_OK_AND_ASSIGN(DeviceProfile rprof, read_profile(*dev));
@@ -825,11 +933,11 @@ TEST(Conv2d, DirectAvx2Kernel) {
       {1, 29, 28, 16, 48, 7, 7, 1, 1, 1, {3, 3, 3, 3}},
       {1, 60, 61, 24, 8, 2, 2, 2, 1, 1, {0, 0, 0, 0}, UnaryOpType::GELU},
       {1, 200, 40, 64, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU6},
-      {1, 60, 80, 144, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  // many channels on a large map
-      {1, 14, 14, 256, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  // input-channel chunks on a small map
+      {1, 60, 80, 144, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                   // many channels on a large map
+      {1, 14, 14, 256, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                   // input-channel chunks on a small map
       {1, 9, 7, 100, 20, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // uneven chunks, strided
-      {2, 23, 19, 40, 33, 5, 5, 1, 1, 1, {2, 2, 2, 2}},    // 5x5: three chunks of at most 16
-      {1, 150, 37, 96, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  // bands balanced over the workers
+      {2, 23, 19, 40, 33, 5, 5, 1, 1, 1, {2, 2, 2, 2}},                    // 5x5: three chunks of at most 16
+      {1, 150, 37, 96, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                   // bands balanced over the workers
   };
   // float32 rows, and bfloat16 rows (widened per band, outputs rounded as they are stored).
   for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16})
@@ -841,17 +949,19 @@ TEST(Conv2d, DirectAvx2Kernel) {
       EXPECT_EQ(prof.ops.back().kernel_name, "f32_conv2d__direct_avx2");
     }
   // One dtype in, the other out.
-  for (const auto& [in, out] : {std::pair{DataType::BFLOAT16, DataType::FLOAT32},
-                                std::pair{DataType::FLOAT32, DataType::BFLOAT16}}) {
+  for (const auto& [in, out] :
+       {std::pair{DataType::BFLOAT16, DataType::FLOAT32}, std::pair{DataType::FLOAT32, DataType::BFLOAT16}}) {
     const Case& c = cases[2];
     SCOPED_TRACE(fmt::format("{} -> {}", data_type_name(in), data_type_name(out)));
     const Conv2dParams p = to_params(c);
     Tensor x = testing::random_tensor(Shape{c.n, c.h, c.w, c.c}, in, Layout::ROW_MAJOR, 8);
-    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{c.k} * c.c * c.kh * c.kw, 9, 0.2f),
-                                                       Shape{c.k, c.c, c.kh, c.kw}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor w,
+                         Tensor::from_vector(testing::random_values(uint64_t{c.k} * c.c * c.kh * c.kw, 9, 0.2f),
+                                             Shape{c.k, c.c, c.kh, c.kw}, DataType::FLOAT32));
     ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
     ASSERT_OK(enable_profiler(*dev));
-    ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d(dx, w, std::nullopt, p, {.weights_dtype = DataType::BFLOAT16, .dtype = out}));
+    ASSERT_OK_AND_ASSIGN(Conv2dResult r,
+                         conv2d(dx, w, std::nullopt, p, {.weights_dtype = DataType::BFLOAT16, .dtype = out}));
     ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
     ASSERT_FALSE(prof.ops.empty());
     EXPECT_EQ(prof.ops.back().kernel_name, "f32_conv2d__direct_avx2");
@@ -878,10 +988,10 @@ TEST(Conv2d, DirectAvx2Kernel) {
                                                      DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
   ASSERT_OK_AND_ASSIGN(Conv2dResult rows, conv2d(dx, w, std::nullopt, p, {.weights_dtype = DataType::FLOAT32}));
-  ASSERT_OK_AND_ASSIGN(Conv2dResult tiles,
-                       conv2d(dx, w, std::nullopt, p,
-                              {.weights_dtype = DataType::FLOAT32, .dtype = DataType::BFLOAT8_B,
-                               .output_layout = Layout::TILE}));
+  ASSERT_OK_AND_ASSIGN(
+      Conv2dResult tiles,
+      conv2d(dx, w, std::nullopt, p,
+             {.weights_dtype = DataType::FLOAT32, .dtype = DataType::BFLOAT8_B, .output_layout = Layout::TILE}));
   ASSERT_OK_AND_ASSIGN(Tensor want, tilize(rows.output, {.dtype = DataType::BFLOAT8_B}));
   EXPECT_EQ(testing::host_bytes(tiles.output.cpu().value()), testing::host_bytes(want.cpu().value()));
   set_kernel_isa_limit(KernelIsa::kAvx512);
@@ -992,20 +1102,13 @@ TEST(Conv2d, Rows3x3Kernel) {
   expect_conv_kernel(*dev, cases[6], DataType::FLOAT32, DataType::BFLOAT4_B, DRAM_MEMORY_CONFIG,
                      "f32_conv2d__rows3x3_avx512");
   const Case others[] = {
-      {1, 240, 320, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 6, 50, 256, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 19, 21, 200, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 41, 40, 129, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 13, 15, 512, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 61, 80, 300, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 14, 14, 513, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 6, 50, 64, 96, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 6, 47, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 81, 80, 16, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 1, 6401, 65, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
-      {1, 6, 100, 64, 64, 3, 3, 2, 1, 1, {1, 1, 1, 1}},
-      {1, 6, 52, 64, 64, 3, 3, 1, 2, 1, {2, 2, 2, 2}},
-      {1, 6, 50, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 0}},
+      {1, 240, 320, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, {1, 6, 50, 256, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 19, 21, 200, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}}, {1, 41, 40, 129, 192, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 13, 15, 512, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  {1, 61, 80, 300, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 14, 14, 513, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  {1, 6, 50, 64, 96, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 6, 47, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},    {1, 81, 80, 16, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},
+      {1, 1, 6401, 65, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},  {1, 6, 100, 64, 64, 3, 3, 2, 1, 1, {1, 1, 1, 1}},
+      {1, 6, 52, 64, 64, 3, 3, 1, 2, 1, {2, 2, 2, 2}},    {1, 6, 50, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 0}},
   };
   for (const Case& c : others) {
     ASSERT_OK(enable_profiler(*dev));
@@ -1165,13 +1268,13 @@ void check_winograd(Device& dev, size_t index, const Case& cs);
 TEST(Conv2d, WinogradBelowHiFi4) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const Case cases[] = {
-      {1, 16, 16, 64, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // rows
-      {1, 7, 7, 64, 128, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                      // output channels
-      {2, 10, 12, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // images
-      {3, 9, 13, 20, 40, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},   // odd sizes, channel tails
-      {1, 20, 30, 128, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                    // segments of tiles
-      {1, 23, 17, 16, 24, 3, 3, 1, 1, 1, {2, 0, 0, 1}, UnaryOpType::RELU6},  // asymmetric padding
-      {1, 96, 80, 64, 16, 3, 3, 1, 1, 1, {0, 0, 0, 0}},                     // no padding, several bands
+      {1, 16, 16, 64, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},              // rows
+      {1, 7, 7, 64, 128, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                                  // output channels
+      {2, 10, 12, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},              // images
+      {3, 9, 13, 20, 40, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},               // odd sizes, channel tails
+      {1, 20, 30, 128, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}},                                // segments of tiles
+      {1, 23, 17, 16, 24, 3, 3, 1, 1, 1, {2, 0, 0, 1}, UnaryOpType::RELU6},             // asymmetric padding
+      {1, 96, 80, 64, 16, 3, 3, 1, 1, 1, {0, 0, 0, 0}},                                 // no padding, several bands
       {1, 16, 16, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU, 0.5f, 1.0f},  // an affine after silu
   };
   for (size_t i = 0; i < std::size(cases); ++i) check_winograd(*dev, i, cases[i]);
@@ -1269,24 +1372,30 @@ TEST(Conv2d, ConcatInputsGatheredAsStaged) {
                                  data_type_name(dt)));
         std::vector<Tensor> parts;
         for (size_t i = 0; i < cc.split.size(); ++i) {
-          const Shape shape = cc.flat ? Shape{1, 1, cs.n * cs.h * cs.w, cc.split[i]} : Shape{cs.n, cs.h, cs.w, cc.split[i]};
-          ASSERT_OK_AND_ASSIGN(Tensor t,
-                               to_device(testing::random_tensor(shape, dt, Layout::ROW_MAJOR, 10 + static_cast<int>(i)), *dev));
+          const Shape shape =
+              cc.flat ? Shape{1, 1, cs.n * cs.h * cs.w, cc.split[i]} : Shape{cs.n, cs.h, cs.w, cc.split[i]};
+          ASSERT_OK_AND_ASSIGN(
+              Tensor t,
+              to_device(testing::random_tensor(shape, dt, Layout::ROW_MAJOR, 10 + static_cast<int>(i)), *dev));
           parts.push_back(t);
         }
-        ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 2, 0.2f),
-                                                           Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
-        ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
+        ASSERT_OK_AND_ASSIGN(Tensor w,
+                             Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 2, 0.2f),
+                                                 Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
+        ASSERT_OK_AND_ASSIGN(Tensor b,
+                             Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
         Conv2dConfig cfg{.weights_dtype = DataType::FLOAT32};
         cfg.compute_config.math_fidelity = fid;
         ASSERT_OK(enable_profiler(*dev));
         ASSERT_OK_AND_ASSIGN(Conv2dResult got, conv2d_concat(parts, w, b, p, cfg));
         ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
-        const bool concat_ran = std::ranges::any_of(prof.ops, [](const OpTiming& t) { return t.kernel_name.find("concat") != std::string::npos; });
+        const bool concat_ran = std::ranges::any_of(
+            prof.ops, [](const OpTiming& t) { return t.kernel_name.find("concat") != std::string::npos; });
         // bfloat16 rows gather wherever oneDNN's bfloat16 kernel runs them.
         const bool bf16_onednn = std::ranges::any_of(
             prof.ops, [](const OpTiming& t) { return t.kernel_name.starts_with("bf16_conv2d__onednn"); });
-        const bool fused = cc.split.size() <= 4 && (dt == DataType::FLOAT32 ? amx && fid == MathFidelity::LoFi : bf16_onednn);
+        const bool fused =
+            cc.split.size() <= 4 && (dt == DataType::FLOAT32 ? amx && fid == MathFidelity::LoFi : bf16_onednn);
         EXPECT_EQ(concat_ran, !fused);
         ASSERT_OK_AND_ASSIGN(Tensor x, concat(parts, parts[0].shape().rank() - 1));
         ASSERT_OK_AND_ASSIGN(Conv2dResult want, conv2d(x, w, b, p, cfg));
@@ -1303,7 +1412,8 @@ TEST(Conv2d, ConcatInputsGatheredAsStaged) {
   const Conv2dParams p = to_params(cases[0].c);
   std::vector<Tensor> parts;
   for (int i = 0; i < 2; ++i)
-    parts.push_back(to_device(testing::random_tensor(Shape{1, 24, 20, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, i), *dev).value());
+    parts.push_back(
+        to_device(testing::random_tensor(Shape{1, 24, 20, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, i), *dev).value());
   ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(32 * 64 * 9, 2, 0.2f), Shape{32, 64, 3, 3},
                                                      DataType::FLOAT32));
   Conv2dConfig tiles{.weights_dtype = DataType::FLOAT32, .output_layout = Layout::TILE};
@@ -1315,29 +1425,33 @@ TEST(Conv2d, ConcatInputsGatheredAsStaged) {
   // An input in height shards of L1: gathered as well (no concat at LoFi on AMX).
   Conv2dConfig lofi{.weights_dtype = DataType::FLOAT32};
   lofi.compute_config.math_fidelity = MathFidelity::LoFi;
-  const MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
-                                           CoreRange({0, 0}, {1, 0}), 240, 32);
+  const MemoryConfig hs =
+      testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1, CoreRange({0, 0}, {1, 0}), 240, 32);
   std::vector<Tensor> mixed = {parts[0], to_memory_config(parts[1], hs).value()};
   ASSERT_OK(enable_profiler(*dev));
   ASSERT_OK_AND_ASSIGN(Conv2dResult mg, conv2d_concat(mixed, w, std::nullopt, p, lofi));
   ASSERT_OK_AND_ASSIGN(DeviceProfile mprof, read_profile(*dev));
   ASSERT_OK(disable_profiler(*dev));
-  EXPECT_EQ(std::ranges::any_of(mprof.ops, [](const OpTiming& t) { return t.kernel_name.find("concat") != std::string::npos; }),
+  EXPECT_EQ(std::ranges::any_of(mprof.ops,
+                                [](const OpTiming& t) { return t.kernel_name.find("concat") != std::string::npos; }),
             !amx);
   ASSERT_OK_AND_ASSIGN(Conv2dResult mw, conv2d(concat(parts, 3).value(), w, std::nullopt, p, lofi));
   EXPECT_EQ(testing::host_bytes(mg.output.cpu().value()), testing::host_bytes(mw.output.cpu().value()));
   // Errors.
   EXPECT_ERROR(conv2d_concat(std::span<const Tensor>(), w, std::nullopt, p), StatusCode::kInvalidArgument,
                "conv2d_concat: expected at least one input, found none");
-  std::vector<Tensor> short_parts = {parts[0], to_device(testing::random_tensor(Shape{1, 24, 20, 16}, DataType::FLOAT32,
-                                                                                Layout::ROW_MAJOR, 3), *dev).value()};
+  std::vector<Tensor> short_parts = {
+      parts[0],
+      to_device(testing::random_tensor(Shape{1, 24, 20, 16}, DataType::FLOAT32, Layout::ROW_MAJOR, 3), *dev).value()};
   EXPECT_ERROR(conv2d_concat(short_parts, w, std::nullopt, p), StatusCode::kInvalidArgument,
                "the inputs' channels sum to 48, expected in_channels = 64");
-  std::vector<Tensor> odd = {parts[0], to_device(testing::random_tensor(Shape{1, 24, 21, 32}, DataType::FLOAT32,
-                                                                        Layout::ROW_MAJOR, 3), *dev).value()};
+  std::vector<Tensor> odd = {
+      parts[0],
+      to_device(testing::random_tensor(Shape{1, 24, 21, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 3), *dev).value()};
   EXPECT_ERROR(conv2d_concat(odd, w, std::nullopt, p), StatusCode::kInvalidArgument,
                "expected inputs that differ only in channels (the last dim), found [1,24,20,32] and [1,24,21,32]");
-  std::vector<Tensor> host = {parts[0], testing::random_tensor(Shape{1, 24, 20, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 3)};
+  std::vector<Tensor> host = {parts[0],
+                              testing::random_tensor(Shape{1, 24, 20, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 3)};
   EXPECT_ERROR(conv2d_concat(host, w, std::nullopt, p), StatusCode::kInvalidArgument, "input 1");
 }
 
@@ -1348,8 +1462,8 @@ TEST(Conv2d, LoFiSiluThenResidualOnAmx) {
   if (!cpu_features().amx_bf16 || kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AMX";
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const Case cases[] = {
-      {1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},   // row shards
-      {2, 13, 11, 40, 24, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},   // images, odd sizes, tails
+      {1, 40, 40, 32, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},  // row shards
+      {2, 13, 11, 40, 24, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},  // images, odd sizes, tails
   };
   Conv2dConfig lofi{.weights_dtype = DataType::FLOAT32};
   lofi.compute_config.math_fidelity = MathFidelity::LoFi;
@@ -1358,9 +1472,11 @@ TEST(Conv2d, LoFiSiluThenResidualOnAmx) {
       const Conv2dParams p = to_params(cs);
       SCOPED_TRACE(fmt::format("{} post={}", p.descriptor(), unary_op_name(post)));
       Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
-      ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 2, 0.2f),
-                                                         Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
-      ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor w,
+                           Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 2, 0.2f),
+                                               Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor b,
+                           Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
       const Shape out{cs.n, p.output_height(), p.output_width(), cs.k};
       Tensor res = testing::random_tensor(out, DataType::FLOAT32, Layout::ROW_MAJOR, 7);
       ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
@@ -1375,7 +1491,8 @@ TEST(Conv2d, LoFiSiluThenResidualOnAmx) {
       ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {post}, DataType::FLOAT32));
       testing::expect_conv_close(got, ref_t.to_vector().value(), DataType::FLOAT32);
       ASSERT_OK_AND_ASSIGN(Tensor spare, to_device(res, *dev));
-      ASSERT_OK_AND_ASSIGN(Conv2dResult in_place, conv2d_with_residual(dx, r.weights, p, Conv2dResidual{spare, {post}, true}, lofi));
+      ASSERT_OK_AND_ASSIGN(Conv2dResult in_place,
+                           conv2d_with_residual(dx, r.weights, p, Conv2dResidual{spare, {post}, true}, lofi));
       EXPECT_EQ(in_place.output.buffer(), spare.buffer());
       EXPECT_EQ(testing::host_bytes(in_place.output.cpu().value()), testing::host_bytes(got_t));
     }
@@ -1385,13 +1502,13 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
   if (!cpu_features().amx_bf16 || kernel_isa() != KernelIsa::kAvx512) GTEST_SKIP() << "no AMX";
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const Case cases[] = {
-      {1, 56, 56, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},   // row shards
-      {1, 56, 56, 64, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},   // pointwise
-      {1, 32, 32, 16, 64, 7, 7, 2, 1, 1, {3, 3, 3, 3}, UnaryOpType::RELU},   // 7x7 stride 2
-      {1, 7, 7, 256, 256, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},   // output channels
-      {2, 13, 11, 40, 24, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},   // images, odd sizes, tails
-      {1, 17, 19, 16, 48, 3, 3, 1, 2, 1, {2, 0, 1, 2}, UnaryOpType::GELU},   // dilation, asymmetric pad
-      {1, 28, 28, 64, 128, 1, 1, 2, 1, 1, {0, 0, 0, 0}},                     // strided pointwise
+      {1, 56, 56, 64, 64, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // row shards
+      {1, 56, 56, 64, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}, UnaryOpType::RELU},  // pointwise
+      {1, 32, 32, 16, 64, 7, 7, 2, 1, 1, {3, 3, 3, 3}, UnaryOpType::RELU},  // 7x7 stride 2
+      {1, 7, 7, 256, 256, 3, 3, 1, 1, 1, {1, 1, 1, 1}, UnaryOpType::RELU},  // output channels
+      {2, 13, 11, 40, 24, 3, 3, 2, 1, 1, {1, 1, 1, 1}, UnaryOpType::SILU},  // images, odd sizes, tails
+      {1, 17, 19, 16, 48, 3, 3, 1, 2, 1, {2, 0, 1, 2}, UnaryOpType::GELU},  // dilation, asymmetric pad
+      {1, 28, 28, 64, 128, 1, 1, 2, 1, 1, {0, 0, 0, 0}},                    // strided pointwise
   };
   Conv2dConfig lofi{.weights_dtype = DataType::FLOAT32};
   lofi.compute_config.math_fidelity = MathFidelity::LoFi;
@@ -1400,9 +1517,11 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
       const Conv2dParams p = to_params(cs);
       SCOPED_TRACE(fmt::format("{} w={}", p.descriptor(), data_type_name(wt)));
       Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
-      ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 2, 0.2f),
-                                                         Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
-      ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor w,
+                           Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * cs.kh * cs.kw, 2, 0.2f),
+                                               Shape{cs.k, cs.c, cs.kh, cs.kw}, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor b,
+                           Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
       ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
       Conv2dConfig cfg = lofi;
       cfg.weights_dtype = wt;
@@ -1421,10 +1540,10 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
       const MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
                                                CoreRange({0, 0}, {cores - 1, 0}), rows / cores, cs.k);
       ASSERT_OK_AND_ASSIGN(Conv2dResult to_shards, conv2d(dx, r.weights, p, [&] {
-                                                     Conv2dConfig c = cfg;
-                                                     c.output_memory_config = hs;
-                                                     return c;
-                                                   }()));
+                             Conv2dConfig c = cfg;
+                             c.output_memory_config = hs;
+                             return c;
+                           }()));
       EXPECT_EQ(testing::host_bytes(to_shards.output.cpu().value()), testing::host_bytes(got_t));
       ASSERT_OK_AND_ASSIGN(Tensor flat, dx.view(Shape{1, 1, cs.n * cs.h * cs.w, cs.c}));
       ASSERT_OK_AND_ASSIGN(Tensor tiled_in, to_layout(flat, Layout::TILE));
@@ -1464,7 +1583,8 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
     ASSERT_OK(disable_profiler(*dev));
     ASSERT_OK_AND_ASSIGN(Tensor ref_t, lowered ? lofi_reference(x, w, std::nullopt, p)
                                                : reference::conv2d(x, w, std::nullopt, p, DataType::FLOAT32));
-    testing::expect_conv_close(r.output.cpu().value().to_vector().value(), ref_t.to_vector().value(), DataType::FLOAT32);
+    testing::expect_conv_close(r.output.cpu().value().to_vector().value(), ref_t.to_vector().value(),
+                               DataType::FLOAT32);
   }
   // A residual, added in float32 to the float32 conv.
   const Case cs{1, 14, 14, 64, 256, 1, 1, 1, 1, 1, {0, 0, 0, 0}};
@@ -1475,12 +1595,12 @@ TEST(Conv2d, LoFiFloat32ComputesInBfloat16OnAmx) {
                                                      DataType::FLOAT32));
   ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
   ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
-  ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv2d_with_residual(dx, w, std::nullopt, p,
-                                                            Conv2dResidual{dres, {UnaryOpType::RELU}}, lofi));
+  ASSERT_OK_AND_ASSIGN(Conv2dResult r,
+                       conv2d_with_residual(dx, w, std::nullopt, p, Conv2dResidual{dres, {UnaryOpType::RELU}}, lofi));
   ASSERT_OK_AND_ASSIGN(Tensor conv_t, lofi_reference(x, w, std::nullopt, p));
   ASSERT_OK_AND_ASSIGN(Tensor conv_r, conv_t.view(res.shape()));
-  ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::binary(conv_r, res, BinaryOpType::ADD, {UnaryOpType::RELU},
-                                                        DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor ref_t,
+                       reference::binary(conv_r, res, BinaryOpType::ADD, {UnaryOpType::RELU}, DataType::FLOAT32));
   testing::expect_conv_close(r.output.cpu().value().to_vector().value(), ref_t.to_vector().value(), DataType::FLOAT32);
 }
 
@@ -1491,7 +1611,8 @@ void check_winograd(Device& dev, size_t index, const Case& cs) {
     Tensor x = testing::random_tensor(Shape{cs.n, cs.h, cs.w, cs.c}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
     ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(testing::random_values(uint64_t{cs.k} * cs.c * 9, 2, 0.2f),
                                                        Shape{cs.k, cs.c, 3, 3}, DataType::FLOAT32));
-    ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor b,
+                         Tensor::from_vector(testing::random_values(cs.k, 3), Shape{cs.k}, DataType::FLOAT32));
     ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, dev));
     Conv2dConfig lofi{.weights_dtype = DataType::FLOAT32};
     lofi.compute_config.math_fidelity = MathFidelity::HiFi2;

@@ -35,7 +35,7 @@ StatusOr<Tensor> output_tensor(const Tensor& input, const Problem& pr) {
 // shard let the kernel read or write them in place, where interleaving them
 // over the banks would cost it another gather or scatter copy.
 MemoryConfig staging(uint32_t rows, uint32_t cols, DataType dtype, bool dense) {
-  if (!dense || (uint64_t{cols} * element_size(dtype)) % 4 != 0) return DRAM_MEMORY_CONFIG;
+  if (!dense || !stages_densely(uint64_t{cols} * element_size(dtype))) return DRAM_MEMORY_CONFIG;
   return MemoryConfig{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::DRAM,
                       ShardSpec{CoreRangeSet(CoreRange({0, 0}, {0, 0})), {rows, cols}, ShardOrientation::ROW_MAJOR}};
 }

@@ -71,7 +71,8 @@ namespace {
 
 template <class Params>
 StatusOr<Problem> problem(const Tensor& input_tensor, const Params& p, const Conv2dConfig& config,
-                          const Conv2dResidual* residual, const TensorSpec* whole, ConvSelection* selection) {
+                          const Conv2dResidual* residual, const TensorSpec* whole, ConvSelection* selection,
+                          bool concat) {
   const Geometry g = geometry(p);
   const std::string_view op = g.transposed ? "conv_transpose2d" : "conv2d";
   TS_RETURN_IF_ERROR(p.validate());
@@ -129,7 +130,7 @@ StatusOr<Problem> problem(const Tensor& input_tensor, const Params& p, const Con
                                short_dtype_name(config.weights_dtype));
   if (pr.kernel != pr.compute) pr.weights_key += fmt::format(":{}kernel", short_dtype_name(pr.kernel));
   if (lowered) pr.key += ":lofi";  // the same tensors at HiFi4 are another program
-  if (whole) {                     // conv2d_concat's launch: its own program (ConcatConvArgs)
+  if (concat) {                    // conv2d_concat's launch: its own program (ConcatConvArgs)
     pr.concat = true;
     pr.key += ":cat";
   }
@@ -189,12 +190,33 @@ StatusOr<Problem> problem(const Tensor& input_tensor, const Params& p, const Con
 
 StatusOr<Problem> make_problem(const Tensor& input, const Conv2dParams& p, const Conv2dConfig& config,
                                const Conv2dResidual* residual, const TensorSpec* whole, ConvSelection* selection) {
-  return problem(input, p, config, residual, whole, selection);
+  return problem(input, p, config, residual, whole, selection, whole != nullptr);
 }
 
 StatusOr<Problem> make_problem(const Tensor& input, const ConvTranspose2dParams& p, const Conv2dConfig& config,
                                const Conv2dResidual* residual, const TensorSpec* whole, ConvSelection* selection) {
-  return problem(input, p, config, residual, whole, selection);
+  return problem(input, p, config, residual, whole, selection, whole != nullptr);
+}
+
+TensorSpec as_rows(const Tensor& input) {
+  TensorSpec rows = input.spec();
+  rows.layout = Layout::ROW_MAJOR;
+  rows.dtype = input.dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
+  return rows;
+}
+
+StatusOr<ConvAlgorithm> algorithm_for_rows(const Tensor& input, const Conv2dParams& p, const Conv2dConfig& config,
+                                           const Conv2dResidual* residual) {
+  const TensorSpec rows = as_rows(input);
+  TS_ASSIGN_OR_RETURN(const Problem pr, problem(input, p, config, residual, &rows, nullptr, false));
+  return pr.algorithm;
+}
+
+StatusOr<ConvAlgorithm> algorithm_for_rows(const Tensor& input, const ConvTranspose2dParams& p,
+                                           const Conv2dConfig& config, const Conv2dResidual* residual) {
+  const TensorSpec rows = as_rows(input);
+  TS_ASSIGN_OR_RETURN(const Problem pr, problem(input, p, config, residual, &rows, nullptr, false));
+  return pr.algorithm;
 }
 
 }  // namespace tessera::conv

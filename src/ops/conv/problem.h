@@ -58,6 +58,9 @@ struct Problem {
 
 // The dtypes of the rows Tessera's kernels and staging read and write.
 inline bool is_row_dtype(DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; }
+// Whether rows of `row_bytes` can be staged as one dense DRAM shard (staging
+// in launch.h); narrower rows stay interleaved.
+inline bool stages_densely(uint64_t row_bytes) { return row_bytes % 4 == 0; }
 inline bool is_plain_silu(const UnaryWithParam& act) { return act.op == UnaryOpType::SILU && !act.has_affine(); }
 // A transposed conv whose kernel equals its stride, without padding,
 // dilation or groups: each input pixel maps onto its own kh x kw output patch.
@@ -91,5 +94,15 @@ StatusOr<Problem> make_problem(const Tensor& input, const Conv2dParams& p, const
 StatusOr<Problem> make_problem(const Tensor& input, const ConvTranspose2dParams& p, const Conv2dConfig& config,
                                const Conv2dResidual* residual = nullptr, const TensorSpec* whole = nullptr,
                                ConvSelection* selection = nullptr);
+// The input's shape and memory config as the float32 / bfloat16 rows conv2d
+// converts tiles and block floats to (as_rows), and the algorithm
+// make_problem chooses when the conv reads them. conv2d asks before it
+// converts anything: only oneDNN's kernels (is_onednn) read tiles and
+// sharded rows themselves and tilize their own output.
+TensorSpec as_rows(const Tensor& input);
+StatusOr<ConvAlgorithm> algorithm_for_rows(const Tensor& input, const Conv2dParams& p, const Conv2dConfig& config,
+                                           const Conv2dResidual* residual = nullptr);
+StatusOr<ConvAlgorithm> algorithm_for_rows(const Tensor& input, const ConvTranspose2dParams& p,
+                                           const Conv2dConfig& config, const Conv2dResidual* residual = nullptr);
 
 }  // namespace tessera::conv

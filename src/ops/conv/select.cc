@@ -21,6 +21,13 @@ bool is_1x1_unpadded(const Geometry& g) {
 }
 uint64_t weight_count(const Geometry& g) { return uint64_t{g.cin} * g.cout * g.kh * g.kw; }
 
+// The shapes and dtypes Tessera's AVX2 direct kernel runs.
+bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t kw, uint32_t cin, DataType in,
+                       DataType out) {
+  return kernel_isa() == KernelIsa::kAvx2 && !transposed && groups == 1 && kh * kw > 1 && kh <= 7 && kw <= 7 &&
+         cin >= 16 && is_row_dtype(in) && is_row_dtype(out);
+}
+
 // Depthwise convolutions (multiplier 1) on Tessera's own kernels. On AVX-512
 // CPUs: 3-wide stride-1 kernels on every map, other shapes on small outputs
 // (stride 2 on 56x56 and larger inputs lost to oneDNN's brdgmm). On AVX2-only
@@ -244,6 +251,22 @@ Reason onednn_f32_rows(const Problem& pr, const Device&, const ConvTuning&) {
 
 Reason onednn(const Problem&, const Device&, const ConvTuning&) { return kApplies; }
 
+// Tessera's direct kernels read and write rows with one stride: in place,
+// or staged through one dense DRAM shard (launch_direct). Rows spread over
+// several DRAM banks have no one stride, and rows under 4 bytes cannot be
+// staged densely (a 32 -> 1 bfloat16 segmentation head on wormhole_b0).
+Reason rows_with_one_stride(const Problem& pr, const Device& device) {
+  if (device.descriptor().num_dram_banks == 1) return kApplies;
+  const Geometry& g = pr.g;
+  const bool in = stages_densely(uint64_t{g.cin} * element_size(pr.input.dtype == DataType::FLOAT32
+                                                                     ? DataType::FLOAT32
+                                                                     : DataType::BFLOAT16));
+  const bool out = stages_densely(uint64_t{g.cout} * element_size(pr.output.dtype));
+  const bool res = !pr.residual || stages_densely(uint64_t{g.cout} * element_size(pr.residual->tensor.dtype()));
+  if (in && out && res) return kApplies;
+  return "rows under 4 bytes spread over DRAM banks (they cannot be staged densely)";
+}
+
 struct Candidate {
   ConvAlgorithm algorithm;
   Reason (*applies)(const Problem&, const Device&, const ConvTuning&);
@@ -275,12 +298,6 @@ constexpr std::string_view kDescriptions[] = {
 
 }  // namespace
 
-bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t kw, uint32_t cin, DataType in,
-                       DataType out) {
-  return kernel_isa() == KernelIsa::kAvx2 && !transposed && groups == 1 && kh * kw > 1 && kh <= 7 && kw <= 7 &&
-         cin >= 16 && is_row_dtype(in) && is_row_dtype(out);
-}
-
 bool patch_shape(const Geometry& g) {
   return g.transposed && g.kh == g.sh && g.kw == g.sw && g.dh == 1 && g.dw == 1 && g.groups == 1 && g.pad_t == 0 &&
          g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0 && g.oh == g.h * g.sh && g.ow == g.w * g.sw;
@@ -310,11 +327,17 @@ bool runs_own_direct_kernel(ConvAlgorithm a) {
   }
 }
 
+bool is_onednn(ConvAlgorithm a) {
+  return a == ConvAlgorithm::kOnednn || a == ConvAlgorithm::kOnednnWinograd || a == ConvAlgorithm::kOnednnPaddedCout ||
+         a == ConvAlgorithm::kOnednnF32Rows;
+}
+
 ConvSelection select_conv_algorithm(const Problem& problem, const Device& device, bool explain) {
   const ConvTuning& t = conv_tuning(kernel_isa());
   ConvSelection s;
   for (const Candidate& c : kCandidates) {
-    const Reason r = c.applies(problem, device, t);
+    Reason r = c.applies(problem, device, t);
+    if (r == kApplies && runs_own_direct_kernel(c.algorithm)) r = rows_with_one_stride(problem, device);
     if (r == kApplies) {
       s.algorithm = c.algorithm;
       return s;

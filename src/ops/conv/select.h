@@ -55,16 +55,11 @@ std::string_view conv_algorithm_description(ConvAlgorithm a);
 bool is_winograd(ConvAlgorithm a);
 // Tessera's own direct kernels (launch_direct), Winograd on AVX2 included.
 bool runs_own_direct_kernel(ConvAlgorithm a);
+// oneDNN's convolutions: they read tiles and sharded rows themselves and
+// tilize their own output. Every other algorithm reads and writes rows.
+bool is_onednn(ConvAlgorithm a);
 
 struct Problem;
-
-// The shapes and dtypes Tessera's AVX2 direct kernel runs on AVX2-only CPUs
-// (the direct_avx2 candidate, on a row-major output). conv2d's with_io and
-// with_residual ask it before a Problem exists: whether the input must
-// become rows first, and whether a residual with an activation fuses there
-// (oneDNN's jit:avx2 has no activation-then-sum chain).
-bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t kw, uint32_t cin, DataType in,
-                       DataType out);
 
 struct ConvDecline {
   ConvAlgorithm algorithm;
