@@ -8,29 +8,32 @@
 #include "launch.h"
 #include "tessera/base/aligned.h"
 #include "tessera/base/cpu_features.h"
+#include "tuning.h"
 
 namespace tessera::conv {
+
+namespace {
+const ConvTuning& tuning() { return conv_tuning(kernel_isa()); }
+}  // namespace
 
 namespace {
 
 // The depthwise kernel's chunks of output rows, sized by the float32 values
 // they read and write (the kernel computes in float32: bfloat16 rows halve
-// the bytes, not the FMAs): four per worker from kDepthwiseManyChunksBytes;
-// under it one per worker at most, each of kDepthwiseChunkBytes or more.
+// the bytes, not the FMAs): four per worker from depthwise_many_chunks_bytes;
+// under it one per worker at most, each of depthwise_chunk_bytes or more.
 // Before, the reordering ops' 256 KB chunks of bytes left MobileNetV2's
 // 7x7x960 in bfloat16 (188 KB) to one worker. Smaller chunks split each
 // worker's rows: 14x14x384 in seven chunks of two rows took 0.044 ms over
 // its four launches in the model, against 0.029 in two of seven (the
 // rows a worker's row pairs share stay in its own cache).
-constexpr uint64_t kDepthwiseChunkBytes = 64 * 1024;
-constexpr uint64_t kDepthwiseManyChunksBytes = 2 * 1024 * 1024;
 uint32_t depthwise_grain(const Geometry& g, uint32_t threads) {
   const uint64_t rows = uint64_t{g.n} * g.oh;
   const uint64_t values = uint64_t{g.n} * (uint64_t{g.h} * g.w + uint64_t{g.oh} * g.ow) * g.cin;
   const uint64_t bytes = values * sizeof(float);
-  const uint64_t chunks = bytes >= kDepthwiseManyChunksBytes
+  const uint64_t chunks = bytes >= tuning().depthwise_many_chunks_bytes
                               ? 4 * uint64_t{threads}
-                              : std::clamp<uint64_t>(bytes / kDepthwiseChunkBytes, 1, threads);
+                              : std::clamp<uint64_t>(bytes / tuning().depthwise_chunk_bytes, 1, threads);
   return static_cast<uint32_t>(div_up(rows, chunks));
 }
 

@@ -10,18 +10,22 @@
 #include "launch.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/ops/data_movement.h"
+#include "tuning.h"
 
 namespace tessera::conv {
 
 namespace {
+const ConvTuning& tuning() { return conv_tuning(kernel_isa()); }
+uint32_t tasks_per_worker() { return static_cast<uint32_t>(tuning().direct_tasks_per_worker); }
+}  // namespace
+
+namespace {
 
 // Output rows per band of the direct kernel: as many as keep the padded
-// input rows a band reads within kDirectBandBytes (the worker's L2 holds
+// input rows a band reads within direct_band_bytes (the worker's L2 holds
 // them beside one 16-channel block of weights).
-constexpr uint64_t kDirectBandBytes = 512 * 1024;
 // Tasks per worker the direct, Winograd and patch kernels aim for on small
 // maps (see launch_direct).
-constexpr uint32_t kDirectTasksPerWorker = 4;
 // Winograd: the transformed patches and products of one segment of tiles.
 // Each segment reads every weight once, so weights beyond what the L3 keeps
 // (the UNet's 512 -> 512 bottleneck: 16.8 MB) come from DRAM per segment,
@@ -29,9 +33,6 @@ constexpr uint32_t kDirectTasksPerWorker = 4;
 // (HiFi4 / HiFi2 time, 2 threads) at 384 KiB, 768 KiB and 1.5 MiB:
 // bottleneck 512->512 1.12x, 1.40x, 1.71x; dec4 512->256 (8.4 MB of
 // weights) 1.92x, 1.80x, 1.71x; enc2 64->64 1.67x, 1.72x, 1.74x.
-constexpr uint64_t kWinogradSegmentBytes = 384 * 1024;
-constexpr uint64_t kWinogradStreamedSegmentBytes = 1536 * 1024;
-constexpr uint64_t kWinogradCachedWeightBytes = 8 * 1024 * 1024;
 
 // Padded input bytes one output row band of the direct kernel reads per row.
 uint64_t direct_row_bytes(const Geometry& g) {
@@ -47,7 +48,7 @@ uint64_t direct_row_bytes(const Geometry& g) {
 // GFLOP/s chunked against 149-152 without, alternating runs).
 uint32_t direct_cin_block(const Geometry& g) {
   const uint64_t rows = uint64_t{g.oh - 1} * g.sh + uint64_t{g.kh - 1} * g.dh + 1;
-  return rows * direct_row_bytes(g) <= kDirectBandBytes ? cpu::direct_cin_block(g.kh, g.kw, g.cin) : g.cin;
+  return rows * direct_row_bytes(g) <= tuning().direct_band_bytes ? cpu::direct_cin_block(g.kh, g.kw, g.cin) : g.cin;
 }
 // The problem's: Winograd, patch, AVX-512 direct, narrow and 3x3 row kernels take no chunks.
 uint32_t direct_cin_block(const Problem& pr) {
@@ -56,20 +57,18 @@ uint32_t direct_cin_block(const Problem& pr) {
 }
 
 // The AVX-512 direct kernel's bands: pixels of the whole batch per band, as many
-// as keep a band's input rows within kDirectAvx512BandBytes (the L2 keeps them
+// as keep a band's input rows within direct512_band_bytes (the L2 keeps them
 // while four blocks of weights stream past), in equal bands.
-constexpr uint64_t kDirectAvx512BandBytes = 256 * 1024;
 // ... and at least this many pixels: every band re-reads its group's weights
 // (ResNet-50's 7x7 2048 -> 512 at batch 8, 32-pixel bands: 13 bands over 392
 // pixels). Per-launch sums, three alternated rounds: its two launches
 // 3.68-3.78 -> 3.38-3.46 ms at batch 8 (64-pixel bands), 0.51 -> 0.49 ms at
 // batch 1; 128-pixel bands for 1024 input channels lost at batch 1.
-constexpr uint64_t kDirectAvx512MinBandPixels = 64;
 
 // The AVX-512 direct kernel's tasks (launch_direct): bands of
-// the batch's pixels (kDirectAvx512BandBytes of input rows at most), groups of
+// the batch's pixels (direct512_band_bytes of input rows at most), groups of
 // 16-channel blocks (whole tiles' worth but the last) until the workers have
-// kDirectTasksPerWorker tasks each; where the groups do not divide evenly
+// direct_tasks_per_worker tasks each; where the groups do not divide evenly
 // over the workers, more bands of at least one tile of pixels (channel groups
 // alone left a 64-channel output to one task and a 320-channel one to five,
 // three on one worker). A task runs its group's weights past its band; every
@@ -80,9 +79,10 @@ void direct_avx512_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArg
   const uint64_t pixels = g.transposed ? uint64_t{g.n} * g.h * g.w : uint64_t{g.n} * g.oh * g.ow;
   const uint32_t cols = g.transposed ? g.kh * g.kw * g.cout : g.cout;
   const uint32_t tile_rows = cpu::avx512::kDirectTileRows, tile_blocks = cpu::avx512::kDirectTileBlocks;
-  const uint64_t fit = std::min(pixels, std::max<uint64_t>(kDirectAvx512BandBytes / (uint64_t{g.cin} * sizeof(float)),
-                                                           kDirectAvx512MinBandPixels));
-  const uint32_t want = threads * kDirectTasksPerWorker, blocks = (cols + 15) / 16;
+  const uint64_t fit =
+      std::min(pixels, std::max<uint64_t>(tuning().direct512_band_bytes / (uint64_t{g.cin} * sizeof(float)),
+                                          tuning().direct512_min_band_pixels));
+  const uint32_t want = threads * tasks_per_worker(), blocks = (cols + 15) / 16;
   const uint32_t tiles = (blocks + tile_blocks - 1) / tile_blocks;
   uint64_t bands = (pixels + fit - 1) / fit;
   const uint32_t groups = std::min<uint32_t>(tiles, std::max<uint64_t>(1, (want + bands - 1) / bands));
@@ -125,14 +125,13 @@ void rows3x3_tasks(const Problem& pr, uint64_t l2_bytes, cpu::DirectConvArgs& ar
   args.rows_prefetch = working_set > l2_bytes;
 }
 
-// The narrow kernel's tasks: bands of the batch's pixels, kDirectTasksPerWorker
-// per worker, of at least kNarrowMinBandPixels.
-constexpr uint64_t kNarrowMinBandPixels = 256;
+// The narrow kernel's tasks: bands of the batch's pixels, direct_tasks_per_worker
+// per worker, of at least narrow_min_band_pixels.
 void narrow_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs& args) {
   const Geometry& g = pr.g;
   const uint64_t pixels = uint64_t{g.n} * g.oh * g.ow;
-  const uint64_t band = std::max(kNarrowMinBandPixels,
-                                 (pixels + threads * kDirectTasksPerWorker - 1) / (threads * kDirectTasksPerWorker));
+  const uint64_t band = std::max(tuning().narrow_min_band_pixels,
+                                 (pixels + threads * tasks_per_worker() - 1) / (threads * tasks_per_worker()));
   args.band_rows = static_cast<uint32_t>(std::min(pixels, band));
   args.bands = static_cast<uint32_t>((pixels + args.band_rows - 1) / args.band_rows);
   args.groups = 1;
@@ -155,14 +154,14 @@ void direct_avx2_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs&
   const uint32_t units = wino ? (g.oh + 1) / 2 : patches ? g.h : g.oh;
   uint32_t fit_rows;
   if (patches) {  // input rows read in place, half the budget
-    const uint64_t fit = kDirectBandBytes / 2 / (uint64_t{g.w} * g.cin * sizeof(float));
+    const uint64_t fit = tuning().direct_band_bytes / 2 / (uint64_t{g.w} * g.cin * sizeof(float));
     fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit, 1, units));
   } else if (wino) {
     const uint64_t tile_row_bytes = 2 * (uint64_t{(g.ow + 1) / 2} * 2 + 2) * g.cin * sizeof(float);
-    const uint64_t fit = kDirectBandBytes / tile_row_bytes;
+    const uint64_t fit = tuning().direct_band_bytes / tile_row_bytes;
     fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > 1 ? fit - 1 : 1, 1, units));
   } else {
-    const uint64_t span = uint64_t{g.kh - 1} * g.dh + 1, fit = kDirectBandBytes / direct_row_bytes(g);
+    const uint64_t span = uint64_t{g.kh - 1} * g.dh + 1, fit = tuning().direct_band_bytes / direct_row_bytes(g);
     fit_rows = static_cast<uint32_t>(std::clamp<uint64_t>(fit > span ? (fit - span) / g.sh + 1 : 1, 1, g.oh));
   }
   uint32_t bands = (units + fit_rows - 1) / fit_rows;
@@ -179,17 +178,17 @@ void direct_avx2_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs&
   // 1.08x (Winograd 2.18x), 28x28x128 1.81-1.84x, 14x14x256 1.05-1.24x;
   // YOLO's 40x40x128 Winograd 1.38x; the UNet's layers (many bands already)
   // and 7x7 maps (one band of 7 rows) unchanged.
-  if (!patches && g.n * bands < threads * kDirectTasksPerWorker)
-    bands = std::max(bands, std::min(units / 4, (threads * kDirectTasksPerWorker + g.n - 1) / g.n));
+  if (!patches && g.n * bands < threads * tasks_per_worker())
+    bands = std::max(bands, std::min(units / 4, (threads * tasks_per_worker() + g.n - 1) / g.n));
   args.band_rows = (units + bands - 1) / bands;
   args.bands = (units + args.band_rows - 1) / args.band_rows;
   const uint32_t blocks = ((patches ? g.kh * g.kw : 1) * g.cout + 15) / 16;  // patches: blocks of columns
-  // Up to kDirectTasksPerWorker tasks per worker, so that a worker whose
+  // Up to direct_tasks_per_worker tasks per worker, so that a worker whose
   // vCPU stalls hands its remaining blocks to the other: with one task per
   // worker, ResNet-50 at HiFi2 batch 1 ran 64-93 ms device-only against
   // 57-75 with four (three alternated pairs); each task pads or transforms
   // its own input copy.
-  const uint32_t want = threads * kDirectTasksPerWorker;
+  const uint32_t want = threads * tasks_per_worker();
   const uint32_t per_image = g.n * args.bands >= want ? 1 : (want + g.n * args.bands - 1) / (g.n * args.bands);
   args.group_blocks = (blocks + std::min(blocks, per_image) - 1) / std::min(blocks, per_image);
   args.groups = (blocks + args.group_blocks - 1) / args.group_blocks;
@@ -197,11 +196,12 @@ void direct_avx2_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs&
     // Tiles per segment: its transformed patches (16 x cin floats each) and
     // one block's products (16 x 16) stay in the L2, unless the weights
     // (read once per segment) are too large to stay in the L3 (see
-    // kWinogradSegmentBytes).
+    // winograd_segment_bytes).
     const uint64_t tiles = uint64_t{args.band_rows} * ((g.ow + 1) / 2);
     const uint64_t weight_bytes = uint64_t{16} * g.cin * g.cout * sizeof(float);
-    const uint64_t budget =
-        weight_bytes > kWinogradCachedWeightBytes ? kWinogradStreamedSegmentBytes : kWinogradSegmentBytes;
+    const uint64_t budget = weight_bytes > tuning().winograd_cached_weight_bytes
+                                ? tuning().winograd_streamed_segment_bytes
+                                : tuning().winograd_segment_bytes;
     uint64_t seg = budget / (16 * sizeof(float) * (g.cin + 16));
     if (seg >= 6) seg = seg / 6 * 6;
     args.segment_tiles = static_cast<uint32_t>(std::clamp<uint64_t>(seg, 1, tiles));

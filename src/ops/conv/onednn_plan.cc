@@ -8,8 +8,13 @@
 #include "../op_common.h"
 #include "tessera/base/aligned.h"
 #include "tessera/base/cpu_features.h"
+#include "tuning.h"
 
 namespace tessera::conv {
+
+namespace {
+const ConvTuning& tuning() { return conv_tuning(kernel_isa()); }
+}  // namespace
 
 using onednn::dense_row_stride;
 using onednn::dnnl_type;
@@ -35,11 +40,10 @@ memory::desc rows_desc(uint32_t mb, uint32_t h, uint32_t w, uint32_t c, DataType
 // image, so each primitive call sees whole maps (late layers' 7x7 maps split
 // by rows leave GEMMs of 21-28 pixels). A shard calls its primitive on
 // `mb` images at a time, as many as keep one call's activations within
-// kCallBytes (`image_bytes`: one image's input and output rows): a
+// onednn_call_bytes (`image_bytes`: one image's input and output rows): a
 // residual's sum post-op rereads the output, and ResNet-50's stage-1 1x1
 // conv with its residual ran at 111 GFLOP/s on 4 images per call (12.8 MB of
 // output) against 204 on one.
-constexpr uint64_t kCallBytes = 8ull << 20;
 
 void split_images(ConvPlan& plan, const Geometry& g, uint32_t parts, uint64_t image_bytes) {
   parts = std::max<uint32_t>(1, std::min(parts, g.n));
@@ -55,7 +59,7 @@ void split_images(ConvPlan& plan, const Geometry& g, uint32_t parts, uint64_t im
     sh->n0 = n0;
     sh->count = base + (c < extra ? 1 : 0);
     sh->mb = sh->count;  // the largest divisor of the count within the budget (one image at least)
-    while (sh->mb > 1 && (sh->count % sh->mb != 0 || sh->mb * image_bytes > kCallBytes)) --sh->mb;
+    while (sh->mb > 1 && (sh->count % sh->mb != 0 || sh->mb * image_bytes > tuning().onednn_call_bytes)) --sh->mb;
     n0 += sh->count;
     plan.shards.push_back(std::move(sh));
   }
@@ -230,7 +234,6 @@ memory::desc first_shard_weights(ConvPlan& plan, const Problem& pr) {
 // 64->256 1x1 with its residual, batch 8, two threads, buffers from DRAM,
 // alternated: oneDNN's sum post-op 3.7-3.9 ms, chunks of 1 to 8 rows
 // 2.9-3.1 ms, 14 rows (800 KB) 3.6.
-constexpr uint64_t kChunkOutputBytes = 256 * 1024;
 
 // The chunk and tail primitives of every shard (1x1 without padding: a
 // chunk is any run of output pixels of one image, read from dense input
@@ -266,7 +269,8 @@ void build_chunk_primitives(ConvPlan& plan, const Problem& pr) {
     // 512->1024 downsample wants 64 output channels per block on 64 pixels,
     // 32 as a whole and on 196).
     bool found = false;
-    for (uint64_t chunks = std::max<uint64_t>(1, (pixels * row_bytes + kChunkOutputBytes - 1) / kChunkOutputBytes);
+    for (uint64_t chunks = std::max<uint64_t>(
+             1, (pixels * row_bytes + tuning().onednn_chunk_output_bytes - 1) / tuning().onednn_chunk_output_bytes);
          chunks >= 1 && !found; --chunks) {
       const uint64_t chunk = (pixels + chunks - 1) / chunks, tail = pixels - (chunks - 1) * chunk;
       const std::optional<size_t> a = prim(chunk), b = prim(tail);
@@ -358,10 +362,9 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
 // 7x7 maps into 3- and 4-row shards made oneDNN's brgconv_1x1 take ~180 ms
 // per call on MobileNetV2's 320->1280 conv (measured here), against well
 // under 1 ms whole.
-constexpr uint64_t kMinPixelsToSplit = 64;
 
 // Row shards of oneDNN's kernels: one per worker, and on large maps up to
-// kRowShardsPerWorker per worker of at least kMinPixelsPerRowShard output
+// onednn_row_shards_per_worker per worker of at least onednn_min_pixels_per_row_shard output
 // pixels each, so that a worker whose vCPU stalls hands shards to the other.
 // YOLO batch 1, device-only, three alternated pairs: 151 / 164 / 155 ms ->
 // 119 / 150 / 151 ms (its 1x1 convs run on oneDNN's jit_1x1 on AVX2 CPUs).
@@ -371,18 +374,15 @@ constexpr uint64_t kMinPixelsToSplit = 64;
 // 2.81-3.14 against 2.71-2.93. The UNet's stride-1 3x3 on its 3-channel
 // 480x640 input did no better in 2 (2.78-3.24 against 2.84-3.99 ms), and
 // keeps its 8.
-constexpr uint32_t kRowShardsPerWorker = 4;
-constexpr uint64_t kMinPixelsPerRowShard = 1024;
-constexpr uint32_t kMinChannelsForRowShards = 16;
 uint32_t row_shards(const Geometry& g, uint32_t threads) {
-  if (g.cin < kMinChannelsForRowShards && (g.sh > 1 || g.sw > 1)) return threads;
-  const uint64_t fit = uint64_t{g.oh} * g.ow / kMinPixelsPerRowShard / threads * threads;
-  return static_cast<uint32_t>(std::clamp<uint64_t>(fit, threads, uint64_t{threads} * kRowShardsPerWorker));
+  if (g.cin < tuning().onednn_min_cin_for_row_shards && (g.sh > 1 || g.sw > 1)) return threads;
+  const uint64_t fit = uint64_t{g.oh} * g.ow / tuning().onednn_min_pixels_per_row_shard / threads * threads;
+  return static_cast<uint32_t>(
+      std::clamp<uint64_t>(fit, threads, uint64_t{threads} * tuning().onednn_row_shards_per_worker));
 }
 
 // Below this many weights (256 KB in float32) every worker keeps all of them
 // in its own L2 (1 MB here), so a row split costs no extra weight traffic.
-constexpr uint64_t kMinWeightsToSplitChannels = 64 * 1024;
 
 }  // namespace
 
@@ -404,9 +404,9 @@ constexpr uint64_t kMinWeightsToSplitChannels = 64 * 1024;
 // 0.30-0.38 -> 0.27-0.34 ms each, the rest unchanged.
 // Plain convolutions only.
 bool splits_channels(const Conv2dGeometry& g, bool transposed, uint32_t threads, bool residual) {
-  const bool many_weights =
-      uint64_t{g.in_channels} * g.out_channels * g.kernel_h * g.kernel_w > kMinWeightsToSplitChannels;
-  const bool few_rows = uint64_t{g.output_height} * g.output_width < kMinPixelsToSplit;
+  const bool many_weights = uint64_t{g.in_channels} * g.out_channels * g.kernel_h * g.kernel_w >
+                            tuning().onednn_min_weights_to_split_channels;
+  const bool few_rows = uint64_t{g.output_height} * g.output_width < tuning().onednn_min_pixels_to_split;
   const bool pointwise_residual = residual && g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1;
   return threads > 1 && g.batch < threads && !transposed && g.groups == 1 && g.out_channels >= 32 * threads &&
          uint64_t{g.out_channels} * g.kernel_h * g.kernel_w > uint64_t{g.input_height} * g.input_width &&
@@ -416,7 +416,7 @@ bool splits_channels(const Conv2dGeometry& g, bool transposed, uint32_t threads,
 namespace {
 
 // On AMX, a bfloat16 3x3 conv of stride 2 with at least
-// kAmxStridedRowSplitPixels output pixels splits rows. oneDNN's AMX brgconv
+// onednn_amx_strided_row_split_pixels output pixels splits rows. oneDNN's AMX brgconv
 // ran YOLO's two 40x40 -> 20x20 convs 9-16% faster on half the rows, all
 // output channels, than on all rows, half the channels. Measured with
 // standalone SiLU convs, two threads, four alternated rounds: 256 -> 512
@@ -426,10 +426,9 @@ namespace {
 // 512 -> 512 conv 0.74-0.80 against 1.43-1.56 in three of four rounds.
 // float32 kernels keep the channel split: the 256 -> 512 conv took
 // 4.37-5.16 ms on channels against 5.11-5.32 on rows.
-constexpr uint64_t kAmxStridedRowSplitPixels = 400;
 bool amx_strided_rows(const Geometry& g, DataType kernel) {
   return on_amx(kernel) && g.kh == 3 && g.kw == 3 && g.sh == 2 && g.sw == 2 &&
-         uint64_t{g.oh} * g.ow >= kAmxStridedRowSplitPixels;
+         uint64_t{g.oh} * g.ow >= tuning().onednn_amx_strided_row_split_pixels;
 }
 bool splits_channels(const Geometry& g, uint32_t threads, bool residual, DataType kernel) {
   if (amx_strided_rows(g, kernel)) return false;
@@ -441,7 +440,7 @@ bool splits_channels(const Geometry& g, uint32_t threads, bool residual, DataTyp
 }
 
 // Output rows per image from this size on (ResNet-50's 56x56x256 maps),
-// or over the whole batch from kOwnResidualBatchBytes on, have their
+// or over the whole batch from onednn_own_residual_batch_bytes on, have their
 // residual added by Tessera (ConvPlan::own_residual). oneDNN's sum post-op
 // reads the residual as it stores each block of output channels, a strided
 // walk over rows, slow once the residual is in DRAM; Tessera's pass streams
@@ -453,11 +452,9 @@ bool splits_channels(const Geometry& g, uint32_t threads, bool residual, DataTyp
 // 14x14x1024 maps at either batch size (0.32 -> 0.37 ms at batch 1, mixed
 // at batch 8): they stay on the post-op. Since micro-batching runs stage 1
 // two images at a time (6.4 MB of 56x56x256 rows, in the L3), its 64->256
-// convs are faster on the post-op too (kOwnResidualImageBytes 2 -> 4 MB; sums
+// convs are faster on the post-op too (onednn_own_residual_image_bytes 2 -> 4 MB; sums
 // of the three launches per batch, alternated builds: batch 8 7.3-7.9 ->
 // 7.0-7.8 ms in 4 of 5 rounds, batch 1 0.95-0.97 -> 0.87-0.89 ms in 3 of 4).
-constexpr uint64_t kOwnResidualImageBytes = 4 << 20;
-constexpr uint64_t kOwnResidualBatchBytes = 8 << 20;
 
 // Which 1x1 convs run in pixel chunks (ConvPlan::chunked): strided ones
 // over dense rows (ResNet-50's downsamples at batch 8, per-launch medians in
@@ -479,7 +476,8 @@ Chunking chunking(const Problem& pr, const ConvPlan& plan) {
                          (!plan.residual || (!plan.stage_res && plan.res_type == DataType::FLOAT32));
   const bool strided = (g.sh > 1 || g.sw > 1) && !plan.stage_src;
   const uint64_t image_bytes = uint64_t{g.oh} * g.ow * g.cout * sizeof(float);
-  const bool large = image_bytes >= kOwnResidualImageBytes || image_bytes * g.n >= kOwnResidualBatchBytes;
+  const bool large = image_bytes >= tuning().onednn_own_residual_image_bytes ||
+                     image_bytes * g.n >= tuning().onednn_own_residual_batch_bytes;
   if (!pointwise || !(strided || (plan.residual && large))) return {};
   return {true, plan.residual};
 }
@@ -558,7 +556,7 @@ StatusOr<Program> compile_onednn(const Device& device, const Problem& pr, const 
   std::vector<Split> order;
   if (threads > 1 && g.n >= threads) order.push_back(Split::kImages);
   if (!plan->tile_dst && splits_channels(g, threads, plan->residual, pr.kernel)) order.push_back(Split::kChannels);
-  if (threads > 1 && uint64_t{g.oh} * g.ow >= kMinPixelsToSplit) order.push_back(Split::kRows);
+  if (threads > 1 && uint64_t{g.oh} * g.ow >= tuning().onednn_min_pixels_to_split) order.push_back(Split::kRows);
   order.push_back(Split::kWhole);
   Status built;
   // Each split in pixel chunks where chunking applies, then without (padded

@@ -258,9 +258,8 @@ Reason onednn(const Problem&, const Device&, const ConvTuning&) { return kApplie
 Reason rows_with_one_stride(const Problem& pr, const Device& device) {
   if (device.descriptor().num_dram_banks == 1) return kApplies;
   const Geometry& g = pr.g;
-  const bool in = stages_densely(uint64_t{g.cin} * element_size(pr.input.dtype == DataType::FLOAT32
-                                                                     ? DataType::FLOAT32
-                                                                     : DataType::BFLOAT16));
+  const bool in = stages_densely(
+      uint64_t{g.cin} * element_size(pr.input.dtype == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16));
   const bool out = stages_densely(uint64_t{g.cout} * element_size(pr.output.dtype));
   const bool res = !pr.residual || stages_densely(uint64_t{g.cout} * element_size(pr.residual->tensor.dtype()));
   if (in && out && res) return kApplies;

@@ -1,7 +1,7 @@
 // The conv tuning table: every measured threshold that decides which conv
-// algorithm runs, as data per ISA tier, each with where it was measured
-// (tuning.inc). select.cc reads it; nothing else hard-codes a selection
-// threshold.
+// algorithm runs and how each algorithm splits its work, as data per ISA
+// tier, each with where it was measured (tuning.inc). select.cc and the
+// algorithm files read it; none hard-codes a threshold.
 //
 // A table rather than constants so that it can be reviewed, printed
 // (`tessera run --explain`) and later replaced by values measured or
