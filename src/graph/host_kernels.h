@@ -1,0 +1,106 @@
+// The host reference kernels' shared helpers and the shape and data
+// movement kernels (internal to host_eval; host_data.cc). Written for
+// obviousness, not speed: one element at a time through index arithmetic.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "tessera/graph/graph.h"
+
+namespace tessera::graph::host {
+
+using Dims = std::vector<int64_t>;
+using Ins = std::span<const HostTensor* const>;
+
+inline std::vector<int64_t> strides_of(const Dims& d) {
+  std::vector<int64_t> s(d.size(), 1);
+  for (size_t k = d.size(); k-- > 1;) s[k - 1] = s[k] * d[k];
+  return s;
+}
+
+// Index into `src` (dims `sd`, right-aligned against `out`) of output element `flat`.
+inline int64_t broadcast_index(int64_t flat, const Dims& out, const Dims& sd) {
+  int64_t idx = 0, stride = 1;
+  for (size_t k = out.size(), j = sd.size(); k-- > 0;) {
+    const int64_t c = flat % out[k];
+    flat /= out[k];
+    if (j == 0) continue;
+    --j;
+    if (sd[j] != 1) idx += c * stride;
+    stride *= sd[j];
+  }
+  return idx;
+}
+
+inline HostTensor make(ElemType t, Dims dims) {
+  HostTensor h;
+  h.type = t;
+  const auto n = static_cast<size_t>(dims_volume(dims));
+  h.dims = std::move(dims);
+  if (t == ElemType::FLOAT32)
+    h.f.assign(n, 0.0f);
+  else
+    h.i.assign(n, 0);
+  return h;
+}
+
+inline void set(HostTensor& h, size_t k, double v) {
+  if (h.type == ElemType::FLOAT32)
+    h.f[k] = static_cast<float>(v);
+  else
+    h.i[k] = static_cast<int64_t>(v);
+}
+
+// Copies element `from` of `src` to element `to` of `dst` (same type).
+inline void copy_elem(const HostTensor& src, size_t from, HostTensor& dst, size_t to) {
+  if (src.type == ElemType::FLOAT32)
+    dst.f[to] = src.f[from];
+  else
+    dst.i[to] = src.i[from];
+}
+
+inline int64_t norm_axis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
+
+inline Status check_axis(const Node& n, int64_t axis, size_t rank) {
+  const int64_t r = static_cast<int64_t>(rank);
+  if (axis < -r || axis >= std::max<int64_t>(r, 1))
+    return invalid_argument_error("{}: axis {} is out of range for rank {}", n.label(), axis, rank);
+  return ok_status();
+}
+
+inline std::vector<int64_t> as_ints(const HostTensor& t) {
+  if (t.type == ElemType::INT64) return t.i;
+  std::vector<int64_t> v(t.f.size());
+  for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<int64_t>(t.f[k]);
+  return v;
+}
+
+inline const HostTensor* in(Ins ins, size_t k) { return k < ins.size() ? ins[k] : nullptr; }
+
+inline Status need(const Node& n, Ins ins, size_t k) {
+  if (!in(ins, k)) return invalid_argument_error("{}: input {} is missing", n.label(), k);
+  return ok_status();
+}
+
+// Shapes, data movement, MatMul / Gemm, normalizations (host_data.cc).
+StatusOr<HostTensor> reshape_to(const Node& n, const HostTensor& x, Dims dims);
+StatusOr<Dims> reshape_dims(const Node& n, const Dims& in_dims, std::vector<int64_t> shape);
+StatusOr<HostTensor> transpose(const Node& n, const HostTensor& x);
+StatusOr<HostTensor> concat(const Node& n, Ins ins);
+StatusOr<HostTensor> gather(const Node& n, const HostTensor& x, const HostTensor& idx);
+StatusOr<HostTensor> slice(const Node& n, Ins ins, int opset);
+StatusOr<HostTensor> expand(const Node& n, const HostTensor& x, const HostTensor& shape);
+StatusOr<HostTensor> tile(const Node& n, const HostTensor& x, const HostTensor& reps_t);
+StatusOr<HostTensor> pad(const Node& n, Ins ins, int opset);
+StatusOr<std::vector<HostTensor>> split(const Node& n, Ins ins, int opset);
+StatusOr<HostTensor> matmul(const Node& n, const HostTensor& a0, const HostTensor& b0);
+StatusOr<HostTensor> gemm(const Node& n, Ins ins);
+StatusOr<HostTensor> range(const Node& n, Ins ins);
+StatusOr<HostTensor> constant_of_shape(const Node& n, const HostTensor& shape);
+StatusOr<HostTensor> squeeze_unsqueeze(const Node& n, Ins ins, int opset);
+StatusOr<HostTensor> flatten(const Node& n, const HostTensor& x);
+StatusOr<std::vector<HostTensor>> batch_norm(const Node& n, Ins ins);
+StatusOr<std::vector<HostTensor>> layer_norm(const Node& n, Ins ins);
+StatusOr<HostTensor> depth_space(const Node& n, const HostTensor& x);
+
+}  // namespace tessera::graph::host
