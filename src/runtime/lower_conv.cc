@@ -81,21 +81,29 @@ ConvTranspose2dParams CompiledModel::Impl::conv_transpose_params(const Node& n,
   return p;
 }
 
+// A conv node's constant weights and optional bias as host tensors, and the
+// config every conv layer of the model shares; counts the conv's FLOPs.
+StatusOr<CompiledModel::Impl::ConvLayerInputs> CompiledModel::Impl::conv_layer_inputs(const Node& n, uint32_t cout,
+                                                                                      uint64_t flops) {
+  ConvLayerInputs in;
+  TS_ASSIGN_OR_RETURN(
+      in.weight, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(dims(n.inputs[1])), DataType::FLOAT32));
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+    TS_ASSIGN_OR_RETURN(in.bias, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{cout}, DataType::FLOAT32));
+  }
+  report.conv_flops += per_run(lowering, flops);
+  in.config = Conv2dConfig{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(n.outputs[0])};
+  in.config.compute_config.math_fidelity = opt.math_fidelity;
+  return in;
+}
+
 Status CompiledModel::Impl::lower_conv(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
   if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D convolution (the device kernel is 2-D)", rank(x) - 2));
   if (!g.is_constant(n.inputs[1])) return unimplemented_error("{}: the weight must be a constant", n.label());
-  const Dims& wd = dims(n.inputs[1]);
   TS_ASSIGN_OR_RETURN(const Conv2dParams p, conv_params(n));
-  TS_ASSIGN_OR_RETURN(Tensor w, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(wd), DataType::FLOAT32));
-  std::optional<Tensor> b;
-  if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
-    TS_ASSIGN_OR_RETURN(
-        b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32));
-  }
-  report.conv_flops += per_run(lowering, p.flops());
-  Conv2dConfig config{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)};
-  config.compute_config.math_fidelity = opt.math_fidelity;
+  TS_ASSIGN_OR_RETURN(ConvLayerInputs in, conv_layer_inputs(n, p.out_channels, p.flops()));
+  auto& [w, b, config] = in;
   sharded_to_dram = false;
   TS_RETURN_IF_ERROR(plan_conv_sharding(n, conv2d_geometry(p, n.inputs.size() > 2 && n.inputs[2] >= 0), config));
   const int res = n.inputs.size() > 3 ? n.inputs[3] : -1;
@@ -177,15 +185,8 @@ Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
   if (p.output_height() - crop_begin[0] - crop_end[0] != dims(y)[2] ||
       p.output_width() - crop_begin[1] - crop_end[1] != dims(y)[3])
     return lower_fallback(n, "output geometry the device kernel does not produce");
-  TS_ASSIGN_OR_RETURN(Tensor w, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(wd), DataType::FLOAT32));
-  std::optional<Tensor> b;
-  if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
-    TS_ASSIGN_OR_RETURN(
-        b, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{p.out_channels}, DataType::FLOAT32));
-  }
-  report.conv_flops += per_run(lowering, p.flops());
-  Conv2dConfig config{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(y)};
-  config.compute_config.math_fidelity = opt.math_fidelity;
+  TS_ASSIGN_OR_RETURN(ConvLayerInputs in, conv_layer_inputs(n, p.out_channels, p.flops()));
+  auto& [w, b, config] = in;
   deconvs.push_back(std::make_unique<cnn::ConvTranspose2d>(p, w, b, config));
   cnn::ConvTranspose2d* layer = deconvs.back().get();
   conv_layers.emplace_back(n.name, [layer]() -> const std::string& { return layer->selection(); });

@@ -116,7 +116,7 @@ struct CompiledModel::Impl {
   // written. plan_liveness keeps the inputs to the conv.
   std::map<int, std::pair<size_t, std::vector<int>>> channel_concats;
   std::vector<FusedConcat> fused_concats;  // (the conv node, the concat's inputs)
-  std::vector<MicroBatch> micro_batches;  // plan_micro_batches (plans.h)
+  std::vector<MicroBatch> micro_batches;   // plan_micro_batches (plans.h)
 
   const Dims& dims(int v) const { return g.value(v).dims; }
   // Graph outputs leave their producing kernel in float32 (one rounding
@@ -193,6 +193,12 @@ struct CompiledModel::Impl {
   Status lower(size_t ni);
   // One per op family; each the `lower` of its ops' OpTraits rows.
   Status lower_conv(const Node& n);  // lower_conv.cc
+  struct ConvLayerInputs {
+    Tensor weight;
+    std::optional<Tensor> bias;
+    Conv2dConfig config;
+  };
+  StatusOr<ConvLayerInputs> conv_layer_inputs(const Node& n, uint32_t cout, uint64_t flops);
   Status lower_conv_transpose(const Node& n);
   Status plan_conv_sharding(const Node& n, const Conv2dGeometry& geo, Conv2dConfig& config);
   bool sharded_to_dram = false;      // set by plan_conv_sharding for the conv being lowered
