@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 
 namespace tessera {
 
@@ -37,6 +39,12 @@ const CpuFeatures& cpu_features() {
     c.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
     c.avx512_vnni = __builtin_cpu_supports("avx512vnni");
     c.amx_bf16 = amx_bf16_enabled();
+    const char* isa = std::getenv("TESSERA_CPU_ISA");
+    const std::string_view cap = isa ? isa : "";
+    if (cap == "avx2" || cap == "scalar") {
+      c.avx512f = c.avx512bw = c.avx512vl = c.avx512dq = c.avx512_bf16 = c.avx512_vnni = c.amx_bf16 = false;
+      if (cap == "scalar") c.avx2 = c.fma = false;
+    }
     return c;
   }();
   return f;

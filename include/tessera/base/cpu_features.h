@@ -28,6 +28,11 @@ struct CpuFeatures {
   std::string to_string() const;  // "avx2 fma avx512f ..."
 };
 
+// The CPU's features, read once. TESSERA_CPU_ISA=avx2 (or scalar) in the
+// environment hides the wider features, as on a CPU without them: with
+// oneDNN's own DNNL_MAX_CPU_ISA=AVX2 the tests then run as on an AVX2-only
+// machine (only instructions the CPU lacks still fault, which this cannot
+// emulate). Any other value is ignored.
 const CpuFeatures& cpu_features();
 
 // The widest kernel set this CPU runs, within the limit tests may set.

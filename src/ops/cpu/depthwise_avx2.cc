@@ -6,10 +6,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "avx2_activation.h"
 #include "depthwise_kernels.h"
+#include "scratch.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/numerics/bfloat16_avx2.h"
 #include "tessera/numerics/convert.h"
@@ -228,11 +228,10 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
   const uint32_t taps = a.kh * a.kw;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
   // A row of w zero pixels, in_stride apart (the taps that fall in the padding).
-  thread_local std::vector<std::byte> zeros;
-  thread_local std::vector<const std::byte*> ind;
+  thread_local Scratch zeros_scratch, ind_scratch;
   const uint64_t zero_bytes = uint64_t{a.w} * std::max<uint64_t>(in_stride, uint64_t{a.c} * es);
-  if (zeros.size() < zero_bytes) zeros.assign(zero_bytes, std::byte{0});
-  if (ind.size() < uint64_t{kPixels} * taps) ind.resize(uint64_t{kPixels} * taps);
+  const auto* zeros = static_cast<const std::byte*>(zeros_scratch.zeros(zero_bytes));
+  const auto** ind = reinterpret_cast<const std::byte**>(ind_scratch.pointers(uint64_t{kPixels} * taps));
   uint32_t run = 0;
   auto pixel_in = [&](uint64_t p) -> const std::byte* {  // input pixel p's channel 0
     return in_stride ? a.src.base + p * in_stride : a.src.unit(static_cast<uint32_t>(p), 0, &run);
@@ -255,7 +254,7 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
     std::byte* out[kPixels];
     // Pixels [x, x + p) through pointer tables, p <= kPixels.
     auto tabled = [&](uint32_t x, uint32_t p) {
-      const std::byte** at = ind.data();
+      const std::byte** at = ind;
       for (uint32_t j = 0; j < p; ++j) {
         out[j] = pixel_out(row0 + x + j);
         for (uint32_t ky = 0; ky < a.kh; ++ky) {
@@ -263,16 +262,16 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
           for (uint32_t kx = 0; kx < a.kw; ++kx) {
             const int64_t ix = int64_t{x + j} * a.sw + int64_t{kx} * a.dw - a.pad_l;
             *at++ = iy < 0 || iy >= a.h || ix < 0 || ix >= a.w
-                        ? zeros.data()
+                        ? zeros
                         : pixel_in((uint64_t{img} * a.h + uint64_t(iy)) * a.w + uint64_t(ix));
           }
         }
       }
       channels(a, p, out, [&](uint32_t c, uint32_t width, float* tile, size_t ts) {
         if (width % 8 == 0)
-          kBlocks<B>[p](ind.data(), taps, c, width, a.weights, a.c, a.bias, tile, ts);
+          kBlocks<B>[p](ind, taps, c, width, a.weights, a.c, a.bias, tile, ts);
         else
-          tail<B>(a, ind.data(), p, c, width, tile, ts);
+          tail<B>(a, ind, p, c, width, tile, ts);
       });
     };
     for (uint32_t x = 0; x < x_lo; x += kPixels) tabled(x, std::min(kPixels, x_lo - x));
@@ -281,7 +280,7 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
       const std::byte* rows[kMaxInteriorRows];
       for (uint32_t ky = 0; ky < a.kh; ++ky) {  // pixel column 0 of each tap row
         const int64_t iy = int64_t{oy} * a.sh + int64_t{ky} * a.dh - a.pad_t;
-        rows[ky] = iy < 0 || iy >= a.h ? zeros.data()
+        rows[ky] = iy < 0 || iy >= a.h ? zeros
                                        : a.src.base + (uint64_t{img} * a.h + uint64_t(iy)) * a.w * in_stride;
       }
       const size_t pixel_step = a.sw * in_stride;
@@ -300,13 +299,13 @@ Status run(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
         }
         for (; c + 8 <= a.c; c += 8) interior_block<B, OB, 1>(win, c, a.weights, a.c, a.bias, out, act);
         if (c < a.c) {  // the last c % 8: a table for these pixels, then as the tabled ones
-          const std::byte** at = ind.data();
+          const std::byte** at = ind;
           for (uint32_t j = 0; j < kPixels; ++j)
             for (uint32_t ky = 0; ky < a.kh; ++ky)
               for (uint32_t kx = 0; kx < a.kw; ++kx) *at++ = rp[ky] + (kx * a.dw + j * a.sw) * in_stride;
           alignas(32) float tile[kPixels * 8];
           const uint32_t width = a.c - c;
-          tail<B>(a, ind.data(), kPixels, c, width, tile, width);
+          tail<B>(a, ind, kPixels, c, width, tile, width);
           a.math.unary(a.activation, tile, uint64_t{kPixels} * width);
           for (uint32_t j = 0; j < kPixels; ++j)
             convert_from_float(tile + j * width, out[j] + c * (OB ? 2 : 4), a.dst_type, width);

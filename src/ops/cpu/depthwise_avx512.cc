@@ -10,11 +10,11 @@
 // order, in float32 FMAs. Kernels past 7x7 and dtypes other than float32 and
 // bfloat16 take the portable loop.
 #include <algorithm>
-#include <vector>
 
 #include "avx512_activation.h"
 #include "depthwise_direct3.h"
 #include "depthwise_kernels.h"
+#include "scratch.h"
 #include "tessera/base/aligned.h"
 #include "tessera/numerics/convert.h"
 
@@ -34,10 +34,9 @@ constexpr int kPx = 8;  // output pixels per block
 // channels put each tap in another line), pixel p holding input column
 // p - pad_l (zero outside the row and past the channel count).
 struct RowRing {
-  std::shared_ptr<std::byte[]> bytes;
-  size_t capacity = 0;  // floats
+  Scratch bytes;
   float* data = nullptr;
-  int64_t key[kMaxK];   // which input row (image * h + iy) each slot holds; -1 for none
+  int64_t key[kMaxK];  // which input row (image * h + iy) each slot holds; -1 for none
 };
 
 template <bool kBf16Out, class Act>
@@ -53,13 +52,9 @@ void depthwise_rows(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act ac
   const uint32_t cblocks = static_cast<uint32_t>(div_up(C, 16));
   const uint64_t row_floats = uint64_t{cblocks} * static_cast<uint64_t>(pitch) * 16;
   thread_local RowRing ring;
-  thread_local std::vector<float> pixel;  // one input pixel in float32, when converted
-  if (pixel.size() < C) pixel.resize(C);
-  if (ring.capacity < row_floats * a.kh) {
-    ring.capacity = row_floats * a.kh;
-    ring.bytes = make_aligned_bytes(ring.capacity * sizeof(float));
-    ring.data = reinterpret_cast<float*>(ring.bytes.get());
-  }
+  thread_local Scratch pixel_scratch;  // one input pixel in float32, when converted
+  float* const pixel = pixel_scratch.floats(C);
+  ring.data = ring.bytes.floats(row_floats * a.kh);
   std::fill(std::begin(ring.key), std::end(ring.key), -1);
 
   auto stage = [&](uint32_t slot, int64_t key) {
@@ -71,16 +66,16 @@ void depthwise_rows(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act ac
     }
     for (int64_t ix = 0; ix < cols; ++ix) {
       const uint64_t unit = static_cast<uint64_t>(key) * a.w + ix;
-      const float* px = pixel.data();
+      const float* px = pixel;
       if (in_stride && a.src_type == DataType::FLOAT32) {
         px = reinterpret_cast<const float*>(a.src.base + unit * in_stride);
       } else if (in_stride) {
-        convert_to_float(a.src.base + unit * in_stride, a.src_type, pixel.data(), C);
+        convert_to_float(a.src.base + unit * in_stride, a.src_type, pixel, C);
       } else {
         for (uint32_t c = 0, run = 0; c < C; c += run) {
           const std::byte* p = a.src.unit(static_cast<uint32_t>(unit), c, &run);
           run = std::min(run, C - c);
-          convert_to_float(p, a.src_type, pixel.data() + c, run);
+          convert_to_float(p, a.src_type, pixel + c, run);
         }
       }
       float* at = d + (a.pad_l + ix) * 16;

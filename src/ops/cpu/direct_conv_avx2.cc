@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "direct_conv_kernels.h"
+#include "scratch.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/numerics/bfloat16_avx2.h"
 
@@ -251,9 +251,10 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
   const bool chunked = a.cin_block < a.cin;
   const auto* src = reinterpret_cast<const float*>(a.src.base);
-  thread_local std::vector<float> zeros, partial, widened;
-  thread_local std::vector<const float*> ind;
-  if (zeros.size() < a.cin) zeros.resize(a.cin, 0.0f);
+  thread_local Scratch zeros_scratch, partial_scratch, widened_scratch, ind_scratch;
+  const auto* zeros = static_cast<const float*>(zeros_scratch.zeros(a.cin * sizeof(float)));
+  float* widened = nullptr;
+  float* partial = nullptr;
   alignas(32) float tile[kBlockPixels * 16];
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t group = t % a.groups, band = t / a.groups % a.bands, img = t / a.groups / a.bands;
@@ -263,7 +264,7 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
     // The band's output pixels, row after row: each one's input row per tap,
     // or zeros in the padding.
     const uint32_t pixels = (oy1 - oy0) * a.ow;
-    if (ind.size() < uint64_t{pixels} * taps) ind.resize(uint64_t{pixels} * taps);
+    const auto** ind = reinterpret_cast<const float**>(ind_scratch.pointers(uint64_t{pixels} * taps));
     // bfloat16 rows: the input rows the band reads, widened; `lines` then
     // points at (image img, row iy_lo).
     const float* lines = src + uint64_t{img} * a.h * a.w * in_stride;
@@ -272,12 +273,12 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
       iy_lo = std::max<int64_t>(0, int64_t{oy0} * a.sh - a.pad_t);
       const int64_t iy_hi = std::min<int64_t>(a.h, int64_t{oy1 - 1} * a.sh - a.pad_t + int64_t{a.kh - 1} * a.dh + 1);
       if (iy_hi > iy_lo) {
-        if (widened.size() < uint64_t(iy_hi - iy_lo) * a.w * a.cin) widened.resize(uint64_t(iy_hi - iy_lo) * a.w * a.cin);
-        widen_rows(a, img, static_cast<uint32_t>(iy_lo), static_cast<uint32_t>(iy_hi), widened.data());
+        widened = widened_scratch.floats(uint64_t(iy_hi - iy_lo) * a.w * a.cin);
+        widen_rows(a, img, static_cast<uint32_t>(iy_lo), static_cast<uint32_t>(iy_hi), widened);
       }
-      lines = widened.data();
+      lines = widened;
     }
-    const float** at = ind.data();
+    const float** at = ind;
     for (uint32_t oy = oy0; oy < oy1; ++oy)
       for (uint32_t ox = 0; ox < a.ow; ++ox)
         for (uint32_t ky = 0; ky < a.kh; ++ky) {
@@ -286,7 +287,7 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
           const float* line = lines + uint64_t(row ? iy - iy_lo : 0) * a.w * in_stride;
           for (uint32_t kx = 0; kx < a.kw; ++kx) {
             const int64_t ix = int64_t{ox} * a.sw - a.pad_l + int64_t{kx} * a.dw;
-            *at++ = row && ix >= 0 && ix < a.w ? line + ix * in_stride : zeros.data();
+            *at++ = row && ix >= 0 && ix < a.w ? line + ix * in_stride : zeros;
           }
         }
     // In nearly equal blocks of at most six pixels, which may span rows
@@ -295,7 +296,7 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
     const uint64_t first_pixel = (uint64_t{img} * a.oh + oy0) * a.ow;
     std::byte* out0 = a.dst.base + first_pixel * out_stride;
     const std::byte* res0 = a.res.base ? a.res.base + first_pixel * res_stride : nullptr;
-    if (chunked && partial.size() < uint64_t{pixels} * 16) partial.resize(uint64_t{pixels} * 16);
+    if (chunked) partial = partial_scratch.floats(uint64_t{pixels} * 16);
     for (uint32_t b = b0; b < b1; ++b) {
       const uint32_t oc0 = b * 16, ocs = std::min(16u, a.cout - oc0);
       const float* w = a.weights + uint64_t{b} * taps * a.cin * 16;
@@ -304,8 +305,8 @@ Status direct_conv_kernel(const void* raw, uint32_t begin, uint32_t end) {
         const bool first = c0 == 0, last = c0 + cb == a.cin;
         for (uint32_t k = 0, p = 0; k < nblk; ++k) {
           const uint32_t rw = (pixels - p + (nblk - k) - 1) / (nblk - k);
-          float* sum = chunked ? partial.data() + uint64_t{p} * 16 : nullptr;
-          kBlocks[rw](ind.data() + uint64_t{p} * taps, taps, c0, cb, w, first ? a.bias + oc0 : sum, first ? 0 : 16,
+          float* sum = chunked ? partial + uint64_t{p} * 16 : nullptr;
+          kBlocks[rw](ind + uint64_t{p} * taps, taps, c0, cb, w, first ? a.bias + oc0 : sum, first ? 0 : 16,
                       last ? tile : sum);
           if (last)
             finish(a, tile, rw, ocs, out0 + uint64_t{p} * out_stride + uint64_t{oc0} * out_unit,
@@ -329,23 +330,23 @@ Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
   alignas(32) static const float kZeros[16] = {};
   alignas(32) float y[4 * 16];
-  thread_local std::vector<float> padded, v, m;
+  thread_local Scratch padded_scratch, v_scratch, m_scratch;
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t group = t % a.groups, band = t / a.groups % a.bands, img = t / a.groups / a.bands;
     const uint32_t tr0 = band * a.band_rows, tr1 = std::min(ty, tr0 + a.band_rows);
     const uint32_t b0 = group * a.group_blocks, b1 = std::min(blocks, b0 + a.group_blocks);
     if (tr0 >= tr1 || b0 >= b1) continue;
     const uint32_t rows = 2 * (tr1 - tr0) + 2, tiles = (tr1 - tr0) * tx;
-    if (padded.size() < uint64_t{rows} * pw * cin) padded.resize(uint64_t{rows} * pw * cin);
-    if (v.size() < 16 * vs) v.resize(16 * vs);
-    if (m.size() < uint64_t{16} * seg * 16) m.resize(uint64_t{16} * seg * 16);
-    pad_rows(a, img, int64_t{2} * tr0 - a.pad_t, rows, pw, padded.data());
+    float* const padded = padded_scratch.floats(uint64_t{rows} * pw * cin);
+    float* const v = v_scratch.floats(16 * vs);
+    float* const m = m_scratch.floats(uint64_t{16} * seg * 16);
+    pad_rows(a, img, int64_t{2} * tr0 - a.pad_t, rows, pw, padded);
     for (uint32_t s0 = 0; s0 < tiles; s0 += seg) {
       const uint32_t st = std::min(seg, tiles - s0);
       for (uint32_t k = 0; k < st; ++k) {  // V[16][st][cin]
         const uint32_t r = (s0 + k) / tx, c = (s0 + k) % tx;
-        const float* d = padded.data() + (uint64_t{2 * r} * pw + 2 * c) * cin;
-        float* vk = v.data() + uint64_t{k} * cin;
+        const float* d = padded + (uint64_t{2 * r} * pw + 2 * c) * cin;
+        float* vk = v + uint64_t{k} * cin;
         uint32_t ch = 0;
         for (; ch + 8 <= cin; ch += 8) transform_patch<__m256>(d + ch, uint64_t{pw} * cin, cin, vk + ch, vs);
         for (; ch < cin; ++ch) transform_patch<float>(d + ch, uint64_t{pw} * cin, cin, vk + ch, vs);
@@ -356,16 +357,16 @@ Status winograd_f2_kernel(const void* raw, uint32_t begin, uint32_t end) {
       for (uint32_t b = b0; b < b1; ++b) {
         for (uint32_t k = 0; k < 16; ++k) {
           const float* w = a.weights + (uint64_t{b} * 16 + k) * cin * 16;
-          float* mk = m.data() + uint64_t{k} * seg * 16;
+          float* mk = m + uint64_t{k} * seg * 16;
           for (uint32_t q = 0, x = 0; q < nblk; ++q) {
             const uint32_t rw = (st - x + (nblk - q) - 1) / (nblk - q);
-            strided_block(rw, v.data() + uint64_t{k} * vs + uint64_t{x} * cin, cin, cin, w, kZeros, 0, mk + uint64_t{x} * 16);
+            strided_block(rw, v + uint64_t{k} * vs + uint64_t{x} * cin, cin, cin, w, kZeros, 0, mk + uint64_t{x} * 16);
             x += rw;
           }
         }
         const uint32_t oc0 = b * 16, ocs = std::min(16u, a.cout - oc0);
         for (uint32_t k = 0; k < st; ++k) {
-          transform_products(m.data() + uint64_t{k} * 16, uint64_t{seg} * 16, a.bias + oc0, y);
+          transform_products(m + uint64_t{k} * 16, uint64_t{seg} * 16, a.bias + oc0, y);
           const uint32_t r = (s0 + k) / tx, c = (s0 + k) % tx;
           for (uint32_t i = 0; i < 2; ++i) {  // the tile's pixels inside the output, one row at a time
             const uint32_t oy = 2 * (tr0 + r) + i;
@@ -392,7 +393,8 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const size_t px = a.src_bf16 ? a.cin : in_stride / sizeof(float);
   const uint32_t nblk = (a.w + kBlockPixels - 1) / kBlockPixels;
   alignas(32) float tile[kBlockPixels * 16];
-  thread_local std::vector<float> widened;
+  thread_local Scratch widened_scratch;
+  float* widened = nullptr;
   struct Run {  // lanes [lane, lane + count) of a block: tap (ky, kx), channels from co
     uint32_t lane, count, ky, kx, co;
   };
@@ -402,8 +404,8 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
     const uint32_t b0 = group * a.group_blocks, b1 = std::min(blocks, b0 + a.group_blocks);
     if (y0 >= y1) continue;
     if (a.src_bf16) {  // the band's rows, once for all its blocks
-      if (widened.size() < uint64_t{y1 - y0} * a.w * a.cin) widened.resize(uint64_t{y1 - y0} * a.w * a.cin);
-      widen_rows(a, img, y0, y1, widened.data());
+      widened = widened_scratch.floats(uint64_t{y1 - y0} * a.w * a.cin);
+      widen_rows(a, img, y0, y1, widened);
     }
     for (uint32_t b = b0; b < b1; ++b) {
       const uint32_t n0 = b * 16, ns = std::min(16u, cols - n0);
@@ -416,7 +418,7 @@ Status patch_transpose_kernel(const void* raw, uint32_t begin, uint32_t end) {
       }
       const float* w = a.weights + uint64_t{b} * a.cin * 16;
       for (uint32_t y = y0; y < y1; ++y) {
-        const float* in = a.src_bf16 ? widened.data() + uint64_t{y - y0} * a.w * a.cin
+        const float* in = a.src_bf16 ? widened + uint64_t{y - y0} * a.w * a.cin
                                      : reinterpret_cast<const float*>(a.src.base + (uint64_t{img} * a.h + y) * a.w * in_stride);
         auto at = [&](const Run& r, uint32_t x) {  // output pixel (y * kh + ky, x * kw + kx), channel co
           return a.dst.base + ((uint64_t{img} * a.oh + uint64_t{y} * a.kh + r.ky) * a.ow + uint64_t{x} * a.kw + r.kx) *

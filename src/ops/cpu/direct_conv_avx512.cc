@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <array>
 #include <utility>
-#include <vector>
 
 #include "avx512_activation.h"
 #include "direct_conv_kernels.h"
+#include "scratch.h"
 #include "tessera/base/aligned.h"
 
 namespace tessera::cpu::avx512 {
@@ -155,10 +155,9 @@ Status run(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
   const uint64_t map = uint64_t{a.oh} * a.ow, in_map = uint64_t{a.h} * a.w;
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
   const uint64_t res_stride = a.res.base ? a.res.uniform_row_stride() : 0;
-  thread_local std::vector<const float*> rows;
-  thread_local std::vector<float> zeros;
-  thread_local std::vector<float> partial;  // the band's partial sums between chunks (+ 16: aligned to 64 bytes)
-  if (zeros.size() < a.cin) zeros.assign(a.cin, 0.0f);
+  thread_local Scratch rows_scratch, zeros_scratch;
+  thread_local Scratch partial_scratch;  // the band's partial sums between chunks (64-byte aligned)
+  const auto* zeros = static_cast<const float*>(zeros_scratch.zeros(a.cin * sizeof(float)));
   // Output pixel p's row at column block b (patches: input pixel p, whose
   // column n = (ky * kw + kx) * cout + c goes to output pixel (y * kh + ky,
   // x * kw + kx), channel c).
@@ -180,8 +179,8 @@ Status run(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
     // The band's input rows, per pixel and tap: output pixel (y, x) reads
     // input pixel (y * sh - pad_t + ky * dh, x * sw - pad_l + kx * dw) of its
     // image, or zeros in the padding (patches: input pixel p).
-    rows.resize((p1 - p0) * taps);
-    const float** at = rows.data();
+    const auto** rows = reinterpret_cast<const float**>(rows_scratch.pointers((p1 - p0) * taps));
+    const float** at = rows;
     for (uint64_t p = p0; p < p1; ++p) {
       if constexpr (kPatches) {
         *at++ = reinterpret_cast<const float*>(a.src.base + p * in_stride);
@@ -194,7 +193,7 @@ Status run(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
           const int64_t ix = int64_t(x * a.sw) - a.pad_l + int64_t{kx} * a.dw;
           *at++ = iy >= 0 && iy < a.h && ix >= 0 && ix < a.w
                       ? reinterpret_cast<const float*>(a.src.base + ((img * a.h + iy) * a.w + ix) * in_stride)
-                      : zeros.data();
+                      : zeros;
         }
       }
     }
@@ -208,8 +207,7 @@ Status run(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
     const uint64_t chunk_steps = kChunkBytes / (kTileBlocks * 64);
     const uint64_t chunks = tiles > 1 ? (steps + chunk_steps - 1) / chunk_steps : 1;
     const uint64_t per_chunk = (steps + chunks - 1) / chunks;
-    if (chunks > 1 && partial.size() < count * kTileBlocks * 16 + 16) partial.resize(count * kTileBlocks * 16 + 16);
-    float* const partial0 = reinterpret_cast<float*>(align_up(reinterpret_cast<uintptr_t>(partial.data()), 64));
+    float* const partial0 = chunks > 1 ? partial_scratch.floats(count * kTileBlocks * 16) : nullptr;
     const uint64_t block_step = steps * 16;
     // Blocks from b in one tile: up to four, within one tap's columns.
     auto tile_blocks = [&](uint32_t b) {
@@ -243,9 +241,9 @@ Status run(const DirectConvArgs& a, uint32_t begin, uint32_t end) {
           // Tiles 1..next_blocks stream one block of the next chunk each
           // (one line per step of their own chunk).
           tl.prefetch_next = next && i >= 1 && i <= next_blocks ? next + (i - 1) * block_step : nullptr;
-          tl.partial = partial0 + (p - p0) * kTileBlocks * 16;
+          tl.partial = partial0 ? partial0 + (p - p0) * kTileBlocks * 16 : nullptr;
           for (uint32_t r = 0; r < mr; ++r) {
-            tl.in[r] = rows.data() + (p + r - p0) * taps;
+            tl.in[r] = rows + (p + r - p0) * taps;
             tl.out[r] = out_at(p + r, b);
             tl.res[r] = a.res.base ? reinterpret_cast<const float*>(a.res.base + (p + r) * res_stride) + uint64_t{b} * 16
                                    : nullptr;

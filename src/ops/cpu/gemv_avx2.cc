@@ -1,8 +1,9 @@
 #include <algorithm>
 #include <cstdint>
-#include <vector>
+
 
 #include "gemv_kernels.h"
+#include "scratch.h"
 #include "tessera/numerics/bfloat16.h"
 
 namespace tessera::cpu::avx2 {

@@ -80,12 +80,11 @@ inline void columns(const GemvArgs& a, uint32_t c, float* out, uint32_t cols) {
 template <class V, int kLanes, bool kA, bool kB>
 Status gemv_t(const GemvArgs& a, uint32_t begin, uint32_t end) {
   constexpr int kRows = kLanes >= 16 ? 4 : 2;
-  thread_local std::vector<float> buffer;
+  thread_local Scratch buffer;
   for (uint32_t t = begin; t < end; ++t) {
     const uint32_t c0 = t * a.cols_per_task, c1 = std::min(a.n, c0 + a.cols_per_task), cols = c1 - c0;
     if (c1 <= c0) continue;
-    if (buffer.size() < uint64_t{a.m} * cols) buffer.resize(uint64_t{a.m} * cols);
-    float* out = buffer.data();
+    float* out = buffer.floats(uint64_t{a.m} * cols);
     uint32_t c = c0;
     for (; c + 4 <= c1; c += 4) columns<V, kLanes, kA, kB, kRows, 4>(a, c, out + (c - c0), cols);
     for (; c < c1; ++c) columns<V, kLanes, kA, kB, kRows, 1>(a, c, out + (c - c0), cols);  // the last, one at a time
