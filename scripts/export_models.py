@@ -173,6 +173,43 @@ def export(name, out_dir):
     print(f"{name}: {path} ({os.path.getsize(path) / 1e6:.1f} MB), output {tuple(b8.shape)}")
 
 
+class TwoInTwoOut(torch.nn.Module):
+    """The command line's multi-input, multi-output fixture: an image and a
+    bias map in, logits and probabilities out."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 4, 1)
+        self.c = torch.nn.Conv2d(8, 2, 1)
+
+    def forward(self, image, bias_map):
+        h = torch.relu(self.a(image)) + bias_map
+        return self.b(h), torch.sigmoid(self.c(h))
+
+
+def export_io_fixture(out_dir):
+    """two_io.onnx (static 1x3x16x16 and 1x8x16x16 inputs), its inputs as
+    .npz and .npy (one in float64), its PyTorch outputs as .npz, and an image
+    of the wrong size."""
+    torch.manual_seed(0)
+    m = TwoInTwoOut().eval()
+    gen = np.random.default_rng(5)
+    image = gen.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    bias_map = gen.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    args = (torch.from_numpy(image), torch.from_numpy(bias_map))
+    torch.onnx.export(m, args, os.path.join(out_dir, "two_io.onnx"), opset_version=13,
+                      input_names=["image", "bias_map"], output_names=["logits", "probs"])
+    with torch.no_grad():
+        logits, probs = m(*args)
+    np.savez(os.path.join(out_dir, "two_io_inputs.npz"), image=image, bias_map=bias_map)
+    np.save(os.path.join(out_dir, "two_io_image_f64.npy"), image.astype(np.float64))
+    np.save(os.path.join(out_dir, "two_io_bias_map.npy"), bias_map)
+    np.save(os.path.join(out_dir, "two_io_image_8x8.npy"), image[:, :, :8, :8].copy())
+    np.savez(os.path.join(out_dir, "two_io_torch.npz"), logits=logits.numpy(), probs=probs.numpy())
+    print(f"two_io: {out_dir}/two_io.onnx")
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -180,6 +217,9 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     torch.set_num_threads(2)
     for name in sys.argv[2:] or MODELS:
+        if name == "two_io":
+            export_io_fixture(out_dir)
+            continue
         if name not in MODELS:
             sys.exit(f"unknown model {name}; expected one of {', '.join(MODELS)}")
         export(name, out_dir)

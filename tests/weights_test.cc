@@ -56,6 +56,10 @@ TEST(Npy, DtypesShapesAndOrders) {
   EXPECT_EQ(values(f), (std::vector<float>{1, 2, 3, 4, 5, 6}));
   ASSERT_OK_AND_ASSIGN(Tensor d, parse_npy(npy("<f8", "(3,)", bytes_of<double>({0.5, -2, 1e10}))));
   EXPECT_EQ(values(d), (std::vector<float>{0.5f, -2.0f, 1e10f}));
+  // The file's dtype, for callers that say what they converted.
+  std::string dtype;
+  ASSERT_OK(parse_npy(npy("<f8", "(3,)", bytes_of<double>({0.5, -2, 1e10})), "npy", &dtype).status());
+  EXPECT_EQ(dtype, "<f8");
   // float16: 1.0 = 0x3c00, -2.5 = 0xc100, 65504 = 0x7bff, smallest subnormal 0x0001.
   ASSERT_OK_AND_ASSIGN(Tensor h, parse_npy(npy("<f2", "(4,)", bytes_of<uint16_t>({0x3c00, 0xc100, 0x7bff, 0x0001}))));
   EXPECT_EQ(values(h), (std::vector<float>{1.0f, -2.5f, 65504.0f, std::ldexp(1.0f, -24)}));

@@ -50,6 +50,7 @@ StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const 
   auto t0 = std::chrono::steady_clock::now();
   importer::OnnxImportOptions io;
   io.symbolic_dim = options.batch;
+  io.input_shapes = options.input_shapes;
   io.infer_shapes = false;
   TS_ASSIGN_OR_RETURN(graph::Graph g, importer::import_onnx(path, io));
   // A fixed leading dim of 1 becomes the batch too (models exported with batch 1).

@@ -3,6 +3,8 @@
 // for a device with a precision name, make inputs, and run them through the
 // Pipeline.
 #pragma once
+
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@ struct ModelOptions {
   std::string precision = "float32";  // float32 | bfloat16 | bfloat8_b (weights; bfloat16 activations)
   int64_t batch = 1;                  // fills symbolic (and the leading) input dims
   std::vector<int64_t> input_shape;   // the first input's full shape, when given (dynamic H, W)
+  std::map<std::string, std::vector<int64_t>> input_shapes;  // by input name (the files given); input_shape wins
   bool optimize = true;
   std::string math_fidelity = "HiFi4";  // LoFi | HiFi2 | HiFi3 | HiFi4 (below HiFi4: Winograd 3x3 convs; LoFi on AMX: bfloat16 operands)
   std::string micro_batch = "auto";     // auto | off | images per group (runtime::CompileOptions::micro_batch)

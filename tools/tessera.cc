@@ -1,6 +1,7 @@
 // The `tessera` command line:
 //
-//   tessera run MODEL.onnx [--input X.npy | --random] [--output Y.npy] [--reference R.npy]
+//   tessera run MODEL.onnx [--input [NAME=]X.npy | --input ALL.npz ... | --random]
+//                          [--output Y.npy|Y.npz] [--output-dir DIR] [--reference R.npy|R.npz]
 //                          [--config trace,2cq] [--dtype float32|bfloat16|bfloat8_b] [--batch B] [--explain]
 //   tessera bench MODEL.onnx [--iterations N] [--batch B] [--dtype ...] [--config ...]
 //                            [--input X.npy --reference R.npy] [--profile TRACE.json|-]
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "conformance.h"
+#include "model_io.h"
 #include "model_runner.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/cnn/testing.h"
@@ -125,47 +127,92 @@ Status check_reference(const std::string& reference, const std::vector<float>& g
   return ok_status();
 }
 
-Status cmd_run(const Common& c, const std::string& input, bool random, const std::string& output,
-               const std::string& reference) {
+// Every input from `input_files` (model_io.h; random where none is given),
+// every output printed, written and checked. Single-input models run through
+// the Pipeline; others through CompiledModel::run.
+Status cmd_run(const Common& c, const std::vector<std::string>& input_files, const std::string& output,
+               const std::string& output_dir, const std::string& reference) {
   TS_ASSIGN_OR_RETURN(auto device, open(c));
   TS_ASSIGN_OR_RETURN(ModelOptions mo, model_options(c));
-  Tensor x;
-  if (!input.empty()) {
-    TS_ASSIGN_OR_RETURN(x, cnn::load_npy(input));
-    // The input file's shape is the model's unless --shape says otherwise.
-    if (mo.input_shape.empty()) {
-      for (uint32_t d : x.shape().dims()) mo.input_shape.push_back(d);
-      mo.batch = mo.input_shape[0];
-    }
+  TS_ASSIGN_OR_RETURN(const std::vector<DeclaredInput> declared, declared_inputs(c.model));
+  std::vector<std::string> notes;
+  using InputFiles = std::map<std::string, Tensor>;
+  TS_ASSIGN_OR_RETURN(InputFiles files, read_inputs(input_files, declared, &notes));
+  for (const std::string& n : notes) std::printf("%s\n", n.c_str());
+  // A file's shape is the model's where the model leaves it open (symbolic
+  // dims, the batch); --shape overrides the first input's.
+  for (size_t k = 0; k < declared.size(); ++k) {
+    const auto it = files.find(declared[k].name);
+    if (it == files.end() || (k == 0 && !mo.input_shape.empty())) continue;
+    TS_RETURN_IF_ERROR(check_input_shape(declared[k], it->second.shape(), "--input for '" + declared[k].name + "'"));
+    std::vector<int64_t> dims(it->second.shape().dims().begin(), it->second.shape().dims().end());
+    if (k == 0) mo.batch = dims[0];
+    mo.input_shapes[declared[k].name] = std::move(dims);
   }
   TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
   print_report(m, c);
-  if (!input.empty()) {
-    if (x.shape().volume() != m.input_shape.volume())
-      return invalid_argument_error("--input {}: shape {}, the model takes {}", input, x.shape().to_string(),
-                                    m.input_shape.to_string());
-    TS_ASSIGN_OR_RETURN(x, x.view(m.input_shape));
-  } else {
-    (void)random;  // --random is the default
-    x = random_inputs(m.input_shape, 1)[0];
+  const std::vector<std::string> in_names = m.model->input_names(), out_names = m.model->output_names();
+  std::vector<Tensor> xs;
+  for (size_t k = 0; k < in_names.size(); ++k) {
+    const std::vector<int64_t>& dims = m.model->input_shapes().at(k);
+    const Shape want(std::span<const uint32_t>(std::vector<uint32_t>(dims.begin(), dims.end())));
+    const auto it = files.find(in_names[k]);
+    if (it == files.end()) {
+      xs.push_back(random_inputs(want, 1, static_cast<uint32_t>(k))[0]);
+      continue;
+    }
+    if (it->second.shape().volume() != want.volume())
+      return invalid_argument_error("--input for '{}': shape {}, the model takes {}", in_names[k],
+                                    it->second.shape().to_string(), want.to_string());
+    TS_ASSIGN_OR_RETURN(Tensor x, it->second.view(want));
+    xs.push_back(std::move(x));
   }
-  TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
   const auto t0 = Clock::now();
-  TS_ASSIGN_OR_RETURN(auto outs, run_pipeline(*m.model, *device, pc, {x}));
-  const double ms = ms_since(t0);
-  const cnn::ModelOutput& o = outs[0];
-  const Tensor& y = o.is_tensor() ? *o.tensor : *o.list[0].tensor;
-  TS_ASSIGN_OR_RETURN(std::vector<float> v, y.to_vector());
-  double sum = 0, lo = INFINITY, hi = -INFINITY;
-  for (float f : v) sum += f, lo = std::min<double>(lo, f), hi = std::max<double>(hi, f);
-  std::printf("output '%s' %s: min %.6g max %.6g mean %.6g (compile + 1 run through the pipeline: %.0f ms)\n",
-              m.model->output_names()[0].c_str(), y.shape().to_string().c_str(), lo, hi, sum / v.size(), ms);
-  if (c.explain) print_selections(*m.model);
-  if (!output.empty()) {
-    TS_RETURN_IF_ERROR(cnn::save_npy(output, y));
-    std::printf("wrote %s\n", output.c_str());
+  std::vector<Tensor> ys;
+  if (xs.size() == 1) {
+    TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
+    TS_ASSIGN_OR_RETURN(auto outs, run_pipeline(*m.model, *device, pc, {xs[0]}));
+    const cnn::ModelOutput& o = outs[0];
+    if (o.is_tensor()) {
+      ys.push_back(*o.tensor);
+    } else {
+      for (const auto& e : o.list) ys.push_back(*e.tensor);
+    }
+  } else {
+    std::vector<Tensor> on_device;
+    for (const Tensor& x : xs) {
+      TS_ASSIGN_OR_RETURN(Tensor d, to_device(x, *device));
+      on_device.push_back(std::move(d));
+    }
+    TS_ASSIGN_OR_RETURN(std::vector<Tensor> outs, m.model->run(on_device));
+    for (const Tensor& y : outs) {
+      TS_ASSIGN_OR_RETURN(Tensor h, y.cpu());
+      ys.push_back(std::move(h));
+    }
   }
-  if (!reference.empty()) TS_RETURN_IF_ERROR(check_reference(reference, v, c.dtype));
+  const double ms = ms_since(t0);
+  if (ys.size() != out_names.size())
+    return internal_error("the model has {} outputs, the run returned {}", out_names.size(), ys.size());
+  for (size_t k = 0; k < ys.size(); ++k) {
+    TS_ASSIGN_OR_RETURN(std::vector<float> v, ys[k].to_vector());
+    double sum = 0, lo = INFINITY, hi = -INFINITY;
+    uint64_t nan = 0;
+    for (float f : v) {
+      if (std::isnan(f)) {
+        ++nan;
+        continue;
+      }
+      sum += f, lo = std::min<double>(lo, f), hi = std::max<double>(hi, f);
+    }
+    std::printf("output '%s' %s: min %.6g max %.6g mean %.6g%s\n", out_names[k].c_str(),
+                ys[k].shape().to_string().c_str(), lo, hi, sum / static_cast<double>(v.size() - nan),
+                nan ? fmt::format(" ({} NaN)", nan).c_str() : "");
+  }
+  std::printf("compile + 1 run%s: %.0f ms\n", xs.size() == 1 ? " through the pipeline" : "", ms);
+  if (c.explain) print_selections(*m.model);
+  TS_RETURN_IF_ERROR(write_outputs(output, output_dir, out_names, ys));
+  if (!reference.empty())
+    TS_RETURN_IF_ERROR(check_references(reference, out_names, ys, c.dtype == "float32" ? 0.999 : 0.99));
   return close_device(*device);
 }
 
@@ -403,15 +450,21 @@ int main(int argc, char** argv) {
     s->add_flag("--explain", c.explain, "list every conv's kernel and why the candidates before it declined");
     s->add_flag("--no-pin", c.no_pin, "leave the device's threads to the OS (default: each pinned to its own core)");
   };
-  std::string input, output, reference;
+  std::vector<std::string> inputs;
+  std::string output, output_dir, reference;
   bool random = false;
   auto* run = app.add_subcommand("run", "compile MODEL and run one input through the pipeline");
   add_common(run);
-  auto* in_opt =
-      run->add_option("--input", input, "input .npy (float32, the model's input shape)")->check(CLI::ExistingFile);
-  run->add_flag("--random", random, "a fixed-seed uniform [-1, 1) input (the default)")->excludes(in_opt);
-  run->add_option("--output", output, "write the first output as .npy");
-  run->add_option("--reference", reference, "compare the first output with this .npy (PCC >= 0.999)")
+  auto* in_opt = run->add_option("--input", inputs,
+                                 "X.npy (the next input), NAME=X.npy, or ALL.npz (arrays by input name); repeatable. "
+                                 "Shapes must match the model's static dims; other dtypes are converted to float32, "
+                                 "with a note");
+  run->add_flag("--random", random, "fixed-seed uniform [-1, 1) inputs (the default for inputs without a file)")
+      ->excludes(in_opt);
+  run->add_option("--output", output, "write the output as .npy, or every output as .npz (keyed by output name)");
+  run->add_option("--output-dir", output_dir, "write every output as NAME.npy in this directory");
+  run->add_option("--reference", reference,
+                  "compare the output with this .npy, or every output with this .npz's array of its name (PCC)")
       ->check(CLI::ExistingFile);
   int iterations = 50;
   auto* bench = app.add_subcommand("bench", "end-to-end FPS, latency percentiles and device-only FPS");
@@ -443,7 +496,7 @@ int main(int argc, char** argv) {
   }
   tessera::Status s;
   if (*run)
-    s = cmd_run(c, input, random, output, reference);
+    s = cmd_run(c, inputs, output, output_dir, reference);
   else if (*bench)
     s = cmd_bench(c, iterations, bench_input, bench_reference, profile_path, interval_ms);
   else

@@ -101,7 +101,7 @@ std::optional<std::string> header_value(std::string_view h, std::string_view key
 
 }  // namespace
 
-StatusOr<Tensor> parse_npy(std::string_view b, std::string_view name) {
+StatusOr<Tensor> parse_npy(std::string_view b, std::string_view name, std::string* dtype) {
   if (b.size() < 10 || b.substr(0, 6) != "\x93NUMPY")
     return invalid_argument_error("{}: not a .npy file (expected the magic \\x93NUMPY)", name);
   const uint8_t major = static_cast<uint8_t>(b[6]);
@@ -127,6 +127,7 @@ StatusOr<Tensor> parse_npy(std::string_view b, std::string_view name) {
     return invalid_argument_error("{}: dtype '{}' is not supported (expected one of <f4 <f8 <f2 <i8 <i4 <i2 <u2 |i1 "
                                   "|u1 |b1, little-endian)",
                                   name, d);
+  if (dtype) *dtype = d;
   if (*fortran != "False" && *fortran != "True")
     return invalid_argument_error("{}: fortran_order must be True or False, found {}", name, *fortran);
   std::string s = *shape;
@@ -174,12 +175,12 @@ StatusOr<Tensor> parse_npy(std::string_view b, std::string_view name) {
   return make_tensor(std::move(v), std::move(dims), name);
 }
 
-StatusOr<Tensor> load_npy(const std::string& path) {
+StatusOr<Tensor> load_npy(const std::string& path, std::string* dtype) {
   TS_ASSIGN_OR_RETURN(std::string b, read_file(path));
-  return parse_npy(b, path);
+  return parse_npy(b, path, dtype);
 }
 
-StatusOr<WeightMap> load_npz(const std::string& path) {
+StatusOr<WeightMap> load_npz(const std::string& path, std::map<std::string, std::string>* dtypes) {
   int err = 0;
   zip_t* z = zip_open(path.c_str(), ZIP_RDONLY, &err);
   if (!z) {
@@ -218,7 +219,9 @@ StatusOr<WeightMap> load_npz(const std::string& path) {
     if (got < 0 || data.size() != st.size)
       return invalid_argument_error("{}: entry '{}' is corrupt ({} of {} B read)", path, entry, data.size(), st.size);
     std::string key = entry.size() > 4 && entry.ends_with(".npy") ? entry.substr(0, entry.size() - 4) : entry;
-    TS_ASSIGN_OR_RETURN(Tensor t, parse_npy(data, fmt::format("{}:{}", path, entry)));
+    std::string dtype;
+    TS_ASSIGN_OR_RETURN(Tensor t, parse_npy(data, fmt::format("{}:{}", path, entry), &dtype));
+    if (dtypes) (*dtypes)[key] = dtype;
     out.emplace(std::move(key), std::move(t));
   }
   return out;

@@ -27,12 +27,14 @@ using WeightMap = std::map<std::string, Tensor>;
 // which keeps protobuf out of this library.
 
 // One .npy array (format versions 1-3; '<f4', '<f8', '<f2', '<i8', '<i4',
-// '<i2', '|i1', '|u1', '|b1'; C or Fortran order).
-StatusOr<Tensor> load_npy(const std::string& path);
-StatusOr<Tensor> parse_npy(std::string_view bytes, std::string_view name = "npy");
+// '<i2', '|i1', '|u1', '|b1'; C or Fortran order), converted to float32.
+// `dtype`, when given, receives the file's dtype as its header names it
+// ('<f8'), so that a caller can say what it converted.
+StatusOr<Tensor> load_npy(const std::string& path, std::string* dtype = nullptr);
+StatusOr<Tensor> parse_npy(std::string_view bytes, std::string_view name = "npy", std::string* dtype = nullptr);
 // Every array of an .npz archive (numpy.savez or savez_compressed), keyed by
-// its name without ".npy".
-StatusOr<WeightMap> load_npz(const std::string& path);
+// its name without ".npy"; `dtypes` as load_npy's, by the same keys.
+StatusOr<WeightMap> load_npz(const std::string& path, std::map<std::string, std::string>* dtypes = nullptr);
 // Writes one float32 array as .npy (what numpy.save writes).
 Status save_npy(const std::string& path, const Tensor& array);
 // Writes float32 arrays as an uncompressed .npz (what numpy.savez writes).

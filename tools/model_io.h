@@ -1,0 +1,51 @@
+// A model's inputs and outputs as files, for the command line: inputs from
+// .npy / .npz files by input name, checked against the shapes the model
+// declares; every output to an .npz, one .npy, or a .npy per output in a
+// directory; references checked output by output.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessera/base/status.h"
+#include "tessera/tensor/tensor.h"
+
+namespace tessera::tools {
+
+// A graph input as the file declares it: -1 marks a symbolic dim ('N', 'batch', unknown).
+struct DeclaredInput {
+  std::string name;
+  std::vector<int64_t> dims;
+};
+StatusOr<std::vector<DeclaredInput>> declared_inputs(const std::string& model_path);
+
+// Host float32 arrays by input name, from `specs`: "x.npy" (the next input
+// without a file, in the model's order), "name=x.npy", or "all.npz" (arrays
+// named after inputs). Other dtypes are converted to float32 and each
+// conversion gets a line in `notes`. InvalidArgument for an unknown name, an
+// input given twice, or more files than inputs.
+StatusOr<std::map<std::string, Tensor>> read_inputs(const std::vector<std::string>& specs,
+                                                    const std::vector<DeclaredInput>& declared,
+                                                    std::vector<std::string>* notes);
+
+// Checks an array's shape against its declared input: the same rank, and
+// every static dim equal except the leading one (the batch Tessera compiles
+// for). InvalidArgument naming both shapes otherwise.
+Status check_input_shape(const DeclaredInput& input, const Shape& shape, const std::string& source);
+
+// Writes the outputs (names and host tensors, in the model's order):
+// `path` ending in .npz gets all of them keyed by name; a .npy path the only
+// one (InvalidArgument when there are several); `dir` one NAME.npy each
+// (characters other than letters, digits, '-', '_' and '.' become '_').
+Status write_outputs(const std::string& path, const std::string& dir, const std::vector<std::string>& names,
+                     const std::vector<Tensor>& outputs);
+
+// The seeds' PCC rule (`threshold`) for each output against `reference`: an
+// .npz by output name (each output must be there), or one .npy for a model
+// with one output. Prints a line per output; FailedPrecondition when one is
+// below the threshold.
+Status check_references(const std::string& reference, const std::vector<std::string>& names,
+                        const std::vector<Tensor>& outputs, double threshold);
+
+}  // namespace tessera::tools
