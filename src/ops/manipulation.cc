@@ -703,11 +703,25 @@ StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim, const Manipulat
 }
 
 StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim, DataType dtype, const ManipulationParams& p) {
-  constexpr int kMaxInputs = 16;
+  constexpr int kMaxInputs = 16;  // sources one gather launch reads
   if (inputs.empty()) return invalid_argument_error("concat: expected at least one input");
-  if (inputs.size() > kMaxInputs)
-    return unimplemented_error("concat: at most {} inputs per call, found {}; concatenate in steps", kMaxInputs,
-                               inputs.size());
+  if (inputs.size() > kMaxInputs) {
+    // In steps: each group of kMaxInputs into an interleaved DRAM part (in
+    // the inputs' dtype), then the parts, converted if asked, in the
+    // memory config asked for. Every value is copied twice.
+    std::vector<Tensor> parts;
+    for (size_t k = 0; k < inputs.size(); k += kMaxInputs) {
+      const std::span<const Tensor> group = inputs.subspan(k, std::min<size_t>(kMaxInputs, inputs.size() - k));
+      if (group.size() == 1) {
+        parts.push_back(group[0]);
+        continue;
+      }
+      TS_ASSIGN_OR_RETURN(Tensor part, concat(group, dim, group[0].dtype(),
+                                              {.memory_config = DRAM_MEMORY_CONFIG, .cq_id = p.cq_id}));
+      parts.push_back(std::move(part));
+    }
+    return concat(parts, dim, dtype, p);
+  }
   for (const Tensor& t : inputs) TS_RETURN_IF_ERROR(check_input(t, "concat"));
   const Shape& s0 = inputs[0].shape();
   const int rank = s0.rank();

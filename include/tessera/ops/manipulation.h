@@ -26,7 +26,9 @@
 //                  With `dtype` (float dtypes), the output is converted as
 //                  it is copied: one launch for packed rows (a bfloat16
 //                  detector's heads into its float32 output), else a
-//                  concat and a typecast;
+//                  concat and a typecast. Any number of inputs: past 16,
+//                  groups of 16 are concatenated into DRAM first (a
+//                  densely connected block's 17th input and on);
 //   convert_to_hwc (1, 1, C, H*W) channels-first rows -> (1, 1, H*W, C);
 //   convert_to_chw the inverse, with an optional output dtype (float dtypes).
 #pragma once
