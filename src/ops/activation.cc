@@ -51,7 +51,8 @@ double apply_plain(const UnaryWithParam& a, double x) {
     case UnaryOpType::TANH: return std::tanh(x);
     case UnaryOpType::LEAKY_RELU: return x >= 0 ? x : a.param * x;
     case UnaryOpType::HARDSWISH: return x * std::fmin(std::fmax(x + 3, 0.0), 6.0) / 6;
-    case UnaryOpType::HARDSIGMOID: return std::fmin(std::fmax(x / 6 + 0.5, 0.0), 1.0);
+    // fmin / fmax drop a NaN operand; ONNX and PyTorch keep it.
+    case UnaryOpType::HARDSIGMOID: return std::isnan(x) ? x : std::fmin(std::fmax(x / 6 + 0.5, 0.0), 1.0);
     case UnaryOpType::MISH: return x * std::tanh(std::log1p(std::exp(x)));
     case UnaryOpType::EXP: return std::exp(x);
     case UnaryOpType::SQRT: return std::sqrt(x);

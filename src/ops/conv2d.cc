@@ -453,15 +453,17 @@ bool residual_fuses(const Tensor& input, const Conv2dParams& p, const Conv2dResi
                        residual.activation.op != UnaryOpType::HARDSIGMOID &&
                        residual.tensor.layout() == Layout::ROW_MAJOR && residual.tensor.dtype() == out &&
                        !residual.tensor.memory_config().is_sharded();
-  if (!fusable || kernel_isa() != KernelIsa::kAvx2 || p.activation.is_identity()) return fusable;
-  // oneDNN 2.6's AVX2 convs have no activation-then-sum chain of post-ops
-  // (they fall back to its reference kernel: minutes per frame for YOLO's
-  // bottlenecks), so on AVX2-only CPUs an activation before the add fuses
-  // only into Tessera's direct kernels.
+  if (!fusable || p.activation.is_identity()) return fusable;
+  // An activation before the add runs in oneDNN's post-op chain only where
+  // oneDNN has it NaN-safe (onednn::runs_activation: not ReLU, ReLU6), and
+  // not on AVX2-only CPUs, whose oneDNN 2.6 convs have no activation-then-sum
+  // chain (they fall back to its reference kernel: minutes per frame for
+  // YOLO's bottlenecks). Tessera's own kernels add it after any activation.
+  if (kernel_isa() != KernelIsa::kAvx2 && onednn::runs_activation(p.activation)) return true;
   Conv2dConfig kernel = config;
   kernel.dtype = out;
   const StatusOr<conv::ConvAlgorithm> a = conv::algorithm_for_rows(input, p, kernel, &residual);
-  return a.ok() && conv::runs_own_direct_kernel(*a);
+  return a.ok() && !conv::is_onednn(*a);
 }
 
 // Runs `run(&residual, config)` when the kernel can add the residual itself,

@@ -27,9 +27,15 @@ bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {
   }
   switch (a.op) {
     case UnaryOpType::IDENTITY: return true;
-    case UnaryOpType::RELU: po.append_eltwise(1.f, A::eltwise_relu, 0.f, 0.f); return true;
-    case UnaryOpType::LEAKY_RELU: po.append_eltwise(1.f, A::eltwise_relu, a.param, 0.f); return true;
-    case UnaryOpType::RELU6: po.append_eltwise(1.f, A::eltwise_clip, 0.f, 6.f); return true;
+    // oneDNN's relu of slope 0 is max(x, 0) and its clip max / min against
+    // the bounds: a NaN becomes 0 or 6. Tessera's kernels keep it (ONNX and
+    // PyTorch do), after the primitive, while the rows are in the cache.
+    case UnaryOpType::RELU: return false;
+    case UnaryOpType::RELU6: return false;
+    case UnaryOpType::LEAKY_RELU:  // a slope blends x and slope * x: NaN stays
+      if (a.param == 0.f) return false;
+      po.append_eltwise(1.f, A::eltwise_relu, a.param, 0.f);
+      return true;
     case UnaryOpType::SILU: po.append_eltwise(1.f, A::eltwise_swish, 1.f, 0.f); return true;
     case UnaryOpType::GELU: po.append_eltwise(1.f, A::eltwise_gelu_erf, 0.f, 0.f); return true;
     case UnaryOpType::SIGMOID: po.append_eltwise(1.f, A::eltwise_logistic, 0.f, 0.f); return true;
@@ -41,6 +47,11 @@ bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {
     case UnaryOpType::HARDSIGMOID: return false;
   }
   return false;
+}
+
+bool runs_activation(const UnaryWithParam& a) {
+  dnnl::post_ops probe;
+  return append_activation(probe, a);
 }
 
 bool has_bf16_kernels() {

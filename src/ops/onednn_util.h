@@ -37,8 +37,12 @@ inline dnnl::memory::data_type dnnl_type(DataType t) {
 uint64_t dense_row_stride(const TensorAccess& a);
 
 // The fused activation as a oneDNN post-op; false when oneDNN 2.6 lacks it
-// (hardsigmoid), and the caller applies it afterwards.
+// (hardsigmoid) or would lose a NaN (ReLU, ReLU6, a leaky ReLU of slope 0:
+// its relu and clip post-ops are VMAXPS / VMINPS against a constant, which
+// return the constant for a NaN), and the caller applies it afterwards.
 bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a);
+// Whether append_activation appends `a`.
+bool runs_activation(const UnaryWithParam& a);
 
 // Whether oneDNN runs bfloat16 kernels on this CPU. oneDNN 2.6 has them only
 // with AVX-512; on an AVX2-only CPU every bfloat16 primitive is unimplemented.

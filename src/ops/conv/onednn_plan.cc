@@ -165,8 +165,12 @@ dnnl::primitive_desc make_pd(ConvPlan& plan, const Geometry& g, const memory::de
                         kernel_isa() != KernelIsa::kScalar;
   if (own_silu || !onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
   if (plan.residual && !plan.own_residual) {
+    // Tessera applies what oneDNN would run before the sum only on its own
+    // pass over the residual (own_residual): conv2d fuses no residual after such an activation.
+    if (plan.post_activation) throw dnnl::error(dnnl_unimplemented, "an activation oneDNN lacks before the residual");
     po.append_sum(1.f);
-    onednn::append_activation(po, plan.res_activation);
+    plan.post_res_activation.reset();
+    if (!onednn::append_activation(po, plan.res_activation)) plan.post_res_activation = plan.res_activation;
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);

@@ -91,7 +91,11 @@ struct ConvPlan {
   // (no oneDNN bfloat16 kernels): round the rows first, as the bfloat16 kernel would.
   bool round_to_bf16 = false;
   uint32_t cout = 0;
-  std::optional<UnaryWithParam> post_activation;  // when oneDNN lacks it
+  std::optional<UnaryWithParam> post_activation;  // when oneDNN lacks it (onednn::append_activation)
+  // The residual's activation oneDNN lacks, after its sum post-op: applied
+  // after the primitive (post_activation is then empty: the front end fuses
+  // a residual only after activations oneDNN runs).
+  std::optional<UnaryWithParam> post_res_activation;
   // A residual added by the kernel, then `res_activation`: the shard copies
   // its residual rows into its output rows and oneDNN adds them as a sum
   // post-op. (oneDNN 2.6 has its fastest kernels, brgconv, for sum but not

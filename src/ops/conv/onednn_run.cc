@@ -131,6 +131,8 @@ Status run_chunks(const ConvArgs& a, ConvShard& sh) {
       }
       if (plan.post_activation)
         onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, pixels * plan.cout);
+      if (plan.post_res_activation && !plan.own_residual)
+        onednn::apply_activation_in_place(*plan.post_res_activation, plan.out_type, dst, pixels * plan.cout);
       if (plan.own_residual) {
         const cpu::FusedOperand conv{stage, false}, res{a.res.base + p * out_row, false},
             out{a.dst.base + p * out_row, false};
@@ -167,6 +169,8 @@ Status run_shard(const ConvArgs& a, ConvShard& sh) {
     TS_RETURN_IF_ERROR(execute(a, sh, sh.primitive, sh.src_mem, sh.dst_mem, sh.scratch_mem));
     if (plan.post_activation)
       onednn::apply_activation_in_place(*plan.post_activation, plan.out_type, dst, (d1 - d0) * sh.ocs);
+    if (plan.post_res_activation && !plan.own_residual)
+      onednn::apply_activation_in_place(*plan.post_res_activation, plan.out_type, dst, (d1 - d0) * sh.ocs);
     if (plan.own_residual) {  // see silu_before_own_residual
       const bool res_bf16 = plan.res_type == DataType::BFLOAT16, out_bf16 = plan.dst_type == DataType::BFLOAT16;
       const cpu::FusedOperand conv{dst, false}, res{a.res.base + d0 * plan.cout * (res_bf16 ? 2 : 4), res_bf16},

@@ -155,7 +155,7 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
     case UnaryOpType::HARDSIGMOID:
       return f([=](__m256 v) {
         const __m256 t = _mm256_fmadd_ps(v, set(1.0f / 6.0f), set(0.5f));
-        return _mm256_min_ps(set(1.0f), _mm256_max_ps(t, zero));
+        return _mm256_min_ps(set(1.0f), _mm256_max_ps(zero, t));  // NaN stays NaN (MAXPS returns its second operand)
       });
   }
 }

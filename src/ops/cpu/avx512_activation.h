@@ -205,7 +205,7 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
     case UnaryOpType::HARDSIGMOID:
       return f([=](__m512 v) {
         const __m512 t = _mm512_fmadd_ps(v, set(1.0f / 6.0f), set(0.5f));
-        return _mm512_min_ps(set(1.0f), _mm512_max_ps(t, zero));
+        return _mm512_min_ps(set(1.0f), _mm512_max_ps(zero, t));  // NaN stays NaN (MAXPS returns its second operand)
       });
   }
 }
