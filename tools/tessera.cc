@@ -204,6 +204,11 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
       }
       sum += f, lo = std::min<double>(lo, f), hi = std::max<double>(hi, f);
     }
+    if (nan == v.size()) {
+      std::printf("output '%s' %s: all %zu values NaN\n", out_names[k].c_str(), ys[k].shape().to_string().c_str(),
+                  v.size());
+      continue;
+    }
     std::printf("output '%s' %s: min %.6g max %.6g mean %.6g%s\n", out_names[k].c_str(),
                 ys[k].shape().to_string().c_str(), lo, hi, sum / static_cast<double>(v.size() - nan),
                 nan ? fmt::format(" ({} NaN)", nan).c_str() : "");
