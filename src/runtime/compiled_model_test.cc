@@ -228,7 +228,7 @@ TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
   testing_onnx::ModelBuilder b(13);
   b.input("x", {2, 3, 4});
   b.int_initializer("axes", {1});
-  auto* r = b.node("ReduceMean", {"x"}, {"m"});
+  auto* r = b.node("ReduceSum", {"x"}, {"m"});
   testing_onnx::ModelBuilder::ints(r, "axes", {1});
   b.node("Erf", {"m"}, {"y"});
   b.output("y");
@@ -238,14 +238,44 @@ TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
   ASSERT_EQ(model->report().fallbacks.size(), 2u);
-  EXPECT_THAT(model->report().fallbacks[0], HasSubstr("ReduceMean 'm': no device kernel"));
+  EXPECT_THAT(model->report().fallbacks[0], HasSubstr("ReduceSum 'm': no device kernel"));
   const Tensor xs[] = {device_input(x, *dev)};
   ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
   expect_close(outs[0], want[0], 0.99999, 1e-6);
   // With fallbacks disabled the same graph is an error naming the node.
   auto strict = CompiledModel::compile(g, *dev, {.allow_fallback = false});
   EXPECT_EQ(strict.status().code(), StatusCode::kUnimplemented);
-  EXPECT_THAT(strict.status().message(), HasSubstr("ReduceMean 'm'"));
+  EXPECT_THAT(strict.status().message(), HasSubstr("ReduceSum 'm'"));
+}
+
+// ReduceMean over an image's spatial axes (with and without the kept dims,
+// the axes negative or not) runs as the device's global average pool; over
+// other axes it stays a host fallback.
+TEST(CompiledModel, ReduceMeanOverSpatialAxesRunsOnTheDevice) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  struct C {
+    std::vector<int64_t> axes;
+    int64_t keepdims;
+    size_t fallbacks;
+  };
+  for (const C& c : {C{{2, 3}, 1, 0}, C{{-1, -2}, 0, 0}, C{{1, 2, 3}, 1, 1}}) {
+    testing_onnx::ModelBuilder b(13);
+    b.input("x", {2, 8, 5, 7});
+    b.node("Relu", {"x"}, {"r"});
+    auto* r = b.node("ReduceMean", {"r"}, {"m"});
+    testing_onnx::ModelBuilder::ints(r, "axes", c.axes);
+    testing_onnx::ModelBuilder::i(r, "keepdims", c.keepdims);
+    b.output("m");
+    ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+    const graph::HostTensor x = input_for({2, 8, 5, 7}, 4);
+    const auto want = reference(g, x);
+    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+    EXPECT_EQ(model->report().fallbacks.size(), c.fallbacks) << model->report().to_string();
+    const Tensor xs[] = {device_input(x, *dev)};
+    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+    EXPECT_EQ(outs[0].shape().volume(), static_cast<uint64_t>(graph::dims_volume(want[0].dims)));
+    expect_close(outs[0], want[0], 0.99999, 1e-5);
+  }
 }
 
 TEST(CompiledModel, BadOptionsAndInputsAreErrors) {

@@ -109,6 +109,31 @@ Status CompiledModel::Impl::lower_global_avg_pool(const Node& n) {
   return ok_status();
 }
 
+// ReduceMean over the spatial axes of an image (a squeeze-excitation
+// block's or a classifier's `x.mean((2, 3))`) is a global average pool, with
+// or without the kept dims. Other axes run on the host.
+Status CompiledModel::Impl::lower_reduce_mean(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  std::vector<int64_t> axes = n.attr_ints("axes");
+  if (n.inputs.size() > 1 && n.inputs[1] >= 0) {  // opset 18: the axes as a constant input
+    if (!g.is_constant(n.inputs[1])) return not_covered(n);
+    const HostTensor& a = *g.value(n.inputs[1]).constant;
+    axes.assign(a.i.begin(), a.i.end());
+  }
+  for (int64_t& a : axes) a = a < 0 ? a + static_cast<int64_t>(rank(x)) : a;
+  std::sort(axes.begin(), axes.end());
+  if (rank(x) != 4 || axes != std::vector<int64_t>{2, 3}) return not_covered(n);
+  const bool keep = n.attr_int("keepdims", 1) != 0;
+  note_nhwc(x);
+  if (keep) nhwc[static_cast<size_t>(y)] = true;  // (N, 1, 1, C): the same bytes as (N, C, 1, 1) plain
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor out, global_avg_pool2d(in, cq));
+    return keep ? put_nhwc(s, y, out) : put_plain(s, y, out);
+  });
+  return ok_status();
+}
+
 Status CompiledModel::Impl::lower_resize_node(const Node& n) {
   bool lowered = false;
   TS_RETURN_IF_ERROR(lower_resize(n, &lowered));

@@ -50,7 +50,7 @@ constexpr OpTraits kOpTraits[] = {
     {"ReduceLogSum", nullptr, false, false, kAfterFirst},
     {"ReduceLogSumExp", nullptr, false, false, kAfterFirst},
     {"ReduceMax", nullptr, false, false, kAfterFirst},
-    {"ReduceMean", nullptr, false, false, kAfterFirst},
+    {"ReduceMean", &I::lower_reduce_mean, false, false, kAfterFirst},
     {"ReduceMin", nullptr, false, false, kAfterFirst},
     {"ReduceProd", nullptr, false, false, kAfterFirst},
     {"ReduceSum", nullptr, false, false, kAfterFirst},
