@@ -51,6 +51,12 @@ StatusOr<std::function<double(double)>> unary_fn(const Node& n) {
     return std::function<double(double)>([](double x) { return x * std::clamp(x / 6 + 0.5, 0.0, 1.0); });
   if (op == "Mish")
     return std::function<double(double)>([](double x) { return x * std::tanh(std::log1p(std::exp(x))); });
+  if (op == "Gelu") {  // opset 20; also what fuse_gelu makes of the exported Erf form
+    if (n.attr_string("approximate", "none") == "tanh")
+      return std::function<double(double)>(
+          [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); });
+    return std::function<double(double)>([](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); });
+  }
   if (op == "Not") return std::function<double(double)>([](double x) { return x == 0 ? 1.0 : 0.0; });
   if (op == "Identity") return std::function<double(double)>([](double x) { return x; });
   if (op == "LeakyRelu") {
@@ -85,7 +91,8 @@ StatusOr<std::function<double(double)>> unary_fn(const Node& n) {
 const std::set<std::string> kUnary = {
     "Relu",      "Sigmoid", "Tanh", "Exp",      "Log",       "Sqrt", "Neg",  "Abs",  "Reciprocal",  "Floor",
     "Ceil",      "Round",   "Sign", "Erf",      "Sin",       "Cos",  "Tan",  "Atan", "Softplus",    "Softsign",
-    "HardSwish", "Mish",    "Not",  "Identity", "LeakyRelu", "Elu",  "Celu", "Selu", "HardSigmoid", "ThresholdedRelu"};
+    "HardSwish", "Mish",    "Not",  "Identity", "LeakyRelu", "Elu",  "Celu", "Selu", "HardSigmoid", "ThresholdedRelu",
+    "Gelu"};
 
 StatusOr<HostTensor> unary(const Node& n, const HostTensor& x) {
   TS_ASSIGN_OR_RETURN(auto fn, unary_fn(n));

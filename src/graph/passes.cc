@@ -123,8 +123,11 @@ PassReport fold_bias_add(Graph& g) {
     for (size_t k = 0; k < nb.size(); ++k)
       nb[k] = static_cast<float>((has_bias ? g.value(conv.inputs[2]).constant->at(k) : 0.0) +
                                  c.at(c.volume() == 1 ? 0 : k));
-    Value bv{.name = g.value(conv.inputs[1]).name + ":add_folded_bias", .type = ElemType::FLOAT32,
-             .dims = {out_ch}, .has_shape = true, .constant = HostTensor::floats({out_ch}, std::move(nb))};
+    Value bv{.name = g.value(conv.inputs[1]).name + ":add_folded_bias",
+             .type = ElemType::FLOAT32,
+             .dims = {out_ch},
+             .has_shape = true,
+             .constant = HostTensor::floats({out_ch}, std::move(nb))};
     const int bid = g.add_value(std::move(bv));
     Node& c2 = g.nodes[ci];
     c2.inputs.resize(3);
@@ -174,10 +177,16 @@ PassReport fold_batch_norm(Graph& g) {
       const double b = has_bias ? g.value(conv.inputs[2]).constant->at(c) : 0.0;
       nb[c] = static_cast<float>((b - mean.at(c)) * mult[c] + shift.at(c));
     }
-    Value wv{.name = g.value(conv.inputs[1]).name + ":bn_folded", .type = ElemType::FLOAT32, .dims = w.dims,
-             .has_shape = true, .constant = std::move(nw)};
-    Value bv{.name = g.value(conv.inputs[1]).name + ":bn_folded_bias", .type = ElemType::FLOAT32,
-             .dims = {out_ch}, .has_shape = true, .constant = HostTensor::floats({out_ch}, std::move(nb))};
+    Value wv{.name = g.value(conv.inputs[1]).name + ":bn_folded",
+             .type = ElemType::FLOAT32,
+             .dims = w.dims,
+             .has_shape = true,
+             .constant = std::move(nw)};
+    Value bv{.name = g.value(conv.inputs[1]).name + ":bn_folded_bias",
+             .type = ElemType::FLOAT32,
+             .dims = {out_ch},
+             .has_shape = true,
+             .constant = HostTensor::floats({out_ch}, std::move(nb))};
     const int wid = g.add_value(std::move(wv)), bid = g.add_value(std::move(bv));
     Node& c2 = g.nodes[ci];  // add_value does not move nodes, but be explicit
     c2.inputs.resize(3);
@@ -210,10 +219,16 @@ PassReport fold_scale_mul(Graph& g) {
     std::vector<float> nb(static_cast<size_t>(out_ch));
     for (size_t k = 0; k < nb.size(); ++k)
       nb[k] = static_cast<float>((has_bias ? g.value(conv.inputs[2]).constant->at(k) : 0.0) * mult[k]);
-    Value wv{.name = g.value(conv.inputs[1]).name + ":mul_folded", .type = ElemType::FLOAT32, .dims = w.dims,
-             .has_shape = true, .constant = scale_output_channels(w, transpose, group, mult)};
-    Value bv{.name = g.value(conv.inputs[1]).name + ":mul_folded_bias", .type = ElemType::FLOAT32,
-             .dims = {out_ch}, .has_shape = true, .constant = HostTensor::floats({out_ch}, std::move(nb))};
+    Value wv{.name = g.value(conv.inputs[1]).name + ":mul_folded",
+             .type = ElemType::FLOAT32,
+             .dims = w.dims,
+             .has_shape = true,
+             .constant = scale_output_channels(w, transpose, group, mult)};
+    Value bv{.name = g.value(conv.inputs[1]).name + ":mul_folded_bias",
+             .type = ElemType::FLOAT32,
+             .dims = {out_ch},
+             .has_shape = true,
+             .constant = HostTensor::floats({out_ch}, std::move(nb))};
     const int wid = g.add_value(std::move(wv)), bid = g.add_value(std::move(bv));
     Node& c2 = g.nodes[ci];
     c2.inputs.resize(3);
@@ -227,8 +242,8 @@ PassReport fold_scale_mul(Graph& g) {
   return r;
 }
 
-PassReport fuse_sigmoid_mul(Graph& g) {
-  PassReport r{"fuse_sigmoid_mul"};
+PassReport fuse_activation_patterns(Graph& g) {
+  PassReport r{"fuse_activation_patterns"};
   const auto consumers = g.consumers();
   std::vector<bool> dead(g.nodes.size(), false);
   for (size_t mi = 0; mi < g.nodes.size(); ++mi) {
@@ -241,7 +256,8 @@ PassReport fuse_sigmoid_mul(Graph& g) {
       const Node& s = g.nodes[si];
       if (s.inputs.empty() || s.inputs[0] != x || sole_reader(g, consumers, gate) != static_cast<int>(mi)) continue;
       std::string fused;
-      if (s.op_type == "Sigmoid") fused = "SiLU";
+      if (s.op_type == "Sigmoid")
+        fused = "SiLU";
       else if (s.op_type == "HardSigmoid" && std::fabs(s.attr_float("alpha", 0.2f) - 1.0f / 6) < 1e-6f &&
                s.attr_float("beta", 0.5f) == 0.5f)
         fused = "HardSwish";
@@ -279,12 +295,72 @@ PassReport fuse_sigmoid_mul(Graph& g) {
       const int ai = sole_producer(clip.inputs[0], ci, "Add");
       if (ai < 0) continue;
       const Node& add = g.nodes[static_cast<size_t>(ai)];
-      const bool x_plus_3 = (add.inputs[0] == x && scalar(add.inputs[1], 3)) || (add.inputs[1] == x && scalar(add.inputs[0], 3));
+      const bool x_plus_3 =
+          (add.inputs[0] == x && scalar(add.inputs[1], 3)) || (add.inputs[1] == x && scalar(add.inputs[0], 3));
       if (!x_plus_3 || g.value(x).dims != g.value(div.outputs[0]).dims) continue;
       div.op_type = "HardSwish";
       div.inputs = {x};
       div.attrs.clear();
       dead[static_cast<size_t>(mi)] = dead[static_cast<size_t>(ci)] = dead[static_cast<size_t>(ai)] = true;
+      ++r.rewrites;
+      break;
+    }
+  }
+  // Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) -> Gelu(x): PyTorch's
+  // export of nn.GELU() before opset 20, the 0.5 on either Mul (Mul(Mul(x,
+  // 0.5), Add(...))), the Div by sqrt 2 or a Mul by its inverse.
+  auto near = [&](int v, double want) {
+    return g.is_constant(v) && g.value(v).constant->size() == 1 &&
+           std::fabs(g.value(v).constant->at(0) - want) <= 1e-6 * std::fabs(want);
+  };
+  // The nodes of Add(Erf(x / sqrt 2), 1) reading x, read only by `reader`; empty if `a` is not that.
+  auto erf_plus_one = [&](int a, int reader, int x) -> std::vector<int> {
+    const int ai = sole_producer(a, reader, "Add");
+    if (ai < 0) return {};
+    const Node& add = g.nodes[static_cast<size_t>(ai)];
+    const int e = near(add.inputs[1], 1.0) ? add.inputs[0] : near(add.inputs[0], 1.0) ? add.inputs[1] : -1;
+    const int ei = sole_producer(e, ai, "Erf");
+    if (ei < 0) return {};
+    const int scaled = g.nodes[static_cast<size_t>(ei)].inputs[0];
+    int si = sole_producer(scaled, ei, "Div");
+    if (si >= 0) {
+      const Node& div = g.nodes[static_cast<size_t>(si)];
+      if (div.inputs[0] != x || !near(div.inputs[1], std::sqrt(2.0))) return {};
+    } else {
+      si = sole_producer(scaled, ei, "Mul");
+      if (si < 0) return {};
+      const Node& mul = g.nodes[static_cast<size_t>(si)];
+      const int k = mul.inputs[0] == x ? mul.inputs[1] : mul.inputs[1] == x ? mul.inputs[0] : -1;
+      if (!near(k, 1 / std::sqrt(2.0))) return {};
+    }
+    return {ai, ei, si};
+  };
+  for (size_t oi = 0; oi < g.nodes.size(); ++oi) {
+    Node& outer = g.nodes[oi];
+    if (dead[oi] || outer.op_type != "Mul" || outer.inputs.size() != 2) continue;
+    const int me = static_cast<int>(oi);
+    for (int side = 0; side < 2; ++side) {
+      const int l = outer.inputs[static_cast<size_t>(side)], rgt = outer.inputs[static_cast<size_t>(1 - side)];
+      const int mi = sole_producer(l, me, "Mul");
+      if (mi < 0) continue;
+      const Node& mul = g.nodes[static_cast<size_t>(mi)];
+      int x = -1;
+      std::vector<int> chain;
+      if (near(rgt, 0.5)) {  // Mul(Mul(x, Add(...)), 0.5)
+        for (int s2 = 0; s2 < 2 && chain.empty(); ++s2) {
+          x = mul.inputs[static_cast<size_t>(s2)];
+          chain = erf_plus_one(mul.inputs[static_cast<size_t>(1 - s2)], mi, x);
+        }
+      } else {  // Mul(Mul(x, 0.5), Add(...))
+        x = near(mul.inputs[1], 0.5) ? mul.inputs[0] : near(mul.inputs[0], 0.5) ? mul.inputs[1] : -1;
+        if (x >= 0) chain = erf_plus_one(rgt, me, x);
+      }
+      if (chain.empty() || x < 0 || g.value(x).dims != g.value(outer.outputs[0]).dims) continue;
+      outer.op_type = "Gelu";
+      outer.inputs = {x};
+      outer.attrs.clear();
+      dead[static_cast<size_t>(mi)] = true;
+      for (int k : chain) dead[static_cast<size_t>(k)] = true;
       ++r.rewrites;
       break;
     }
@@ -302,6 +378,7 @@ std::string fusable_activation(const Graph& g, const Node& n, float* param) {
   if (op == "SiLU") return "silu";
   if (op == "HardSwish") return "hardswish";
   if (op == "Mish") return "mish";
+  if (op == "Gelu" && n.attr_string("approximate", "none") == "none") return "gelu";
   if (op == "LeakyRelu") {
     *param = n.attr_float("alpha", 0.01f);
     return "leaky_relu";
@@ -357,10 +434,16 @@ PassReport fuse_activations(Graph& g) {
         const double b0 = p.inputs.size() > 2 && p.inputs[2] >= 0 ? g.value(p.inputs[2]).constant->at(c) : 0.0;
         bias[c] = static_cast<float>(b0 * 6 * a + 6 * b - 3);
       }
-      Value wv{.name = g.value(p.inputs[1]).name + ":hardsigmoid", .type = ElemType::FLOAT32, .dims = w.dims,
-               .has_shape = true, .constant = std::move(w)};
-      Value bv{.name = g.value(p.inputs[1]).name + ":hardsigmoid_bias", .type = ElemType::FLOAT32, .dims = {out_ch},
-               .has_shape = true, .constant = HostTensor::floats({out_ch}, std::move(bias))};
+      Value wv{.name = g.value(p.inputs[1]).name + ":hardsigmoid",
+               .type = ElemType::FLOAT32,
+               .dims = w.dims,
+               .has_shape = true,
+               .constant = std::move(w)};
+      Value bv{.name = g.value(p.inputs[1]).name + ":hardsigmoid_bias",
+               .type = ElemType::FLOAT32,
+               .dims = {out_ch},
+               .has_shape = true,
+               .constant = HostTensor::floats({out_ch}, std::move(bias))};
       const int wid = g.add_value(std::move(wv)), bid = g.add_value(std::move(bv));
       Node& pc = g.nodes[pi];
       pc.inputs.resize(3);
@@ -428,8 +511,8 @@ PassReport fuse_activation_affine(Graph& g) {
     if (n.inputs.size() != 2 || n.outputs.size() != 1) return std::nullopt;
     for (int side = 0; side < 2; ++side) {
       const int x = n.inputs[static_cast<size_t>(side)], c = n.inputs[static_cast<size_t>(1 - side)];
-      if (x != v || !g.is_constant(c) || g.value(c).constant->volume() != 1 ||
-          g.value(c).type != ElemType::FLOAT32 || g.value(x).dims != g.value(n.outputs[0]).dims)
+      if (x != v || !g.is_constant(c) || g.value(c).constant->volume() != 1 || g.value(c).type != ElemType::FLOAT32 ||
+          g.value(x).dims != g.value(n.outputs[0]).dims)
         continue;
       if (n.op_type == "Sub" && side == 1) continue;  // c - x
       return g.value(c).constant->at(0);
@@ -451,8 +534,10 @@ PassReport fuse_activation_affine(Graph& g) {
       if (mul != want_mul || (!mul && n.op_type != "Add" && n.op_type != "Sub")) continue;
       const std::optional<double> c = scalar_of(n, out);
       if (!c) break;
-      if (mul) scale = *c;
-      else shift = n.op_type == "Sub" ? -*c : *c;
+      if (mul)
+        scale = *c;
+      else
+        shift = n.op_type == "Sub" ? -*c : *c;
       fused.push_back(reader);
       out = n.outputs[0];
     }
@@ -477,7 +562,7 @@ std::vector<PassReport> optimize(Graph& g) {
   PassReport again = fold_bias_add(g);  // the Add after a folded Mul (Paddle's learnable affine blocks)
   again.pass = "fold_bias_add (after fold_scale_mul)";
   reports.push_back(again);
-  reports.push_back(fuse_sigmoid_mul(g));
+  reports.push_back(fuse_activation_patterns(g));
   reports.push_back(fuse_activations(g));
   reports.push_back(fuse_activation_affine(g));
   reports.push_back(fuse_residual_adds(g));

@@ -352,7 +352,7 @@ const std::map<std::string, Rule>& rules() {
     for (const char* op : {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
                            "Round", "Sign", "Erf", "Sin", "Cos", "Tan", "Atan", "Softplus", "Softsign", "HardSwish",
                            "Mish", "Identity", "LeakyRelu", "Elu", "Celu", "Selu", "HardSigmoid", "ThresholdedRelu",
-                           "Clip", "Softmax", "LogSoftmax", "InstanceNormalization", "LRN", "SiLU"})
+                           "Clip", "Softmax", "LogSoftmax", "InstanceNormalization", "LRN", "SiLU", "Gelu"})
       m[op] = same_as_input;
     m["BatchNormalization"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
       TS_ASSIGN_OR_RETURN(auto o, same_as_input(c));

@@ -83,12 +83,12 @@ TEST_P(CompiledModelTest, SmallCnnMatchesTheHostReference) {
     ADD_FAILURE() << "no pass " << pass;
     return -1;
   };
-  EXPECT_EQ(rewrites("fold_bias_add"), 0);       // no constant bias add
-  EXPECT_EQ(rewrites("fold_batch_norm"), 1);     // the batch norm
-  EXPECT_EQ(rewrites("fold_scale_mul"), 0);      // no constant scale
-  EXPECT_EQ(rewrites("fuse_sigmoid_mul"), 1);    // x * sigmoid(x)
-  EXPECT_GE(rewrites("fuse_activations"), 2);    // relu and silu into their convs
-  EXPECT_EQ(rewrites("fuse_residual_adds"), 1);  // the residual add into the second conv
+  EXPECT_EQ(rewrites("fold_bias_add"), 0);             // no constant bias add
+  EXPECT_EQ(rewrites("fold_batch_norm"), 1);           // the batch norm
+  EXPECT_EQ(rewrites("fold_scale_mul"), 0);            // no constant scale
+  EXPECT_EQ(rewrites("fuse_activation_patterns"), 1);  // x * sigmoid(x)
+  EXPECT_GE(rewrites("fuse_activations"), 2);          // relu and silu into their convs
+  EXPECT_EQ(rewrites("fuse_residual_adds"), 1);        // the residual add into the second conv
   EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
   // Each conv's kernel choice is known once the first run has made it.
   for (const std::string& s : model->conv_selections()) EXPECT_THAT(s, HasSubstr(": not run yet"));
@@ -246,6 +246,48 @@ TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
   auto strict = CompiledModel::compile(g, *dev, {.allow_fallback = false});
   EXPECT_EQ(strict.status().code(), StatusCode::kUnimplemented);
   EXPECT_THAT(strict.status().message(), HasSubstr("ReduceSum 'm'"));
+}
+
+// x -> Conv -> c -> Gelu as PyTorch exports it -> y.
+void ModelBuilderNodes(testing_onnx::ModelBuilder& b, bool half_inside) {
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("Div", {"c", "sqrt2"}, {"d"});
+  b.node("Erf", {"d"}, {"e"});
+  b.node("Add", {"e", "one"}, {"a"});
+  if (half_inside) {
+    b.node("Mul", {"c", "half"}, {"h"});
+    b.node("Mul", {"h", "a"}, {"y"});
+  } else {
+    b.node("Mul", {"c", "a"}, {"m"});
+    b.node("Mul", {"m", "half"}, {"y"});
+  }
+}
+
+// PyTorch's export of nn.GELU() before opset 20 (Div, Erf, Add, Mul, Mul)
+// after a conv becomes one Gelu the conv runs fused, on the device: the
+// pattern with the 0.5 on the outer Mul and with it on the inner one.
+TEST(CompiledModel, ErfGeluPatternFusesIntoOneDeviceActivation) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (bool half_inside : {false, true}) {
+    testing_onnx::ModelBuilder b(13);
+    b.input("x", {1, 4, 6, 6});
+    b.random_initializer("w", {8, 4, 3, 3}, 0.5f, 1);
+    b.initializer("sqrt2", {}, {1.4142135f});
+    b.initializer("one", {}, {1.0f});
+    b.initializer("half", {}, {0.5f});
+    ModelBuilderNodes(b, half_inside);
+    b.output("y");
+    ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+    const graph::HostTensor x = input_for({1, 4, 6, 6}, 9);
+    const auto want = reference(g, x);
+    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+    const CompileReport& rep = model->report();
+    EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
+    EXPECT_EQ(rep.device_ops, 1) << rep.to_string();  // the conv, its GELU fused
+    const Tensor xs[] = {device_input(x, *dev)};
+    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+    expect_close(outs[0], want[0], 0.99999, 1e-5);
+  }
 }
 
 // ReduceMean over an image's spatial axes (with and without the kept dims,

@@ -30,6 +30,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Exp", &I::lower_unary, true},
     {"Expand", nullptr, false, false, kAfterFirst},
     {"Flatten", &I::lower_reshape},
+    {"Gelu", &I::lower_unary, true},
     {"Gemm", &I::lower_gemm, false, false, kAfterFirst},
     {"GlobalAveragePool", &I::lower_global_avg_pool, true},
     {"HardSigmoid", &I::lower_unary, true},

@@ -37,9 +37,11 @@ PassReport fold_batch_norm(Graph& g);
 // are scaled, the Mul goes (PP-LCNet's learnable affine blocks: conv * s + b,
 // whose Add fold_bias_add then folds).
 PassReport fold_scale_mul(Graph& g);
+// Activations exporters write out as several nodes, back to one:
 // Mul(x, Sigmoid(x)) -> SiLU(x); Mul(x, HardSigmoid(x; 1/6, 1/2)) -> HardSwish(x);
-// Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) -> HardSwish(x).
-PassReport fuse_sigmoid_mul(Graph& g);
+// Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) -> HardSwish(x);
+// Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) -> Gelu(x) (PyTorch's nn.GELU before opset 20).
+PassReport fuse_activation_patterns(Graph& g);
 // An activation whose input is read only by it moves into the producing
 // Conv, ConvTranspose, Add / Sub / Mul / Div or MatMul / Gemm. A HardSigmoid
 // with other than PyTorch's (1/6, 1/2) after a Conv is rescaled into it (the
