@@ -215,12 +215,12 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 8u);
+  ASSERT_EQ(reports.size(), 9u);
   EXPECT_EQ(reports[0].rewrites, 0);  // no bias add
   EXPECT_EQ(reports[1].rewrites, 1);  // batch norm folded
   EXPECT_EQ(reports[2].rewrites, 0);  // no scale
   EXPECT_EQ(reports[4].rewrites, 1);  // x * sigmoid(x) -> SiLU
-  EXPECT_EQ(reports[5].rewrites, 1);  // SiLU into the conv
+  EXPECT_EQ(reports[6].rewrites, 1);  // SiLU into the conv (after fuse_layer_norm)
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "silu");
   const auto after = run_host(g, xin);
@@ -359,8 +359,8 @@ TEST(Passes, FuseActivationAffine) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  EXPECT_EQ(reports[6].pass, "fuse_activation_affine");
-  EXPECT_EQ(reports[6].rewrites, 2);
+  EXPECT_EQ(reports[7].pass, "fuse_activation_affine");
+  EXPECT_EQ(reports[7].rewrites, 2);
   int fused = 0;
   for (const Node& n : g.nodes) {
     if (!n.has_attr("tessera_activation_scale")) continue;

@@ -369,6 +369,123 @@ PassReport fuse_activation_patterns(Graph& g) {
   return r;
 }
 
+PassReport fuse_layer_norm(Graph& g) {
+  PassReport r{"fuse_layer_norm"};
+  const auto consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  auto producer = [&](int v, const char* op) -> int {
+    if (v < 0 || g.value(v).producer < 0) return -1;
+    const int p = g.value(v).producer;
+    return g.nodes[static_cast<size_t>(p)].op_type == op && !dead[static_cast<size_t>(p)] ? p : -1;
+  };
+  auto only_readers = [&](int v, std::initializer_list<int> readers) {
+    if (std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) return false;
+    const auto& c = consumers[static_cast<size_t>(v)];
+    if (c.size() != readers.size()) return false;
+    for (const auto& [node, slot] : c)
+      if (std::find(readers.begin(), readers.end(), node) == readers.end()) return false;
+    return true;
+  };
+  auto scalar = [&](int v, double* out) {
+    if (!g.is_constant(v) || g.value(v).constant->size() != 1) return false;
+    *out = g.value(v).constant->at(0);
+    return true;
+  };
+  // ReduceMean over the last axis only, dims kept (opset 13's axes attribute or opset 18's input).
+  auto last_axis_mean = [&](int ni, int rank) {
+    const Node& n = g.nodes[static_cast<size_t>(ni)];
+    std::vector<int64_t> axes = n.attr_ints("axes");
+    if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
+      if (!g.is_constant(n.inputs[1])) return false;
+      axes = g.value(n.inputs[1]).constant->i;
+    }
+    return n.attr_int("keepdims", 1) == 1 && axes.size() == 1 && (axes[0] == -1 || axes[0] == rank - 1);
+  };
+  for (size_t di = 0; di < g.nodes.size(); ++di) {
+    const Node& div = g.nodes[di];
+    if (dead[di] || div.op_type != "Div" || div.inputs.size() != 2) continue;
+    const int d = div.inputs[0];
+    const int si = producer(d, "Sub"), qi = producer(div.inputs[1], "Sqrt");
+    if (si < 0 || qi < 0) continue;
+    const Node& sub = g.nodes[static_cast<size_t>(si)];
+    const int x = sub.inputs[0], mi = producer(sub.inputs[1], "ReduceMean");
+    if (mi < 0 || g.nodes[static_cast<size_t>(mi)].inputs[0] != x || !g.value(x).has_shape) continue;
+    const int rank = static_cast<int>(g.value(x).dims.size());
+    const int ai = producer(g.nodes[static_cast<size_t>(qi)].inputs[0], "Add");
+    if (rank < 1 || ai < 0 || !last_axis_mean(mi, rank)) continue;
+    const Node& add = g.nodes[static_cast<size_t>(ai)];
+    double eps = 0;
+    const int vi_in = scalar(add.inputs[1], &eps) ? add.inputs[0] : scalar(add.inputs[0], &eps) ? add.inputs[1] : -1;
+    const int vi = producer(vi_in, "ReduceMean");
+    if (vi < 0 || !last_axis_mean(vi, rank)) continue;
+    const int pv = g.nodes[static_cast<size_t>(vi)].inputs[0];
+    int pi = producer(pv, "Pow");
+    double two = 0;
+    if (pi >= 0 && !(g.nodes[static_cast<size_t>(pi)].inputs[0] == d &&
+                     scalar(g.nodes[static_cast<size_t>(pi)].inputs[1], &two) && two == 2))
+      pi = -1;
+    if (pi < 0) {
+      pi = producer(pv, "Mul");
+      if (pi >= 0 &&
+          !(g.nodes[static_cast<size_t>(pi)].inputs[0] == d && g.nodes[static_cast<size_t>(pi)].inputs[1] == d))
+        pi = -1;
+    }
+    if (pi < 0 || eps <= 0) continue;
+    // Every intermediate read only inside the pattern.
+    if (!only_readers(sub.inputs[1], {si}) || !only_readers(d, {pi, static_cast<int>(di)}) || !only_readers(pv, {vi}) ||
+        !only_readers(vi_in, {ai}) || !only_readers(add.outputs[0], {qi}) ||
+        !only_readers(g.nodes[static_cast<size_t>(qi)].outputs[0], {static_cast<int>(di)}))
+      continue;
+    // The affine: Mul by a constant of the last dim's size, then Add of one.
+    const int64_t c = g.value(x).dims.back();
+    auto last_dim_constant = [&](int v) {
+      return g.is_constant(v) && g.value(v).constant->type == ElemType::FLOAT32 &&
+             static_cast<int64_t>(g.value(v).constant->size()) == c;
+    };
+    int end = static_cast<int>(di), mul_node = -1, scale = -1, bias = -1;
+    const int out = div.outputs[0];
+    auto sole_node_reader = [&](int v) {
+      return consumers[static_cast<size_t>(v)].size() == 1 &&
+                     std::find(g.outputs.begin(), g.outputs.end(), v) == g.outputs.end()
+                 ? consumers[static_cast<size_t>(v)][0].first
+                 : -1;
+    };
+    auto other_input = [&](int ni, const char* op, int v) {
+      const Node& n = g.nodes[static_cast<size_t>(ni)];
+      return n.op_type == op && n.inputs.size() == 2 ? (n.inputs[0] == v ? n.inputs[1] : n.inputs[0]) : -1;
+    };
+    if (const int mu = sole_node_reader(out); mu >= 0 && last_dim_constant(other_input(mu, "Mul", out))) {
+      end = mul_node = mu;
+      scale = other_input(mu, "Mul", out);
+      const int mo = g.nodes[static_cast<size_t>(mu)].outputs[0];
+      if (const int ad = sole_node_reader(mo); ad >= 0 && last_dim_constant(other_input(ad, "Add", mo))) {
+        end = ad;
+        bias = other_input(ad, "Add", mo);
+      }
+    }
+    if (scale < 0) {
+      Value one{.name = g.value(out).name + "/layer_norm_scale",
+                .dims = {c},
+                .has_shape = true,
+                .constant = HostTensor::floats({c}, std::vector<float>(static_cast<size_t>(c), 1.0f))};
+      scale = g.add_value(std::move(one));
+    }
+    Node& last = g.nodes[static_cast<size_t>(end)];
+    const int y = last.outputs[0];
+    for (int k : {mi, si, pi, vi, ai, qi, static_cast<int>(di), mul_node})
+      if (k >= 0 && k != end) dead[static_cast<size_t>(k)] = true;
+    last.op_type = "LayerNormalization";
+    last.inputs = bias >= 0 ? std::vector<int>{x, scale, bias} : std::vector<int>{x, scale};
+    last.outputs = {y};
+    last.attrs.clear();
+    last.attrs["axis"] = Attribute{.kind = Attribute::Kind::INT, .i = -1};
+    last.attrs["epsilon"] = float_attr(static_cast<float>(eps));
+    ++r.rewrites;
+  }
+  drop_nodes(g, dead);
+  return r;
+}
+
 std::string fusable_activation(const Graph& g, const Node& n, float* param) {
   *param = 0;
   const std::string& op = n.op_type;
@@ -563,6 +680,7 @@ std::vector<PassReport> optimize(Graph& g) {
   again.pass = "fold_bias_add (after fold_scale_mul)";
   reports.push_back(again);
   reports.push_back(fuse_activation_patterns(g));
+  reports.push_back(fuse_layer_norm(g));
   reports.push_back(fuse_activations(g));
   reports.push_back(fuse_activation_affine(g));
   reports.push_back(fuse_residual_adds(g));

@@ -290,6 +290,44 @@ TEST(CompiledModel, ErfGeluPatternFusesIntoOneDeviceActivation) {
   }
 }
 
+// LayerNorm as PyTorch exports nn.LayerNorm before opset 17 (ReduceMean,
+// Sub, Pow, ReduceMean, Add, Sqrt, Div, then the affine Mul and Add, or
+// neither) becomes one LayerNormalization on the device: no ReduceMean, Pow
+// or Sqrt host fallbacks.
+TEST(CompiledModel, WrittenOutLayerNormFusesIntoOneDeviceOp) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (bool affine : {true, false}) {
+    testing_onnx::ModelBuilder b(13);
+    b.input("x", {2, 5, 3, 8});
+    b.initializer("two", {}, {2.0f});
+    b.initializer("eps", {}, {1e-5f});
+    b.random_initializer("gamma", {8}, 1.0f, 3);
+    b.random_initializer("beta", {8}, 0.5f, 4);
+    testing_onnx::ModelBuilder::ints(b.node("ReduceMean", {"x"}, {"m"}), "axes", {-1});
+    b.node("Sub", {"x", "m"}, {"d"});
+    b.node("Pow", {"d", "two"}, {"p"});
+    testing_onnx::ModelBuilder::ints(b.node("ReduceMean", {"p"}, {"v"}), "axes", {-1});
+    b.node("Add", {"v", "eps"}, {"ve"});
+    b.node("Sqrt", {"ve"}, {"s"});
+    b.node("Div", {"d", "s"}, {affine ? "n" : "y"});
+    if (affine) {
+      b.node("Mul", {"n", "gamma"}, {"g"});
+      b.node("Add", {"g", "beta"}, {"y"});
+    }
+    b.output("y");
+    ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+    const graph::HostTensor x = input_for({2, 5, 3, 8}, 11);
+    const auto want = reference(g, x);
+    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+    const CompileReport& rep = model->report();
+    EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
+    EXPECT_EQ(rep.device_ops, 1) << rep.to_string();
+    const Tensor xs[] = {device_input(x, *dev)};
+    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+    expect_close(outs[0], want[0], 0.99999, 1e-4);
+  }
+}
+
 // ReduceMean over an image's spatial axes (with and without the kept dims,
 // the axes negative or not) runs as the device's global average pool; over
 // other axes it stays a host fallback.

@@ -42,6 +42,12 @@ PassReport fold_scale_mul(Graph& g);
 // Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) -> HardSwish(x);
 // Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) -> Gelu(x) (PyTorch's nn.GELU before opset 20).
 PassReport fuse_activation_patterns(Graph& g);
+// LayerNorm written out over the last axis, as PyTorch exports nn.LayerNorm
+// before opset 17: m = ReduceMean(x), d = Sub(x, m), Div(d, Sqrt(Add(
+// ReduceMean(Pow(d, 2)), eps))), then an optional Mul by a constant scale
+// and Add of a constant bias -> LayerNormalization(x, scale, bias; axis -1,
+// epsilon eps) (scale 1, bias 0 where they are missing).
+PassReport fuse_layer_norm(Graph& g);
 // An activation whose input is read only by it moves into the producing
 // Conv, ConvTranspose, Add / Sub / Mul / Div or MatMul / Gemm. A HardSigmoid
 // with other than PyTorch's (1/6, 1/2) after a Conv is rescaled into it (the
