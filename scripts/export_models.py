@@ -210,6 +210,63 @@ def export_io_fixture(out_dir):
     print(f"two_io: {out_dir}/two_io.onnx")
 
 
+class ConvNeXtBlock(nn.Module):
+    """7x7 depthwise conv, LayerNorm over channels (NHWC), Linear, GELU, Linear, layer scale, residual."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.ln = nn.LayerNorm(c)
+        self.fc1, self.act, self.fc2 = nn.Linear(c, 4 * c), nn.GELU(), nn.Linear(4 * c, c)
+        self.gamma = nn.Parameter(torch.full((c,), 0.5))
+
+    def forward(self, x):
+        y = self.ln(self.dw(x).permute(0, 2, 3, 1))
+        y = self.gamma * self.fc2(self.act(self.fc1(y)))
+        return x + y.permute(0, 3, 1, 2)
+
+
+class ConvNeXtProbe(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem, self.b1, self.b2 = nn.Conv2d(3, 32, 4, stride=4), ConvNeXtBlock(), ConvNeXtBlock()
+
+    def forward(self, x):
+        return self.b2(self.b1(self.stem(x))).mean((2, 3))
+
+
+class DenseProbe(nn.Module):
+    """A densely connected block: 20 layers, each reading the concatenation of all before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.convs = nn.ModuleList([nn.Conv2d(8 + 4 * i, 4, 3, padding=1) for i in range(20)])
+
+    def forward(self, x):
+        feats = [torch.relu(self.stem(x))]
+        for c in self.convs:
+            feats.append(torch.relu(c(torch.cat(feats, 1))))
+        return torch.cat(feats, 1).mean((2, 3))
+
+
+def export_probes(out_dir):
+    """Small architectures the compiler must run with no host fallback: a
+    ConvNeXt-style net (LayerNorm, GELU and Linear written out by the export)
+    and a densely connected block (a 21-input Concat, ReduceMean), with
+    their PyTorch outputs."""
+    for name, m in (("probe_convnext", ConvNeXtProbe()), ("probe_dense", DenseProbe())):
+        torch.manual_seed(0)
+        m = type(m)().eval()
+        x = torch.from_numpy(np.random.default_rng(7).standard_normal((1, 3, 64, 64)).astype(np.float32))
+        torch.onnx.export(m, x, os.path.join(out_dir, name + ".onnx"), opset_version=13,
+                          input_names=["x"], output_names=["y"])
+        with torch.no_grad():
+            np.save(os.path.join(out_dir, name + "_torch.npy"), m(x).numpy())
+        np.save(os.path.join(out_dir, name + "_input.npy"), x.numpy())
+        print(f"{name}: {out_dir}/{name}.onnx")
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -219,6 +276,9 @@ def main():
     for name in sys.argv[2:] or MODELS:
         if name == "two_io":
             export_io_fixture(out_dir)
+            continue
+        if name == "probes":
+            export_probes(out_dir)
             continue
         if name not in MODELS:
             sys.exit(f"unknown model {name}; expected one of {', '.join(MODELS)}")
