@@ -328,6 +328,28 @@ TEST(CompiledModel, WrittenOutLayerNormFusesIntoOneDeviceOp) {
   }
 }
 
+// Pow by 2 runs on the device as x * x, bit for bit the host's; by 3 on the host.
+TEST(CompiledModel, PowByTwoRunsOnTheDevice) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (float exponent : {2.0f, 3.0f}) {
+    testing_onnx::ModelBuilder b(13);
+    b.input("x", {2, 4, 3, 5});
+    b.initializer("e", {}, {exponent});
+    b.node("Relu", {"x"}, {"r"});
+    b.node("Pow", {"r", "e"}, {"y"});
+    b.output("y");
+    ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+    const graph::HostTensor x = input_for({2, 4, 3, 5}, 5);
+    const auto want = reference(g, x);
+    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+    EXPECT_EQ(model->report().fallbacks.size(), exponent == 2.0f ? 0u : 1u) << model->report().to_string();
+    const Tensor xs[] = {device_input(x, *dev)};
+    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
+    EXPECT_EQ(got, want[0].f);
+  }
+}
+
 // ReduceMean over an image's spatial axes (with and without the kept dims,
 // the axes negative or not) runs as the device's global average pool; over
 // other axes it stays a host fallback.

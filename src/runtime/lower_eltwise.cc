@@ -67,6 +67,18 @@ Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
   return ok_status();
 }
 
+// Pow by the constant 2 (a variance, an L2 norm) is x * x on the device,
+// bit for bit what powf gives; other exponents run on the host.
+Status CompiledModel::Impl::lower_pow(const Node& n) {
+  const int e = n.inputs.size() > 1 ? n.inputs[1] : -1;
+  if (e < 0 || !g.is_constant(e) || g.value(e).constant->size() != 1 || g.value(e).constant->at(0) != 2.0 ||
+      g.is_constant(n.inputs[0]))
+    return not_covered(n);
+  Node square = n;
+  square.inputs = {n.inputs[0], n.inputs[0]};
+  return lower_binary(square, BinaryOpType::MUL);
+}
+
 Status CompiledModel::Impl::lower_softmax(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
   const size_t r = rank(x);

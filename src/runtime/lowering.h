@@ -211,6 +211,7 @@ struct CompiledModel::Impl {
   Status lower_unary(const Node& n);  // lower_eltwise.cc
   Status lower_arith(const Node& n);
   Status lower_binary(const Node& n, BinaryOpType op);
+  Status lower_pow(const Node& n);
   Status lower_softmax(const Node& n);
   Status lower_layer_norm(const Node& n);
   Status lower_matmul(const Node& n);  // lower_matmul.cc

@@ -45,6 +45,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Mul", &I::lower_arith, true, true},
     {"PRelu", nullptr, false, false, kAfterFirst},
     {"Pad", &I::lower_slice_pad_split, false, false, kAfterFirst},
+    {"Pow", &I::lower_pow, true},
     {"Range", nullptr, false, false, kAll},
     {"ReduceL1", nullptr, false, false, kAfterFirst},
     {"ReduceL2", nullptr, false, false, kAfterFirst},
