@@ -39,7 +39,7 @@ for m in "${models[@]}"; do
       out=$(./build/release/tessera bench "$d/$m.onnx" --dtype "$dt" --math-fidelity "$mf" --iterations "$n" --input "$in" --reference "$want" 2>&1 || true)
       if [ "$b" = 1 ]; then ms=$(echo "$out" | awk '/latency: +p50/ {print $3}')
       else ms=$(echo "$out" | awk '/end to end:/ {gsub(/\(/, "", $6); print $6}'); fi
-      pcc=$(echo "$out" | awk '/^PCC/ {print $4}')
+      pcc=$(echo "$out" | awk '/^PCC/ {print $(NF-3)}')
       row="$row ${ms:-error} (${pcc:-?}) |"
     done
     echo "$row"

@@ -113,19 +113,8 @@ void print_selections(const runtime::CompiledModel& model) {
   }
 }
 
-// The seeds' PCC rule against a reference output: 0.999 in float32, 0.99
-// with bfloat16 activations.
-Status check_reference(const std::string& reference, const std::vector<float>& got, const std::string& dtype) {
-  TS_ASSIGN_OR_RETURN(Tensor want, cnn::load_npy(reference));
-  TS_ASSIGN_OR_RETURN(std::vector<float> w, want.to_vector());
-  if (w.size() != got.size())
-    return invalid_argument_error("--reference {}: {} values, the output has {}", reference, w.size(), got.size());
-  const double threshold = dtype == "float32" ? 0.999 : 0.99;
-  const cnn::PccResult p = cnn::comp_pcc(w, got, threshold);
-  std::printf("PCC against %s: %.6f (%s at %.3f)\n", reference.c_str(), p.pcc, p.passed ? "pass" : "FAIL", threshold);
-  if (!p.passed) return failed_precondition_error("PCC {:.6f} is below {}", p.pcc, threshold);
-  return ok_status();
-}
+// The seeds' PCC rule: 0.999 in float32, 0.99 with bfloat16 activations.
+double pcc_threshold(const std::string& dtype) { return dtype == "float32" ? 0.999 : 0.99; }
 
 // Every input from `input_files` (model_io.h; random where none is given),
 // every output printed, written and checked. Single-input models run through
@@ -216,8 +205,7 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
   std::printf("compile + 1 run%s: %.0f ms\n", xs.size() == 1 ? " through the pipeline" : "", ms);
   if (c.explain) print_selections(*m.model);
   TS_RETURN_IF_ERROR(write_outputs(output, output_dir, out_names, ys));
-  if (!reference.empty())
-    TS_RETURN_IF_ERROR(check_references(reference, out_names, ys, c.dtype == "float32" ? 0.999 : 0.99));
+  if (!reference.empty()) TS_RETURN_IF_ERROR(check_references(reference, out_names, ys, pcc_threshold(c.dtype)));
   return close_device(*device);
 }
 
@@ -350,11 +338,8 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   TS_RETURN_IF_ERROR(pipe->enqueue(inputs));
   TS_ASSIGN_OR_RETURN(auto outs, pipe->pop_all());
   const double e2e_ms = ms_since(t0);
-  std::vector<float> out0;
-  if (!reference.empty()) {
-    const cnn::ModelOutput& o = outs[0];
-    TS_ASSIGN_OR_RETURN(out0, (o.is_tensor() ? *o.tensor : *o.list[0].tensor).to_vector());
-  }
+  std::optional<Tensor> out0;  // frame 0's first output, for --reference
+  if (!reference.empty()) out0 = outs[0].is_tensor() ? *outs[0].tensor : *outs[0].list[0].tensor;
   TS_RETURN_IF_ERROR(pipe->cleanup());
   // Device only: the model captured once and replayed back to back.
   TS_ASSIGN_OR_RETURN(Tensor x, to_device(inputs[0], *device));
@@ -398,7 +383,8 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
               frames / device_ms * 1e3, device_ms / iterations,
               m.model->report().conv_flops / (device_ms / iterations) / 1e6);
   if (profile) TS_RETURN_IF_ERROR(print_profile(*profile, profile_replays, profile_path));
-  if (!reference.empty()) TS_RETURN_IF_ERROR(check_reference(reference, out0, c.dtype));
+  if (!reference.empty())
+    TS_RETURN_IF_ERROR(check_references(reference, {m.model->output_names()[0]}, {*out0}, pcc_threshold(c.dtype)));
   return close_device(*device);
 }
 

@@ -292,9 +292,15 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Params& p, bool bias, 
   kernel.slice_config.reset();
   // Kernels of Tessera's own read and write rows (oneDNN's read tiles and
   // shards themselves and tilize their own output): the algorithm that runs
-  // the conv on rows says which the input must become.
-  TS_ASSIGN_OR_RETURN(const conv::ConvAlgorithm algorithm, conv::algorithm_for_rows(input, p, kernel, residual));
-  const bool own_kernel = !conv::is_onednn(algorithm);
+  // the conv on rows says which the input must become. Asked only where it
+  // matters (tiles or shards in, tiles out): plain rows in and out take the
+  // same path either way, without a second selection per call.
+  bool own_kernel = false;
+  if (dense &&
+      (input.layout() == Layout::TILE || input.memory_config().is_sharded() || config.output_layout == Layout::TILE)) {
+    TS_ASSIGN_OR_RETURN(const conv::ConvAlgorithm algorithm, conv::algorithm_for_rows(input, p, kernel, residual));
+    own_kernel = !conv::is_onednn(algorithm);
+  }
   TS_ASSIGN_OR_RETURN(Tensor x, kernel_input(input, op, dense, dense && !own_kernel, cq_id));
   // The oneDNN kernel tilizes its own rows into the final tiles (channel
   // shards cannot: they tilize after). Otherwise the kernel

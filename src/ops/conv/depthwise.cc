@@ -14,9 +14,6 @@ namespace tessera::conv {
 
 namespace {
 const ConvTuning& tuning() { return conv_tuning(kernel_isa()); }
-}  // namespace
-
-namespace {
 
 // The depthwise kernel's chunks of output rows, sized by the float32 values
 // they read and write (the kernel computes in float32: bfloat16 rows halve

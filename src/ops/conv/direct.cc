@@ -17,22 +17,20 @@ namespace tessera::conv {
 namespace {
 const ConvTuning& tuning() { return conv_tuning(kernel_isa()); }
 uint32_t tasks_per_worker() { return static_cast<uint32_t>(tuning().direct_tasks_per_worker); }
-}  // namespace
 
-namespace {
-
-// Output rows per band of the direct kernel: as many as keep the padded
-// input rows a band reads within direct_band_bytes (the worker's L2 holds
-// them beside one 16-channel block of weights).
-// Tasks per worker the direct, Winograd and patch kernels aim for on small
-// maps (see launch_direct).
-// Winograd: the transformed patches and products of one segment of tiles.
-// Each segment reads every weight once, so weights beyond what the L3 keeps
-// (the UNet's 512 -> 512 bottleneck: 16.8 MB) come from DRAM per segment,
-// and there larger segments pay. Measured with bench_conv_f32 --hifi2
-// (HiFi4 / HiFi2 time, 2 threads) at 384 KiB, 768 KiB and 1.5 MiB:
-// bottleneck 512->512 1.12x, 1.40x, 1.71x; dec4 512->256 (8.4 MB of
-// weights) 1.92x, 1.80x, 1.71x; enc2 64->64 1.67x, 1.72x, 1.74x.
+// The tuning entries these kernels' tasks read (tuning.inc):
+// direct_band_bytes: output rows per band of the direct kernel are as many
+// as keep the padded input rows a band reads within it (the worker's L2
+// holds them beside one 16-channel block of weights).
+// direct_tasks_per_worker: what the direct, Winograd and patch kernels aim
+// for on small maps (see launch_direct).
+// winograd_*segment_bytes: the transformed patches and products of one
+// segment of tiles. Each segment reads every weight once, so weights beyond
+// what the L3 keeps (the UNet's 512 -> 512 bottleneck: 16.8 MB) come from
+// DRAM per segment, and there larger segments pay. Measured with
+// bench_conv_f32 --hifi2 (HiFi4 / HiFi2 time, 2 threads) at 384 KiB, 768 KiB
+// and 1.5 MiB: bottleneck 512->512 1.12x, 1.40x, 1.71x; dec4 512->256
+// (8.4 MB of weights) 1.92x, 1.80x, 1.71x; enc2 64->64 1.67x, 1.72x, 1.74x.
 
 // Padded input bytes one output row band of the direct kernel reads per row.
 uint64_t direct_row_bytes(const Geometry& g) {
@@ -58,8 +56,8 @@ uint32_t direct_cin_block(const Problem& pr) {
 
 // The AVX-512 direct kernel's bands: pixels of the whole batch per band, as many
 // as keep a band's input rows within direct512_band_bytes (the L2 keeps them
-// while four blocks of weights stream past), in equal bands.
-// ... and at least this many pixels: every band re-reads its group's weights
+// while four blocks of weights stream past), in equal bands,
+// and at least direct512_min_band_pixels: every band re-reads its group's weights
 // (ResNet-50's 7x7 2048 -> 512 at batch 8, 32-pixel bands: 13 bands over 392
 // pixels). Per-launch sums, three alternated rounds: its two launches
 // 3.68-3.78 -> 3.38-3.46 ms at batch 8 (64-pixel bands), 0.51 -> 0.49 ms at

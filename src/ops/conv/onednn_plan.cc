@@ -44,7 +44,6 @@ memory::desc rows_desc(uint32_t mb, uint32_t h, uint32_t w, uint32_t c, DataType
 // residual's sum post-op rereads the output, and ResNet-50's stage-1 1x1
 // conv with its residual ran at 111 GFLOP/s on 4 images per call (12.8 MB of
 // output) against 204 on one.
-
 void split_images(ConvPlan& plan, const Geometry& g, uint32_t parts, uint64_t image_bytes) {
   parts = std::max<uint32_t>(1, std::min(parts, g.n));
   const uint32_t base = g.n / parts, extra = g.n % parts;
@@ -234,7 +233,7 @@ memory::desc first_shard_weights(ConvPlan& plan, const Problem& pr) {
 }
 
 // ConvPlan::chunked: a chunk's output (and its input) stays in the L2
-// beside the weights: 256 KB of output rows per chunk. ResNet-50's stage-1
+// beside the weights: onednn_chunk_output_bytes (256 KB) of output rows per chunk. ResNet-50's stage-1
 // 64->256 1x1 with its residual, batch 8, two threads, buffers from DRAM,
 // alternated: oneDNN's sum post-op 3.7-3.9 ms, chunks of 1 to 8 rows
 // 2.9-3.1 ms, 14 rows (800 KB) 3.6.
@@ -362,10 +361,9 @@ void build_primitives(ConvPlan& plan, const Problem& pr) {
   }
 }
 
-// Output maps under this many pixels per image run as one shard: splitting
-// 7x7 maps into 3- and 4-row shards made oneDNN's brgconv_1x1 take ~180 ms
-// per call on MobileNetV2's 320->1280 conv (measured here), against well
-// under 1 ms whole.
+// onednn_min_pixels_to_split: output maps under this many pixels per image
+// run as one shard (see compile_onednn's splits): splitting 7x7 maps into 3- and 4-row shards made oneDNN's brgconv_1x1
+// take ~180 ms per call on MobileNetV2's 320->1280 conv (measured here), against well under 1 ms whole.
 
 // Row shards of oneDNN's kernels: one per worker, and on large maps up to
 // onednn_row_shards_per_worker per worker of at least onednn_min_pixels_per_row_shard output
@@ -385,9 +383,6 @@ uint32_t row_shards(const Geometry& g, uint32_t threads) {
       std::clamp<uint64_t>(fit, threads, uint64_t{threads} * tuning().onednn_row_shards_per_worker));
 }
 
-// Below this many weights (256 KB in float32) every worker keeps all of them
-// in its own L2 (1 MB here), so a row split costs no extra weight traffic.
-
 }  // namespace
 
 // Whether a conv on a device with `threads` workers splits its output
@@ -396,7 +391,10 @@ uint32_t row_shards(const Geometry& g, uint32_t threads) {
 // when the weights outweigh an image's input (cout * kh * kw > h * w, the
 // late layers with small maps and many channels), the batch is too small to
 // split by image, and either the weights are too many to sit in every
-// worker's cache or the map too small to split by rows: a channel shard
+// worker's cache (over onednn_min_weights_to_split_channels: 256 KB of
+// float32, under which every worker keeps all of them in its own L2, so a
+// row split costs no extra weight traffic) or the map too small to split by
+// rows (onednn_min_pixels_to_split): a channel shard
 // writes a column slice of each output row, which oneDNN cannot write in
 // place, so it stages its output and copies it out (9.5% of MobileNetV2's
 // conv time at batch 1 when its 14x14 pointwise convs split channels; p50
@@ -443,8 +441,8 @@ bool splits_channels(const Geometry& g, uint32_t threads, bool residual, DataTyp
   return conv::splits_channels(c, g.transposed, threads, residual);
 }
 
-// Output rows per image from this size on (ResNet-50's 56x56x256 maps),
-// or over the whole batch from onednn_own_residual_batch_bytes on, have their
+// Output rows per image from onednn_own_residual_image_bytes on (ResNet-50's
+// 56x56x256 maps), or over the whole batch from onednn_own_residual_batch_bytes on, have their
 // residual added by Tessera (ConvPlan::own_residual). oneDNN's sum post-op
 // reads the residual as it stores each block of output channels, a strided
 // walk over rows, slow once the residual is in DRAM; Tessera's pass streams
@@ -459,7 +457,6 @@ bool splits_channels(const Geometry& g, uint32_t threads, bool residual, DataTyp
 // convs are faster on the post-op too (onednn_own_residual_image_bytes 2 -> 4 MB; sums
 // of the three launches per batch, alternated builds: batch 8 7.3-7.9 ->
 // 7.0-7.8 ms in 4 of 5 rounds, batch 1 0.95-0.97 -> 0.87-0.89 ms in 3 of 4).
-
 // Which 1x1 convs run in pixel chunks (ConvPlan::chunked): strided ones
 // over dense rows (ResNet-50's downsamples at batch 8, per-launch medians in
 // the model, three alternated pairs: 4.5-4.9 against 4.8-5.1 ms on oneDNN's
