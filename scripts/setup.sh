@@ -2,7 +2,8 @@
 # Installs every Debian package Tessera needs to build, test and benchmark.
 set -euo pipefail
 PACKAGES=(cmake ninja-build g++ pkg-config libfmt-dev libhwloc-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libdnnl-dev libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata libzip-dev libcli11-dev)
+  libdnnl-dev libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata libzip-dev libcli11-dev
+  python3 binutils)  # python3, binutils: the isa_symbols build check (objdump, nm, c++filt)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
