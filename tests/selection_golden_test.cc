@@ -11,8 +11,10 @@
 // the outputs. A refactor that must not change behaviour leaves the record
 // unchanged, bit for bit.
 //
-// The record depends on the CPU (ISA tiers, AMX, oneDNN's ISA) and on the
-// device's worker count, so goldens are per machine fingerprint: the test
+// The record depends on the CPU (ISA tiers, AMX, oneDNN's ISA, its model and
+// cache sizes: oneDNN's blocking and Tessera's streaming and planning
+// thresholds read them) and on the device's worker count, so goldens are per
+// machine fingerprint: the test
 // skips, saying so, on a machine that has none. Record one with
 //   TESSERA_GOLDEN_WRITE=1 build/release/selection_golden_test
 // (before the change), then run the test after it.
@@ -21,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 #include "model_runner.h"
 #include "tessera/base/cpu_features.h"
@@ -46,11 +49,21 @@ StatusOr<uint64_t> digest(const Tensor& t) {
   return fnv1a(h.host_data(), h.spec().storage_bytes());
 }
 
-// What decides the record besides the source: the CPU's features, oneDNN's
-// ISA and the device's worker count.
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("model name")) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+// What decides the record besides the source: the CPU's model, features and
+// cache sizes, oneDNN's ISA and the device's worker count and caches.
 std::string fingerprint(const Device& dev) {
-  return fmt::format("{} | onednn isa {} | workers {}", cpu_features().to_string(),
-                     static_cast<int>(dnnl::get_effective_cpu_isa()), dev.workers().num_threads());
+  return fmt::format("{} | {} | onednn isa {} | workers {} | caches L1d {} L2 {} L3 {} | device L1 {} shared {}",
+                     cpu_model_name(), cpu_features().to_string(), static_cast<int>(dnnl::get_effective_cpu_isa()),
+                     dev.workers().num_threads(), sysconf(_SC_LEVEL1_DCACHE_SIZE), sysconf(_SC_LEVEL2_CACHE_SIZE),
+                     sysconf(_SC_LEVEL3_CACHE_SIZE), dev.descriptor().l1_size_per_core,
+                     dev.descriptor().shared_cache_size);
 }
 
 std::string golden_path(const std::string& fp) {

@@ -99,6 +99,13 @@ Status check_input_shape(const DeclaredInput& input, const Shape& shape, const s
       source, dims_string(got), input.name, dims_string(d));
 }
 
+std::string output_file(const std::string& dir, const std::string& name) {
+  std::string file = name;
+  for (char& ch : file)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
+  return (std::filesystem::path(dir) / (file + ".npy")).string();
+}
+
 Status write_outputs(const std::string& path, const std::string& dir, const std::vector<std::string>& names,
                      const std::vector<Tensor>& outputs) {
   if (!path.empty()) {
@@ -120,10 +127,7 @@ Status write_outputs(const std::string& path, const std::string& dir, const std:
     std::filesystem::create_directories(dir, ec);
     if (ec) return invalid_argument_error("--output-dir {}: {}", dir, ec.message());
     for (size_t k = 0; k < names.size(); ++k) {
-      std::string file = names[k];
-      for (char& ch : file)
-        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') ch = '_';
-      const std::string p = (std::filesystem::path(dir) / (file + ".npy")).string();
+      const std::string p = output_file(dir, names[k]);
       TS_RETURN_IF_ERROR(cnn::save_npy(p, outputs[k]));
       std::printf("wrote %s\n", p.c_str());
     }
@@ -134,12 +138,22 @@ Status write_outputs(const std::string& path, const std::string& dir, const std:
 Status check_references(const std::string& reference, const std::vector<std::string>& names,
                         const std::vector<Tensor>& outputs, double threshold) {
   cnn::WeightMap refs;
-  if (reference.ends_with(".npz")) {
+  if (std::filesystem::is_directory(reference)) {
+    for (const std::string& name : names) {
+      const std::string p = output_file(reference, name);
+      if (!std::filesystem::exists(p))
+        return invalid_argument_error("--reference {}: no {} for output '{}'", reference, p, name);
+      TS_ASSIGN_OR_RETURN(Tensor t, cnn::load_npy(p));
+      refs.emplace(name, std::move(t));
+    }
+  } else if (reference.ends_with(".npz")) {
     TS_ASSIGN_OR_RETURN(refs, cnn::load_npz(reference));
   } else {
     if (outputs.size() != 1)
       return invalid_argument_error(
-          "--reference {}: the model has {} outputs; give an .npz with an array per output name", reference,
+          "--reference {}: the model has {} outputs; give an .npz with an array per output name, or a directory "
+          "with NAME.npy per output",
+          reference,
           outputs.size());
     TS_ASSIGN_OR_RETURN(Tensor t, cnn::load_npy(reference));
     refs.emplace(names[0], std::move(t));

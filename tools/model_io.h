@@ -36,13 +36,17 @@ Status check_input_shape(const DeclaredInput& input, const Shape& shape, const s
 
 // Writes the outputs (names and host tensors, in the model's order):
 // `path` ending in .npz gets all of them keyed by name; a .npy path the only
-// one (InvalidArgument when there are several); `dir` one NAME.npy each
-// (characters other than letters, digits, '-', '_' and '.' become '_').
+// one (InvalidArgument when there are several); `dir` one output_file each.
+// DIR/NAME.npy for output NAME, characters other than letters, digits, '-',
+// '_' and '.' replaced by '_'.
+std::string output_file(const std::string& dir, const std::string& name);
+
 Status write_outputs(const std::string& path, const std::string& dir, const std::vector<std::string>& names,
                      const std::vector<Tensor>& outputs);
 
 // The seeds' PCC rule (`threshold`) for each output against `reference`: an
-// .npz by output name (each output must be there), or one .npy for a model
+// .npz by output name (each output must be there), a directory holding an
+// output_file per output (what --output-dir writes), or one .npy for a model
 // with one output. Prints a line per output; FailedPrecondition when one is
 // below the threshold.
 Status check_references(const std::string& reference, const std::vector<std::string>& names,

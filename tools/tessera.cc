@@ -1,10 +1,10 @@
 // The `tessera` command line:
 //
 //   tessera run MODEL.onnx [--input [NAME=]X.npy | --input ALL.npz ... | --random]
-//                          [--output Y.npy|Y.npz] [--output-dir DIR] [--reference R.npy|R.npz]
+//                          [--output Y.npy|Y.npz] [--output-dir DIR] [--reference R.npy|R.npz|DIR]
 //                          [--config trace,2cq] [--dtype float32|bfloat16|bfloat8_b] [--batch B] [--explain]
 //   tessera bench MODEL.onnx [--iterations N] [--batch B] [--dtype ...] [--config ...]
-//                            [--input X.npy --reference R.npy] [--profile TRACE.json|-]
+//                            [--input X.npy --reference R.npy|R.npz|DIR] [--profile TRACE.json|-]
 //   tessera conformance [DIR] [--filter S] [--min-pass-rate R]
 //
 // Results go to stdout, errors to stderr with exit code 1 (2 for bad usage).
@@ -338,8 +338,10 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   TS_RETURN_IF_ERROR(pipe->enqueue(inputs));
   TS_ASSIGN_OR_RETURN(auto outs, pipe->pop_all());
   const double e2e_ms = ms_since(t0);
-  std::optional<Tensor> out0;  // frame 0's first output, for --reference
-  if (!reference.empty()) out0 = outs[0].is_tensor() ? *outs[0].tensor : *outs[0].list[0].tensor;
+  std::vector<Tensor> out0;  // frame 0's outputs, for --reference
+  if (outs[0].is_tensor()) out0.push_back(*outs[0].tensor);
+  for (const auto& o : outs[0].list)
+    if (o.is_tensor()) out0.push_back(*o.tensor);
   TS_RETURN_IF_ERROR(pipe->cleanup());
   // Device only: the model captured once and replayed back to back.
   TS_ASSIGN_OR_RETURN(Tensor x, to_device(inputs[0], *device));
@@ -384,7 +386,7 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
               m.model->report().conv_flops / (device_ms / iterations) / 1e6);
   if (profile) TS_RETURN_IF_ERROR(print_profile(*profile, profile_replays, profile_path));
   if (!reference.empty())
-    TS_RETURN_IF_ERROR(check_references(reference, {m.model->output_names()[0]}, {*out0}, pcc_threshold(c.dtype)));
+    TS_RETURN_IF_ERROR(check_references(reference, m.model->output_names(), out0, pcc_threshold(c.dtype)));
   return close_device(*device);
 }
 
@@ -455,8 +457,9 @@ int main(int argc, char** argv) {
   run->add_option("--output", output, "write the output as .npy, or every output as .npz (keyed by output name)");
   run->add_option("--output-dir", output_dir, "write every output as NAME.npy in this directory");
   run->add_option("--reference", reference,
-                  "compare the output with this .npy, or every output with this .npz's array of its name (PCC)")
-      ->check(CLI::ExistingFile);
+                  "compare the output with this .npy, or every output with this .npz's array of its name, or with "
+                  "NAME.npy in this directory (PCC)")
+      ->check(CLI::ExistingPath);
   int iterations = 50;
   auto* bench = app.add_subcommand("bench", "end-to-end FPS, latency percentiles and device-only FPS");
   add_common(bench);
@@ -464,8 +467,9 @@ int main(int argc, char** argv) {
   std::string bench_input, bench_reference;
   bench->add_option("--input", bench_input, "frame 0 from this .npy (its shape sets the model's)")
       ->check(CLI::ExistingFile);
-  bench->add_option("--reference", bench_reference, "check frame 0's output against this .npy (PCC)")
-      ->check(CLI::ExistingFile);
+  bench->add_option("--reference", bench_reference,
+                    "check frame 0's outputs against this .npy, .npz or directory (as run's --reference; PCC)")
+      ->check(CLI::ExistingPath);
   double interval_ms = 0;
   bench->add_option("--interval", interval_ms,
                     "latency frames start this many ms apart, the device idle in between (0: back to back)");

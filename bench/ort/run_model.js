@@ -1,10 +1,13 @@
 // Runs an ONNX model with ONNX Runtime (session.js: CPU EP, 2 intra-op
 // threads, all graph optimisations) on a float32 .npy input and writes the
-// first output as .npy. With REPS > 0 it also times REPS runs after 3
-// warm-up runs and prints "ort MODEL median min max" in ms.
+// first output as OUTPUT.npy, or, when OUTPUT does not end in .npy, every
+// output as OUTPUT/NAME.npy (the names as `tessera run --output-dir` writes
+// them). With REPS > 0 it also times REPS runs after 3 warm-up runs and
+// prints "ort MODEL median min max" in ms.
 //
-//   node run_model.js MODEL.onnx INPUT.npy OUTPUT.npy [REPS]
+//   node run_model.js MODEL.onnx INPUT.npy OUTPUT.npy|OUTPUT_DIR [REPS]
 const fs = require('fs');
+const path = require('path');
 const {ort, createSession, timeRuns, median} = require('./session');
 
 // A little-endian float32 C-order .npy (format 1.0 / 2.0).
@@ -38,14 +41,22 @@ function writeNpy(path, dims, data) {
 
 async function main() {
   const [model, input, output, repsArg] = process.argv.slice(2);
-  if (!output) throw new Error('usage: node run_model.js MODEL.onnx INPUT.npy OUTPUT.npy [REPS]');
+  if (!output) throw new Error('usage: node run_model.js MODEL.onnx INPUT.npy OUTPUT.npy|OUTPUT_DIR [REPS]');
   const reps = Number(repsArg || 0);
   const session = await createSession(model);
   const x = readNpy(input);
   const feeds = {[session.inputNames[0]]: new ort.Tensor('float32', x.data, x.dims)};
   const result = await session.run(feeds);
-  const y = result[session.outputNames[0]];
-  writeNpy(output, y.dims, y.data);
+  if (output.endsWith('.npy')) {
+    const y = result[session.outputNames[0]];
+    writeNpy(output, y.dims, y.data);
+  } else {
+    fs.mkdirSync(output, {recursive: true});
+    for (const name of session.outputNames) {
+      const y = result[name];
+      writeNpy(path.join(output, name.replace(/[^A-Za-z0-9._-]/g, '_') + '.npy'), y.dims, y.data);
+    }
+  }
   if (reps > 0) {
     const times = await timeRuns(session, feeds, undefined, reps, 3);
     console.log(`ort ${model} ${median(times).toFixed(3)} ${times[0].toFixed(3)} ${times[times.length - 1].toFixed(3)}`);
