@@ -165,6 +165,13 @@ TEST(ShapeInference, ErrorsNameTheNodeAndAttribute) {
   EXPECT_THAT(infer_shapes(h).message(), HasSubstr("over the limit"));
 }
 
+// The rewrites of the pass named `pass` in optimize's reports (-1: it did not run).
+int rewrites(const std::vector<PassReport>& reports, std::string_view pass) {
+  for (const PassReport& r : reports)
+    if (r.pass == pass) return r.rewrites;
+  return -1;
+}
+
 // The passes keep results: evaluate the graph on the host before and after.
 std::vector<HostTensor> run_host(const Graph& g, const HostTensor& x) {
   std::vector<std::optional<HostTensor>> vals(g.values.size());
@@ -175,6 +182,8 @@ std::vector<HostTensor> run_host(const Graph& g, const HostTensor& x) {
     Node plain = n;  // host kernels ignore fused attributes: apply them here
     std::vector<const HostTensor*> ins;
     for (int in : n.inputs) ins.push_back(in < 0 ? nullptr : &*vals[static_cast<size_t>(in)]);
+    const HostTensor* residual = nullptr;  // a fused residual (fuse_residual_adds): added after the activation
+    if (n.op_type == "Conv" && ins.size() > 3) residual = ins[3], ins.resize(3), plain.inputs.resize(3);
     auto outs = evaluate(plain, ins, g.opset);
     EXPECT_TRUE(outs.ok()) << outs.status().to_string();
     if (!outs.ok()) return {};
@@ -187,8 +196,11 @@ std::vector<HostTensor> run_host(const Graph& g, const HostTensor& x) {
       if (act == "relu") f = std::max(f, 0.0f);
       else if (act == "silu") f = static_cast<float>(f / (1 + std::exp(-double{f})));
       else if (act == "hardswish") f = f * std::min(std::max(f + 3.0f, 0.0f), 6.0f) / 6.0f;
+      else if (act == "gelu") f = static_cast<float>(0.5 * f * (1 + std::erf(f / std::sqrt(2.0))));
       f = f * scale + shift;
     }
+    if (residual)
+      for (size_t k = 0; k < (*outs)[0].f.size(); ++k) (*outs)[0].f[k] += residual->f[k];
     for (size_t k = 0; k < n.outputs.size(); ++k) vals[static_cast<size_t>(n.outputs[k])] = (*outs)[k];
   }
   std::vector<HostTensor> r;
@@ -215,12 +227,12 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 9u);
-  EXPECT_EQ(reports[0].rewrites, 0);  // no bias add
-  EXPECT_EQ(reports[1].rewrites, 1);  // batch norm folded
-  EXPECT_EQ(reports[2].rewrites, 0);  // no scale
-  EXPECT_EQ(reports[4].rewrites, 1);  // x * sigmoid(x) -> SiLU
-  EXPECT_EQ(reports[6].rewrites, 1);  // SiLU into the conv (after fuse_layer_norm)
+  ASSERT_EQ(reports.size(), 11u);
+  EXPECT_EQ(rewrites(reports, "fold_bias_add"), 0);  // no bias add
+  EXPECT_EQ(rewrites(reports, "fold_batch_norm"), 1);  // batch norm folded
+  EXPECT_EQ(rewrites(reports, "fold_scale_mul"), 0);  // no scale
+  EXPECT_EQ(rewrites(reports, "fuse_activation_patterns"), 1);  // x * sigmoid(x) -> SiLU
+  EXPECT_EQ(rewrites(reports, "fuse_activations"), 1);  // SiLU into the conv
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "silu");
   const auto after = run_host(g, xin);
@@ -260,8 +272,8 @@ TEST(Passes, FoldBiasAddThenBatchNorm) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  EXPECT_EQ(reports[0].rewrites, 2);  // both adds into biases
-  EXPECT_EQ(reports[1].rewrites, 1);  // batch norm folded
+  EXPECT_EQ(rewrites(reports, "fold_bias_add"), 2);  // both adds into biases
+  EXPECT_EQ(rewrites(reports, "fold_batch_norm"), 1);  // batch norm folded
   ASSERT_EQ(g.nodes.size(), 2u);
   EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "relu");
   const auto after = run_host(g, xin);
@@ -306,9 +318,9 @@ TEST(Passes, FoldScaleMulThenBiasAdd) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  EXPECT_EQ(reports[0].rewrites, 0);  // the adds follow Muls
-  EXPECT_EQ(reports[2].rewrites, 2);  // both scales folded
-  EXPECT_EQ(reports[3].rewrites, 2);  // then both adds
+  EXPECT_EQ(rewrites(reports, "fold_bias_add"), 0);  // the adds follow Muls
+  EXPECT_EQ(rewrites(reports, "fold_scale_mul"), 2);  // both scales folded
+  EXPECT_EQ(rewrites(reports, "fold_bias_add (after fold_scale_mul)"), 2);  // then both adds
   ASSERT_EQ(g.nodes.size(), 4u);
   EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "relu");
   EXPECT_EQ(g.nodes[2].op_type, "Mul");
@@ -316,6 +328,96 @@ TEST(Passes, FoldScaleMulThenBiasAdd) {
   ASSERT_EQ(after.size(), 1u);
   ASSERT_EQ(after[0].f.size(), before[0].f.size());
   for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-4) << k;
+}
+
+// A ConvNeXt block as PyTorch exports it: permute to channels-last,
+// LayerNorm, Linear (MatMul + Add), GELU, Linear, permute back, layer scale,
+// residual. The Linears become 1x1 convs, the transposes between them cancel,
+// GELU, the scale and the residual fuse into the convs: only the LayerNorm
+// keeps its two transposes (views on the device).
+TEST(Passes, ChannelsLastLinearsBecomeConvs) {
+  Graph g;
+  const int x = value(g, "x", {1, 2, 4, 4});
+  g.inputs = {x};
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, float phase) {
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (size_t k = 0; k < v.size(); ++k) v[k] = std::cos(static_cast<float>(k) * 0.7f + phase);
+    return constant(g, name, {rows, cols}, v);
+  };
+  const int w1 = matrix("w1", 2, 8, 0), w2 = matrix("w2", 8, 2, 1);
+  const int b1 = matrix("b1", 1, 8, 2), b2 = constant(g, "b2", {2}, {0.25f, -0.5f});
+  const int ln_s = constant(g, "ln_s", {2}, {1.5f, 0.75f}), ln_b = constant(g, "ln_b", {2}, {0.1f, -0.1f});
+  const int gamma = constant(g, "gamma", {2, 1, 1}, {0.5f, -2.0f});
+  const int t = value(g, "t"), ln = value(g, "ln"), m1 = value(g, "m1"), a1 = value(g, "a1"), ge = value(g, "ge"),
+            m2 = value(g, "m2"), a2 = value(g, "a2"), back = value(g, "back"), sc = value(g, "sc"), y = value(g, "y");
+  auto transpose = [&](int in, int out, std::vector<int64_t> perm, const std::string& name) {
+    Node n = node("Transpose", {in}, {out}, name);
+    n.attrs["perm"] = Attribute{.kind = Attribute::Kind::INTS, .ints = std::move(perm)};
+    g.nodes.push_back(n);
+  };
+  transpose(x, t, {0, 2, 3, 1}, "to_nhwc");
+  g.nodes.push_back(node("LayerNormalization", {t, ln_s, ln_b}, {ln}, "ln"));
+  g.nodes.push_back(node("MatMul", {ln, w1}, {m1}, "fc1"));
+  g.nodes.push_back(node("Add", {m1, b1}, {a1}, "fc1_bias"));
+  g.nodes.push_back(node("Gelu", {a1}, {ge}, "gelu"));
+  g.nodes.push_back(node("MatMul", {ge, w2}, {m2}, "fc2"));
+  g.nodes.push_back(node("Add", {b2, m2}, {a2}, "fc2_bias"));  // the bias first
+  transpose(a2, back, {0, 3, 1, 2}, "to_nchw");
+  g.nodes.push_back(node("Mul", {gamma, back}, {sc}, "layer_scale"));
+  g.nodes.push_back(node("Add", {sc, x}, {y}, "residual"));
+  g.outputs = {y};
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  const HostTensor xin = sine_input();
+  const auto before = run_host(g, xin);
+  const auto reports = optimize(g);
+  EXPECT_EQ(rewrites(reports, "linear_to_conv"), 2);
+  EXPECT_EQ(rewrites(reports, "cancel_transposes"), 2);  // around GELU, and fc2's with the one back to NCHW
+  std::vector<std::string> ops;
+  for (const Node& n : g.nodes) ops.push_back(n.op_type);
+  EXPECT_EQ(ops, (std::vector<std::string>{"Transpose", "LayerNormalization", "Transpose", "Conv", "Conv"}));
+  ASSERT_EQ(g.nodes.size(), 5u);
+  EXPECT_EQ(g.nodes[3].name, "fc1");
+  EXPECT_EQ(g.nodes[3].attr_string("tessera_activation", ""), "gelu");
+  EXPECT_EQ(g.nodes[4].inputs.size(), 4u);  // the residual
+  const auto after = run_host(g, xin);
+  ASSERT_EQ(after.size(), 1u);
+  ASSERT_EQ(after[0].f.size(), before[0].f.size());
+  for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-4) << k;
+}
+
+// Transposes that do not undo each other, a transposed value read twice, a
+// MatMul over a 3-D value or by a run-time matrix: all stay as they are.
+TEST(Passes, TransposesAndLinearsThatStay) {
+  Graph g;
+  const int x = value(g, "x", {1, 2, 4, 4});
+  g.inputs = {x};
+  const int w = constant(g, "w", {2, 3}, {0.5f, -1, 2, 0.25f, 1, -0.75f});
+  const int t1 = value(g, "t1"), t2 = value(g, "t2"), r = value(g, "r"), t3 = value(g, "t3"), m = value(g, "m"),
+            mm = value(g, "mm");
+  auto transpose = [&](int in, int out, std::vector<int64_t> perm, const std::string& name) {
+    Node n = node("Transpose", {in}, {out}, name);
+    n.attrs["perm"] = Attribute{.kind = Attribute::Kind::INTS, .ints = std::move(perm)};
+    g.nodes.push_back(n);
+  };
+  transpose(x, t1, {0, 2, 3, 1}, "a");       // (1, 4, 4, 2)
+  transpose(t1, t2, {0, 1, 3, 2}, "b");      // not the inverse
+  g.nodes.push_back(node("Relu", {t2}, {r}, "relu"));
+  transpose(r, t3, {0, 3, 1, 2}, "c");       // the inverse of a, but b is between
+  g.nodes.push_back(node("MatMul", {t3, w}, {m}, "by_constant"));  // (1, 4, 4, 2) x (2, 3): converted
+  g.nodes.push_back(node("MatMul", {t1, t2}, {mm}, "run_time"));   // t1 read twice; both operands at run time
+  g.outputs = {m, mm};
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  Graph before = g;
+  const auto reports = optimize(g);
+  EXPECT_EQ(rewrites(reports, "cancel_transposes"), 0);
+  EXPECT_EQ(rewrites(reports, "linear_to_conv"), 1);
+  HostTensor xin = sine_input();
+  const auto want = run_host(before, xin), got = run_host(g, xin);
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t o = 0; o < 2; ++o)
+    for (size_t k = 0; k < want[o].f.size(); ++k) EXPECT_NEAR(got[o].f[k], want[o].f[k], 1e-5) << o << " " << k;
 }
 
 // Conv + activation, then a scalar Mul and Add (or Sub): the affine joins
@@ -359,8 +461,7 @@ TEST(Passes, FuseActivationAffine) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  EXPECT_EQ(reports[7].pass, "fuse_activation_affine");
-  EXPECT_EQ(reports[7].rewrites, 2);
+  EXPECT_EQ(rewrites(reports, "fuse_activation_affine"), 2);
   int fused = 0;
   for (const Node& n : g.nodes) {
     if (!n.has_attr("tessera_activation_scale")) continue;

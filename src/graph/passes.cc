@@ -6,11 +6,13 @@
 #include <set>
 #include <string_view>
 
-namespace tessera::graph {
-namespace {
+#include "pass_util.h"
 
-// The only reader of value `v`, or -1 (no reader, several, or a graph output).
-int sole_reader(const Graph& g, const std::vector<std::vector<std::pair<int, int>>>& consumers, int v) {
+namespace tessera::graph {
+
+namespace detail {
+
+int sole_reader(const Graph& g, const Consumers& consumers, int v) {
   if (std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) return -1;
   const auto& c = consumers[static_cast<size_t>(v)];
   if (c.size() != 1) return -1;
@@ -26,6 +28,13 @@ void drop_nodes(Graph& g, const std::vector<bool>& dead) {
   for (size_t n = 0; n < g.nodes.size(); ++n)
     for (int o : g.nodes[n].outputs) g.value(o).producer = static_cast<int>(n);
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::drop_nodes;
+using detail::sole_reader;
 
 Attribute string_attr(std::string s) {
   Attribute a;
@@ -673,14 +682,19 @@ PassReport fuse_activation_affine(Graph& g) {
 
 std::vector<PassReport> optimize(Graph& g) {
   std::vector<PassReport> reports;
+  // Activations and LayerNorm rebuilt first: linear_to_conv and
+  // cancel_transposes see whole activations between transposes, and the
+  // folds below see the convs linear_to_conv makes.
+  reports.push_back(fuse_activation_patterns(g));
+  reports.push_back(fuse_layer_norm(g));
+  reports.push_back(linear_to_conv(g));
+  reports.push_back(cancel_transposes(g));
   reports.push_back(fold_bias_add(g));
   reports.push_back(fold_batch_norm(g));
   reports.push_back(fold_scale_mul(g));
   PassReport again = fold_bias_add(g);  // the Add after a folded Mul (Paddle's learnable affine blocks)
   again.pass = "fold_bias_add (after fold_scale_mul)";
   reports.push_back(again);
-  reports.push_back(fuse_activation_patterns(g));
-  reports.push_back(fuse_layer_norm(g));
   reports.push_back(fuse_activations(g));
   reports.push_back(fuse_activation_affine(g));
   reports.push_back(fuse_residual_adds(g));

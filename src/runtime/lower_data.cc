@@ -103,6 +103,27 @@ Status CompiledModel::Impl::lower_transpose(const Node& n) {
   std::vector<int> p(r);
   for (size_t k = 0; k < r; ++k) p[k] = from_nhwc ? kToNhwc[perm[k]] : static_cast<int>(perm[k]);
   if (split_nhwc[static_cast<size_t>(x)]) p = {0, 3, 1, 2, 4};  // (N, H, W, A, B) -> (N, A, H, W, B)
+  // NHWC storage is channels-last, so two transposes move no bytes: an NHWC
+  // value to (N, H, W, C) is its storage read plainly, and a plain (N, H, W,
+  // C) value to (N, C, H, W) is stored as NHWC (linear_to_conv's transposes,
+  // LayerNorm over channels between two permutes).
+  bool identity = true;
+  for (size_t k = 0; k < r; ++k) identity = identity && p[k] == static_cast<int>(k);
+  if (identity) {
+    steps.push_back([=, this](Slots& s, uint8_t) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      return put_plain(s, y, in);
+    });
+    return ok_status();
+  }
+  if (!from_nhwc && !split_nhwc[static_cast<size_t>(x)] && r == 4 && perm == Dims{0, 3, 1, 2}) {
+    nhwc[static_cast<size_t>(y)] = true;
+    steps.push_back([=, this](Slots& s, uint8_t) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      return put_nhwc(s, y, in);
+    });
+    return ok_status();
+  }
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
     TS_ASSIGN_OR_RETURN(Tensor out, permute(in, p, {.cq_id = cq}));

@@ -48,6 +48,19 @@ PassReport fuse_activation_patterns(Graph& g);
 // and Add of a constant bias -> LayerNormalization(x, scale, bias; axis -1,
 // epsilon eps) (scale 1, bias 0 where they are missing).
 PassReport fuse_layer_norm(Graph& g);
+// A linear layer over the channels of a channels-last image, as PyTorch
+// exports nn.Linear after a permute (ConvNeXt's MLP): MatMul(x (N, H, W, K),
+// B (K, M) constant), and the Add of a constant bias (M) that alone reads
+// it -> Transpose(x; 0,3,1,2), Conv 1x1 (M filters of K, the bias),
+// Transpose(0,2,3,1). The conv runs on the device's NHWC rows with prepared
+// weights, its transposes are free (NHWC storage is channels-last), and
+// cancel_transposes then lets activations, scales and residuals fuse into it.
+PassReport linear_to_conv(Graph& g);
+// Transpose(Transpose(x, p), q) with q undoing p, and the same with
+// element-wise ops of one input between them (Gelu, Relu, Clip, ...), each
+// intermediate read only by the next: the transposes go, the element-wise
+// ops read x. Transposes whose output is a graph output stay.
+PassReport cancel_transposes(Graph& g);
 // An activation whose input is read only by it moves into the producing
 // Conv, ConvTranspose, Add / Sub / Mul / Div or MatMul / Gemm. A HardSigmoid
 // with other than PyTorch's (1/6, 1/2) after a Conv is rescaled into it (the
@@ -70,8 +83,9 @@ PassReport fuse_activation_affine(Graph& g);
 // with the Add's fused activation after. Runs after fuse_activations.
 PassReport fuse_residual_adds(Graph& g);
 
-// Runs the passes above in order (fold_bias_add first, and again after
-// fold_scale_mul).
+// Runs the passes: fuse_activation_patterns, fuse_layer_norm,
+// linear_to_conv, cancel_transposes, the folds (fold_bias_add again after
+// fold_scale_mul), then the fusions in the order above.
 std::vector<PassReport> optimize(Graph& g);
 
 }  // namespace tessera::graph

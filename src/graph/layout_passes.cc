@@ -1,0 +1,184 @@
+// The layout passes: channels-last linear layers as 1x1 convs, and
+// transposes that undo each other removed (passes.h).
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "pass_util.h"
+#include "tessera/graph/passes.h"
+
+namespace tessera::graph {
+namespace {
+
+using detail::Consumers;
+using detail::drop_nodes;
+using detail::sole_reader;
+
+Attribute ints_attr(std::vector<int64_t> v) {
+  Attribute a;
+  a.kind = Attribute::Kind::INTS;
+  a.ints = std::move(v);
+  return a;
+}
+
+std::vector<int64_t> permutation(const Node& t, size_t rank) {
+  std::vector<int64_t> perm = t.attr_ints("perm");
+  if (perm.empty())
+    for (size_t k = 0; k < rank; ++k) perm.push_back(static_cast<int64_t>(rank - 1 - k));
+  return perm;
+}
+
+// The constant Add operand of a linear layer's bias: one value per output
+// column (dims all 1 but the last, which is `cols`) or a scalar; -1 if `add`
+// is not such an Add of `y`.
+int bias_operand(const Graph& g, const Node& add, int y, int64_t cols) {
+  if (add.op_type != "Add" || add.inputs.size() != 2) return -1;
+  const int c = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
+  if (!g.is_constant(c) || g.value(c).constant->type != ElemType::FLOAT32) return -1;
+  if (g.value(add.outputs[0]).dims != g.value(y).dims) return -1;
+  const auto& d = g.value(c).constant->dims;
+  const int64_t vol = g.value(c).constant->volume();
+  if (vol == 1) return c;
+  for (size_t k = 0; k + 1 < d.size(); ++k)
+    if (d[k] != 1) return -1;
+  return !d.empty() && d.back() == cols ? c : -1;
+}
+
+// Element-wise ops of one run-time input (any others scalar constants):
+// they commute with a transpose.
+bool elementwise_unary(const Graph& g, const Node& n) {
+  static const std::set<std::string> kOps = {
+      "Relu",      "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",       "Gelu", "SiLU",
+      "Softplus",  "Softsign",  "Erf", "Abs",  "Neg",     "Exp",         "Log",       "Reciprocal", "Sqrt", "Clip",
+      "Identity",  "Floor",     "Ceil", "Round", "Sign", "Mish"};
+  if (!kOps.count(n.op_type) || n.outputs.size() != 1 || n.inputs.empty() || n.has_attr("tessera_activation"))
+    return false;
+  for (size_t k = 1; k < n.inputs.size(); ++k)
+    if (n.inputs[k] >= 0 && (!g.is_constant(n.inputs[k]) || g.value(n.inputs[k]).constant->volume() > 1))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+PassReport linear_to_conv(Graph& g) {
+  PassReport r{"linear_to_conv"};
+  const Consumers consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  std::vector<std::vector<Node>> replaced(g.nodes.size());  // per MatMul: its three nodes
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& mm = g.nodes[i];
+    if (mm.op_type != "MatMul" || dead[i] || mm.has_attr("tessera_activation")) continue;
+    const int a = mm.inputs[0], b = mm.inputs[1], y = mm.outputs[0];
+    const Value& av = g.value(a);
+    if (!av.has_shape || av.dims.size() != 4 || g.is_constant(a) || !g.is_constant(b)) continue;
+    const HostTensor& w = *g.value(b).constant;
+    if (w.type != ElemType::FLOAT32 || w.dims.size() != 2 || w.dims[0] != av.dims[3]) continue;
+    const int64_t n = av.dims[0], h = av.dims[1], wd = av.dims[2], k = w.dims[0], m = w.dims[1];
+    int out = y, bias = -1;
+    if (const int add = sole_reader(g, consumers, y); add >= 0 && !dead[static_cast<size_t>(add)]) {
+      const int c = bias_operand(g, g.nodes[static_cast<size_t>(add)], y, m);
+      if (c >= 0) {
+        const HostTensor& cv = *g.value(c).constant;
+        std::vector<float> bv(static_cast<size_t>(m));
+        for (size_t j = 0; j < bv.size(); ++j) bv[j] = cv.f[cv.f.size() == 1 ? 0 : j];
+        bias = g.add_value({.name = g.value(c).name + ":conv_bias",
+                            .dims = {m},
+                            .has_shape = true,
+                            .constant = HostTensor::floats({m}, std::move(bv))});
+        out = g.nodes[static_cast<size_t>(add)].outputs[0];
+        dead[static_cast<size_t>(add)] = true;
+      }
+    }
+    // The (K, M) matrix as M filters of K channels: (M, K, 1, 1).
+    std::vector<float> filt(static_cast<size_t>(m * k));
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t mm_ = 0; mm_ < m; ++mm_) filt[static_cast<size_t>(mm_ * k + kk)] = w.f[static_cast<size_t>(kk * m + mm_)];
+    const std::string name = mm.name;
+    const int wid = g.add_value({.name = g.value(b).name + ":conv_weight",
+                                 .dims = {m, k, 1, 1},
+                                 .has_shape = true,
+                                 .constant = HostTensor::floats({m, k, 1, 1}, std::move(filt))});
+    const int x_nchw = g.add_value({.name = g.value(a).name + ":nchw", .dims = {n, k, h, wd}, .has_shape = true});
+    const int y_nchw = g.add_value({.name = g.value(out).name + ":nchw", .dims = {n, m, h, wd}, .has_shape = true});
+    Node to_nchw{.name = name + ":to_nchw", .op_type = "Transpose", .inputs = {a}, .outputs = {x_nchw}};
+    to_nchw.attrs["perm"] = ints_attr({0, 3, 1, 2});
+    Node conv{.name = name, .op_type = "Conv", .inputs = {x_nchw, wid}, .outputs = {y_nchw}};
+    if (bias >= 0) conv.inputs.push_back(bias);
+    conv.attrs["kernel_shape"] = ints_attr({1, 1});
+    Node to_nhwc{.name = name + ":to_nhwc", .op_type = "Transpose", .inputs = {y_nchw}, .outputs = {out}};
+    to_nhwc.attrs["perm"] = ints_attr({0, 2, 3, 1});
+    replaced[i] = {std::move(to_nchw), std::move(conv), std::move(to_nhwc)};
+    ++r.rewrites;
+  }
+  // The three nodes take the MatMul's place in the order: they read what it
+  // read, and the folded Add's readers come after it.
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!replaced[i].empty())
+      for (Node& n : replaced[i]) nodes.push_back(std::move(n));
+    else if (!dead[i])
+      nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+  drop_nodes(g, std::vector<bool>(g.nodes.size(), false));
+  return r;
+}
+
+PassReport cancel_transposes(Graph& g) {
+  PassReport r{"cancel_transposes"};
+  for (bool changed = true; changed;) {
+    changed = false;
+    const Consumers consumers = g.consumers();
+    for (size_t qi = 0; qi < g.nodes.size() && !changed; ++qi) {
+      const Node& q = g.nodes[qi];
+      if (q.op_type != "Transpose") continue;
+      // Up from q through element-wise ops, each read only by the node below, to a transpose.
+      std::vector<int> chain;  // element-wise nodes, nearest q first
+      int below = static_cast<int>(qi), v = q.inputs[0], pi = -1;
+      while (true) {
+        const int prod = g.value(v).producer;
+        if (prod < 0 || sole_reader(g, consumers, v) != below) break;
+        const Node& p = g.nodes[static_cast<size_t>(prod)];
+        if (p.op_type == "Transpose") {
+          pi = prod;
+          break;
+        }
+        if (!elementwise_unary(g, p)) break;
+        chain.push_back(prod);
+        below = prod, v = p.inputs[0];
+      }
+      if (pi < 0) continue;
+      const Node& p = g.nodes[static_cast<size_t>(pi)];
+      const int x = p.inputs[0];
+      const size_t rank = g.value(x).dims.size();
+      const auto pp = permutation(p, rank), qp = permutation(q, rank);
+      if (pp.size() != rank || qp.size() != rank) continue;
+      bool identity = true;
+      for (size_t k = 0; k < rank; ++k) identity = identity && pp[static_cast<size_t>(qp[k])] == static_cast<int64_t>(k);
+      if (!identity) continue;
+      const int y = q.outputs[0];
+      if (chain.empty()) {
+        // Readers of q's output read x; a graph output keeps its transposes.
+        if (std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end()) continue;
+        for (const auto& [reader, slot] : consumers[static_cast<size_t>(y)])
+          g.nodes[static_cast<size_t>(reader)].inputs[static_cast<size_t>(slot)] = x;
+      } else {
+        // The element-wise chain runs on x's layout: the top one reads x, the
+        // bottom one writes q's output, the ones between take x's dims.
+        g.nodes[static_cast<size_t>(chain.back())].inputs[0] = x;
+        for (size_t k = 1; k < chain.size(); ++k)
+          g.value(g.nodes[static_cast<size_t>(chain[k])].outputs[0]).dims = g.value(x).dims;
+        g.nodes[static_cast<size_t>(chain.front())].outputs[0] = y;
+      }
+      std::vector<bool> dead(g.nodes.size(), false);
+      dead[qi] = dead[static_cast<size_t>(pi)] = true;
+      drop_nodes(g, dead);
+      ++r.rewrites;
+      changed = true;
+    }
+  }
+  return r;
+}
+
+}  // namespace tessera::graph
