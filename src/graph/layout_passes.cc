@@ -75,6 +75,11 @@ PassReport linear_to_conv(Graph& g) {
     const HostTensor& w = *g.value(b).constant;
     if (w.type != ElemType::FLOAT32 || w.dims.size() != 2 || w.dims[0] != av.dims[3]) continue;
     const int64_t n = av.dims[0], h = av.dims[1], wd = av.dims[2], k = w.dims[0], m = w.dims[1];
+    // (References into g.values die with the first add_value below.)
+    // The (K, M) matrix as M filters of K channels: (M, K, 1, 1).
+    std::vector<float> filt(static_cast<size_t>(m * k));
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t col = 0; col < m; ++col) filt[static_cast<size_t>(col * k + kk)] = w.f[static_cast<size_t>(kk * m + col)];
     int out = y, bias = -1;
     if (const int add = sole_reader(g, consumers, y); add >= 0 && !dead[static_cast<size_t>(add)]) {
       const int c = bias_operand(g, g.nodes[static_cast<size_t>(add)], y, m);
@@ -90,10 +95,6 @@ PassReport linear_to_conv(Graph& g) {
         dead[static_cast<size_t>(add)] = true;
       }
     }
-    // The (K, M) matrix as M filters of K channels: (M, K, 1, 1).
-    std::vector<float> filt(static_cast<size_t>(m * k));
-    for (int64_t kk = 0; kk < k; ++kk)
-      for (int64_t mm_ = 0; mm_ < m; ++mm_) filt[static_cast<size_t>(mm_ * k + kk)] = w.f[static_cast<size_t>(kk * m + mm_)];
     const std::string name = mm.name;
     const int wid = g.add_value({.name = g.value(b).name + ":conv_weight",
                                  .dims = {m, k, 1, 1},

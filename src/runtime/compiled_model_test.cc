@@ -161,6 +161,97 @@ TEST(CompiledModel, DetectionHeadSplitTransposeMatchesTheHostReference) {
     }
 }
 
+// A channel shuffle between convs (ShuffleNet's): Reshape [N, C, H, W] to
+// [N, 2, C / 2, H, W], Transpose (0, 2, 1, 3, 4), Reshape back. It stays on
+// the conv's NHWC rows, one permute within each pixel's channels: the one
+// layout conversion left is the input's. Another 5-D transpose of the split
+// (not a shuffle) is one permute out of the rows; both match the host.
+TEST(CompiledModel, ChannelShuffleStaysNhwc) {
+  for (bool shuffle : {true, false})
+    for (int64_t batch : {1, 2}) {
+      SCOPED_TRACE(fmt::format("batch {} shuffle {}", batch, shuffle));
+      testing_onnx::ModelBuilder b(13);
+      b.input("x", {batch, 4, 5, 3});
+      b.random_initializer("w1", {6, 4, 1, 1}, 0.5f, 1);
+      b.random_initializer("w2", {6, 6, 3, 3}, 0.3f, 2);
+      b.int_initializer("split", {batch, 2, 3, 5, 3});
+      b.int_initializer("merged", {batch, 6, 5, 3});
+      b.node("Conv", {"x", "w1"}, {"c"});
+      b.node("Reshape", {"c", "split"}, {"s"});
+      auto* t = b.node("Transpose", {"s"}, {"t"});
+      b.ints(t, "perm", shuffle ? std::vector<int64_t>{0, 2, 1, 3, 4} : std::vector<int64_t>{0, 2, 3, 1, 4});
+      if (shuffle) {
+        b.node("Reshape", {"t", "merged"}, {"m"});
+        auto* c2 = b.node("Conv", {"m", "w2"}, {"y"});
+        b.ints(c2, "pads", {1, 1, 1, 1});
+      } else {
+        b.node("Relu", {"t"}, {"y"});
+      }
+      b.output("y");
+      ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+      const graph::HostTensor x = input_for(g.value(g.inputs[0]).dims, 5);
+      const auto want = reference(g, x);
+      ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+      ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+      EXPECT_EQ(model->report().layout_conversions, 1) << model->report().to_string();
+      const Tensor xs[] = {device_input(x, *dev)};
+      ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+      ASSERT_EQ(outs.size(), 1u);
+      expect_close(outs[0], want[0], 0.99999, 1e-4);
+    }
+}
+
+// ConvNeXt's block as PyTorch exports it (a conv, Transpose to
+// channels-last, LayerNormalization, MatMul + Add, GELU, MatMul + Add,
+// Transpose back, layer scale, residual): the MatMuls run as 1x1 convs on
+// the NHWC rows with GELU, the scale and the residual fused; the transposes
+// around the LayerNorm are views. Nothing moves data but the input's and the
+// output's layout conversions.
+TEST(CompiledModel, ChannelsLastMlpRunsAsConvs) {
+  testing_onnx::ModelBuilder b(17);
+  b.input("x", {2, 8, 4, 3});
+  b.random_initializer("w0", {8, 1, 3, 3}, 0.5f, 8);
+  b.random_initializer("ln_s", {8}, 0.5f, 1);
+  b.random_initializer("ln_b", {8}, 0.1f, 2);
+  b.random_initializer("w1", {8, 32}, 0.3f, 3);
+  b.random_initializer("b1", {32}, 0.1f, 4);
+  b.random_initializer("w2", {32, 8}, 0.3f, 5);
+  b.random_initializer("b2", {8}, 0.1f, 6);
+  b.random_initializer("gamma", {8, 1, 1}, 0.5f, 7);
+  auto* dw = b.node("Conv", {"x", "w0"}, {"d"});
+  b.ints(dw, "pads", {1, 1, 1, 1});
+  b.i(dw, "group", 8);
+  b.ints(b.node("Transpose", {"d"}, {"t"}), "perm", {0, 2, 3, 1});
+  b.node("LayerNormalization", {"t", "ln_s", "ln_b"}, {"ln"});
+  b.node("MatMul", {"ln", "w1"}, {"m1"});
+  b.node("Add", {"m1", "b1"}, {"a1"});
+  b.node("Gelu", {"a1"}, {"g1"});
+  b.node("MatMul", {"g1", "w2"}, {"m2"});
+  b.node("Add", {"m2", "b2"}, {"a2"});
+  b.ints(b.node("Transpose", {"a2"}, {"back"}), "perm", {0, 3, 1, 2});
+  b.node("Mul", {"gamma", "back"}, {"sc"});
+  b.node("Add", {"sc", "d"}, {"y"});
+  b.output("y");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  const graph::HostTensor x = input_for(g.value(g.inputs[0]).dims, 9);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  const CompileReport& rep = model->report();
+  EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
+  const Tensor xs[] = {device_input(x, *dev)};
+  ASSERT_OK(enable_profiler(*dev));
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+  ASSERT_OK(disable_profiler(*dev));
+  ASSERT_EQ(outs.size(), 1u);
+  expect_close(outs[0], want[0], 0.99999, 1e-4);
+  std::vector<std::string> ops;
+  for (const OpTiming& op : prof.ops) ops.push_back(op.key.substr(0, op.key.find(':')));
+  EXPECT_EQ(ops, (std::vector<std::string>{"permute", "conv2d", "layer_norm", "conv2d", "conv2d", "permute"}))
+      << rep.to_string();
+}
+
 // Three frames of `dims` (seeds from `seed`) through the traced two-queue
 // Pipeline, the first output of each against the host reference (`list`:
 // the model has several outputs, which come as a list); replays allocate

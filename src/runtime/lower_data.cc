@@ -45,12 +45,14 @@ Status CompiledModel::Impl::lower_concat(const Node& n) {
   return ok_status();
 }
 
-// A detection head's Reshape of an NHWC-resident [N, A * B, H, W] value into
-// [N, A, B, H, W] whose one reader is a Transpose (0, 1, 3, 4, 2) to
-// [N, A, H, W, B] (YOLO's anchors by box fields). On the NHWC rows that is
-// one permute of whole runs of B values; taken plainly it was two full
-// transposes (NHWC -> NCHW, then B innermost), 0.7 ms each for YOLO's
-// 80x80x255 head.
+// A Reshape of an NHWC-resident [N, A * B, H, W] value into [N, A, B, H, W]
+// whose one reader is a Transpose: the NHWC rows viewed as (N, H, W, A, B),
+// so the Transpose is one permute of those rows. YOLO's detection head
+// (0, 1, 3, 4, 2: anchors by box fields) moves whole runs of B values; taken
+// plainly it was two full transposes (NHWC -> NCHW, then B innermost), 0.7
+// ms each for YOLO's 80x80x255 head. A channel shuffle (0, 2, 1, 3, 4, then
+// a Reshape back to [N, C, H, W]: merges_split_channels) stays NHWC
+// throughout: one permute within each pixel's channels.
 bool CompiledModel::Impl::splits_channels_for_transpose(const Node& n) const {
   const int x = n.inputs[0], y = n.outputs[0];
   if (!nhwc[static_cast<size_t>(x)] || rank(x) != 4 || rank(y) != 5) return false;
@@ -60,13 +62,32 @@ bool CompiledModel::Impl::splits_channels_for_transpose(const Node& n) const {
   if (std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end()) return false;
   const std::vector<std::pair<int, int>> readers = g.consumers()[static_cast<size_t>(y)];
   if (readers.size() != 1) return false;
-  const Node& t = g.nodes[static_cast<size_t>(readers[0].first)];
-  return t.op_type == "Transpose" && t.attr_ints("perm") == Dims{0, 1, 3, 4, 2};
+  return g.nodes[static_cast<size_t>(readers[0].first)].op_type == "Transpose";
+}
+
+bool CompiledModel::Impl::merges_split_channels(const Node& transpose) const {
+  const int y = transpose.outputs[0];
+  if (transpose.attr_ints("perm") != Dims{0, 2, 1, 3, 4}) return false;
+  if (std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end()) return false;
+  const auto& readers = consumers[static_cast<size_t>(y)];
+  if (readers.size() != 1) return false;
+  const Node& r = g.nodes[static_cast<size_t>(readers[0].first)];
+  const Dims& yd = dims(y);
+  return r.op_type == "Reshape" && rank(r.outputs[0]) == 4 &&
+         dims(r.outputs[0]) == Dims{yd[0], yd[1] * yd[2], yd[3], yd[4]};
 }
 
 Status CompiledModel::Impl::lower_reshape(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
   const std::string& op = n.op_type;
+  if (split_nhwc[static_cast<size_t>(x)]) {  // a shuffled (N, H, W, B, A) view back to NHWC channels
+    nhwc[static_cast<size_t>(y)] = true;
+    steps.push_back([=, this](Slots& s, uint8_t) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      return put_nhwc(s, y, in);
+    });
+    return ok_status();
+  }
   if (op == "Reshape" && splits_channels_for_transpose(n)) {
     // Kept as the NHWC rows viewed as (N, H, W, A, B): the Transpose moves
     // whole runs of B values (see splits_channels_for_transpose).
@@ -102,7 +123,16 @@ Status CompiledModel::Impl::lower_transpose(const Node& n) {
   const bool from_nhwc = nhwc[static_cast<size_t>(x)];
   std::vector<int> p(r);
   for (size_t k = 0; k < r; ++k) p[k] = from_nhwc ? kToNhwc[perm[k]] : static_cast<int>(perm[k]);
-  if (split_nhwc[static_cast<size_t>(x)]) p = {0, 3, 1, 2, 4};  // (N, H, W, A, B) -> (N, A, H, W, B)
+  if (split_nhwc[static_cast<size_t>(x)]) {
+    // Logical [N, A, B, H, W] stored as (N, H, W, A, B): axis d at kSplitAt[d].
+    static constexpr int kSplitAt[5] = {0, 3, 4, 1, 2};
+    if (merges_split_channels(n)) {
+      split_nhwc[static_cast<size_t>(y)] = true;  // [N, B, A, H, W] stored as (N, H, W, B, A)
+      p = {0, 1, 2, 4, 3};
+    } else {
+      for (size_t k = 0; k < r; ++k) p[k] = kSplitAt[perm[k]];
+    }
+  }
   // NHWC storage is channels-last, so two transposes move no bytes: an NHWC
   // value to (N, H, W, C) is its storage read plainly, and a plain (N, H, W,
   // C) value to (N, C, H, W) is stored as NHWC (linear_to_conv's transposes,

@@ -97,7 +97,9 @@ struct CompiledModel::Impl {
   CompileReport report;
   uint64_t id = 0;
   std::vector<bool> nhwc;                        // per value: stored as NHWC on the device
-  std::vector<bool> split_nhwc;                  // per value: an [N, A, B, H, W] split kept as (N, H, W, A, B)
+  // Per value: an [N, A, B, H, W] split kept as (N, H, W, A, B) (lower_reshape);
+  // only a Transpose, or after a channel shuffle a Reshape, reads one.
+  std::vector<bool> split_nhwc;
   std::vector<std::optional<Tensor>> constants;  // per value: the device copy of a constant (plain)
   std::vector<Step> steps;
   std::vector<std::vector<int>> release;  // per step: values whose last reader it is
@@ -219,6 +221,7 @@ struct CompiledModel::Impl {
   Status lower_concat(const Node& n);  // lower_data.cc
   Status lower_reshape(const Node& n);
   bool splits_channels_for_transpose(const Node& n) const;
+  bool merges_split_channels(const Node& transpose) const;
   Status lower_transpose(const Node& n);
   Status lower_slice_pad_split(const Node& n);
   Status lower_fallback(const Node& n, const std::string& why);  // compiled_model.cc
