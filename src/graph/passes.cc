@@ -509,6 +509,10 @@ std::string fusable_activation(const Graph& g, const Node& n, float* param) {
     *param = n.attr_float("alpha", 0.01f);
     return "leaky_relu";
   }
+  if (op == "Elu") {
+    *param = n.attr_float("alpha", 1.0f);
+    return "elu";
+  }
   if (op == "HardSigmoid" && std::fabs(n.attr_float("alpha", 0.2f) - 1.0f / 6) < 1e-6f &&
       n.attr_float("beta", 0.5f) == 0.5f)
     return "hardsigmoid";
@@ -579,7 +583,7 @@ PassReport fuse_activations(Graph& g) {
     if (name.empty() || act.inputs[0] != p.outputs[0]) continue;
     // Element-wise kernels fuse any activation; conv and matmul the ones their kernels have.
     p.attrs["tessera_activation"] = string_attr(name);
-    if (name == "leaky_relu") p.attrs["tessera_activation_param"] = float_attr(param);
+    if (name == "leaky_relu" || name == "elu") p.attrs["tessera_activation_param"] = float_attr(param);
     p.outputs[0] = act.outputs[0];
     dead[static_cast<size_t>(ai)] = true;
     ++r.rewrites;

@@ -7,8 +7,10 @@
 namespace tessera {
 
 namespace {
-constexpr std::string_view kNames[] = {"identity",   "relu",      "relu6",       "silu", "gelu", "sigmoid", "tanh",
-                                       "leaky_relu", "hardswish", "hardsigmoid", "mish", "exp",  "sqrt"};
+constexpr std::string_view kNames[] = {"identity", "relu", "relu6",      "silu",       "gelu",        "sigmoid",
+                                       "tanh",     "leaky_relu", "hardswish", "hardsigmoid", "mish", "exp",
+                                       "sqrt",     "elu",  "erf",        "neg",        "abs",         "reciprocal"};
+static_assert(std::size(kNames) == static_cast<size_t>(UnaryOpType::RECIPROCAL) + 1);
 }  // namespace
 
 std::string_view unary_op_name(UnaryOpType op) { return kNames[static_cast<int>(op)]; }
@@ -26,14 +28,16 @@ bool is_transcendental(UnaryOpType op) {
     case UnaryOpType::SIGMOID:
     case UnaryOpType::TANH:
     case UnaryOpType::MISH:
-    case UnaryOpType::EXP: return true;
+    case UnaryOpType::EXP:
+    case UnaryOpType::ELU:
+    case UnaryOpType::ERF: return true;
     default: return false;
   }
 }
 
 std::string activation_name(const UnaryWithParam& a) {
   std::string s(unary_op_name(a.op));
-  if (a.op == UnaryOpType::LEAKY_RELU) s += fmt::format("({})", a.param);
+  if (a.op == UnaryOpType::LEAKY_RELU || a.op == UnaryOpType::ELU) s += fmt::format("({})", a.param);
   if (a.has_affine()) s += fmt::format("*{}+{}", a.scale, a.shift);
   return s;
 }
@@ -56,6 +60,11 @@ double apply_plain(const UnaryWithParam& a, double x) {
     case UnaryOpType::MISH: return x * std::tanh(std::log1p(std::exp(x)));
     case UnaryOpType::EXP: return std::exp(x);
     case UnaryOpType::SQRT: return std::sqrt(x);
+    case UnaryOpType::ELU: return x < 0 ? a.param * std::expm1(x) : x;
+    case UnaryOpType::ERF: return std::erf(x);
+    case UnaryOpType::NEG: return -x;
+    case UnaryOpType::ABS: return std::fabs(x);
+    case UnaryOpType::RECIPROCAL: return 1 / x;
   }
   return x;
 }

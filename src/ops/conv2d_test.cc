@@ -353,7 +353,9 @@ TEST(Conv2d, NanAndInfinityPropagateThroughEveryActivation) {
   const UnaryOpType acts[] = {UnaryOpType::IDENTITY, UnaryOpType::RELU,    UnaryOpType::RELU6,
                               UnaryOpType::SILU,     UnaryOpType::SIGMOID, UnaryOpType::TANH,
                               UnaryOpType::GELU,     UnaryOpType::HARDSWISH, UnaryOpType::HARDSIGMOID,
-                              UnaryOpType::LEAKY_RELU, UnaryOpType::MISH};
+                              UnaryOpType::LEAKY_RELU, UnaryOpType::MISH,    UnaryOpType::ELU,
+                              UnaryOpType::ERF,      UnaryOpType::NEG,     UnaryOpType::ABS,
+                              UnaryOpType::RECIPROCAL};
   const KernelIsa native = kernel_isa();
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2}) {
     set_kernel_isa_limit(isa);
@@ -366,6 +368,7 @@ TEST(Conv2d, NanAndInfinityPropagateThroughEveryActivation) {
           cs.act = act;
           Conv2dParams p = to_params(cs);
           if (act == UnaryOpType::LEAKY_RELU) p.activation.param = 0.01f;
+          if (act == UnaryOpType::ELU) p.activation.param = 1.0f;
           SCOPED_TRACE(fmt::format("{} {} residual {}", kernel_isa_name(isa), p.descriptor(), residual));
           std::vector<float> xv = testing::random_values(uint64_t{cs.h} * cs.w * cs.c, 1, 1.0f);
           xv[5 * cs.c + 3] = NAN;

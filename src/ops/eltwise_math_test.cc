@@ -27,7 +27,10 @@ bool exact_op(UnaryOpType op) {
     case UnaryOpType::RELU:
     case UnaryOpType::RELU6:
     case UnaryOpType::LEAKY_RELU:
-    case UnaryOpType::SQRT: return true;
+    case UnaryOpType::SQRT:
+    case UnaryOpType::NEG:
+    case UnaryOpType::ABS:
+    case UnaryOpType::RECIPROCAL: return true;
     default: return false;
   }
 }
@@ -43,8 +46,10 @@ void expect_close(const Tensor& got, const Tensor& want, bool exact, DataType dt
 
 std::vector<UnaryWithParam> all_activations() {
   std::vector<UnaryWithParam> v;
-  for (int i = 0; i <= static_cast<int>(UnaryOpType::SQRT); ++i)
-    v.push_back({static_cast<UnaryOpType>(i), static_cast<UnaryOpType>(i) == UnaryOpType::LEAKY_RELU ? 0.01f : 0.0f});
+  for (int i = 0; i <= static_cast<int>(UnaryOpType::RECIPROCAL); ++i) {
+    const auto op = static_cast<UnaryOpType>(i);
+    v.push_back({op, op == UnaryOpType::LEAKY_RELU ? 0.01f : op == UnaryOpType::ELU ? 1.5f : 0.0f});
+  }
   return v;
 }
 
@@ -131,7 +136,7 @@ TEST(Unary, EveryBfloat16ValueThroughEachTranscendental) {
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2}) {
     set_kernel_isa_limit(isa);
     for (UnaryOpType op : {UnaryOpType::SILU, UnaryOpType::SIGMOID, UnaryOpType::GELU, UnaryOpType::TANH,
-                           UnaryOpType::MISH, UnaryOpType::EXP}) {
+                           UnaryOpType::MISH, UnaryOpType::EXP, UnaryOpType::ERF}) {
       SCOPED_TRACE(fmt::format("{} isa={}", unary_op_name(op), kernel_isa_name(kernel_isa())));
       ASSERT_OK_AND_ASSIGN(Tensor want, reference::unary(h, {op}, DataType::BFLOAT16));
       ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));

@@ -321,7 +321,7 @@ TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
   b.int_initializer("axes", {1});
   auto* r = b.node("ReduceSum", {"x"}, {"m"});
   testing_onnx::ModelBuilder::ints(r, "axes", {1});
-  b.node("Erf", {"m"}, {"y"});
+  b.node("Sin", {"m"}, {"y"});
   b.output("y");
   ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
   const graph::HostTensor x = input_for({2, 3, 4}, 3);
@@ -337,6 +337,32 @@ TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
   auto strict = CompiledModel::compile(g, *dev, {.allow_fallback = false});
   EXPECT_EQ(strict.status().code(), StatusCode::kUnimplemented);
   EXPECT_THAT(strict.status().message(), HasSubstr("ReduceSum 'm'"));
+}
+
+// Element-wise ops outside the usual activations run on the device: Elu
+// (fused into the conv with its alpha), Erf, Neg, Abs and Reciprocal.
+TEST(CompiledModel, MoreElementwiseOpsRunOnTheDevice) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {2, 3, 5, 4});
+  b.random_initializer("w", {6, 3, 3, 3}, 0.5f, 1);
+  b.initializer("one", {1}, {1.0f});
+  auto* c = b.node("Conv", {"x", "w"}, {"c"});
+  b.ints(c, "pads", {1, 1, 1, 1});
+  b.f(b.node("Elu", {"c"}, {"e"}), "alpha", 0.7f);
+  b.node("Erf", {"e"}, {"f"});
+  b.node("Neg", {"f"}, {"n"});
+  b.node("Abs", {"n"}, {"a"});
+  b.node("Add", {"a", "one"}, {"p"});
+  b.node("Reciprocal", {"p"}, {"y"});
+  b.output("y");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  const graph::HostTensor x = input_for(g.value(g.inputs[0]).dims, 4);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {.allow_fallback = false}));
+  const Tensor xs[] = {device_input(x, *dev)};
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  expect_close(outs[0], want[0], 0.99999, 1e-5);
 }
 
 // x -> Conv -> c -> Gelu as PyTorch exports it -> y.

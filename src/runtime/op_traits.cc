@@ -17,6 +17,7 @@ constexpr auto kAll = ConstantInputs::kAll;
 // Sorted by op type (find_op_traits searches it).
 constexpr OpTraits kOpTraits[] = {
     // op type, lowering, per image, constant first operand, constant inputs
+    {"Abs", &I::lower_unary, true},
     {"Add", &I::lower_arith, true, true},
     {"AveragePool", &I::lower_pool, true},
     {"BatchNormalization", &I::lower_batch_norm, true, false, kAfterFirst},
@@ -27,6 +28,8 @@ constexpr OpTraits kOpTraits[] = {
     {"ConvTranspose", &I::lower_conv_transpose, true, false, kAfterFirst},
     {"Div", &I::lower_arith, true, true},
     {"Dropout", &I::lower_unary},
+    {"Elu", &I::lower_unary, true},
+    {"Erf", &I::lower_unary, true},
     {"Exp", &I::lower_unary, true},
     {"Expand", nullptr, false, false, kAfterFirst},
     {"Flatten", &I::lower_reshape},
@@ -43,10 +46,12 @@ constexpr OpTraits kOpTraits[] = {
     {"MaxPool", &I::lower_pool, true},
     {"Mish", &I::lower_unary, true},
     {"Mul", &I::lower_arith, true, true},
+    {"Neg", &I::lower_unary, true},
     {"PRelu", nullptr, false, false, kAfterFirst},
     {"Pad", &I::lower_slice_pad_split, false, false, kAfterFirst},
     {"Pow", &I::lower_pow, true},
     {"Range", nullptr, false, false, kAll},
+    {"Reciprocal", &I::lower_unary, true},
     {"ReduceL1", nullptr, false, false, kAfterFirst},
     {"ReduceL2", nullptr, false, false, kAfterFirst},
     {"ReduceLogSum", nullptr, false, false, kAfterFirst},
@@ -118,6 +123,10 @@ std::optional<UnaryWithParam> device_unary(const Graph& g, const Node& n) {
   }
   static const std::map<std::string, UnaryOpType> plain = {{"Exp", UnaryOpType::EXP},
                                                            {"Sqrt", UnaryOpType::SQRT},
+                                                           {"Erf", UnaryOpType::ERF},
+                                                           {"Neg", UnaryOpType::NEG},
+                                                           {"Abs", UnaryOpType::ABS},
+                                                           {"Reciprocal", UnaryOpType::RECIPROCAL},
                                                            {"Identity", UnaryOpType::IDENTITY},
                                                            {"Dropout", UnaryOpType::IDENTITY}};
   if (auto it = plain.find(n.op_type); it != plain.end() && n.outputs.size() == 1) return UnaryWithParam{it->second};

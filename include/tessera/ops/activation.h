@@ -9,6 +9,8 @@
 //   hardswish   x * min(max(x + 3, 0), 6) / 6
 //   hardsigmoid min(max(x / 6 + 1/2, 0), 1)
 //   mish        x * tanh(softplus(x))     exp, sqrt
+//   elu         x < 0 ? param * (e^x - 1) : x (ONNX's alpha; -0 stays -0)
+//   erf, neg, abs, reciprocal (1 / x)
 // then, with an affine, y * scale + shift in the same pass (a learnable
 // affine after the activation, as PP-LCNet's).
 //
@@ -41,6 +43,11 @@ enum class UnaryOpType : uint8_t {
   MISH,
   EXP,
   SQRT,
+  ELU,
+  ERF,
+  NEG,
+  ABS,
+  RECIPROCAL,  // the last: tests iterate up to it
 };
 
 struct UnaryWithParam {
@@ -62,7 +69,7 @@ std::optional<UnaryOpType> parse_unary_op(std::string_view name);
 double apply_activation(const UnaryWithParam& a, double x);
 
 // Whether the vector kernels evaluate `op` with a polynomial (exp, tanh,
-// erf: silu, gelu, sigmoid, tanh, mish, exp), which costs them more than
+// erf: silu, gelu, sigmoid, tanh, mish, exp, elu, erf), which costs them more than
 // the element's memory traffic.
 bool is_transcendental(UnaryOpType op);
 

@@ -116,6 +116,23 @@ TS_VINLINE __m256 gelu_ps(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(set(0.5f), x), f);
 }
 
+// erf and elu as in avx512_activation.h.
+TS_VINLINE __m256 erf_ps(__m256 x) {
+  const __m256 a = abs_ps(x), x2 = _mm256_mul_ps(x, x);
+  const float c[] = {1.0f / 9360, -1.0f / 1320, 1.0f / 216, -1.0f / 42, 1.0f / 10, -1.0f / 3, 1.0f};
+  __m256 p = set(c[0]);
+  for (int i = 1; i < 7; ++i) p = _mm256_fmadd_ps(p, x2, set(c[i]));
+  const __m256 small = _mm256_mul_ps(_mm256_mul_ps(x, set(1.12837916709551257f)), p);
+  const __m256 big = _mm256_or_ps(_mm256_sub_ps(set(1.0f), erfc_ps(a)), _mm256_and_ps(x, set(-0.0f)));
+  return blend(big, small, lt(a, set(0.5f)));
+}
+
+TS_VINLINE __m256 elu_ps(__m256 x, __m256 alpha) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 e = _mm256_mul_ps(alpha, _mm256_sub_ps(exp_ps(_mm256_min_ps(x, zero)), set(1.0f)));
+  return blend(x, e, lt(x, zero));
+}
+
 TS_VINLINE __m256 mish_ps(__m256 x) {
   const __m256 e = exp_ps(_mm256_min_ps(set(20.0f), x));
   const __m256 n = _mm256_mul_ps(e, _mm256_add_ps(e, set(2.0f)));
@@ -147,6 +164,14 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
     case UnaryOpType::MISH: return f([](__m256 v) { return mish_ps(v); });
     case UnaryOpType::EXP: return f([](__m256 v) { return exp_ps(v); });
     case UnaryOpType::SQRT: return f([](__m256 v) { return _mm256_sqrt_ps(v); });
+    case UnaryOpType::ELU: {
+      const __m256 alpha = set(act.param);
+      return f([=](__m256 v) { return elu_ps(v, alpha); });
+    }
+    case UnaryOpType::ERF: return f([](__m256 v) { return erf_ps(v); });
+    case UnaryOpType::NEG: return f([](__m256 v) { return _mm256_xor_ps(v, set(-0.0f)); });
+    case UnaryOpType::ABS: return f([](__m256 v) { return abs_ps(v); });
+    case UnaryOpType::RECIPROCAL: return f([](__m256 v) { return _mm256_div_ps(set(1.0f), v); });
     case UnaryOpType::HARDSWISH:
       return f([=](__m256 v) {
         const __m256 t = _mm256_min_ps(set(6.0f), _mm256_max_ps(_mm256_add_ps(v, set(3.0f)), zero));

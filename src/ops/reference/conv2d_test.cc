@@ -124,7 +124,14 @@ TEST(Activation, KnownValues) {
   EXPECT_EQ(f(UnaryOpType::HARDSIGMOID, 4), 1);
   EXPECT_EQ(f(UnaryOpType::SQRT, 9), 3);
   EXPECT_NEAR(f(UnaryOpType::EXP, 1), M_E, 1e-15);
-  for (int i = 0; i <= static_cast<int>(UnaryOpType::SQRT); ++i)
+  EXPECT_NEAR(f(UnaryOpType::ELU, -1, 2.0f), 2 * (std::exp(-1.0) - 1), 1e-15);
+  EXPECT_EQ(f(UnaryOpType::ELU, 3, 2.0f), 3);
+  EXPECT_TRUE(std::signbit(f(UnaryOpType::ELU, -0.0, 1.0f)));  // ONNX: x for x >= 0
+  EXPECT_NEAR(f(UnaryOpType::ERF, 0.5), 0.5204998778130465, 1e-15);
+  EXPECT_EQ(f(UnaryOpType::NEG, 2), -2);
+  EXPECT_EQ(f(UnaryOpType::ABS, -2), 2);
+  EXPECT_EQ(f(UnaryOpType::RECIPROCAL, 4), 0.25);
+  for (int i = 0; i <= static_cast<int>(UnaryOpType::RECIPROCAL); ++i)
     EXPECT_EQ(parse_unary_op(unary_op_name(static_cast<UnaryOpType>(i))), static_cast<UnaryOpType>(i));
   EXPECT_FALSE(parse_unary_op("swish").has_value());
 }
