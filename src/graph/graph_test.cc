@@ -227,7 +227,7 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 11u);
+  ASSERT_EQ(reports.size(), 12u);
   EXPECT_EQ(rewrites(reports, "fold_bias_add"), 0);  // no bias add
   EXPECT_EQ(rewrites(reports, "fold_batch_norm"), 1);  // batch norm folded
   EXPECT_EQ(rewrites(reports, "fold_scale_mul"), 0);  // no scale
@@ -384,6 +384,35 @@ TEST(Passes, ChannelsLastLinearsBecomeConvs) {
   ASSERT_EQ(after.size(), 1u);
   ASSERT_EQ(after[0].f.size(), before[0].f.size());
   for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-4) << k;
+}
+
+// DenseNet's pre-activation: a BatchNormalization no conv precedes, then
+// ReLU: a 1x1 depthwise Conv with the ReLU fused, the same results.
+TEST(Passes, StandaloneBatchNormBecomesADepthwiseConv) {
+  Graph g;
+  const int x = value(g, "x", {1, 2, 4, 4});
+  g.inputs = {x};
+  const int sc = constant(g, "s", {2}, {1.5f, -0.5f}), sh = constant(g, "sh", {2}, {0.1f, 0.2f});
+  const int mean = constant(g, "m", {2}, {0.2f, -0.1f}), var = constant(g, "v", {2}, {0.5f, 2});
+  const int a = value(g, "a"), bn = value(g, "bn"), y = value(g, "y");
+  g.nodes.push_back(node("Relu", {x}, {a}, "pre"));
+  g.nodes.push_back(node("BatchNormalization", {a, sc, sh, mean, var}, {bn}, "bn"));
+  g.nodes.push_back(node("Relu", {bn}, {y}, "relu"));
+  g.outputs = {y};
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  const HostTensor xin = sine_input();
+  const auto before = run_host(g, xin);
+  const auto reports = optimize(g);
+  EXPECT_EQ(rewrites(reports, "fold_batch_norm"), 0);
+  EXPECT_EQ(rewrites(reports, "batch_norm_to_conv"), 1);
+  ASSERT_EQ(g.nodes.size(), 2u);
+  EXPECT_EQ(g.nodes[1].op_type, "Conv");
+  EXPECT_EQ(g.nodes[1].attr_int("group", 1), 2);
+  EXPECT_EQ(g.nodes[1].attr_string("tessera_activation", ""), "relu");
+  const auto after = run_host(g, xin);
+  ASSERT_EQ(after.size(), 1u);
+  for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-5) << k;
 }
 
 // Transposes that do not undo each other, a transposed value read twice, a

@@ -1,6 +1,7 @@
 // The layout passes: channels-last linear layers as 1x1 convs, and
 // transposes that undo each other removed (passes.h).
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -123,6 +124,44 @@ PassReport linear_to_conv(Graph& g) {
   }
   g.nodes = std::move(nodes);
   drop_nodes(g, std::vector<bool>(g.nodes.size(), false));
+  return r;
+}
+
+PassReport batch_norm_to_conv(Graph& g) {
+  PassReport r{"batch_norm_to_conv"};
+  for (Node& bn : g.nodes) {
+    if (bn.op_type != "BatchNormalization" || bn.outputs.size() != 1 || bn.inputs.size() != 5 ||
+        bn.attr_int("training_mode", 0) != 0)
+      continue;
+    const Value& x = g.value(bn.inputs[0]);
+    if (!x.has_shape || x.dims.size() != 4) continue;
+    const int64_t c = x.dims[1];
+    bool stats = true;
+    for (size_t k = 1; k < 5; ++k)
+      stats = stats && g.is_constant(bn.inputs[k]) && g.value(bn.inputs[k]).constant->volume() == c;
+    if (!stats) continue;
+    const double eps = bn.attr_float("epsilon", 1e-5f);
+    std::vector<float> w(static_cast<size_t>(c)), b(static_cast<size_t>(c));
+    for (size_t k = 0; k < w.size(); ++k) {
+      const double m = g.value(bn.inputs[1]).constant->at(k) / std::sqrt(g.value(bn.inputs[4]).constant->at(k) + eps);
+      w[k] = static_cast<float>(m);
+      b[k] = static_cast<float>(g.value(bn.inputs[2]).constant->at(k) - g.value(bn.inputs[3]).constant->at(k) * m);
+    }
+    const std::string name = g.value(bn.inputs[1]).name;
+    const int wid = g.add_value({.name = name + ":bn_scale", .dims = {c, 1, 1, 1}, .has_shape = true,
+                                 .constant = HostTensor::floats({c, 1, 1, 1}, std::move(w))});
+    const int bid = g.add_value(
+        {.name = name + ":bn_shift", .dims = {c}, .has_shape = true, .constant = HostTensor::floats({c}, std::move(b))});
+    bn.op_type = "Conv";
+    bn.inputs = {bn.inputs[0], wid, bid};
+    bn.attrs.clear();
+    bn.attrs["kernel_shape"] = ints_attr({1, 1});
+    Attribute group;
+    group.kind = Attribute::Kind::INT;
+    group.i = c;
+    bn.attrs["group"] = group;
+    ++r.rewrites;
+  }
   return r;
 }
 

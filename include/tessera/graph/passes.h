@@ -32,6 +32,11 @@ PassReport fold_bias_add(Graph& g);
 // (constant statistics) read by nothing else: scale the weights, fold the
 // shift into the bias, drop the BatchNormalization.
 PassReport fold_batch_norm(Graph& g);
+// A BatchNormalization (constant statistics) fold_batch_norm left, as
+// DenseNet's pre-activation blocks have (BN -> ReLU -> Conv): a 1x1
+// depthwise Conv with its scale and shift, so the ReLU after it fuses and
+// the normalisation is one pass with the activation.
+PassReport batch_norm_to_conv(Graph& g);
 // Conv / ConvTranspose (constant float weights and bias) whose output only a
 // Mul by a constant per-channel vector or scalar reads: the weights and bias
 // are scaled, the Mul goes (PP-LCNet's learnable affine blocks: conv * s + b,
