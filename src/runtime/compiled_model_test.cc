@@ -329,7 +329,8 @@ TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
   ASSERT_EQ(model->report().fallbacks.size(), 2u);
-  EXPECT_THAT(model->report().fallbacks[0], HasSubstr("ReduceSum 'm': no device kernel"));
+  EXPECT_THAT(model->report().fallbacks[0], HasSubstr("ReduceSum 'm': attributes the device kernel does not cover"));
+  EXPECT_THAT(model->report().fallbacks[1], HasSubstr("Sin 'y': no device kernel"));
   const Tensor xs[] = {device_input(x, *dev)};
   ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
   expect_close(outs[0], want[0], 0.99999, 1e-6);
@@ -470,19 +471,38 @@ TEST(CompiledModel, PowByTwoRunsOnTheDevice) {
 // ReduceMean over an image's spatial axes (with and without the kept dims,
 // the axes negative or not) runs as the device's global average pool; over
 // other axes it stays a host fallback.
-TEST(CompiledModel, ReduceMeanOverSpatialAxesRunsOnTheDevice) {
+// Reductions of a 4-D value over its spatial axes or its channels run on
+// the device (lower_reduce: pools and a 1x1 conv, with |x|, x * x, sqrt and
+// negation around them), keepdims or not, against the host reference; over
+// other axes, and Max / Min over channels, they stay host fallbacks.
+TEST(CompiledModel, ReductionsOverSpatialAxesOrChannelsRunOnTheDevice) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   struct C {
+    std::string op;
     std::vector<int64_t> axes;
     int64_t keepdims;
     size_t fallbacks;
   };
-  for (const C& c : {C{{2, 3}, 1, 0}, C{{-1, -2}, 0, 0}, C{{1, 2, 3}, 1, 1}}) {
+  std::vector<C> cases = {{"ReduceMean", {1, 2, 3}, 1, 1}, {"ReduceMax", {1}, 1, 1}, {"ReduceSum", {0}, 0, 1}};
+  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMin"})
+    for (int64_t keep : {1, 0}) {
+      cases.push_back({op, {2, 3}, keep, 0});
+      cases.push_back({op, {-2, -1}, keep, 0});
+      if (std::string(op) != "ReduceMax" && std::string(op) != "ReduceMin") cases.push_back({op, {1}, keep, 0});
+    }
+  for (const C& c : cases) {
+    SCOPED_TRACE(fmt::format("{} axes ({}) keepdims {}", c.op, fmt::join(c.axes, ","), c.keepdims));
     testing_onnx::ModelBuilder b(13);
     b.input("x", {2, 8, 5, 7});
-    b.node("Relu", {"x"}, {"r"});
-    auto* r = b.node("ReduceMean", {"r"}, {"m"});
-    testing_onnx::ModelBuilder::ints(r, "axes", c.axes);
+    b.random_initializer("w", {8, 8, 3, 3}, 0.3f, 1);
+    b.ints(b.node("Conv", {"x", "w"}, {"r"}), "pads", {1, 1, 1, 1});  // the value lives in NHWC
+    std::vector<std::string> ins = {"r"};
+    if (c.op == "ReduceSum") {  // opset 13: the axes as an input
+      b.int_initializer("axes", c.axes);
+      ins.push_back("axes");
+    }
+    auto* r = b.node(c.op, ins, {"m"});
+    if (c.op != "ReduceSum") testing_onnx::ModelBuilder::ints(r, "axes", c.axes);
     testing_onnx::ModelBuilder::i(r, "keepdims", c.keepdims);
     b.output("m");
     ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));

@@ -112,23 +112,92 @@ Status CompiledModel::Impl::lower_global_avg_pool(const Node& n) {
 // ReduceMean over the spatial axes of an image (a squeeze-excitation
 // block's or a classifier's `x.mean((2, 3))`) is a global average pool, with
 // or without the kept dims. Other axes run on the host.
-Status CompiledModel::Impl::lower_reduce_mean(const Node& n) {
+// ReduceMean / Sum / SumSquare / L1 / L2 / Max / Min of a 4-D value over
+// its spatial axes (2, 3) or its channels (1), built from device ops:
+//   spatial: global_avg_pool2d (times H * W for the sums), or max_pool2d
+//            over the whole image; Min as -max(-x);
+//   channels: a 1x1 conv to one channel with weights 1 (1 / C for the mean);
+// with |x| or x * x before (L1; SumSquare, L2) and sqrt after (L2, fused
+// into the scale or the conv). Max / Min over channels and other axes stay
+// host fallbacks.
+Status CompiledModel::Impl::lower_reduce(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
+  const std::string& op = n.op_type;
   std::vector<int64_t> axes = n.attr_ints("axes");
-  if (n.inputs.size() > 1 && n.inputs[1] >= 0) {  // opset 18: the axes as a constant input
+  const bool axes_input = (op == "ReduceSum" && g.opset >= 13) || g.opset >= 18;
+  if (axes_input && n.inputs.size() > 1 && n.inputs[1] >= 0) {
     if (!g.is_constant(n.inputs[1])) return not_covered(n);
     const HostTensor& a = *g.value(n.inputs[1]).constant;
     axes.assign(a.i.begin(), a.i.end());
   }
-  for (int64_t& a : axes) a = a < 0 ? a + static_cast<int64_t>(rank(x)) : a;
+  if (rank(x) != 4 || n.outputs.size() != 1) return not_covered(n);
+  if (axes.empty()) return not_covered(n);  // all axes (or none, with noop_with_empty_axes)
+  for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
   std::sort(axes.begin(), axes.end());
-  if (rank(x) != 4 || axes != std::vector<int64_t>{2, 3}) return not_covered(n);
+  const bool spatial = axes == std::vector<int64_t>{2, 3}, channels = axes == std::vector<int64_t>{1};
+  const bool extreme = op == "ReduceMax" || op == "ReduceMin";
+  if (!spatial && !(channels && !extreme)) return not_covered(n);
   const bool keep = n.attr_int("keepdims", 1) != 0;
+  const Dims& xd = dims(x);
+  const auto nn = static_cast<uint32_t>(xd[0]), c = static_cast<uint32_t>(xd[1]), h = static_cast<uint32_t>(xd[2]),
+             w = static_cast<uint32_t>(xd[3]);
+  // Before: |x| (L1) or x * x (SumSquare, L2); Min negates.
+  const bool square = op == "ReduceSumSquare" || op == "ReduceL2", l2 = op == "ReduceL2";
+  std::optional<UnaryWithParam> pre;
+  if (op == "ReduceL1") pre = UnaryWithParam{UnaryOpType::ABS};
+  if (op == "ReduceMin") pre = UnaryWithParam{UnaryOpType::NEG};
+  const bool mean = op == "ReduceMean";
   note_nhwc(x);
-  if (keep) nhwc[static_cast<size_t>(y)] = true;  // (N, 1, 1, C): the same bytes as (N, C, 1, 1) plain
+  if (channels) {
+    Conv2dParams p{.batch_size = nn, .input_height = h, .input_width = w, .in_channels = c, .out_channels = 1,
+                   .kernel_size = {1, 1}};
+    if (l2) p.activation = UnaryWithParam{UnaryOpType::SQRT};
+    const std::vector<float> ones(c, mean ? 1.0f / static_cast<float>(c) : 1.0f);
+    TS_ASSIGN_OR_RETURN(Tensor wt, Tensor::from_vector(ones, Shape{1, c, 1, 1}, DataType::FLOAT32));
+    Conv2dConfig config{.dtype = out_dtype(y)};
+    config.compute_config.math_fidelity = opt.math_fidelity;
+    convs.push_back(std::make_unique<cnn::DirectConv2d>(p, wt, std::nullopt, config));
+    cnn::DirectConv2d* layer = convs.back().get();
+    report.conv_flops += per_run(lowering, p.flops());
+    if (keep) nhwc[static_cast<size_t>(y)] = true;  // (N, H, W, 1): the bytes of (N, 1, H, W)
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq, /*dense=*/true));
+      if (square) {
+        TS_ASSIGN_OR_RETURN(in, mul(in, in, {.cq_id = cq}));
+      } else if (pre) {
+        TS_ASSIGN_OR_RETURN(in, unary(in, *pre, {.cq_id = cq}));
+      }
+      TS_ASSIGN_OR_RETURN(Tensor out, (*layer)(in, cq));
+      return keep ? put_nhwc(s, y, out) : put_plain(s, y, out);
+    });
+    return ok_status();
+  }
+  // Spatial. After: the sums scale the mean by H * W (L2: sqrt(H * W * mean) =
+  // sqrt(mean) * sqrt(H * W), one op); Min negates back.
+  const auto area = static_cast<float>(uint64_t{h} * w);
+  std::optional<UnaryWithParam> post;
+  if (op == "ReduceSum" || op == "ReduceSumSquare" || op == "ReduceL1") post = UnaryWithParam{.scale = area};
+  if (l2) post = UnaryWithParam{.op = UnaryOpType::SQRT, .scale = std::sqrt(area)};
+  if (op == "ReduceMin") post = UnaryWithParam{UnaryOpType::NEG};
+  const Pool2dParams whole{.batch_size = nn, .input_height = h, .input_width = w, .channels = c,
+                           .kernel_size = {h, w}, .stride = {h, w}};
+  if (keep) nhwc[static_cast<size_t>(y)] = true;  // (N, 1, 1, C): the bytes of (N, C, 1, 1)
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
-    TS_ASSIGN_OR_RETURN(Tensor out, global_avg_pool2d(in, cq));
+    if (square) {
+      TS_ASSIGN_OR_RETURN(in, mul(in, in, {.cq_id = cq}));
+    } else if (pre) {
+      TS_ASSIGN_OR_RETURN(in, unary(in, *pre, {.cq_id = cq}));
+    }
+    Tensor out;
+    if (extreme) {
+      TS_ASSIGN_OR_RETURN(out, max_pool2d(in, whole, cq));
+    } else {
+      TS_ASSIGN_OR_RETURN(out, global_avg_pool2d(in, cq));
+    }
+    if (post) {
+      TS_ASSIGN_OR_RETURN(out, unary(out, *post, {.cq_id = cq}));
+    }
     return keep ? put_nhwc(s, y, out) : put_plain(s, y, out);
   });
   return ok_status();

@@ -206,7 +206,7 @@ struct CompiledModel::Impl {
   bool sharded_to_dram = false;      // set by plan_conv_sharding for the conv being lowered
   Status lower_pool(const Node& n);  // lower_spatial.cc
   Status lower_global_avg_pool(const Node& n);
-  Status lower_reduce_mean(const Node& n);
+  Status lower_reduce(const Node& n);
   Status lower_resize_node(const Node& n);
   Status lower_resize(const Node& n, bool* lowered);
   Status lower_batch_norm(const Node& n);
