@@ -317,7 +317,9 @@ PassReport fuse_activation_patterns(Graph& g) {
   }
   // Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) -> Gelu(x): PyTorch's
   // export of nn.GELU() before opset 20, the 0.5 on either Mul (Mul(Mul(x,
-  // 0.5), Add(...))), the Div by sqrt 2 or a Mul by its inverse.
+  // 0.5), Add(...))), the Div by sqrt 2 or a Mul by its inverse. The same
+  // with Tanh(sqrt(2/pi) * (x + 0.044715 x^3)) for the Erf -> Gelu(x;
+  // approximate 'tanh') (nn.GELU(approximate='tanh')).
   auto near = [&](int v, double want) {
     return g.is_constant(v) && g.value(v).constant->size() == 1 &&
            std::fabs(g.value(v).constant->at(0) - want) <= 1e-6 * std::fabs(want);
@@ -344,6 +346,52 @@ PassReport fuse_activation_patterns(Graph& g) {
     }
     return {ai, ei, si};
   };
+  // x^3 as x * (x * x), (x * x) * x or Pow(x, 3), read only by `reader`: its nodes, or empty.
+  auto cube = [&](int v, int reader, int x) -> std::vector<int> {
+    if (const int pi = sole_producer(v, reader, "Pow"); pi >= 0) {
+      const Node& p = g.nodes[static_cast<size_t>(pi)];
+      return p.inputs[0] == x && near(p.inputs[1], 3.0) ? std::vector<int>{pi} : std::vector<int>{};
+    }
+    const int mi = sole_producer(v, reader, "Mul");
+    if (mi < 0) return {};
+    const Node& m = g.nodes[static_cast<size_t>(mi)];
+    for (size_t side = 0; side < 2; ++side) {
+      if (m.inputs[side] != x) continue;
+      const int si = sole_producer(m.inputs[1 - side], mi, "Mul");
+      if (si >= 0 && g.nodes[static_cast<size_t>(si)].inputs == std::vector<int>{x, x}) return {mi, si};
+    }
+    return {};
+  };
+  // The other operand of a Mul or Add node `n` by the scalar constant `k`, or -1.
+  auto by_scalar = [&](const Node& n, double k) {
+    return near(n.inputs[1], k) ? n.inputs[0] : near(n.inputs[0], k) ? n.inputs[1] : -1;
+  };
+  // The nodes of Add(Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)), 1) reading x,
+  // read only by `reader` (nn.GELU(approximate='tanh')); empty if `a` is not that.
+  auto tanh_plus_one = [&](int a, int reader, int x) -> std::vector<int> {
+    const int ai = sole_producer(a, reader, "Add");
+    if (ai < 0) return {};
+    const int ti = sole_producer(by_scalar(g.nodes[static_cast<size_t>(ai)], 1.0), ai, "Tanh");
+    if (ti < 0) return {};
+    const int ki = sole_producer(g.nodes[static_cast<size_t>(ti)].inputs[0], ti, "Mul");
+    if (ki < 0) return {};
+    const int ii = sole_producer(by_scalar(g.nodes[static_cast<size_t>(ki)], std::sqrt(2 / M_PI)), ki, "Add");
+    if (ii < 0) return {};
+    const Node& inner = g.nodes[static_cast<size_t>(ii)];
+    const int c3 = inner.inputs[0] == x ? inner.inputs[1] : inner.inputs[1] == x ? inner.inputs[0] : -1;
+    const int ci = sole_producer(c3, ii, "Mul");
+    if (ci < 0) return {};
+    std::vector<int> chain = cube(by_scalar(g.nodes[static_cast<size_t>(ci)], 0.044715), ci, x);
+    if (chain.empty()) return {};
+    chain.insert(chain.end(), {ai, ti, ki, ii, ci});
+    return chain;
+  };
+  // Either form: the chain, and whether it is the tanh one.
+  auto gate_plus_one = [&](int a, int reader, int x, bool* tanh_form) {
+    std::vector<int> chain = erf_plus_one(a, reader, x);
+    *tanh_form = chain.empty();
+    return chain.empty() ? tanh_plus_one(a, reader, x) : chain;
+  };
   for (size_t oi = 0; oi < g.nodes.size(); ++oi) {
     Node& outer = g.nodes[oi];
     if (dead[oi] || outer.op_type != "Mul" || outer.inputs.size() != 2) continue;
@@ -355,19 +403,21 @@ PassReport fuse_activation_patterns(Graph& g) {
       const Node& mul = g.nodes[static_cast<size_t>(mi)];
       int x = -1;
       std::vector<int> chain;
+      bool tanh_form = false;
       if (near(rgt, 0.5)) {  // Mul(Mul(x, Add(...)), 0.5)
         for (int s2 = 0; s2 < 2 && chain.empty(); ++s2) {
           x = mul.inputs[static_cast<size_t>(s2)];
-          chain = erf_plus_one(mul.inputs[static_cast<size_t>(1 - s2)], mi, x);
+          chain = gate_plus_one(mul.inputs[static_cast<size_t>(1 - s2)], mi, x, &tanh_form);
         }
       } else {  // Mul(Mul(x, 0.5), Add(...))
         x = near(mul.inputs[1], 0.5) ? mul.inputs[0] : near(mul.inputs[0], 0.5) ? mul.inputs[1] : -1;
-        if (x >= 0) chain = erf_plus_one(rgt, me, x);
+        if (x >= 0) chain = gate_plus_one(rgt, me, x, &tanh_form);
       }
       if (chain.empty() || x < 0 || g.value(x).dims != g.value(outer.outputs[0]).dims) continue;
       outer.op_type = "Gelu";
       outer.inputs = {x};
       outer.attrs.clear();
+      if (tanh_form) outer.attrs["approximate"] = string_attr("tanh");
       dead[static_cast<size_t>(mi)] = true;
       for (int k : chain) dead[static_cast<size_t>(k)] = true;
       ++r.rewrites;
@@ -505,6 +555,7 @@ std::string fusable_activation(const Graph& g, const Node& n, float* param) {
   if (op == "HardSwish") return "hardswish";
   if (op == "Mish") return "mish";
   if (op == "Gelu" && n.attr_string("approximate", "none") == "none") return "gelu";
+  if (op == "Gelu" && n.attr_string("approximate", "none") == "tanh") return "gelu_tanh";
   if (op == "LeakyRelu") {
     *param = n.attr_float("alpha", 0.01f);
     return "leaky_relu";

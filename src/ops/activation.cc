@@ -9,8 +9,9 @@ namespace tessera {
 namespace {
 constexpr std::string_view kNames[] = {"identity", "relu", "relu6",      "silu",       "gelu",        "sigmoid",
                                        "tanh",     "leaky_relu", "hardswish", "hardsigmoid", "mish", "exp",
-                                       "sqrt",     "elu",  "erf",        "neg",        "abs",         "reciprocal"};
-static_assert(std::size(kNames) == static_cast<size_t>(UnaryOpType::RECIPROCAL) + 1);
+                                       "sqrt",     "elu",  "erf",        "neg",        "abs",         "reciprocal",
+                                       "gelu_tanh"};
+static_assert(std::size(kNames) == static_cast<size_t>(UnaryOpType::GELU_TANH) + 1);
 }  // namespace
 
 std::string_view unary_op_name(UnaryOpType op) { return kNames[static_cast<int>(op)]; }
@@ -30,7 +31,8 @@ bool is_transcendental(UnaryOpType op) {
     case UnaryOpType::MISH:
     case UnaryOpType::EXP:
     case UnaryOpType::ELU:
-    case UnaryOpType::ERF: return true;
+    case UnaryOpType::ERF:
+    case UnaryOpType::GELU_TANH: return true;
     default: return false;
   }
 }
@@ -65,6 +67,7 @@ double apply_plain(const UnaryWithParam& a, double x) {
     case UnaryOpType::NEG: return -x;
     case UnaryOpType::ABS: return std::fabs(x);
     case UnaryOpType::RECIPROCAL: return 1 / x;
+    case UnaryOpType::GELU_TANH: return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
   }
   return x;
 }

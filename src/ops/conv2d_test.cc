@@ -355,7 +355,7 @@ TEST(Conv2d, NanAndInfinityPropagateThroughEveryActivation) {
                               UnaryOpType::GELU,     UnaryOpType::HARDSWISH, UnaryOpType::HARDSIGMOID,
                               UnaryOpType::LEAKY_RELU, UnaryOpType::MISH,    UnaryOpType::ELU,
                               UnaryOpType::ERF,      UnaryOpType::NEG,     UnaryOpType::ABS,
-                              UnaryOpType::RECIPROCAL};
+                              UnaryOpType::RECIPROCAL, UnaryOpType::GELU_TANH};
   const KernelIsa native = kernel_isa();
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2}) {
     set_kernel_isa_limit(isa);

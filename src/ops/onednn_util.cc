@@ -48,6 +48,7 @@ bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {
     case UnaryOpType::ELU: po.append_eltwise(1.f, A::eltwise_elu, a.param, 0.f); return true;
     case UnaryOpType::NEG: po.append_eltwise(1.f, A::eltwise_linear, -1.f, 0.f); return true;
     case UnaryOpType::ABS: po.append_eltwise(1.f, A::eltwise_abs, 0.f, 0.f); return true;
+    case UnaryOpType::GELU_TANH: po.append_eltwise(1.f, A::eltwise_gelu_tanh, 0.f, 0.f); return true;
     // No erf in oneDNN 2.6's eltwise; its pow(x, -1) is not 1 / x rounded once.
     case UnaryOpType::ERF:
     case UnaryOpType::RECIPROCAL: return false;

@@ -408,6 +408,48 @@ TEST(CompiledModel, ErfGeluPatternFusesIntoOneDeviceActivation) {
   }
 }
 
+// nn.GELU(approximate='tanh') as PyTorch 1.13 exports it (x * x * x, Mul
+// by 0.044715, Add x, Mul by sqrt(2/pi), Tanh, Add 1, Mul x, Mul 0.5), and
+// with Pow(x, 3) for the cube: one Gelu (tanh form) the conv runs fused.
+TEST(CompiledModel, TanhGeluPatternFusesIntoOneDeviceActivation) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (bool pow : {false, true}) {
+    testing_onnx::ModelBuilder b(13);
+    b.input("x", {1, 4, 6, 6});
+    b.random_initializer("w", {8, 4, 3, 3}, 0.5f, 1);
+    b.initializer("k", {}, {0.044715f});
+    b.initializer("s", {}, {0.7978846f});
+    b.initializer("one", {}, {1.0f});
+    b.initializer("half", {}, {0.5f});
+    b.initializer("three", {}, {3.0f});
+    b.node("Conv", {"x", "w"}, {"c"});
+    if (pow) {
+      b.node("Pow", {"c", "three"}, {"c3"});
+    } else {
+      b.node("Mul", {"c", "c"}, {"c2"});
+      b.node("Mul", {"c", "c2"}, {"c3"});
+    }
+    b.node("Mul", {"k", "c3"}, {"kc3"});
+    b.node("Add", {"c", "kc3"}, {"inner"});
+    b.node("Mul", {"s", "inner"}, {"arg"});
+    b.node("Tanh", {"arg"}, {"t"});
+    b.node("Add", {"one", "t"}, {"gate"});
+    b.node("Mul", {"c", "gate"}, {"m"});
+    b.node("Mul", {"half", "m"}, {"y"});
+    b.output("y");
+    ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+    const graph::HostTensor x = input_for({1, 4, 6, 6}, 9);
+    const auto want = reference(g, x);
+    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+    const CompileReport& rep = model->report();
+    EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
+    EXPECT_EQ(rep.device_ops, 1) << rep.to_string();  // the conv, its GELU fused
+    const Tensor xs[] = {device_input(x, *dev)};
+    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+    expect_close(outs[0], want[0], 0.99999, 1e-5);
+  }
+}
+
 // LayerNorm as PyTorch exports nn.LayerNorm before opset 17 (ReduceMean,
 // Sub, Pow, ReduceMean, Add, Sqrt, Div, then the affine Mul and Add, or
 // neither) becomes one LayerNormalization on the device: no ReduceMean, Pow

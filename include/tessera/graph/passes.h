@@ -45,7 +45,8 @@ PassReport fold_scale_mul(Graph& g);
 // Activations exporters write out as several nodes, back to one:
 // Mul(x, Sigmoid(x)) -> SiLU(x); Mul(x, HardSigmoid(x; 1/6, 1/2)) -> HardSwish(x);
 // Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) -> HardSwish(x);
-// Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) -> Gelu(x) (PyTorch's nn.GELU before opset 20).
+// Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) -> Gelu(x) (PyTorch's nn.GELU before opset 20);
+// its tanh form, Tanh(sqrt(2/pi) * (x + 0.044715 x^3)) for the Erf -> Gelu(x; approximate 'tanh').
 PassReport fuse_activation_patterns(Graph& g);
 // LayerNorm written out over the last axis, as PyTorch exports nn.LayerNorm
 // before opset 17: m = ReduceMean(x), d = Sub(x, m), Div(d, Sqrt(Add(

@@ -11,6 +11,7 @@
 //   mish        x * tanh(softplus(x))     exp, sqrt
 //   elu         x < 0 ? param * (e^x - 1) : x (ONNX's alpha; -0 stays -0)
 //   erf, neg, abs, reciprocal (1 / x)
+//   gelu_tanh   x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (torch's approximate='tanh')
 // then, with an affine, y * scale + shift in the same pass (a learnable
 // affine after the activation, as PP-LCNet's).
 //
@@ -47,7 +48,8 @@ enum class UnaryOpType : uint8_t {
   ERF,
   NEG,
   ABS,
-  RECIPROCAL,  // the last: tests iterate up to it
+  RECIPROCAL,
+  GELU_TANH,  // the last: tests iterate up to it
 };
 
 struct UnaryWithParam {

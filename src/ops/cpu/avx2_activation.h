@@ -127,6 +127,12 @@ TS_VINLINE __m256 erf_ps(__m256 x) {
   return blend(big, small, lt(a, set(0.5f)));
 }
 
+TS_VINLINE __m256 gelu_tanh_ps(__m256 x) {
+  const __m256 inner = _mm256_mul_ps(_mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(x, x), x), set(0.044715f), x),
+                                     set(0.79788456080286536f));
+  return _mm256_mul_ps(_mm256_mul_ps(set(0.5f), x), _mm256_add_ps(set(1.0f), tanh_ps(inner)));
+}
+
 TS_VINLINE __m256 elu_ps(__m256 x, __m256 alpha) {
   const __m256 zero = _mm256_setzero_ps();
   const __m256 e = _mm256_mul_ps(alpha, _mm256_sub_ps(exp_ps(_mm256_min_ps(x, zero)), set(1.0f)));
@@ -172,6 +178,7 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
     case UnaryOpType::NEG: return f([](__m256 v) { return _mm256_xor_ps(v, set(-0.0f)); });
     case UnaryOpType::ABS: return f([](__m256 v) { return abs_ps(v); });
     case UnaryOpType::RECIPROCAL: return f([](__m256 v) { return _mm256_div_ps(set(1.0f), v); });
+    case UnaryOpType::GELU_TANH: return f([](__m256 v) { return gelu_tanh_ps(v); });
     case UnaryOpType::HARDSWISH:
       return f([=](__m256 v) {
         const __m256 t = _mm256_min_ps(set(6.0f), _mm256_max_ps(_mm256_add_ps(v, set(3.0f)), zero));

@@ -144,6 +144,14 @@ inline __m512 erf_ps(__m512 x) {
   return _mm512_mask_mov_ps(big, _mm512_cmp_ps_mask(a, set(0.5f), _CMP_LT_OQ), small);
 }
 
+// gelu's tanh form: x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
+template <bool kBf16Out = false>
+inline __m512 gelu_tanh_ps(__m512 x) {
+  const __m512 inner = _mm512_mul_ps(_mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(x, x), x), set(0.044715f), x),
+                                     set(0.79788456080286536f));
+  return _mm512_mul_ps(_mm512_mul_ps(set(0.5f), x), _mm512_add_ps(set(1.0f), tanh_ps<kBf16Out>(inner)));
+}
+
 // elu: x < 0 ? alpha (e^x - 1) : x; NaN and -0 pass through. The exp is
 // float32-accurate even for bfloat16 results: e^x - 1 near 0 keeps only
 // the exp's absolute error.
@@ -229,6 +237,7 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
     case UnaryOpType::NEG: return f([](__m512 v) { return _mm512_xor_ps(v, set(-0.0f)); });
     case UnaryOpType::ABS: return f([](__m512 v) { return _mm512_abs_ps(v); });
     case UnaryOpType::RECIPROCAL: return f([](__m512 v) { return _mm512_div_ps(set(1.0f), v); });
+    case UnaryOpType::GELU_TANH: return f([](__m512 v) { return gelu_tanh_ps<kBf16Out>(v); });
     case UnaryOpType::HARDSWISH:
       return f([=](__m512 v) {
         const __m512 t = _mm512_min_ps(set(6.0f), _mm512_max_ps(_mm512_add_ps(v, set(3.0f)), zero));

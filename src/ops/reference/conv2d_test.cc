@@ -131,7 +131,8 @@ TEST(Activation, KnownValues) {
   EXPECT_EQ(f(UnaryOpType::NEG, 2), -2);
   EXPECT_EQ(f(UnaryOpType::ABS, -2), 2);
   EXPECT_EQ(f(UnaryOpType::RECIPROCAL, 4), 0.25);
-  for (int i = 0; i <= static_cast<int>(UnaryOpType::RECIPROCAL); ++i)
+  EXPECT_NEAR(f(UnaryOpType::GELU_TANH, 1), 0.8411919906082768, 1e-15);
+  for (int i = 0; i <= static_cast<int>(UnaryOpType::GELU_TANH); ++i)
     EXPECT_EQ(parse_unary_op(unary_op_name(static_cast<UnaryOpType>(i))), static_cast<UnaryOpType>(i));
   EXPECT_FALSE(parse_unary_op("swish").has_value());
 }
