@@ -69,14 +69,40 @@ Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
 
 // Pow by the constant 2 (a variance, an L2 norm) is x * x on the device,
 // bit for bit what powf gives; other exponents run on the host.
+// Pow by a constant integer exponent the device computes as C's pow does up
+// to rounding: 1 (a copy), 2 (x * x, bit for bit powf's), 3 (x * x * x), -1
+// (1 / x, correctly rounded as pow) and -2 (1 / (x * x)). Others, 0.5
+// among them (sqrt differs from pow at -0 and -Inf), stay host fallbacks.
 Status CompiledModel::Impl::lower_pow(const Node& n) {
-  const int e = n.inputs.size() > 1 ? n.inputs[1] : -1;
-  if (e < 0 || !g.is_constant(e) || g.value(e).constant->size() != 1 || g.value(e).constant->at(0) != 2.0 ||
-      g.is_constant(n.inputs[0]))
-    return not_covered(n);
-  Node square = n;
-  square.inputs = {n.inputs[0], n.inputs[0]};
-  return lower_binary(square, BinaryOpType::MUL);
+  const int x = n.inputs[0], e = n.inputs.size() > 1 ? n.inputs[1] : -1, y = n.outputs[0];
+  if (e < 0 || !g.is_constant(e) || g.value(e).constant->size() != 1 || g.is_constant(x)) return not_covered(n);
+  const double p = g.value(e).constant->at(0);
+  if (p == 2.0) {
+    Node square = n;
+    square.inputs = {x, x};
+    return lower_binary(square, BinaryOpType::MUL);
+  }
+  if (p != 1.0 && p != 3.0 && p != -1.0 && p != -2.0) return not_covered(n);
+  nhwc[static_cast<size_t>(y)] = nhwc[static_cast<size_t>(x)];
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+    const EltwiseParams ep{.dtype = out_dtype(y), .cq_id = cq};
+    Tensor out;
+    if (p == 1.0) {
+      TS_ASSIGN_OR_RETURN(out, unary(in, {UnaryOpType::IDENTITY}, ep));
+    } else if (p == -1.0) {
+      TS_ASSIGN_OR_RETURN(out, unary(in, {UnaryOpType::RECIPROCAL}, ep));
+    } else {
+      TS_ASSIGN_OR_RETURN(Tensor sq, mul(in, in, {.cq_id = cq}));
+      if (p == 3.0) {
+        TS_ASSIGN_OR_RETURN(out, mul(sq, in, ep));
+      } else {
+        TS_ASSIGN_OR_RETURN(out, unary(sq, {UnaryOpType::RECIPROCAL}, ep));
+      }
+    }
+    return put(s, y, out);
+  });
+  return ok_status();
 }
 
 Status CompiledModel::Impl::lower_softmax(const Node& n) {
