@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,6 +49,17 @@ inline void expect_allclose(const Tensor& got, const Tensor& want, double rel, d
       ADD_FAILURE() << "element " << i << ": got " << g[i] << ", reference " << w[i];
   }
   EXPECT_EQ(bad, 0);
+}
+
+// Overwrites a spread of `v`'s elements with NaN, +-Inf, -0.0 and
+// (negative) denormals, every `stride` elements from `first`, cycling
+// through the six: the special-value tests' inputs (compare with
+// expect_allclose, which wants NaN where the reference is NaN and equal
+// infinities).
+inline void add_special_values(std::vector<float>& v, size_t first = 3, size_t stride = 97) {
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), -0.0f, 1e-40f, -3e-39f};
+  for (size_t i = first, k = 0; i < v.size(); i += stride, ++k) v[i] = specials[k % std::size(specials)];
 }
 
 // The relative tolerance of a result rounded to `dt` after float32 math

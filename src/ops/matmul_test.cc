@@ -59,6 +59,43 @@ TEST(Matmul, MatchesReference) {
         }
 }
 
+// NaN, infinities, -0.0 and denormals in either operand reach the output
+// as the reference's (IEEE sums: a NaN or Inf * 0 makes its row or column
+// NaN), through oneDNN's kernels and Tessera's gemv, with a fused activation.
+TEST(Matmul, SpecialValuesAsTheReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Case cases[] = {{Shape{1, 1, 64, 96}, Shape{96, 80}},
+                        {Shape{3, 17, 33}, Shape{33, 19}},
+                        {Shape{2, 2048}, Shape{1000, 2048}, true, true}};  // gemv
+  for (const Case& c : cases)
+    for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2})
+      for (UnaryWithParam act : {UnaryWithParam{}, UnaryWithParam{UnaryOpType::RELU}}) {
+        set_kernel_isa_limit(isa);
+        SCOPED_TRACE(fmt::format("{} x {} {} {}", c.a.to_string(), c.b.to_string(), unary_op_name(act.op),
+                                 kernel_isa_name(kernel_isa())));
+        std::vector<float> av = testing::random_values(c.a.volume(), 1, 1.0f), bv = testing::random_values(c.b.volume(), 2, 1.0f);
+        testing::add_special_values(av, 7, 1301);
+        testing::add_special_values(bv, 11, 2003);
+        Tensor ha = Tensor::from_vector(av, c.a, DataType::FLOAT32).value();
+        Tensor hb = Tensor::from_vector(bv, c.b, DataType::FLOAT32).value();
+        const uint32_t n = c.transpose_b ? c.b[-2] : c.b[-1], k = c.a[-1];
+        std::optional<Tensor> hbias;
+        if (c.bias) hbias = testing::random_tensor(Shape{n}, DataType::FLOAT32, Layout::ROW_MAJOR, 3);
+        const MatmulParams params{.transpose_b = c.transpose_b, .activation = act};
+        ASSERT_OK_AND_ASSIGN(Tensor want, reference::matmul(ha, hb, hbias, params, DataType::FLOAT32));
+        ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev));
+        StatusOr<Tensor> y = [&]() -> StatusOr<Tensor> {
+          if (!c.bias) return matmul(a, b, params);
+          TS_ASSIGN_OR_RETURN(Tensor bias, to_device(*hbias, *dev));
+          return linear(a, b, bias, params);
+        }();
+        ASSERT_TRUE(y.ok()) << y.status().to_string();
+        testing::expect_allclose(y->cpu().value(), want, 0, 16e-6 * k);
+      }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
 // Few rows against transposed weights (a classifier's head) run Tessera's
 // gemv kernel on every vector kernel set (oneDNN's below): 1 to 8 rows
 // (blocks of 4 or 2 and the rows left), K with and without a vector tail, N

@@ -104,6 +104,52 @@ TEST(BatchNorm, MatchesReference) {
     }
 }
 
+// NaN, infinities, -0.0 and denormals in the input come out as the
+// reference's: a row (softmax, layer_norm), group or element (batch_norm)
+// holding a NaN or an infinity is NaN where the reference's is, on both
+// kernel sets.
+TEST(Normalization, SpecialValuesAsTheReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Shape s{2, 4, 5, 48};
+  std::vector<float> v = testing::random_values(s.volume(), 13, 2.0f);
+  testing::add_special_values(v, 9, 211);
+  Tensor h = Tensor::from_vector(v, s, DataType::FLOAT32).value();
+  const uint32_t c = s[-1];
+  NormParams hp{.epsilon = 1e-5f, .weight = param(c, 3), .bias = param(c, 4)};
+  NormParams dp{.epsilon = 1e-5f, .weight = to_device(*hp.weight, *dev).value(), .bias = to_device(*hp.bias, *dev).value()};
+  Tensor mean = param(c, 9), var = param(c, 10, true);
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    SCOPED_TRACE(avx512 ? "avx512" : "avx2");
+    ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+    {
+      SCOPED_TRACE("softmax");
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::softmax(h, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor y, softmax(d));
+      expect_near_reference(y.cpu().value(), want, DataType::FLOAT32);
+    }
+    {
+      SCOPED_TRACE("layer_norm");
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::layer_norm(h, hp, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor y, layer_norm(d, dp));
+      expect_near_reference(y.cpu().value(), want, DataType::FLOAT32);
+    }
+    {
+      SCOPED_TRACE("group_norm");
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::group_norm(h, 4, hp, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor y, group_norm(d, 4, dp));
+      expect_near_reference(y.cpu().value(), want, DataType::FLOAT32);
+    }
+    {
+      SCOPED_TRACE("batch_norm");
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::batch_norm(h, mean, var, hp, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor y, batch_norm(d, to_device(mean, *dev).value(), to_device(var, *dev).value(), dp));
+      expect_near_reference(y.cpu().value(), want, DataType::FLOAT32);
+    }
+  }
+  set_avx512_kernels_enabled(true);
+}
+
 TEST(Normalization, Errors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   ASSERT_OK_AND_ASSIGN(Tensor d, to_device(testing::random_tensor(Shape{1, 2, 2, 6}, DataType::FLOAT32,

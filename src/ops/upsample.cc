@@ -88,8 +88,8 @@ Status upsample_kernel(const void* raw, uint32_t begin, uint32_t end) {
         cpu::read_row(a.in, a.in_type, r1 + sx.i1, c0, cn, p11);
         const float wx = sx.w1, wy = sy.w1;
         for (uint32_t i = 0; i < cn; ++i) {
-          const float top = p00[i] + wx * (p01[i] - p00[i]), bottom = p10[i] + wx * (p11[i] - p10[i]);
-          p00[i] = top + wy * (bottom - top);
+          const float top = p00[i] * (1 - wx) + p01[i] * wx, bottom = p10[i] * (1 - wx) + p11[i] * wx;
+          p00[i] = top * (1 - wy) + bottom * wy;
         }
         cpu::write_row(a.out, a.out_type, dst, c0, cn, p00);
       }

@@ -1,6 +1,7 @@
 // upsample against its reference kernel: nearest bit for bit, bilinear
 // within 1e-5 relative + 1e-6 absolute (one ulp in bfloat16); integer and
 // fractional scales, both align_corners variants.
+#include <cstring>
 #include "tessera/ops/reference.h"
 #include "tessera/ops/upsample.h"
 
@@ -64,6 +65,39 @@ TEST(Upsample, MatchesReference) {
             else
               testing::expect_allclose(got, ref, testing::rounding_tolerance(dt, 1e-5), 1e-6);
           }
+    }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
+// NaN, infinities, -0.0 and denormals in the input come out as the
+// reference's: nearest copies them bit for bit, bilinear blends them (an
+// infinity with a zero weight is NaN, as in the reference), on every kernel set.
+TEST(Upsample, SpecialValuesAsTheReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (UpsampleMode mode : {UpsampleMode::NEAREST, UpsampleMode::BILINEAR})
+    for (bool ac : {false, true}) {
+      if (ac && mode == UpsampleMode::NEAREST) continue;
+      const Shape shape{2, 9, 11, 37};
+      const UpsampleParams p{.scale_h = 2, .scale_w = 1.5f, .mode = mode, .align_corners = ac};
+      std::vector<float> v = testing::random_values(shape.volume(), 4, 2.0f);
+      testing::add_special_values(v, 5, 61);
+      Tensor h = Tensor::from_vector(v, shape, DataType::FLOAT32).value();
+      ASSERT_OK_AND_ASSIGN(Tensor ref, reference::upsample(h, p, DataType::FLOAT32));
+      for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+        set_kernel_isa_limit(isa);
+        SCOPED_TRACE(fmt::format("{} {}", p.descriptor(shape), kernel_isa_name(kernel_isa())));
+        ASSERT_OK_AND_ASSIGN(Tensor in, to_device(h, *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor out, upsample(in, p));
+        ASSERT_OK_AND_ASSIGN(Tensor got, out.cpu());
+        if (mode == UpsampleMode::NEAREST) {
+          const auto g = got.to_vector().value(), w = ref.to_vector().value();
+          for (size_t i = 0, bad = 0; i < g.size() && bad < 3; ++i)
+            if (std::memcmp(&g[i], &w[i], 4) != 0 && ++bad)
+              ADD_FAILURE() << "element " << i << ": got " << g[i] << ", reference " << w[i];
+        } else {
+          testing::expect_allclose(got, ref, 1e-5, 1e-6);
+        }
+      }
     }
   set_kernel_isa_limit(KernelIsa::kAvx512);
 }

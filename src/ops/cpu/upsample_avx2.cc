@@ -15,9 +15,10 @@ using tessera::avx2::store8;
 
 // The blend of upsample_kernels.h over eight lanes.
 inline __m256 lerp(__m256 wx, __m256 wy, __m256 p00, __m256 p01, __m256 p10, __m256 p11) {
-  const __m256 top = _mm256_fmadd_ps(wx, _mm256_sub_ps(p01, p00), p00);
-  const __m256 bottom = _mm256_fmadd_ps(wx, _mm256_sub_ps(p11, p10), p10);
-  return _mm256_fmadd_ps(wy, _mm256_sub_ps(bottom, top), top);
+  const __m256 one = _mm256_set1_ps(1.0f), vx = _mm256_sub_ps(one, wx), vy = _mm256_sub_ps(one, wy);
+  const __m256 top = _mm256_fmadd_ps(wx, p01, _mm256_mul_ps(vx, p00));
+  const __m256 bottom = _mm256_fmadd_ps(wx, p11, _mm256_mul_ps(vx, p10));
+  return _mm256_fmadd_ps(wy, bottom, _mm256_mul_ps(vy, top));
 }
 // Channels [c0, c0 + 8 V) of one output pixel from its four input pixels
 // (bfloat16 16 at a time in unpacked order, bfloat16_avx2.h).
@@ -62,8 +63,8 @@ void bilinear_rows_t(const BilinearRowsArgs& a, uint32_t begin, uint32_t end) {
     for (; c < a.c; ++c) {  // the last c % 8 channels
       const float p00 = load1<kBf16>(px[0], c), p01 = load1<kBf16>(px[1], c);
       const float p10 = load1<kBf16>(px[2], c), p11 = load1<kBf16>(px[3], c);
-      const float t0 = std::fma(wx1, p01 - p00, p00), b0 = std::fma(wx1, p11 - p10, p10);
-      const float v = std::fma(wy1, b0 - t0, t0);
+      const float t0 = std::fma(wx1, p01, (1 - wx1) * p00), b0 = std::fma(wx1, p11, (1 - wx1) * p10);
+      const float v = std::fma(wy1, b0, (1 - wy1) * t0);
       if constexpr (kBf16)
         reinterpret_cast<uint16_t*>(out)[c] = float_to_bfloat16(v);
       else

@@ -43,10 +43,10 @@ void blend_row(const BilinearRowsArgs& a, const std::byte* in_row, uint32_t ox0,
     const UpsampleSample& sx = a.xs[ox];
     const std::byte* p0 = in_row + sx.i0 * a.in_stride;
     const std::byte* p1 = in_row + sx.i1 * a.in_stride;
-    const __m512 wx = _mm512_set1_ps(sx.w1);
+    const __m512 wx = _mm512_set1_ps(sx.w1), vx = _mm512_set1_ps(1 - sx.w1);
     for_each_vector(a.c, [&](size_t c, __mmask16 m) {
       const __m512 v0 = load(p0, kBf16, c, m), v1 = load(p1, kBf16, c, m);
-      storeu_ps(dst + c, m, _mm512_fmadd_ps(wx, _mm512_sub_ps(v1, v0), v0));
+      storeu_ps(dst + c, m, _mm512_fmadd_ps(wx, v1, _mm512_mul_ps(vx, v0)));
     });
   }
 }
@@ -83,11 +83,11 @@ void bilinear_rows_t(const BilinearRowsArgs& a, uint32_t begin, uint32_t end) {
         const float* top = cache.row(top_slot);
         const float* bottom = cache.row(blended(sy.i1, top_slot));
         std::byte* out = a.out + ((uint64_t{n} * a.oh + oy) * a.ow + ox0) * a.out_stride;
-        const __m512 wy = _mm512_set1_ps(sy.w1);
+        const __m512 wy = _mm512_set1_ps(sy.w1), vy = _mm512_set1_ps(1 - sy.w1);
         for (uint32_t ox = ox0; ox < ox1; ++ox, out += a.out_stride, top += a.c, bottom += a.c)
           for_each_vector(a.c, [&](size_t c, __mmask16 m) {
             const __m512 t0 = loadu_ps(top + c, m), b0 = loadu_ps(bottom + c, m);
-            store(out, kBf16, c, m, _mm512_fmadd_ps(wy, _mm512_sub_ps(b0, t0), t0));
+            store(out, kBf16, c, m, _mm512_fmadd_ps(wy, b0, _mm512_mul_ps(vy, t0)));
           });
       }
     }

@@ -17,11 +17,12 @@ struct UpsampleSample {
 // (TensorAccess::uniform_row_stride), float32 or bfloat16 alike in and out.
 // `ys` holds oh samples, `xs` ow samples. One task = one output row (image n,
 // row oy) as task n * oh + oy. Each output is
-//   top = p00 + wx (p01 - p00), bottom = p10 + wx (p11 - p10),
-//   out = top + wy (bottom - top)
+//   top = p00 (1 - wx) + p01 wx, bottom = p10 (1 - wx) + p11 wx,
+//   out = top (1 - wy) + bottom wy
 // in float32 (fused multiply-adds: within an ulp of the generic kernel's
 // separate multiply and add; the AVX2 and AVX-512 kernels give the same
-// results).
+// results). Weighted sums, as the reference, PyTorch and ONNX Runtime: an
+// infinity stays one where p + w (q - p) made it NaN.
 struct BilinearRowsArgs {
   const std::byte* in;
   std::byte* out;

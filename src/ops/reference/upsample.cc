@@ -36,8 +36,11 @@ StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& p, DataType
         const uint32_t y1 = std::min(y0 + 1, h - 1), x1 = std::min(x0 + 1, w - 1);
         const double ly = sy - y0, lx = sx - x0;
         for (uint32_t ch = 0; ch < c; ++ch) {
-          const double v = (1 - ly) * ((1 - lx) * at(n, y0, x0, ch) + lx * at(n, y0, x1, ch)) +
-                           ly * ((1 - lx) * at(n, y1, x0, ch) + lx * at(n, y1, x1, ch));
+          // Nearest is the one source value (a NaN or infinity beside it does not leak in).
+          const double v = p.mode == UpsampleMode::NEAREST
+                               ? at(n, y0, x0, ch)
+                               : (1 - ly) * ((1 - lx) * at(n, y0, x0, ch) + lx * at(n, y0, x1, ch)) +
+                                     ly * ((1 - lx) * at(n, y1, x0, ch) + lx * at(n, y1, x1, ch));
           y[((uint64_t{n} * oh + oy) * ow + ox) * c + ch] = static_cast<float>(v);
         }
       }
