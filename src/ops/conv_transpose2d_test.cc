@@ -74,6 +74,42 @@ TEST(ConvTranspose2d, MatchesReference) {
   }
 }
 
+// NaN and infinities in the input reach the output as the reference's
+// (non-negative weights keep infinities' signs through the sums), with and
+// without a fused activation, on both tiers and each kernel kind the cases
+// reach (patches, one matmul for kernel = stride, the generic scatter).
+TEST(ConvTranspose2d, SpecialValuesAsTheReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const KernelIsa native = kernel_isa();
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2})
+    for (const ConvTranspose2dParams& p : {params(1, 8, 10, 16, 8, 2, 2, 0), params(2, 5, 7, 6, 10, 3, 2, 1, 1, 1, 1, UnaryOpType::RELU),
+                                           params(1, 6, 6, 8, 8, 4, 2, 1)}) {
+      set_kernel_isa_limit(isa);
+      if (kernel_isa() != isa) continue;
+      SCOPED_TRACE(fmt::format("{} {}", p.descriptor(), kernel_isa_name(isa)));
+      const Shape xs{p.batch_size, p.input_height, p.input_width, p.in_channels};
+      std::vector<float> xv = testing::random_values(xs.volume(), 1, 1.0f);
+      testing::add_special_values(xv, 4, 53);
+      ASSERT_OK_AND_ASSIGN(Tensor x, Tensor::from_vector(xv, xs, DataType::FLOAT32));
+      const Shape ws{p.in_channels, p.out_channels / p.groups, p.kernel_size[0], p.kernel_size[1]};
+      std::vector<float> wv = testing::random_values(ws.volume(), 2, 0.2f);
+      for (float& v : wv) v = std::fabs(v) + 0.01f;
+      ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(wv, ws, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(Tensor dx, to_device(x, *dev));
+      ASSERT_OK_AND_ASSIGN(Conv2dResult r, conv_transpose2d(dx, w, std::nullopt, p, {}));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, r.output.cpu().value().to_vector());
+      ASSERT_OK_AND_ASSIGN(Tensor ref_t, reference::conv_transpose2d(x, w, std::nullopt, p, DataType::FLOAT32));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> ref, ref_t.to_vector());
+      ASSERT_EQ(got.size(), ref.size());
+      int bad = 0;
+      for (size_t i = 0; i < ref.size() && bad < 3; ++i) {
+        const bool same = std::isnan(ref[i]) ? std::isnan(got[i]) : std::isinf(ref[i]) ? got[i] == ref[i] : std::isfinite(got[i]);
+        if (!same && ++bad) ADD_FAILURE() << "output " << i << ": " << got[i] << ", reference " << ref[i];
+      }
+    }
+  set_kernel_isa_limit(native);
+}
+
 TEST(ConvTranspose2d, KernelEqualsStrideAsOneMatmul) {
   // The UNet's upconvs take the matmul path (the patch kernel on AVX2-only
   // CPUs, where the same rows are staged); on wormhole_b0 (12 DRAM banks)

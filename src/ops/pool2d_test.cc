@@ -240,6 +240,30 @@ TEST(AvgPool2d, MatchesReference) {
   set_avx512_kernels_enabled(true);
 }
 
+// NaN, infinities, -0.0 and denormals through the average pools: a window
+// holding a NaN (or both infinities) averages to NaN, one infinity to it, as
+// the reference's sums do, on every kernel set.
+TEST(AvgPool2d, SpecialValuesAsTheReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Pool2dParams p = pool(2, 9, 10, 83, 3, 2, 1);
+  const Shape shape{p.batch_size, p.input_height, p.input_width, p.channels};
+  std::vector<float> v = testing::random_values(shape.volume(), 6, 2.0f);
+  testing::add_special_values(v, 2, 173);
+  Tensor h = Tensor::from_vector(v, shape, DataType::FLOAT32).value();
+  ASSERT_OK_AND_ASSIGN(Tensor ref, reference::avg_pool2d(h, p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor gref, reference::global_avg_pool2d(h, DataType::FLOAT32));
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+    set_kernel_isa_limit(isa);
+    SCOPED_TRACE(kernel_isa_name(kernel_isa()));
+    ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor out, avg_pool2d(d, p));
+    testing::expect_allclose(out.cpu().value(), ref, 1e-5, 1e-6);
+    ASSERT_OK_AND_ASSIGN(Tensor g, global_avg_pool2d(d));
+    testing::expect_allclose(g.cpu().value(), gref, 1e-5, 1e-6);
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
 TEST(AvgPool2d, HandComputedDivisors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   // 2x2 input of ones, 3x3 window, padding 1: 4 real pixels in 9 positions.
