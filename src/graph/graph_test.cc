@@ -208,6 +208,15 @@ std::vector<HostTensor> run_host(const Graph& g, const HostTensor& x) {
   return r;
 }
 
+// Every output of `after` within `tol` of `before` (the same count and sizes).
+void expect_same_results(const std::vector<HostTensor>& before, const std::vector<HostTensor>& after, double tol) {
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t o = 0; o < before.size(); ++o) {
+    ASSERT_EQ(after[o].f.size(), before[o].f.size()) << o;
+    for (size_t k = 0; k < before[o].f.size(); ++k) EXPECT_NEAR(after[o].f[k], before[o].f[k], tol) << o << " " << k;
+  }
+}
+
 TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   Graph g;
   const int x = value(g, "x", {1, 2, 4, 4});
@@ -235,9 +244,7 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   EXPECT_EQ(rewrites(reports, "fuse_activations"), 1);  // SiLU into the conv
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "silu");
-  const auto after = run_host(g, xin);
-  ASSERT_EQ(after.size(), 1u);
-  for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-5) << k;
+  expect_same_results(before, run_host(g, xin), 1e-5);
 }
 
 // Paddle's exports: Conv (no bias) -> Add((1, C, 1, 1) constant) ->
@@ -276,10 +283,7 @@ TEST(Passes, FoldBiasAddThenBatchNorm) {
   EXPECT_EQ(rewrites(reports, "fold_batch_norm"), 1);  // batch norm folded
   ASSERT_EQ(g.nodes.size(), 2u);
   EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "relu");
-  const auto after = run_host(g, xin);
-  ASSERT_EQ(after.size(), 1u);
-  ASSERT_EQ(after[0].f.size(), before[0].f.size());
-  for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-5) << k;
+  expect_same_results(before, run_host(g, xin), 1e-5);
 }
 
 // PP-LCNet's learnable affine blocks: Conv -> Mul(scalar) -> Add(scalar) ->
@@ -324,10 +328,7 @@ TEST(Passes, FoldScaleMulThenBiasAdd) {
   ASSERT_EQ(g.nodes.size(), 4u);
   EXPECT_EQ(g.nodes[0].attr_string("tessera_activation", ""), "relu");
   EXPECT_EQ(g.nodes[2].op_type, "Mul");
-  const auto after = run_host(g, xin);
-  ASSERT_EQ(after.size(), 1u);
-  ASSERT_EQ(after[0].f.size(), before[0].f.size());
-  for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-4) << k;
+  expect_same_results(before, run_host(g, xin), 1e-4);
 }
 
 // A ConvNeXt block as PyTorch exports it: permute to channels-last,
@@ -380,10 +381,7 @@ TEST(Passes, ChannelsLastLinearsBecomeConvs) {
   EXPECT_EQ(g.nodes[3].name, "fc1");
   EXPECT_EQ(g.nodes[3].attr_string("tessera_activation", ""), "gelu");
   EXPECT_EQ(g.nodes[4].inputs.size(), 4u);  // the residual
-  const auto after = run_host(g, xin);
-  ASSERT_EQ(after.size(), 1u);
-  ASSERT_EQ(after[0].f.size(), before[0].f.size());
-  for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-4) << k;
+  expect_same_results(before, run_host(g, xin), 1e-4);
 }
 
 // DenseNet's pre-activation: a BatchNormalization no conv precedes, then
@@ -410,9 +408,7 @@ TEST(Passes, StandaloneBatchNormBecomesADepthwiseConv) {
   EXPECT_EQ(g.nodes[1].op_type, "Conv");
   EXPECT_EQ(g.nodes[1].attr_int("group", 1), 2);
   EXPECT_EQ(g.nodes[1].attr_string("tessera_activation", ""), "relu");
-  const auto after = run_host(g, xin);
-  ASSERT_EQ(after.size(), 1u);
-  for (size_t k = 0; k < before[0].f.size(); ++k) EXPECT_NEAR(after[0].f[k], before[0].f[k], 1e-5) << k;
+  expect_same_results(before, run_host(g, xin), 1e-5);
 }
 
 // Transposes that do not undo each other, a transposed value read twice, a
@@ -443,10 +439,7 @@ TEST(Passes, TransposesAndLinearsThatStay) {
   EXPECT_EQ(rewrites(reports, "cancel_transposes"), 0);
   EXPECT_EQ(rewrites(reports, "linear_to_conv"), 1);
   HostTensor xin = sine_input();
-  const auto want = run_host(before, xin), got = run_host(g, xin);
-  ASSERT_EQ(got.size(), 2u);
-  for (size_t o = 0; o < 2; ++o)
-    for (size_t k = 0; k < want[o].f.size(); ++k) EXPECT_NEAR(got[o].f[k], want[o].f[k], 1e-5) << o << " " << k;
+  expect_same_results(run_host(before, xin), run_host(g, xin), 1e-5);
 }
 
 // Conv + activation, then a scalar Mul and Add (or Sub): the affine joins
@@ -506,10 +499,7 @@ TEST(Passes, FuseActivationAffine) {
     }
   }
   EXPECT_EQ(fused, 2);
-  const auto after = run_host(g, xin);
-  ASSERT_EQ(after.size(), 2u);
-  for (size_t o = 0; o < 2; ++o)
-    for (size_t k = 0; k < before[o].f.size(); ++k) EXPECT_NEAR(after[o].f[k], before[o].f[k], 1e-5) << o << " " << k;
+  expect_same_results(before, run_host(g, xin), 1e-5);
 }
 
 }  // namespace

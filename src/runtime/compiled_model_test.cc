@@ -381,6 +381,21 @@ void ModelBuilderNodes(testing_onnx::ModelBuilder& b, bool half_inside) {
   }
 }
 
+// The model of `b` (x (1, 4, 6, 6) in) compiles to one device op, a conv
+// with its activation fused, with no fallback, and matches the host.
+void expect_one_fused_conv(const testing_onnx::ModelBuilder& b, Device& dev) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  const graph::HostTensor x = input_for({1, 4, 6, 6}, 9);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, dev, {}));
+  const CompileReport& rep = model->report();
+  EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
+  EXPECT_EQ(rep.device_ops, 1) << rep.to_string();
+  const Tensor xs[] = {device_input(x, dev)};
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  expect_close(outs[0], want[0], 0.99999, 1e-5);
+}
+
 // PyTorch's export of nn.GELU() before opset 20 (Div, Erf, Add, Mul, Mul)
 // after a conv becomes one Gelu the conv runs fused, on the device: the
 // pattern with the 0.5 on the outer Mul and with it on the inner one.
@@ -395,16 +410,7 @@ TEST(CompiledModel, ErfGeluPatternFusesIntoOneDeviceActivation) {
     b.initializer("half", {}, {0.5f});
     ModelBuilderNodes(b, half_inside);
     b.output("y");
-    ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
-    const graph::HostTensor x = input_for({1, 4, 6, 6}, 9);
-    const auto want = reference(g, x);
-    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
-    const CompileReport& rep = model->report();
-    EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
-    EXPECT_EQ(rep.device_ops, 1) << rep.to_string();  // the conv, its GELU fused
-    const Tensor xs[] = {device_input(x, *dev)};
-    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
-    expect_close(outs[0], want[0], 0.99999, 1e-5);
+    expect_one_fused_conv(b, *dev);
   }
 }
 
@@ -437,16 +443,7 @@ TEST(CompiledModel, TanhGeluPatternFusesIntoOneDeviceActivation) {
     b.node("Mul", {"c", "gate"}, {"m"});
     b.node("Mul", {"half", "m"}, {"y"});
     b.output("y");
-    ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
-    const graph::HostTensor x = input_for({1, 4, 6, 6}, 9);
-    const auto want = reference(g, x);
-    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
-    const CompileReport& rep = model->report();
-    EXPECT_TRUE(rep.fallbacks.empty()) << rep.to_string();
-    EXPECT_EQ(rep.device_ops, 1) << rep.to_string();  // the conv, its GELU fused
-    const Tensor xs[] = {device_input(x, *dev)};
-    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
-    expect_close(outs[0], want[0], 0.99999, 1e-5);
+    expect_one_fused_conv(b, *dev);
   }
 }
 
