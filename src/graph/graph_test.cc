@@ -236,7 +236,7 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 12u);
+  ASSERT_EQ(reports.size(), 13u);
   EXPECT_EQ(rewrites(reports, "fold_bias_add"), 0);  // no bias add
   EXPECT_EQ(rewrites(reports, "fold_batch_norm"), 1);  // batch norm folded
   EXPECT_EQ(rewrites(reports, "fold_scale_mul"), 0);  // no scale
@@ -382,6 +382,38 @@ TEST(Passes, ChannelsLastLinearsBecomeConvs) {
   EXPECT_EQ(g.nodes[3].attr_string("tessera_activation", ""), "gelu");
   EXPECT_EQ(g.nodes[4].inputs.size(), 4u);  // the residual
   expect_same_results(before, run_host(g, xin), 1e-4);
+}
+
+// avg_pool2d(padding=1) as PyTorch exports it (Pad, then AveragePool): the
+// pool pads itself, counting the zeros; a pool with padding it does not
+// count keeps its Pad.
+TEST(Passes, ZeroPadFoldsIntoTheAveragePool) {
+  for (bool counted : {true, false}) {
+    Graph g;
+    const int x = value(g, "x", {1, 2, 4, 4});
+    g.inputs = {x};
+    const int pads = g.add_value({.name = "pads", .type = ElemType::INT64, .dims = {8}, .has_shape = true,
+                                  .constant = HostTensor::ints({8}, {0, 0, 1, 1, 0, 0, 1, 1})});
+    const int p = value(g, "p"), y = value(g, "y");
+    g.nodes.push_back(node("Pad", {x, pads}, {p}, "pad"));
+    Node pool = node("AveragePool", {p}, {y}, "pool");
+    pool.attrs["kernel_shape"] = Attribute{.kind = Attribute::Kind::INTS, .ints = {3, 3}};
+    if (!counted) pool.attrs["pads"] = Attribute{.kind = Attribute::Kind::INTS, .ints = {1, 1, 1, 1}};
+    g.nodes.push_back(pool);
+    g.outputs = {y};
+    ASSERT_OK(g.topological_sort());
+    ASSERT_OK(infer_shapes(g));
+    const HostTensor xin = sine_input();
+    const auto before = run_host(g, xin);
+    const auto reports = optimize(g);
+    EXPECT_EQ(rewrites(reports, "fold_pad_into_average_pool"), counted ? 1 : 0);
+    ASSERT_EQ(g.nodes.size(), counted ? 1u : 2u);
+    if (counted) {
+      EXPECT_EQ(g.nodes[0].attr_ints("pads"), (std::vector<int64_t>{1, 1, 1, 1}));
+      EXPECT_EQ(g.nodes[0].attr_int("count_include_pad", 0), 1);
+    }
+    expect_same_results(before, run_host(g, xin), 1e-6);
+  }
 }
 
 // DenseNet's pre-activation: a BatchNormalization no conv precedes, then

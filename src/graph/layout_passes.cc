@@ -165,6 +165,46 @@ PassReport batch_norm_to_conv(Graph& g) {
   return r;
 }
 
+PassReport fold_pad_into_average_pool(Graph& g) {
+  PassReport r{"fold_pad_into_average_pool"};
+  const Consumers consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (size_t pi = 0; pi < g.nodes.size(); ++pi) {
+    const Node& pad = g.nodes[pi];
+    if (pad.op_type != "Pad" || pad.attr_string("mode", "constant") != "constant" || g.opset < 11) continue;
+    if (pad.inputs.size() < 2 || !g.is_constant(pad.inputs[1]) || g.value(pad.inputs[0]).dims.size() != 4) continue;
+    if (pad.inputs.size() > 3 && pad.inputs[3] >= 0) continue;  // the axes input
+    if (pad.inputs.size() > 2 && pad.inputs[2] >= 0 &&
+        (!g.is_constant(pad.inputs[2]) || g.value(pad.inputs[2]).constant->at(0) != 0.0))
+      continue;
+    const std::vector<int64_t>& pp = g.value(pad.inputs[1]).constant->i;
+    // (N, C, H, W) begins then ends: only H and W, symmetric.
+    if (pp.size() != 8 || pp[0] || pp[1] || pp[4] || pp[5] || pp[2] != pp[6] || pp[3] != pp[7] || pp[2] < 0 ||
+        pp[3] < 0)
+      continue;
+    const int reader = sole_reader(g, consumers, pad.outputs[0]);
+    if (reader < 0) continue;
+    Node& pool = g.nodes[static_cast<size_t>(reader)];
+    if (pool.op_type != "AveragePool" || pool.attr_string("auto_pad", "NOTSET") != "NOTSET") continue;
+    std::vector<int64_t> pads = pool.attr_ints("pads", {0, 0, 0, 0});
+    const std::vector<int64_t> kernel = pool.attr_ints("kernel_shape");
+    const bool own = std::any_of(pads.begin(), pads.end(), [](int64_t v) { return v != 0; });
+    if (pads.size() != 4 || kernel.size() != 2 || (own && pool.attr_int("count_include_pad", 0) == 0)) continue;
+    pads = {pads[0] + pp[2], pads[1] + pp[3], pads[2] + pp[2], pads[3] + pp[3]};
+    if (pads[0] != pads[2] || pads[1] != pads[3] || 2 * pads[0] > kernel[0] || 2 * pads[1] > kernel[1]) continue;
+    pool.attrs["pads"] = ints_attr(pads);
+    Attribute include;
+    include.kind = Attribute::Kind::INT;
+    include.i = 1;
+    pool.attrs["count_include_pad"] = include;
+    pool.inputs[0] = pad.inputs[0];
+    dead[pi] = true;
+    ++r.rewrites;
+  }
+  drop_nodes(g, dead);
+  return r;
+}
+
 PassReport cancel_transposes(Graph& g) {
   PassReport r{"cancel_transposes"};
   for (bool changed = true; changed;) {

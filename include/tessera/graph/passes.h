@@ -37,6 +37,12 @@ PassReport fold_batch_norm(Graph& g);
 // depthwise Conv with its scale and shift, so the ReLU after it fuses and
 // the normalisation is one pass with the activation.
 PassReport batch_norm_to_conv(Graph& g);
+// Pad by zeros around H and W (symmetric) read only by an AveragePool, as
+// PyTorch exports avg_pool2d(padding=p) with count_include_pad: the pool pads
+// itself and counts the padding (Inception's branches: 9 Pad launches).
+// Kept apart where the padding would pass half the kernel or mix with
+// uncounted pool padding.
+PassReport fold_pad_into_average_pool(Graph& g);
 // Conv / ConvTranspose (constant float weights and bias) whose output only a
 // Mul by a constant per-channel vector or scalar reads: the weights and bias
 // are scaled, the Mul goes (PP-LCNet's learnable affine blocks: conv * s + b,
