@@ -13,14 +13,10 @@ namespace {
 
 using detail::Consumers;
 using detail::drop_nodes;
+using detail::int_attr;
+using detail::ints_attr;
 using detail::sole_reader;
 
-Attribute ints_attr(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::INTS;
-  a.ints = std::move(v);
-  return a;
-}
 
 std::vector<int64_t> permutation(const Node& t, size_t rank) {
   std::vector<int64_t> perm = t.attr_ints("perm");
@@ -156,10 +152,7 @@ PassReport batch_norm_to_conv(Graph& g) {
     bn.inputs = {bn.inputs[0], wid, bid};
     bn.attrs.clear();
     bn.attrs["kernel_shape"] = ints_attr({1, 1});
-    Attribute group;
-    group.kind = Attribute::Kind::INT;
-    group.i = c;
-    bn.attrs["group"] = group;
+    bn.attrs["group"] = int_attr(c);
     ++r.rewrites;
   }
   return r;
@@ -193,10 +186,7 @@ PassReport fold_pad_into_average_pool(Graph& g) {
     pads = {pads[0] + pp[2], pads[1] + pp[3], pads[2] + pp[2], pads[3] + pp[3]};
     if (pads[0] != pads[2] || pads[1] != pads[3] || 2 * pads[0] > kernel[0] || 2 * pads[1] > kernel[1]) continue;
     pool.attrs["pads"] = ints_attr(pads);
-    Attribute include;
-    include.kind = Attribute::Kind::INT;
-    include.i = 1;
-    pool.attrs["count_include_pad"] = include;
+    pool.attrs["count_include_pad"] = int_attr(1);
     pool.inputs[0] = pad.inputs[0];
     dead[pi] = true;
     ++r.rewrites;

@@ -1,5 +1,6 @@
 // Helpers the graph passes share (passes.cc, layout_passes.cc).
 #pragma once
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -13,5 +14,11 @@ using Consumers = std::vector<std::vector<std::pair<int, int>>>;
 int sole_reader(const Graph& g, const Consumers& consumers, int v);
 // Drops the nodes marked dead and recomputes every value's producer.
 void drop_nodes(Graph& g, const std::vector<bool>& dead);
+
+// Attributes the passes write.
+inline Attribute int_attr(int64_t i) { return {.kind = Attribute::Kind::INT, .i = i}; }
+inline Attribute float_attr(float f) { return {.kind = Attribute::Kind::FLOAT, .f = f}; }
+inline Attribute string_attr(std::string s) { return {.kind = Attribute::Kind::STRING, .s = std::move(s)}; }
+inline Attribute ints_attr(std::vector<int64_t> v) { return {.kind = Attribute::Kind::INTS, .ints = std::move(v)}; }
 
 }  // namespace tessera::graph::detail

@@ -34,21 +34,11 @@ void drop_nodes(Graph& g, const std::vector<bool>& dead) {
 namespace {
 
 using detail::drop_nodes;
+using detail::float_attr;
+using detail::int_attr;
 using detail::sole_reader;
+using detail::string_attr;
 
-Attribute string_attr(std::string s) {
-  Attribute a;
-  a.kind = Attribute::Kind::STRING;
-  a.s = std::move(s);
-  return a;
-}
-
-Attribute float_attr(float f) {
-  Attribute a;
-  a.kind = Attribute::Kind::FLOAT;
-  a.f = f;
-  return a;
-}
 
 // Whether constant `c` broadcasts one value per output channel of the 4D-ish
 // conv output `out` (out_ch channels): a scalar, or every dim 1 but the
@@ -537,7 +527,7 @@ PassReport fuse_layer_norm(Graph& g) {
     last.inputs = bias >= 0 ? std::vector<int>{x, scale, bias} : std::vector<int>{x, scale};
     last.outputs = {y};
     last.attrs.clear();
-    last.attrs["axis"] = Attribute{.kind = Attribute::Kind::INT, .i = -1};
+    last.attrs["axis"] = int_attr(-1);
     last.attrs["epsilon"] = float_attr(static_cast<float>(eps));
     ++r.rewrites;
   }
