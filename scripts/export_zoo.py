@@ -144,22 +144,41 @@ def calibrate_batch_norms(model, chw, gen):
 
 def calibrate_layers(model, chw, gen):
     """The same for a model with no batch norm (data-dependent
-    initialisation): layer by layer in forward order, each Conv2d's and
-    Linear's weights and bias are rescaled so that its outputs have zero
-    mean and unit variance per channel on random inputs."""
-    x = torch.rand((4,) + chw, generator=gen) * 2 - 1
-    for m in [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]:
-        seen = []
-        hook = m.register_forward_hook(lambda mod, i, o: seen.append(o))
-        with torch.no_grad():
-            model(x)
-        hook.remove()
-        y = seen[0].transpose(0, 1).reshape(seen[0].shape[1], -1)
+    initialisation): each Conv2d's and Linear's weights and bias are rescaled
+    so that its outputs have zero mean and unit variance per channel on
+    random inputs. One forward pass does it in forward order: each layer's
+    hook rescales the layer, then hands on the output the rescaled layer
+    gives, so the layers after it see it."""
+    # Layer scales start at 1e-6 (ConvNeXt), which would mute every residual
+    # branch and leave its ops untested: give them weights of order 0.1.
+    for name, p in model.named_parameters():
+        if name.endswith("layer_scale"):
+            p.data = torch.rand(p.shape, generator=gen) * 0.2 + 0.05
+    done = set()
+
+    def rescale(m, inputs, o):
+        if m in done:  # a layer called twice keeps its first calibration
+            return None
+        done.add(m)
+        # Channels are dim 1 of a conv's output and the last dim of a linear
+        # layer's (ConvNeXt applies its linears to channels-last values).
+        c = o if isinstance(m, nn.Conv2d) else o.movedim(-1, 1)
+        y = c.transpose(0, 1).reshape(c.shape[1], -1)
         mean, std = y.mean(1), y.std(1).clamp_min(1e-3)
-        shape = (-1,) + (1,) * (m.weight.dim() - 1)
-        m.weight.data /= std.reshape(shape)
+        m.weight.data /= std.reshape((-1,) + (1,) * (m.weight.dim() - 1))
         if m.bias is not None:
             m.bias.data = (m.bias.data - mean) / std
+        else:
+            mean = torch.zeros_like(mean)
+        shape = (1, -1) + (1,) * (c.dim() - 2)
+        c = (c - mean.reshape(shape)) / std.reshape(shape)
+        return c if isinstance(m, nn.Conv2d) else c.movedim(1, -1)
+
+    hooks = [m.register_forward_hook(rescale) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    with torch.no_grad():
+        model(torch.rand((4,) + chw, generator=gen) * 2 - 1)
+    for h in hooks:
+        h.remove()
 
 
 def pcc(a, b):
