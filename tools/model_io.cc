@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "model_runner.h"
 #include "tessera/cnn/testing.h"
 #include "tessera/cnn/weights.h"
 #include "tessera/import/onnx.h"
@@ -28,7 +29,14 @@ void note_conversion(const std::string& source, const std::string& dtype, std::v
 
 }  // namespace
 
-StatusOr<std::vector<DeclaredInput>> declared_inputs(const std::string& model_path) {
+StatusOr<std::vector<DeclaredInput>> declared_inputs(const std::string& model_path, const std::string& model_name) {
+  if (is_image_file(model_path)) {
+    TS_ASSIGN_OR_RETURN(auto img, image::Image::open(model_path));
+    TS_ASSIGN_OR_RETURN(const size_t index, image_model_index(*img, model_name));
+    std::vector<DeclaredInput> out;
+    for (const image::IoInfo& io : img->info().models[index].inputs) out.push_back({io.name, io.dims});
+    return out;
+  }
   importer::OnnxImportOptions io;
   io.symbolic_dim = -1;
   io.infer_shapes = false;

@@ -18,7 +18,10 @@ struct DeclaredInput {
   std::string name;
   std::vector<int64_t> dims;
 };
-StatusOr<std::vector<DeclaredInput>> declared_inputs(const std::string& model_path);
+// From an ONNX file, or a compiled image's model `model_name` (its only one
+// when empty), whose dims are all fixed.
+StatusOr<std::vector<DeclaredInput>> declared_inputs(const std::string& model_path,
+                                                     const std::string& model_name = "");
 
 // Host float32 arrays by input name, from `specs`: "x.npy" (the next input
 // without a file, in the model's order), "name=x.npy", or "all.npz" (arrays

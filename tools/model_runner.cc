@@ -4,6 +4,7 @@
 #include <random>
 #include <sstream>
 
+#include "tessera/graph/shape_inference.h"
 #include "tessera/import/onnx.h"
 
 namespace tessera::tools {
@@ -43,10 +44,10 @@ StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& option
   return c;
 }
 
-StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const ModelOptions& options) {
+bool is_image_file(const std::string& path) { return path.ends_with(".tsi"); }
+
+StatusOr<graph::Graph> import_graph(const std::string& path, const ModelOptions& options, double* import_ms) {
   if (options.batch < 1) return invalid_argument_error("--batch {}: expected at least 1", options.batch);
-  TS_ASSIGN_OR_RETURN(runtime::CompileOptions copts, compile_options_for(options));
-  LoadedModel r;
   auto t0 = std::chrono::steady_clock::now();
   importer::OnnxImportOptions io;
   io.symbolic_dim = options.batch;
@@ -69,11 +70,66 @@ StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const 
   }
   TS_RETURN_IF_ERROR(graph::infer_shapes(g));
   g.remove_dead_nodes();
-  r.import_ms = ms_since(t0);
   if (g.inputs.empty()) return invalid_argument_error("{}: the model has no run-time inputs", path);
+  if (import_ms) *import_ms = ms_since(t0);
+  return g;
+}
+
+namespace {
+
+StatusOr<LoadedModel> load_image_model(const std::string& path, Device& device, const ModelOptions& options) {
+  // An image's options were fixed when it was compiled.
+  const ModelOptions defaults;
+  std::vector<std::string> asked;
+  if (options.precision != defaults.precision) asked.push_back("--dtype " + options.precision);
+  if (options.math_fidelity != defaults.math_fidelity) asked.push_back("--math-fidelity " + options.math_fidelity);
+  if (options.micro_batch != defaults.micro_batch) asked.push_back("--micro-batch " + options.micro_batch);
+  if (!options.input_shape.empty()) asked.push_back("--shape " + graph::dims_to_string(options.input_shape));
+  if (!asked.empty())
+    return invalid_argument_error("{} is a compiled image; its compile options are fixed ({} asked for): compile the "
+                                  "model again with them (tessera compile)",
+                                  path, fmt::format("{}", fmt::join(asked, ", ")));
+  LoadedModel r;
+  r.from_image = true;
+  auto t0 = std::chrono::steady_clock::now();
+  TS_ASSIGN_OR_RETURN(auto img, image::Image::open(path));
+  TS_ASSIGN_OR_RETURN(const size_t index, image_model_index(*img, options.model_name));
+  r.import_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  TS_ASSIGN_OR_RETURN(image::LoadedModel m, image::load_model(*img, index, device));
+  r.compile_ms = ms_since(t0);
+  r.model = std::move(m.model);
+  r.notes = std::move(m.notes);
+  const auto& dims = r.model->input_shapes().at(0);
+  if (options.batch != 1 && !dims.empty() && dims[0] != options.batch)
+    return invalid_argument_error("{} was compiled for batch {}, --batch {} asked for another", path, dims[0],
+                                  options.batch);
+  r.input_shape = Shape(std::span<const uint32_t>(std::vector<uint32_t>(dims.begin(), dims.end())));
+  return r;
+}
+
+}  // namespace
+
+StatusOr<size_t> image_model_index(const image::Image& img, const std::string& name) {
+  if (!name.empty()) return img.find_model(name);
+  if (img.num_models() == 1) return size_t{0};
+  std::string names;
+  for (const auto& m : img.info().models) names += (names.empty() ? "'" : ", '") + m.name + "'";
+  return invalid_argument_error("the image holds {} models ({}): choose one with --model", img.num_models(), names);
+}
+
+StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const ModelOptions& options) {
+  if (is_image_file(path)) return load_image_model(path, device, options);
+  TS_ASSIGN_OR_RETURN(runtime::CompileOptions copts, compile_options_for(options));
+  if (!options.model_name.empty())
+    return invalid_argument_error("--model {}: {} is an ONNX file with one model (--model picks a model of a "
+                                  "compiled image)",
+                                  options.model_name, path);
+  LoadedModel r;
+  TS_ASSIGN_OR_RETURN(graph::Graph g, import_graph(path, options, &r.import_ms));
   r.input_shape = Shape(std::span<const uint32_t>(std::vector<uint32_t>(g.value(g.inputs[0]).dims.begin(),
                                                                         g.value(g.inputs[0]).dims.end())));
-  t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   TS_ASSIGN_OR_RETURN(r.model, runtime::CompiledModel::compile(std::move(g), device, copts));
   r.compile_ms = ms_since(t0);
   return r;

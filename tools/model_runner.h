@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessera/cnn/pipeline.h"
+#include "tessera/image/image.h"
 #include "tessera/runtime/compiled_model.h"
 
 namespace tessera::tools {
@@ -22,18 +23,34 @@ struct ModelOptions {
   bool optimize = true;
   std::string math_fidelity = "HiFi4";  // LoFi | HiFi2 | HiFi3 | HiFi4 (below HiFi4: Winograd 3x3 convs; LoFi on AMX: bfloat16 operands)
   std::string micro_batch = "auto";     // auto | off | images per group (runtime::CompileOptions::micro_batch)
+  std::string model_name;               // a compiled image's model (empty: its only one)
 };
+
+// Whether `path` names a compiled image (.tsi) rather than an ONNX file.
+bool is_image_file(const std::string& path);
 
 // INVALID_ARGUMENT for an unknown precision, math fidelity or micro-batch setting.
 StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& options);
 
 struct LoadedModel {
   std::unique_ptr<runtime::CompiledModel> model;
-  double import_ms = 0, compile_ms = 0;
+  double import_ms = 0, compile_ms = 0;  // an image: reading and verifying it, lowering it
   Shape input_shape;  // the first input's
+  bool from_image = false;
+  std::vector<std::string> notes;  // an image's load notes (image::LoadedModel::notes)
 };
 
-// Imports `path` with the batch, compiles it for `device`.
+// Imports the ONNX file at `path` with the batch and shapes of `options`
+// and infers its shapes (`import_ms`: how long it took).
+StatusOr<graph::Graph> import_graph(const std::string& path, const ModelOptions& options, double* import_ms);
+
+// The model of `img` named `name`, or its only one when `name` is empty
+// (INVALID_ARGUMENT listing them when it has several).
+StatusOr<size_t> image_model_index(const image::Image& img, const std::string& name);
+
+// Imports `path` with the batch, compiles it for `device`; or loads the
+// model of a compiled image (.tsi), whose compile options are fixed:
+// INVALID_ARGUMENT when `options` asks for others.
 StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const ModelOptions& options);
 
 // "trace,2cq" / "notrace,1cq" / "trace,2cq,io" (pipelined I/O) -> PipelineConfig.

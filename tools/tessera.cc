@@ -5,7 +5,13 @@
 //                          [--config trace,2cq] [--dtype float32|bfloat16|bfloat8_b] [--batch B] [--explain]
 //   tessera bench MODEL.onnx [--iterations N] [--batch B] [--dtype ...] [--config ...]
 //                            [--input X.npy --reference R.npy|R.npz|DIR] [--profile TRACE.json|-]
+//   tessera compile MODEL.onnx -o MODEL.tsi [--target cpu|wormhole_b0] [--dtype ...] [--batch B] [--name N]
+//   tessera info MODEL.tsi [--json]
+//   tessera merge A.tsi B.tsi ... -o MERGED.tsi [--separate]
 //   tessera conformance [DIR] [--filter S] [--min-pass-rate R]
+//
+// run and bench take a compiled image (.tsi) as well as an ONNX file
+// (--model NAME picks one of a merged image's models).
 //
 // Results go to stdout, errors to stderr with exit code 1 (2 for bad usage).
 #include <fmt/format.h>
@@ -23,6 +29,7 @@
 #include <thread>
 
 #include "conformance.h"
+#include "image_commands.h"
 #include "model_io.h"
 #include "model_runner.h"
 #include "tessera/base/cpu_features.h"
@@ -37,7 +44,8 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 struct Common {
-  std::string model, dtype = "float32", config = "trace,2cq", device = "cpu", math_fidelity = "HiFi4";
+  std::string model, dtype = "float32", config = "trace,2cq", device, math_fidelity = "HiFi4";
+  std::string model_name;  // --model: a merged image's model
   std::string micro_batch = "auto";
   int64_t batch = 1;
   std::string shape;  // "1x3x480x640"
@@ -51,6 +59,7 @@ StatusOr<ModelOptions> model_options(const Common& c) {
   ModelOptions o{.precision = c.dtype, .batch = c.batch};
   o.math_fidelity = c.math_fidelity;
   o.micro_batch = c.micro_batch;
+  o.model_name = c.model_name;
   if (!c.shape.empty()) {
     std::stringstream ss(c.shape);
     std::string item;
@@ -67,8 +76,16 @@ StatusOr<ModelOptions> model_options(const Common& c) {
   return o;
 }
 
+// The --device given; by default an image's target, or the CPU.
+StatusOr<std::string> device_for(const Common& c) {
+  if (!c.device.empty() || !is_image_file(c.model)) return c.device.empty() ? std::string("cpu") : c.device;
+  TS_ASSIGN_OR_RETURN(auto img, image::Image::open(c.model));
+  return img->info().header.target.name;
+}
+
 StatusOr<std::shared_ptr<Device>> open(const Common& c) {
-  return open_device({.descriptor = c.device,
+  TS_ASSIGN_OR_RETURN(const std::string device, device_for(c));
+  return open_device({.descriptor = device,
                       .l1_small_size = 16384,
                       .trace_region_size = 8 << 20,
                       .num_command_queues = 2,
@@ -84,10 +101,11 @@ void print_report(const LoadedModel& m, const Common& c) {
                  "bfloat16-rounded values without faster arithmetic, usually slower than float32\n",
                  c.dtype.c_str());
   const auto& r = m.model->report();
-  std::printf(
-      "compiled in %.0f ms (import %.0f ms): %d device ops, %zu host fallback(s), %d layout conversion(s), "
-      "%.2f GFLOP per run\n",
-      m.compile_ms, m.import_ms, r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
+  for (const std::string& n : m.notes) std::printf("note: %s\n", n.c_str());
+  std::printf("%s in %.0f ms (%s %.0f ms): %d device ops, %zu host fallback(s), %d layout conversion(s), "
+              "%.2f GFLOP per run\n",
+              m.from_image ? "loaded" : "compiled", m.compile_ms, m.from_image ? "reading the image" : "import",
+              m.import_ms, r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
   for (const auto& f : r.fallbacks) std::printf("  host fallback: %s\n", f.c_str());
   size_t applied = 0;
   for (const auto& p : r.conv_plans) applied += p.find("(applied)") != std::string::npos;
@@ -123,7 +141,7 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
                const std::string& output_dir, const std::string& reference) {
   TS_ASSIGN_OR_RETURN(auto device, open(c));
   TS_ASSIGN_OR_RETURN(ModelOptions mo, model_options(c));
-  TS_ASSIGN_OR_RETURN(const std::vector<DeclaredInput> declared, declared_inputs(c.model));
+  TS_ASSIGN_OR_RETURN(const std::vector<DeclaredInput> declared, declared_inputs(c.model, c.model_name));
   std::vector<std::string> notes;
   using InputFiles = std::map<std::string, Tensor>;
   TS_ASSIGN_OR_RETURN(InputFiles files, read_inputs(input_files, declared, &notes));
@@ -202,7 +220,7 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
                 ys[k].shape().to_string().c_str(), lo, hi, sum / static_cast<double>(v.size() - nan),
                 nan ? fmt::format(" ({} NaN)", nan).c_str() : "");
   }
-  std::printf("compile + 1 run%s: %.0f ms\n", xs.size() == 1 ? " through the pipeline" : "", ms);
+  std::printf("1 run%s: %.0f ms\n", xs.size() == 1 ? " through the pipeline" : "", ms);
   if (c.explain) print_selections(*m.model);
   TS_RETURN_IF_ERROR(write_outputs(output, output_dir, out_names, ys));
   if (!reference.empty()) TS_RETURN_IF_ERROR(check_references(reference, out_names, ys, pcc_threshold(c.dtype)));
@@ -425,7 +443,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Common c;
   auto add_common = [&](CLI::App* s) {
-    s->add_option("model", c.model, "ONNX model file")->required()->check(CLI::ExistingFile);
+    s->add_option("model", c.model, "ONNX model file, or a compiled image (.tsi)")->required()->check(CLI::ExistingFile);
+    s->add_option("--model", c.model_name, "the model of a merged image to run");
     s->add_option("--dtype", c.dtype, "float32 | bfloat16 | bfloat8_b (weights; bfloat16 activations)")
         ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
     s->add_option("--batch", c.batch, "batch size (fills the leading input dim)")->check(CLI::PositiveNumber);
@@ -437,7 +456,8 @@ int main(int argc, char** argv) {
                   "auto | off | N: run the early layers N images at a time where the batch spills the cache");
     s->add_option("--shape", c.shape, "the input's shape, NxCxHxW (models with dynamic H, W)");
     s->add_option("--config", c.config, "pipeline: trace|notrace, 1cq|2cq, io (pipelined I/O)");
-    s->add_option("--device", c.device, "cpu | wormhole_b0")->check(CLI::IsMember({"cpu", "wormhole_b0"}));
+    s->add_option("--device", c.device, "cpu | wormhole_b0 (default: an image's target, or cpu)")
+        ->check(CLI::IsMember({"cpu", "wormhole_b0"}));
     s->add_option("--workers", c.workers, "worker threads (0: one per physical core)");
     s->add_flag("--verbose", c.verbose, "list every conv's placement plan");
     s->add_flag("--explain", c.explain, "list every conv's kernel and why the candidates before it declined");
@@ -476,6 +496,34 @@ int main(int argc, char** argv) {
   std::string profile_path;
   bench->add_option("--profile", profile_path,
                     "kernel time per op, median over up to 10 replays; a Chrome trace to this file ('-': none)");
+  CompileRequest creq;
+  auto* compile = app.add_subcommand("compile", "compile an ONNX model into an image (.tsi) to ship and load anywhere");
+  compile->add_option("model", creq.model, "ONNX model file")->required()->check(CLI::ExistingFile);
+  compile->add_option("-o,--output", creq.output, "the image to write (.tsi)")->required();
+  compile->add_option("--name", creq.name, "the model's name in the image (default: the file's stem)");
+  compile->add_option("--target", creq.target, "cpu | wormhole_b0: the device to compile for (emulated if absent)")
+      ->check(CLI::IsMember({"cpu", "wormhole_b0"}));
+  compile->add_option("--dtype", creq.options.precision, "float32 | bfloat16 | bfloat8_b")
+      ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
+  compile->add_option("--batch", creq.options.batch, "batch size (fills the leading input dim)")
+      ->check(CLI::PositiveNumber);
+  compile->add_option("--math-fidelity", creq.options.math_fidelity, "HiFi4 | HiFi3 | HiFi2 | LoFi")
+      ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
+  compile->add_option("--micro-batch", creq.options.micro_batch, "auto | off | N");
+  std::string compile_shape;
+  compile->add_option("--shape", compile_shape, "the first input's shape, NxCxHxW (models with dynamic H, W)");
+  std::string info_path;
+  bool info_json = false;
+  auto* info = app.add_subcommand("info", "what a compiled image holds: versions, target, models, memory");
+  info->add_option("image", info_path, "a compiled image (.tsi)")->required()->check(CLI::ExistingFile);
+  info->add_flag("--json", info_json, "one JSON object, for tools");
+  std::vector<std::string> merge_inputs;
+  std::string merge_output;
+  bool merge_separate = false;
+  auto* merge = app.add_subcommand("merge", "merge the models of several images into one image");
+  merge->add_option("images", merge_inputs, "compiled images (.tsi)")->required()->check(CLI::ExistingFile);
+  merge->add_option("-o,--output", merge_output, "the merged image (.tsi)")->required();
+  merge->add_flag("--separate", merge_separate, "store identical weights of different models once each");
   std::string dir = kDefaultNodeTestDir, filter;
   double min_rate = 0.95;
   bool quiet = false;
@@ -494,6 +542,20 @@ int main(int argc, char** argv) {
     s = cmd_run(c, inputs, output, output_dir, reference);
   else if (*bench)
     s = cmd_bench(c, iterations, bench_input, bench_reference, profile_path, interval_ms);
+  else if (*compile) {
+    Common cc;
+    cc.shape = compile_shape;
+    cc.batch = creq.options.batch;
+    auto o = model_options(cc);
+    if (o.ok()) {
+      creq.options.input_shape = o->input_shape;
+      creq.options.batch = o->batch;
+    }
+    s = o.ok() ? compile_command(creq) : o.status();
+  } else if (*info)
+    s = info_command(info_path, info_json);
+  else if (*merge)
+    s = merge_command(merge_inputs, merge_output, merge_separate);
   else
     s = cmd_conformance(dir, filter, min_rate, quiet);
   if (!s.ok()) {

@@ -254,6 +254,9 @@ std::vector<std::string> CompiledModel::output_names() const {
   return r;
 }
 const CompileReport& CompiledModel::report() const { return impl_->report; }
+void CompiledModel::set_pass_reports(std::vector<graph::PassReport> passes) {
+  impl_->report.passes = std::move(passes);
+}
 std::vector<std::string> CompiledModel::conv_selections() const {
   std::vector<std::string> out;
   for (const auto& [name, selection] : impl_->conv_layers)

@@ -121,6 +121,9 @@ class CompiledModel {
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
   const CompileReport& report() const;
+  // The passes that ran on the graph before it was given to compile with
+  // optimize = false (a loaded image's, image/image.h), for report().
+  void set_pass_reports(std::vector<graph::PassReport> passes);
   // Per Conv / ConvTranspose node, in lowering order: "<node>: " and
   // explain_conv2d's lines (the algorithm, then each decline), as chosen by
   // the first run ("not run yet" before it).

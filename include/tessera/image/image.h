@@ -1,0 +1,168 @@
+// A compiled image (.tsi): one file that holds one or more compiled models,
+// ready to load and run with no importer, no protobuf and no Python.
+//
+//   // offline, on any machine (tessera compile does this):
+//   TS_ASSIGN_OR_RETURN(image::ImageModel m, image::compile_model("resnet50", std::move(g), *device, options));
+//   TS_RETURN_IF_ERROR(image::write_image("resnet50.tsi", image::header_for(*device), {&m}));
+//   // anywhere (the embedded runtime, tessera_runtime):
+//   TS_ASSIGN_OR_RETURN(auto img, image::Image::open("resnet50.tsi"));
+//   TS_ASSIGN_OR_RETURN(auto model, image::load_model(*img, 0, *device));
+//   TS_ASSIGN_OR_RETURN(auto outs, model.model->run({x}));
+//
+// What an image holds: a header (format version, the Tessera version and
+// commit that wrote it, the target device's descriptor, the kernel ISA tier
+// and CPU it was compiled on), then per model its compile options, its graph
+// after the compiler's passes with every constant (weights folded, fused,
+// in the weights section, 64-byte aligned), its input and output names,
+// shapes and dtypes, and the compile report. Loading plans and lowers that
+// graph for the device at hand: the same lowering `tessera run` does after
+// its passes, so the outputs are bit-identical, and kernels are chosen for
+// the CPU that loads it (an image compiled with AVX-512 kernels loads on an
+// AVX2-only CPU, with a note that the kernels were re-selected).
+//
+// The file (image_format.h's layout, all integers little-endian):
+//   [0, 64)   preamble: magic, format version, the offsets, sizes and CRC-32s
+//             of the two sections, the preamble's own CRC-32;
+//   meta      a FlatBuffers table (src/image/image.fbs), verified before use;
+//   weights   raw arrays, 4096-byte aligned in the file (mmap-able).
+//
+// Compatibility: an image loads in any Tessera with the same major format
+// version (kFormatMajor) and an equal or newer minor one; fields are only
+// appended within a major version, so a newer minor image loads too, its
+// new fields ignored. A different major version is refused, naming both.
+//
+// Errors: every defect of a file (short, wrong magic, another major
+// version, a bad checksum, a FlatBuffers table that does not verify, an
+// offset outside the weights, a graph that refers to values it does not
+// have) is DATA_LOSS or FAILED_PRECONDITION naming the section and what was
+// expected; nothing in a file can crash the reader.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/base/status.h"
+#include "tessera/device/descriptor.h"
+#include "tessera/graph/graph.h"
+#include "tessera/runtime/compiled_model.h"
+
+namespace tessera {
+class Device;
+}
+
+namespace tessera::image {
+
+inline constexpr uint16_t kFormatMajor = 1;
+inline constexpr uint16_t kFormatMinor = 0;
+
+// Who wrote an image, for what.
+struct ImageHeader {
+  uint16_t format_major = kFormatMajor, format_minor = kFormatMinor;
+  std::string tessera_version;  // "0.1.0"
+  std::string tessera_commit;   // git describe of the writing build
+  DeviceDescriptor target;      // the device compiled for
+  std::string kernel_isa;       // "avx512" | "avx2" | "scalar": the tier kernels were chosen for
+  std::string cpu_features;     // the compiling CPU's (CpuFeatures::to_string)
+  std::string cpu_model;        // "AMD EPYC 9B45", from /proc/cpuinfo; empty where unknown
+};
+// This build's versions, `device`'s descriptor, this CPU's tier and features.
+ImageHeader header_for(const Device& device);
+
+// One model of an image.
+struct ImageModel {
+  std::string name;
+  runtime::CompileOptions options;  // as given to compile (optimize: whether the passes ran)
+  graph::Graph graph;               // after the passes
+  runtime::CompileReport report;    // as compiled
+  uint64_t resident_dram_bytes = 0, resident_l1_bytes = 0;  // its constants on the device
+};
+
+// Runs the passes on `graph` (when options.optimize), compiles the result
+// for `device` (so what cannot run is an error now, not at load) and
+// measures what the compiled model holds on the device.
+StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device& device,
+                                   const runtime::CompileOptions& options);
+
+struct WriteOptions {
+  // Constants with the same bytes (a model's repeated tensors, the shared
+  // weights of merged models) stored once.
+  bool dedup_weights = true;
+};
+// Writes the models (names unique and non-empty) into one image at `path`.
+Status write_image(const std::string& path, const ImageHeader& header, std::span<const ImageModel* const> models,
+                   const WriteOptions& options = {});
+// The same, into memory.
+StatusOr<std::vector<uint8_t>> serialize_image(const ImageHeader& header, std::span<const ImageModel* const> models,
+                                               const WriteOptions& options = {});
+
+// A tensor's name, dims and dtype.
+struct IoInfo {
+  std::string name;
+  std::vector<int64_t> dims;
+  std::string dtype;  // "float32"
+};
+
+struct ModelInfo {
+  std::string name;
+  runtime::CompileOptions options;
+  runtime::CompileReport report;
+  std::vector<IoInfo> inputs, outputs;
+  std::vector<std::pair<std::string, int>> op_counts;        // by op type, sorted
+  std::vector<std::pair<std::string, uint64_t>> weight_bytes;  // by storage dtype, as stored
+  uint64_t num_constants = 0;
+  uint64_t resident_dram_bytes = 0, resident_l1_bytes = 0;
+};
+
+struct ImageInfo {
+  ImageHeader header;
+  uint64_t file_bytes = 0, meta_bytes = 0, weights_bytes = 0;
+  std::vector<ModelInfo> models;
+};
+// What `tessera info` prints: the text, or one JSON object.
+std::string info_text(const ImageInfo& info);
+std::string info_json(const ImageInfo& info);
+
+// An opened, verified image. Opening checks the preamble and both sections'
+// checksums and verifies the metadata; models decode on demand.
+class Image {
+ public:
+  ~Image();
+  // Reads the file (mapped, not copied).
+  static StatusOr<std::unique_ptr<Image>> open(const std::string& path);
+  // An image in memory (tests, fuzzing, images embedded in a program).
+  static StatusOr<std::unique_ptr<Image>> from_bytes(std::vector<uint8_t> bytes);
+
+  const ImageInfo& info() const { return info_; }
+  size_t num_models() const { return info_.models.size(); }
+  // NOT_FOUND naming the models there are.
+  StatusOr<size_t> find_model(std::string_view name) const;
+  // Model `index`'s options, graph (constants copied out of the weights
+  // section) and report.
+  StatusOr<ImageModel> model(size_t index) const;
+
+  struct Mapping;
+
+ private:
+  Image() = default;
+  static StatusOr<std::unique_ptr<Image>> verify(std::unique_ptr<Mapping> mapping);
+  std::unique_ptr<Mapping> mapping_;
+  std::span<const uint8_t> meta_, weights_;
+  ImageInfo info_;
+};
+
+struct LoadedModel {
+  std::unique_ptr<runtime::CompiledModel> model;
+  // What the load did that the user should know: kernels re-selected for
+  // another ISA tier, a CPU other than the compiling one.
+  std::vector<std::string> notes;
+};
+// Lowers model `index` of `image` onto `device`. FAILED_PRECONDITION when the
+// image was compiled for another kind of device (a wormhole_b0 image on the
+// CPU device, or back), naming both descriptors.
+StatusOr<LoadedModel> load_model(const Image& image, size_t index, Device& device);
+
+}  // namespace tessera::image

@@ -1,0 +1,388 @@
+// Reading compiled images: the preamble and checksums first, then the
+// FlatBuffers verifier, then every offset and id the metadata holds, before
+// anything is trusted.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+
+#include "image_format.h"
+#include "image_generated.h"
+#include "tessera/graph/shape_inference.h"
+#include "tessera/image/image.h"
+
+namespace tessera::image {
+
+namespace {
+
+template <typename... Args>
+Status damaged(fmt::format_string<Args...> f, Args&&... args) {
+  return Status(StatusCode::kDataLoss, fmt::format(f, std::forward<Args>(args)...));
+}
+
+std::string str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+template <typename T>
+std::vector<T> vec(const flatbuffers::Vector<T>* v) {
+  return v ? std::vector<T>(v->begin(), v->end()) : std::vector<T>();
+}
+
+std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  if (v)
+    for (const auto* s : *v) out.push_back(str(s));
+  return out;
+}
+
+StatusOr<runtime::CompileOptions> options_of(const fb::Options* o, const std::string& model) {
+  runtime::CompileOptions c;
+  if (!o) return damaged("model '{}': no compile options in section 'meta'", model);
+  const auto dtype = parse_data_type(str(o->dtype())), wdtype = parse_data_type(str(o->weights_dtype()));
+  if (!dtype || !wdtype)
+    return damaged("model '{}': compile options name dtypes '{}' / '{}', expected Tessera dtype names", model,
+                   str(o->dtype()), str(o->weights_dtype()));
+  c.dtype = *dtype, c.weights_dtype = *wdtype;
+  bool known = false;
+  for (MathFidelity f : {MathFidelity::LoFi, MathFidelity::HiFi2, MathFidelity::HiFi3, MathFidelity::HiFi4})
+    if (math_fidelity_name(f) == str(o->math_fidelity())) c.math_fidelity = f, known = true;
+  if (!known) return damaged("model '{}': unknown math fidelity '{}'", model, str(o->math_fidelity()));
+  c.allow_fallback = o->allow_fallback();
+  if (o->apply_conv_sharding() >= 0) c.apply_conv_sharding = o->apply_conv_sharding() != 0;
+  if (o->micro_batch() >= 0) c.micro_batch = static_cast<uint32_t>(o->micro_batch());
+  c.micro_batch_cache_bytes = o->micro_batch_cache_bytes();
+  c.optimize = false;  // the stored graph is the passes' result
+  return c;
+}
+
+runtime::CompileReport report_of(const fb::Report* r) {
+  runtime::CompileReport out;
+  if (!r) return out;
+  if (r->passes())
+    for (const auto* p : *r->passes()) out.passes.push_back({str(p->name()), p->rewrites()});
+  out.fallbacks = strings(r->fallbacks());
+  out.device_ops = r->device_ops();
+  out.layout_conversions = r->layout_conversions();
+  out.conv_flops = r->conv_flops();
+  out.conv_plans = strings(r->conv_plans());
+  return out;
+}
+
+DeviceDescriptor target_of(const fb::Target* t) {
+  DeviceDescriptor d;
+  if (!t) return d;
+  d.name = str(t->name());
+  d.grid = {t->grid_x(), t->grid_y()};
+  d.l1_size_per_core = t->l1_size_per_core();
+  d.shared_cache_size = t->shared_cache_size();
+  d.num_dram_banks = t->num_dram_banks();
+  d.dram_bank_size = t->dram_bank_size();
+  d.l1_alignment = t->l1_alignment();
+  d.dram_alignment = t->dram_alignment();
+  d.dram_page_alignment = t->dram_page_alignment();
+  d.isa = str(t->isa());
+  if (t->disabled_cores())
+    for (const auto* c : *t->disabled_cores()) d.disabled_cores.push_back({c->x(), c->y()});
+  d.host_cores = t->host_cores();
+  d.emulated = t->emulated();
+  return d;
+}
+
+const char* storage_name(fb::Storage s) {
+  switch (s) {
+    case fb::Storage::FLOAT32: return "float32";
+    case fb::Storage::INT64: return "int64";
+    case fb::Storage::BFLOAT16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+// Checks a tensor reference against the weights section: a known storage
+// matching its type, dims whose volume fits, bytes = volume * element size,
+// inside the section.
+Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::string& what) {
+  if (!t->dims()) return damaged("{}: a constant with no dims", what);
+  uint64_t volume = 1;
+  for (int64_t d : *t->dims()) {
+    if (d < 0 || d > (int64_t{1} << 40) || (d && volume > (uint64_t{1} << 40) / static_cast<uint64_t>(d)))
+      return damaged("{}: a constant with dims out of range", what);
+    volume *= static_cast<uint64_t>(d);
+  }
+  uint64_t elem = 0;
+  if (t->type() == fb::ElemType::FLOAT32 && t->storage() == fb::Storage::FLOAT32) elem = 4;
+  if (t->type() == fb::ElemType::FLOAT32 && t->storage() == fb::Storage::BFLOAT16) elem = 2;
+  if (t->type() == fb::ElemType::INT64 && t->storage() == fb::Storage::INT64) elem = 8;
+  if (!elem)
+    return damaged("{}: element type {} stored as {}, which this Tessera cannot read", what,
+                   static_cast<int>(t->type()), static_cast<int>(t->storage()));
+  if (t->bytes() != volume * elem)
+    return damaged("{}: {} bytes for {} elements of {} bytes", what, t->bytes(), volume, elem);
+  if (t->offset() > weights_bytes || t->bytes() > weights_bytes - t->offset())
+    return damaged("{}: bytes [{}, +{}) outside section 'weights' ({} bytes)", what, t->offset(), t->bytes(),
+                   weights_bytes);
+  return ok_status();
+}
+
+graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> weights) {
+  graph::HostTensor h;
+  h.dims = vec(t->dims());
+  const uint8_t* p = weights.data() + t->offset();
+  if (t->type() == fb::ElemType::INT64) {
+    h.type = graph::ElemType::INT64;
+    h.i.resize(t->bytes() / 8);
+    std::memcpy(h.i.data(), p, t->bytes());
+  } else if (t->storage() == fb::Storage::BFLOAT16) {
+    h.f.resize(t->bytes() / 2);
+    for (size_t k = 0; k < h.f.size(); ++k) {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * k, 2);
+      const uint32_t bits = uint32_t{b} << 16;
+      std::memcpy(&h.f[k], &bits, 4);
+    }
+  } else {
+    h.f.resize(t->bytes() / 4);
+    std::memcpy(h.f.data(), p, t->bytes());
+  }
+  return h;
+}
+
+const fb::Image* root(std::span<const uint8_t> meta) { return fb::GetImage(meta.data()); }
+
+}  // namespace
+
+struct Image::Mapping {
+  void* addr = MAP_FAILED;
+  size_t size = 0;
+  std::vector<uint8_t> owned;
+  std::span<const uint8_t> bytes() const {
+    return owned.empty() && addr != MAP_FAILED ? std::span(static_cast<const uint8_t*>(addr), size)
+                                               : std::span<const uint8_t>(owned);
+  }
+  ~Mapping() {
+    if (addr != MAP_FAILED) munmap(addr, size);
+  }
+};
+
+Image::~Image() = default;
+
+StatusOr<std::unique_ptr<Image>> Image::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return not_found_error("cannot open image '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument_error("'{}' is not a regular file", path);
+  }
+  auto m = std::make_unique<Mapping>();
+  m->size = static_cast<size_t>(st.st_size);
+  if (m->size < format::kPreambleBytes) {
+    ::close(fd);
+    return damaged("'{}' is {} bytes; an image starts with a {}-byte preamble (truncated?)", path, m->size,
+                   format::kPreambleBytes);
+  }
+  m->addr = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (m->addr == MAP_FAILED) return internal_error("cannot map '{}': {}", path, std::strerror(err));
+  auto r = verify(std::move(m));
+  if (!r.ok()) return r.status().annotate(path);
+  return r;
+}
+
+StatusOr<std::unique_ptr<Image>> Image::from_bytes(std::vector<uint8_t> bytes) {
+  auto m = std::make_unique<Mapping>();
+  m->owned = std::move(bytes);
+  return verify(std::move(m));
+}
+
+StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping) {
+  const std::span<const uint8_t> file = mapping->bytes();
+  if (file.size() < format::kPreambleBytes)
+    return damaged("{} bytes; an image starts with a {}-byte preamble (truncated?)", file.size(),
+                   format::kPreambleBytes);
+  format::Preamble p;
+  std::memcpy(&p, file.data(), sizeof p);
+  if (std::memcmp(p.magic, format::kMagic, sizeof p.magic) != 0)
+    return invalid_argument_error("not a Tessera image: expected the magic bytes 'TSIMAGE\\x1a', found '{}'",
+                                  fmt::format("{:02x}", fmt::join(std::span(file.data(), 8), " ")));
+  if (format::preamble_crc(p) != p.preamble_crc)
+    return damaged("section 'preamble': CRC-32 {:08x} recorded, {:08x} computed (the file is damaged)",
+                   p.preamble_crc, format::preamble_crc(p));
+  if (p.format_major != kFormatMajor)
+    return failed_precondition_error(
+        "image format {}.{}, this Tessera reads format {}.x (images of another major version must be compiled "
+        "again from the model with this Tessera's `tessera compile`)",
+        p.format_major, p.format_minor, kFormatMajor);
+  if (p.preamble_bytes != format::kPreambleBytes || p.meta_offset != format::kPreambleBytes)
+    return damaged("section 'preamble': a {}-byte preamble and metadata at offset {}, expected {} and {}",
+                   p.preamble_bytes, p.meta_offset, format::kPreambleBytes, format::kPreambleBytes);
+  const uint64_t size = file.size();
+  if (p.meta_bytes > size - p.meta_offset)
+    return damaged("section 'meta': {} bytes at offset {} past the end of the {}-byte file (truncated?)", p.meta_bytes,
+                   p.meta_offset, size);
+  if (p.weights_offset < p.meta_offset + p.meta_bytes || p.weights_offset > size ||
+      p.weights_bytes > size - p.weights_offset)
+    return damaged("section 'weights': {} bytes at offset {} do not fit the {}-byte file after the metadata "
+                   "(truncated?)",
+                   p.weights_bytes, p.weights_offset, size);
+  auto img = std::unique_ptr<Image>(new Image());
+  img->meta_ = file.subspan(p.meta_offset, p.meta_bytes);
+  img->weights_ = file.subspan(p.weights_offset, p.weights_bytes);
+  if (const uint32_t c = format::crc32_of(img->meta_); c != p.meta_crc)
+    return damaged("section 'meta': CRC-32 {:08x} recorded, {:08x} computed (the file is damaged)", p.meta_crc, c);
+  if (const uint32_t c = format::crc32_of(img->weights_); c != p.weights_crc)
+    return damaged("section 'weights': CRC-32 {:08x} recorded, {:08x} computed (the file is damaged)", p.weights_crc,
+                   c);
+  flatbuffers::Verifier v(img->meta_.data(), img->meta_.size());
+  if (!fb::VerifyImageBuffer(v))
+    return damaged("section 'meta': not a valid image table (FlatBuffers verification failed)");
+  const fb::Image* r = root(img->meta_);
+  ImageInfo& info = img->info_;
+  info.header = {.format_major = p.format_major,
+                 .format_minor = p.format_minor,
+                 .tessera_version = str(r->tessera_version()),
+                 .tessera_commit = str(r->tessera_commit()),
+                 .target = target_of(r->target()),
+                 .kernel_isa = str(r->kernel_isa()),
+                 .cpu_features = str(r->cpu_features()),
+                 .cpu_model = str(r->cpu_model())};
+  info.file_bytes = size, info.meta_bytes = p.meta_bytes, info.weights_bytes = p.weights_bytes;
+  if (!r->target()) return damaged("section 'meta': no target device");
+  if (!r->models() || r->models()->size() == 0) return damaged("section 'meta': no models");
+  for (const fb::Model* m : *r->models()) {
+    ModelInfo mi;
+    mi.name = str(m->name());
+    TS_ASSIGN_OR_RETURN(mi.options, options_of(m->options(), mi.name));
+    mi.report = report_of(m->report());
+    if (m->report()) mi.resident_dram_bytes = m->report()->resident_dram_bytes();
+    if (m->report()) mi.resident_l1_bytes = m->report()->resident_l1_bytes();
+    const fb::Graph* g = m->graph();
+    if (!g || !g->values() || !g->nodes() || !g->inputs() || !g->outputs())
+      return damaged("model '{}': an incomplete graph in section 'meta'", mi.name);
+    const int nv = static_cast<int>(g->values()->size());
+    std::map<std::string, uint64_t> bytes;
+    auto count = [&](const fb::Tensor* t, const std::string& what) -> Status {
+      TS_RETURN_IF_ERROR(check_tensor(t, p.weights_bytes, fmt::format("model '{}': {}", mi.name, what)));
+      bytes[storage_name(t->storage())] += t->bytes();
+      ++mi.num_constants;
+      return ok_status();
+    };
+    for (const fb::Value* v : *g->values())
+      if (v->constant()) TS_RETURN_IF_ERROR(count(v->constant(), fmt::format("value '{}'", str(v->name()))));
+    std::map<std::string, int> ops;
+    for (const fb::Node* n : *g->nodes()) {
+      ++ops[str(n->op_type())];
+      for (const auto* ids : {n->inputs(), n->outputs()})
+        if (ids)
+          for (int id : *ids)
+            if (id < -1 || id >= nv)
+              return damaged("model '{}': node '{}' refers to value {}, the graph has {}", mi.name, str(n->name()),
+                             id, nv);
+      if (n->attrs())
+        for (const fb::Attribute* a : *n->attrs())
+          if (a->t()) TS_RETURN_IF_ERROR(count(a->t(), fmt::format("node '{}' attribute", str(n->name()))));
+    }
+    mi.op_counts.assign(ops.begin(), ops.end());
+    mi.weight_bytes.assign(bytes.begin(), bytes.end());
+    for (const auto* ids : {g->inputs(), g->outputs()})
+      for (int id : *ids) {
+        if (id < 0 || id >= nv) return damaged("model '{}': graph input/output {} of {} values", mi.name, id, nv);
+        const fb::Value* v = g->values()->Get(static_cast<flatbuffers::uoffset_t>(id));
+        (ids == g->inputs() ? mi.inputs : mi.outputs)
+            .push_back({str(v->name()), vec(v->dims()), v->type() == fb::ElemType::FLOAT32 ? "float32" : "int64"});
+      }
+    info.models.push_back(std::move(mi));
+  }
+  img->mapping_ = std::move(mapping);
+  return img;
+}
+
+StatusOr<size_t> Image::find_model(std::string_view name) const {
+  std::string names;
+  for (size_t i = 0; i < info_.models.size(); ++i) {
+    if (info_.models[i].name == name) return i;
+    names += (i ? ", '" : "'") + info_.models[i].name + "'";
+  }
+  return not_found_error("the image has no model '{}' (its models: {})", name, names);
+}
+
+StatusOr<ImageModel> Image::model(size_t index) const {
+  if (index >= info_.models.size())
+    return out_of_range_error("model {} of an image with {} model(s)", index, info_.models.size());
+  const fb::Model* m = root(meta_)->models()->Get(static_cast<flatbuffers::uoffset_t>(index));
+  const fb::Graph* fg = m->graph();
+  ImageModel out;
+  out.name = info_.models[index].name;
+  out.options = info_.models[index].options;
+  out.report = info_.models[index].report;
+  out.resident_dram_bytes = info_.models[index].resident_dram_bytes;
+  out.resident_l1_bytes = info_.models[index].resident_l1_bytes;
+  graph::Graph& g = out.graph;
+  g.opset = fg->opset();
+  for (const fb::Value* v : *fg->values()) {
+    graph::Value val;
+    val.name = str(v->name());
+    val.type = v->type() == fb::ElemType::INT64 ? graph::ElemType::INT64 : graph::ElemType::FLOAT32;
+    val.dims = vec(v->dims());
+    val.has_shape = v->has_shape();
+    if (v->constant()) val.constant = decode_tensor(v->constant(), weights_);
+    g.values.push_back(std::move(val));
+  }
+  for (const fb::Node* fn : *fg->nodes()) {
+    graph::Node n;
+    n.name = str(fn->name());
+    n.op_type = str(fn->op_type());
+    n.inputs = vec(fn->inputs());
+    n.outputs = vec(fn->outputs());
+    if (fn->attrs())
+      for (const fb::Attribute* a : *fn->attrs()) {
+        graph::Attribute at;
+        if (a->kind() > fb::AttrKind::MAX) return damaged("node '{}': an attribute of unknown kind", n.name);
+        at.kind = static_cast<graph::Attribute::Kind>(a->kind());
+        at.i = a->i(), at.f = a->f(), at.s = str(a->s());
+        at.ints = vec(a->ints()), at.floats = vec(a->floats());
+        if (a->t()) at.t = decode_tensor(a->t(), weights_);
+        n.attrs[str(a->name())] = std::move(at);
+      }
+    g.nodes.push_back(std::move(n));
+  }
+  g.inputs = vec(fg->inputs());
+  g.outputs = vec(fg->outputs());
+  // The graph as the compiler left it: in topological order, each value
+  // produced once, every value read known, and the shapes shape inference
+  // gives; anything else is a damaged or forged image, refused here rather
+  // than trusted by the kernels.
+  std::vector<bool> ready(g.values.size(), false);
+  for (size_t v = 0; v < g.values.size(); ++v) ready[v] = g.values[v].constant.has_value();
+  for (int i : g.inputs) {
+    if (!g.values[static_cast<size_t>(i)].has_shape) return damaged("model '{}': input {} has no shape", out.name, i);
+    ready[static_cast<size_t>(i)] = true;
+  }
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const graph::Node& n = g.nodes[ni];
+    for (int in : n.inputs)
+      if (in >= 0 && !ready[static_cast<size_t>(in)])
+        return damaged("model '{}': {} reads value {} before anything produces it", out.name, n.label(), in);
+    for (int o : n.outputs) {
+      if (o < 0 || ready[static_cast<size_t>(o)])
+        return damaged("model '{}': {} writes value {}, produced already", out.name, n.label(), o);
+      ready[static_cast<size_t>(o)] = true;
+      g.values[static_cast<size_t>(o)].producer = static_cast<int>(ni);
+    }
+  }
+  for (int o : g.outputs)
+    if (!ready[static_cast<size_t>(o)]) return damaged("model '{}': output {} is never produced", out.name, o);
+  std::vector<std::vector<int64_t>> stored;
+  for (const graph::Value& v : g.values) stored.push_back(v.dims);
+  if (Status st = graph::infer_shapes(g); !st.ok()) return damaged("model '{}': {}", out.name, st.message());
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].dims != stored[v])
+      return damaged("model '{}': value '{}' is stored as {}, its producer gives {}", out.name, g.values[v].name,
+                     graph::dims_to_string(stored[v]), graph::dims_to_string(g.values[v].dims));
+  return out;
+}
+
+}  // namespace tessera::image

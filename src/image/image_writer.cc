@@ -1,0 +1,223 @@
+// Writing compiled images: the models' graphs and options into the
+// FlatBuffers metadata (image.fbs), their constants into the weights section.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <unordered_map>
+
+#include "image_format.h"
+#include "image_generated.h"
+#include "tessera/base/cpu_features.h"
+#include "tessera/device/device.h"
+#include "tessera/image/image.h"
+
+namespace tessera::image {
+
+namespace {
+
+using flatbuffers::FlatBufferBuilder;
+using flatbuffers::Offset;
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.starts_with("model name") && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+  return "";
+}
+
+class Writer {
+ public:
+  explicit Writer(bool dedup) : dedup_(dedup) {}
+
+  Offset<fb::Image> image(const ImageHeader& h, std::span<const ImageModel* const> models) {
+    std::vector<Offset<fb::Model>> ms;
+    for (const ImageModel* m : models) ms.push_back(model(*m));
+    const auto version = fbb.CreateString(h.tessera_version), commit = fbb.CreateString(h.tessera_commit);
+    const auto tgt = target(h.target);
+    const auto isa = fbb.CreateString(h.kernel_isa), features = fbb.CreateString(h.cpu_features),
+               cpu = fbb.CreateString(h.cpu_model);
+    return fb::CreateImage(fbb, version, commit, tgt, isa, features, cpu, fbb.CreateVector(ms));
+  }
+
+  FlatBufferBuilder fbb{1 << 16};
+  std::vector<uint8_t> weights;
+
+ private:
+  // Appends `n` bytes to the weights section (or finds them there) and
+  // returns their offset.
+  uint64_t blob(const void* p, size_t n) {
+    const uint32_t key = format::crc32_of({static_cast<const uint8_t*>(p), n});
+    if (dedup_) {
+      auto [lo, hi] = seen_.equal_range(key);
+      for (auto it = lo; it != hi; ++it)
+        if (it->second.second == n && std::memcmp(weights.data() + it->second.first, p, n) == 0)
+          return it->second.first;
+    }
+    const uint64_t at = format::align_up(weights.size(), format::kTensorAlignment);
+    weights.resize(at + n);
+    if (n) std::memcpy(weights.data() + at, p, n);
+    seen_.emplace(key, std::make_pair(at, n));
+    return at;
+  }
+
+  Offset<fb::Tensor> tensor(const graph::HostTensor& t) {
+    const bool f = t.type == graph::ElemType::FLOAT32;
+    const size_t n = f ? t.f.size() * sizeof(float) : t.i.size() * sizeof(int64_t);
+    const uint64_t at = f ? blob(t.f.data(), n) : blob(t.i.data(), n);
+    return fb::CreateTensor(fbb, f ? fb::ElemType::FLOAT32 : fb::ElemType::INT64, fbb.CreateVector(t.dims),
+                            f ? fb::Storage::FLOAT32 : fb::Storage::INT64, at, n);
+  }
+
+  Offset<fb::Attribute> attribute(const std::string& name, const graph::Attribute& a) {
+    const auto n = fbb.CreateString(name), s = fbb.CreateString(a.s);
+    const auto ints = fbb.CreateVector(a.ints);
+    const auto floats = fbb.CreateVector(a.floats);
+    const auto t = a.t ? tensor(*a.t) : Offset<fb::Tensor>();
+    return fb::CreateAttribute(fbb, n, static_cast<fb::AttrKind>(a.kind), a.i, a.f, s, ints, floats, t);
+  }
+
+  Offset<fb::Graph> graph(const graph::Graph& g) {
+    std::vector<Offset<fb::Value>> values;
+    for (const graph::Value& v : g.values) {
+      const auto name = fbb.CreateString(v.name);
+      const auto dims = fbb.CreateVector(v.dims);
+      const auto c = v.constant ? tensor(*v.constant) : Offset<fb::Tensor>();
+      values.push_back(fb::CreateValue(fbb, name, static_cast<fb::ElemType>(v.type), dims, v.has_shape, c));
+    }
+    std::vector<Offset<fb::Node>> nodes;
+    for (const graph::Node& n : g.nodes) {
+      std::vector<Offset<fb::Attribute>> attrs;
+      for (const auto& [k, a] : n.attrs) attrs.push_back(attribute(k, a));
+      nodes.push_back(fb::CreateNode(fbb, fbb.CreateString(n.name), fbb.CreateString(n.op_type),
+                                     fbb.CreateVector(n.inputs), fbb.CreateVector(n.outputs), fbb.CreateVector(attrs)));
+    }
+    return fb::CreateGraph(fbb, g.opset, fbb.CreateVector(values), fbb.CreateVector(nodes), fbb.CreateVector(g.inputs),
+                           fbb.CreateVector(g.outputs));
+  }
+
+  Offset<fb::Options> options(const runtime::CompileOptions& o) {
+    return fb::CreateOptions(
+        fbb, fbb.CreateString(data_type_name(o.dtype)), fbb.CreateString(data_type_name(o.weights_dtype)),
+        fbb.CreateString(math_fidelity_name(o.math_fidelity)), o.allow_fallback,
+        static_cast<int8_t>(o.apply_conv_sharding ? *o.apply_conv_sharding : -1),
+        o.micro_batch ? static_cast<int32_t>(*o.micro_batch) : -1, o.micro_batch_cache_bytes);
+  }
+
+  Offset<fb::Report> report(const ImageModel& m) {
+    const runtime::CompileReport& r = m.report;
+    std::vector<Offset<fb::Pass>> passes;
+    for (const auto& p : r.passes) passes.push_back(fb::CreatePass(fbb, fbb.CreateString(p.pass), p.rewrites));
+    return fb::CreateReport(fbb, fbb.CreateVector(passes), fbb.CreateVectorOfStrings(r.fallbacks), r.device_ops,
+                            r.layout_conversions, r.conv_flops, fbb.CreateVectorOfStrings(r.conv_plans),
+                            m.resident_dram_bytes, m.resident_l1_bytes);
+  }
+
+  Offset<fb::Model> model(const ImageModel& m) {
+    const auto name = fbb.CreateString(m.name);
+    const auto o = options(m.options);
+    const auto g = graph(m.graph);
+    const auto r = report(m);
+    return fb::CreateModel(fbb, name, o, g, r);
+  }
+
+  Offset<fb::Target> target(const DeviceDescriptor& d) {
+    std::vector<Offset<fb::CoreCoord>> disabled;
+    for (const CoreCoord& c : d.disabled_cores) disabled.push_back(fb::CreateCoreCoord(fbb, c.x, c.y));
+    return fb::CreateTarget(fbb, fbb.CreateString(d.name), d.grid.x, d.grid.y, d.l1_size_per_core,
+                            d.shared_cache_size, d.num_dram_banks, d.dram_bank_size, d.l1_alignment, d.dram_alignment,
+                            d.dram_page_alignment, fbb.CreateString(d.isa), fbb.CreateVector(disabled), d.host_cores,
+                            d.emulated);
+  }
+
+  bool dedup_;
+  std::unordered_multimap<uint32_t, std::pair<uint64_t, uint64_t>> seen_;  // crc -> (offset, bytes)
+};
+
+}  // namespace
+
+ImageHeader header_for(const Device& device) {
+  ImageHeader h;
+  h.tessera_version = TESSERA_VERSION;
+  h.tessera_commit = TESSERA_COMMIT;
+  h.target = device.descriptor();
+  h.kernel_isa = std::string(kernel_isa_name(kernel_isa()));
+  h.cpu_features = cpu_features().to_string();
+  h.cpu_model = cpu_model_name();
+  return h;
+}
+
+StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device& device,
+                                   const runtime::CompileOptions& options) {
+  ImageModel m;
+  m.name = std::move(name);
+  m.options = options;
+  std::vector<graph::PassReport> passes;
+  if (options.optimize) passes = graph::optimize(graph);
+  runtime::CompileOptions as_loaded = options;
+  as_loaded.optimize = false;  // what load_model does with the stored graph
+  const uint64_t dram0 = device.memory_stats(BufferType::DRAM).allocated_bytes;
+  const uint64_t l10 = device.memory_stats(BufferType::L1).allocated_bytes;
+  TS_ASSIGN_OR_RETURN(auto compiled, runtime::CompiledModel::compile(graph, device, as_loaded));
+  m.resident_dram_bytes = device.memory_stats(BufferType::DRAM).allocated_bytes - dram0;
+  m.resident_l1_bytes = device.memory_stats(BufferType::L1).allocated_bytes - l10;
+  m.report = compiled->report();
+  m.report.passes = std::move(passes);
+  m.graph = std::move(graph);
+  return m;
+}
+
+StatusOr<std::vector<uint8_t>> serialize_image(const ImageHeader& header, std::span<const ImageModel* const> models,
+                                               const WriteOptions& options) {
+  if (models.empty()) return invalid_argument_error("an image holds at least one model, got none");
+  std::set<std::string> names;
+  for (const ImageModel* m : models) {
+    if (m->name.empty()) return invalid_argument_error("every model of an image needs a name; one has none");
+    if (!names.insert(m->name).second)
+      return invalid_argument_error("two models of the image are named '{}'; names must be unique", m->name);
+  }
+  Writer w(options.dedup_weights);
+  w.fbb.Finish(w.image(header, models), fb::ImageIdentifier());
+  const std::span<const uint8_t> meta(w.fbb.GetBufferPointer(), w.fbb.GetSize());
+  format::Preamble p{};
+  std::memcpy(p.magic, format::kMagic, sizeof p.magic);
+  p.format_major = header.format_major;
+  p.format_minor = header.format_minor;
+  p.preamble_bytes = format::kPreambleBytes;
+  p.meta_offset = format::kPreambleBytes;
+  p.meta_bytes = meta.size();
+  p.weights_offset = format::align_up(p.meta_offset + p.meta_bytes, format::kWeightsAlignment);
+  p.weights_bytes = w.weights.size();
+  p.meta_crc = format::crc32_of(meta);
+  p.weights_crc = format::crc32_of(w.weights);
+  p.preamble_crc = format::preamble_crc(p);
+  std::vector<uint8_t> out(p.weights_offset + p.weights_bytes, 0);
+  std::memcpy(out.data(), &p, sizeof p);
+  std::memcpy(out.data() + p.meta_offset, meta.data(), meta.size());
+  if (!w.weights.empty()) std::memcpy(out.data() + p.weights_offset, w.weights.data(), w.weights.size());
+  return out;
+}
+
+Status write_image(const std::string& path, const ImageHeader& header, std::span<const ImageModel* const> models,
+                   const WriteOptions& options) {
+  TS_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, serialize_image(header, models, options));
+  // Written beside the target and renamed over it: a reader never sees half an image.
+  const std::string tmp = path + ".partial";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return invalid_argument_error("cannot write '{}': {}", tmp, std::strerror(errno));
+  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  const int err = errno;
+  if (std::fclose(f) != 0 || !wrote) {
+    std::remove(tmp.c_str());
+    return resource_exhausted_error("writing '{}' ({} bytes) failed: {}", tmp, bytes.size(), std::strerror(err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return invalid_argument_error("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(errno));
+  }
+  return ok_status();
+}
+
+}  // namespace tessera::image

@@ -1,0 +1,231 @@
+// Compiled images: a graph survives the round trip bit for bit, a loaded
+// model computes bit-identically to one compiled from the graph, and every
+// kind of damaged or foreign file is a clear error.
+#include "tessera/image/image.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "../src/image/image_format.h"
+#include "onnx_model_builder.h"
+#include "tessera/device/device.h"
+#include "tessera/import/onnx.h"
+#include "tessera/tensor/tensor.h"
+
+namespace tessera::image {
+namespace {
+
+using runtime::CompiledModel;
+using runtime::CompileOptions;
+
+graph::Graph small_graph(int64_t batch = 1) {
+  auto g = importer::import_onnx_bytes(testing_onnx::small_cnn(batch).bytes());
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  return std::move(g).value();
+}
+
+std::shared_ptr<Device> cpu() { return open_device({.descriptor = "cpu", .num_command_queues = 2}).value(); }
+
+std::vector<float> run(CompiledModel& m, Device& d) {
+  const auto& dims = m.input_shapes()[0];
+  std::vector<float> x(static_cast<size_t>(graph::dims_volume(dims)));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  Tensor t = Tensor::from_vector(x, Shape(std::span<const uint32_t>(std::vector<uint32_t>(dims.begin(), dims.end()))),
+                                 DataType::FLOAT32)
+                 .value();
+  const Tensor in[] = {to_device(t, d).value()};
+  auto outs = m.run(in);
+  EXPECT_TRUE(outs.ok()) << outs.status().to_string();
+  return outs.value()[0].cpu().value().to_vector().value();
+}
+
+std::vector<uint8_t> image_bytes(Device& d, const CompileOptions& o = {}, std::string name = "small") {
+  auto m = compile_model(std::move(name), small_graph(), d, o);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  const ImageModel* ms[] = {&m.value()};
+  return serialize_image(header_for(d), ms).value();
+}
+
+format::Preamble preamble(const std::vector<uint8_t>& b) {
+  format::Preamble p;
+  std::memcpy(&p, b.data(), sizeof p);
+  return p;
+}
+
+void set_preamble(std::vector<uint8_t>& b, format::Preamble p) {
+  p.preamble_crc = format::preamble_crc(p);
+  std::memcpy(b.data(), &p, sizeof p);
+}
+
+TEST(Image, GraphRoundTripsBitForBit) {
+  auto d = cpu();
+  auto m = compile_model("small", small_graph(), *d, {});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ImageModel* ms[] = {&m.value()};
+  auto img = Image::from_bytes(serialize_image(header_for(*d), ms).value());
+  ASSERT_TRUE(img.ok()) << img.status().to_string();
+  auto back = (*img)->model(0);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  const graph::Graph &a = m->graph, &b = back->graph;
+  EXPECT_EQ(a.to_string(), b.to_string());
+  ASSERT_EQ(a.values.size(), b.values.size());
+  for (size_t v = 0; v < a.values.size(); ++v) {
+    ASSERT_EQ(a.values[v].constant.has_value(), b.values[v].constant.has_value()) << a.values[v].name;
+    if (!a.values[v].constant) continue;
+    const auto &x = *a.values[v].constant, &y = *b.values[v].constant;
+    EXPECT_EQ(x.dims, y.dims);
+    ASSERT_EQ(x.f.size(), y.f.size());
+    EXPECT_EQ(std::memcmp(x.f.data(), y.f.data(), x.f.size() * 4), 0) << a.values[v].name;
+    EXPECT_EQ(x.i, y.i);
+  }
+  EXPECT_EQ(back->report.device_ops, m->report.device_ops);
+  EXPECT_EQ(back->report.passes.size(), m->report.passes.size());
+  const ModelInfo& info = (*img)->info().models[0];
+  EXPECT_EQ(info.inputs.size(), 1u);
+  EXPECT_EQ(info.inputs[0].dims, (std::vector<int64_t>{1, 3, 16, 16}));
+  EXPECT_GT(info.num_constants, 0u);
+}
+
+TEST(Image, LoadedModelRunsBitIdenticalToTheCompiledGraph) {
+  auto d = cpu();
+  for (const char* dtype : {"float32", "bfloat16"}) {
+    CompileOptions o;
+    if (std::string(dtype) == "bfloat16") o.dtype = o.weights_dtype = DataType::BFLOAT16;
+    auto direct = CompiledModel::compile(small_graph(), *d, o).value();
+    auto img = Image::from_bytes(image_bytes(*d, o)).value();
+    auto loaded = load_model(*img, 0, *d);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    EXPECT_TRUE(loaded->notes.empty());
+    const std::vector<float> a = run(*direct, *d), b = run(*loaded->model, *d);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << dtype;
+    EXPECT_EQ(loaded->model->report().passes.size(), direct->report().passes.size());
+  }
+}
+
+TEST(Image, IdenticalWeightsAreStoredOnce) {
+  auto d = cpu();
+  auto a = compile_model("a", small_graph(), *d, {}).value();
+  auto b = compile_model("b", small_graph(), *d, {}).value();
+  const ImageModel* one[] = {&a};
+  const ImageModel* two[] = {&a, &b};
+  const auto single = Image::from_bytes(serialize_image(header_for(*d), one).value()).value();
+  const auto merged = Image::from_bytes(serialize_image(header_for(*d), two).value()).value();
+  const auto separate = Image::from_bytes(serialize_image(header_for(*d), two, {.dedup_weights = false}).value()).value();
+  EXPECT_EQ(merged->info().weights_bytes, single->info().weights_bytes);
+  EXPECT_GT(separate->info().weights_bytes, single->info().weights_bytes);
+  ASSERT_EQ(merged->num_models(), 2u);
+  EXPECT_EQ(merged->find_model("b").value(), 1u);
+  const Status missing = merged->find_model("c").status();
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("its models: 'a', 'b'"), std::string::npos) << missing.message();
+  const ImageModel* dup[] = {&a, &a};
+  EXPECT_NE(serialize_image(header_for(*d), dup).status().message().find("named 'a'"), std::string::npos);
+}
+
+TEST(Image, DamagedFilesAreClearErrors) {
+  auto d = cpu();
+  const std::vector<uint8_t> good = image_bytes(*d);
+  const format::Preamble p = preamble(good);
+  auto expect = [](std::vector<uint8_t> bytes, StatusCode code, const std::string& says) {
+    auto r = Image::from_bytes(std::move(bytes));
+    ASSERT_FALSE(r.ok()) << says;
+    EXPECT_EQ(r.status().code(), code) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().to_string();
+  };
+  // Truncated anywhere: in the preamble, the metadata, the weights.
+  for (size_t n : {size_t{0}, size_t{10}, size_t{63}, size_t{64} + p.meta_bytes / 2, good.size() - 1}) {
+    std::vector<uint8_t> t(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n));
+    expect(t, n < 64 ? StatusCode::kDataLoss : StatusCode::kDataLoss, n < 64 ? "preamble" : "truncated");
+  }
+  {  // A flipped bit in each section.
+    std::vector<uint8_t> b = good;
+    b[p.meta_offset + p.meta_bytes / 3] ^= 0x10;
+    expect(b, StatusCode::kDataLoss, "section 'meta': CRC-32");
+    b = good;
+    b[p.weights_offset + p.weights_bytes / 2] ^= 0x01;
+    expect(b, StatusCode::kDataLoss, "section 'weights': CRC-32");
+    b = good;
+    b[20] ^= 0x04;
+    expect(b, StatusCode::kDataLoss, "section 'preamble'");
+  }
+  {  // Not an image at all.
+    std::vector<uint8_t> b = good;
+    std::memcpy(b.data(), "\x08\x07PK....", 8);
+    expect(b, StatusCode::kInvalidArgument, "not a Tessera image");
+  }
+  {  // A newer major format version: refused naming both; a newer minor one loads.
+    std::vector<uint8_t> b = good;
+    format::Preamble q = p;
+    q.format_major = kFormatMajor + 1;
+    set_preamble(b, q);
+    expect(b, StatusCode::kFailedPrecondition, fmt::format("image format {}.0, this Tessera reads format {}.x",
+                                                            kFormatMajor + 1, kFormatMajor));
+    q = p;
+    q.format_minor = kFormatMinor + 3;
+    set_preamble(b, q);
+    auto r = Image::from_bytes(b);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ((*r)->info().header.format_minor, kFormatMinor + 3);
+  }
+  {  // Consistent checksums over garbage metadata: the FlatBuffers verifier refuses it.
+    std::vector<uint8_t> b = good;
+    for (uint64_t k = 0; k < p.meta_bytes; k += 7) b[p.meta_offset + k] ^= 0x5a;
+    format::Preamble q = p;
+    q.meta_crc = format::crc32_of({b.data() + p.meta_offset, p.meta_bytes});
+    set_preamble(b, q);
+    expect(b, StatusCode::kDataLoss, "section 'meta'");
+  }
+}
+
+TEST(Image, ForeignTargetIsRefusedNamingBoth) {
+  auto d = cpu();
+  auto wh = open_device({.descriptor = "wormhole_b0"}).value();
+  auto img = Image::from_bytes(image_bytes(*wh)).value();
+  EXPECT_EQ(img->info().header.target.name, "wormhole_b0");
+  const Status s = load_model(*img, 0, *d).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("compiled for wormhole_b0 (8x8 cores"), std::string::npos) << s.message();
+  // On its own target it loads and runs as the compiled graph does.
+  auto loaded = load_model(*img, 0, *wh);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  auto direct = CompiledModel::compile(small_graph(), *wh, {}).value();
+  const std::vector<float> a = run(*direct, *wh), b = run(*loaded->model, *wh);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+}
+
+TEST(Image, ImageFromAnotherIsaTierLoadsWithANote) {
+  auto d = cpu();
+  std::vector<uint8_t> bytes = image_bytes(*d);
+  auto img = Image::from_bytes(bytes).value();
+  ImageHeader h = img->info().header;
+  // The same image as if written on a machine of another tier.
+  auto m = img->model(0).value();
+  h.kernel_isa = h.kernel_isa == "scalar" ? "avx2" : "scalar";
+  const ImageModel* ms[] = {&m};
+  auto other = Image::from_bytes(serialize_image(h, ms).value()).value();
+  auto loaded = load_model(*other, 0, *d);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  ASSERT_EQ(loaded->notes.size(), 1u);
+  EXPECT_NE(loaded->notes[0].find("kernels re-selected"), std::string::npos) << loaded->notes[0];
+}
+
+TEST(Image, InfoNamesWhatTheImageHolds) {
+  auto d = cpu();
+  auto img = Image::from_bytes(image_bytes(*d)).value();
+  const std::string text = info_text(img->info()), json = info_json(img->info());
+  for (const char* want : {"image format 1.0", "target: cpu", "model 'small'", "input  'x' float32 [1,3,16,16]",
+                           "Conv 3", "constants:", "device memory once loaded: DRAM"})
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  for (const char* want : {"\"format_version\": \"1.0\"", "\"name\": \"small\"", "\"shape\": [", "\"op_counts\""})
+    EXPECT_NE(json.find(want), std::string::npos) << want << "\n" << json;
+}
+
+TEST(Image, MissingFileAndDirectoryAreClearErrors) {
+  EXPECT_EQ(Image::open("/nonexistent/x.tsi").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Image::open("/tmp").status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera::image
