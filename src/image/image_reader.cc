@@ -12,6 +12,7 @@
 
 #include "image_format.h"
 #include "image_generated.h"
+#include "tessera/base/aligned.h"
 #include "tessera/graph/shape_inference.h"
 #include "tessera/image/image.h"
 
@@ -126,16 +127,24 @@ Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::stri
   return ok_status();
 }
 
+template <typename T>
+void resize_untouched(std::vector<T>& v, size_t n) {
+  // Large arrays are first touched here (aligned.h).
+  v.reserve(n);
+  advise_huge_pages(v.data(), n * sizeof(T));
+  v.resize(n);
+}
+
 graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> weights) {
   graph::HostTensor h;
   h.dims = vec(t->dims());
   const uint8_t* p = weights.data() + t->offset();
   if (t->type() == fb::ElemType::INT64) {
     h.type = graph::ElemType::INT64;
-    h.i.resize(t->bytes() / 8);
+    resize_untouched(h.i, t->bytes() / 8);
     std::memcpy(h.i.data(), p, t->bytes());
   } else if (t->storage() == fb::Storage::BFLOAT16) {
-    h.f.resize(t->bytes() / 2);
+    resize_untouched(h.f, t->bytes() / 2);
     for (size_t k = 0; k < h.f.size(); ++k) {
       uint16_t b;
       std::memcpy(&b, p + 2 * k, 2);
@@ -143,7 +152,7 @@ graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> we
       std::memcpy(&h.f[k], &bits, 4);
     }
   } else {
-    h.f.resize(t->bytes() / 4);
+    resize_untouched(h.f, t->bytes() / 4);
     std::memcpy(h.f.data(), p, t->bytes());
   }
   return h;
