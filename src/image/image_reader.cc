@@ -104,8 +104,17 @@ const char* storage_name(fb::Storage s) {
 // Checks a tensor reference against the weights section: a known storage
 // matching its type, dims whose volume fits, bytes = volume * element size,
 // inside the section.
+// FlatBuffers' verifier checks the alignment of scalars and of a vector's
+// length, not of its elements: a forged table can place 8-byte elements
+// off their alignment, which reading would not survive on every CPU.
+bool aligned(const flatbuffers::Vector<int64_t>* v) {
+  // (An empty vector may sit anywhere: it has no element to read.)
+  return !v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->Data()) % alignof(int64_t) == 0;
+}
+
 Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::string& what) {
   if (!t->dims()) return damaged("{}: a constant with no dims", what);
+  if (!aligned(t->dims())) return damaged("{}: misaligned dims", what);
   uint64_t volume = 1;
   for (int64_t d : *t->dims()) {
     if (d < 0 || d > (int64_t{1} << 40) || (d && volume > (uint64_t{1} << 40) / static_cast<uint64_t>(d)))
@@ -279,8 +288,10 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
       ++mi.num_constants;
       return ok_status();
     };
-    for (const fb::Value* v : *g->values())
+    for (const fb::Value* v : *g->values()) {
+      if (!aligned(v->dims())) return damaged("model '{}': value '{}' has misaligned dims", mi.name, str(v->name()));
       if (v->constant()) TS_RETURN_IF_ERROR(count(v->constant(), fmt::format("value '{}'", str(v->name()))));
+    }
     std::map<std::string, int> ops;
     for (const fb::Node* n : *g->nodes()) {
       ++ops[str(n->op_type())];
@@ -291,8 +302,11 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
               return damaged("model '{}': node '{}' refers to value {}, the graph has {}", mi.name, str(n->name()),
                              id, nv);
       if (n->attrs())
-        for (const fb::Attribute* a : *n->attrs())
+        for (const fb::Attribute* a : *n->attrs()) {
+          if (!aligned(a->ints())) return damaged("model '{}': node '{}' has a misaligned attribute", mi.name,
+                                                  str(n->name()));
           if (a->t()) TS_RETURN_IF_ERROR(count(a->t(), fmt::format("node '{}' attribute", str(n->name()))));
+        }
     }
     mi.op_counts.assign(ops.begin(), ops.end());
     mi.weight_bytes.assign(bytes.begin(), bytes.end());
