@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../src/image/image_format.h"
+#include "fuzz/fuzz_args.h"
 #include "onnx_model_builder.h"
 #include "tessera/device/device.h"
 #include "tessera/image/image.h"
@@ -73,23 +74,12 @@ void fix_checksums(std::vector<uint8_t>& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  double seconds = 10;
-  uint32_t seed = 1;
+  const auto args = tessera::fuzz::parse_fuzz_args(argc, argv, "fuzz_image_load");
+  if (!args) return 2;
+  const double seconds = args->seconds;
   std::vector<std::vector<uint8_t>> seeds{small_image()};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
-    else if (a == "--seed" && i + 1 < argc) seed = static_cast<uint32_t>(std::atoi(argv[++i]));
-    else {
-      std::ifstream in(a, std::ios::binary);
-      if (!in) {
-        std::fprintf(stderr, "fuzz_image_load: cannot open %s\n", a.c_str());
-        return 2;
-      }
-      seeds.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-  }
-  std::mt19937 rng(seed);
+  for (const std::string& f : args->files) seeds.emplace_back(f.begin(), f.end());
+  std::mt19937 rng(args->seed);
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   uint64_t runs = 0;
   while (std::chrono::steady_clock::now() < end) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz/fuzz_args.h"
 #include "onnx_model_builder.h"
 #include "tessera/import/onnx.h"
 
@@ -32,25 +33,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
 #ifndef TESSERA_LIBFUZZER
 int main(int argc, char** argv) {
-  double seconds = 10;
-  uint32_t seed = 1;
+  const auto args = tessera::fuzz::parse_fuzz_args(argc, argv, "fuzz_onnx_import");
+  if (!args) return 2;
+  const double seconds = args->seconds;
   std::vector<std::string> seeds{tessera::testing_onnx::small_cnn(2).bytes()};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
-    else if (a == "--seed" && i + 1 < argc) seed = static_cast<uint32_t>(std::atoi(argv[++i]));
-    else {
-      std::ifstream in(a, std::ios::binary);
-      if (!in) {
-        std::fprintf(stderr, "fuzz_onnx_import: cannot open %s\n", a.c_str());
-        return 2;
-      }
-      std::ostringstream s;
-      s << in.rdbuf();
-      seeds.push_back(s.str());
-    }
-  }
-  std::mt19937 rng(seed);
+  seeds.insert(seeds.end(), args->files.begin(), args->files.end());
+  std::mt19937 rng(args->seed);
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   uint64_t runs = 0;
   while (std::chrono::steady_clock::now() < end) {
