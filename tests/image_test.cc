@@ -222,6 +222,31 @@ TEST(Image, InfoNamesWhatTheImageHolds) {
     EXPECT_NE(json.find(want), std::string::npos) << want << "\n" << json;
 }
 
+// Every device allocation a load makes, failed in turn: each is a clear
+// error, and the device then loads and runs the image as if nothing happened.
+TEST(Image, EveryFailedAllocationDuringLoadIsAClearErrorAndLeavesTheDeviceUsable) {
+  auto d = cpu();
+  auto img = Image::from_bytes(image_bytes(*d)).value();
+  const std::vector<float> want = run(*load_model(*img, 0, *d).value().model, *d);
+  const uint64_t before = d->allocation_count();
+  ASSERT_TRUE(load_model(*img, 0, *d).ok());
+  const uint64_t n = d->allocation_count() - before;
+  ASSERT_GT(n, 0u);
+  for (uint64_t k = 1; k <= n; ++k) {
+    d->fail_allocation(k);
+    auto r = load_model(*img, 0, *d);
+    d->fail_allocation(0);
+    ASSERT_FALSE(r.ok()) << "allocation " << k << " of " << n << " failed, and the load succeeded";
+    EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("injected by Device::fail_allocation"), std::string::npos)
+        << r.status().to_string();
+    auto again = load_model(*img, 0, *d);
+    ASSERT_TRUE(again.ok()) << "after failing allocation " << k << ": " << again.status().to_string();
+    const std::vector<float> got = run(*again->model, *d);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "after failing allocation " << k;
+  }
+}
+
 TEST(Image, MissingFileAndDirectoryAreClearErrors) {
   EXPECT_EQ(Image::open("/nonexistent/x.tsi").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(Image::open("/tmp").status().code(), StatusCode::kInvalidArgument);

@@ -97,6 +97,7 @@ struct Device::Impl {
   mutable std::mutex mem_mu;
   Region regions[5];
   uint64_t allocations = 0;
+  uint64_t fail_at = 0;  // fail_allocation: the allocation count that fails (0: none)
   std::vector<std::unique_ptr<CommandQueue>> queues;
   ProfileSink profile;  // shared by the queues; see profiler.h
   mutable std::mutex state_mu;  // open flag, captures, traces
@@ -210,6 +211,12 @@ StatusOr<std::shared_ptr<Buffer>> Device::allocate_buffer(BufferType type, uint6
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
   Region& r = impl_->regions[static_cast<int>(type)];
   ++impl_->allocations;
+  if (impl_->fail_at && impl_->allocations == impl_->fail_at) {
+    impl_->fail_at = 0;
+    return resource_exhausted_error("Out of Memory: allocating {} B per bank of {}{}{} failed (injected by "
+                                    "Device::fail_allocation)",
+                                    size_per_bank, buffer_type_name(type), what.empty() ? "" : " for ", what);
+  }
   std::optional<uint64_t> addr = r.alloc.allocate(size_per_bank);
   if (!addr) {
     return resource_exhausted_error(
@@ -298,6 +305,11 @@ uint32_t Device::alignment(BufferType type) const {
 uint64_t Device::allocation_count() const {
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
   return impl_->allocations;
+}
+
+void Device::fail_allocation(uint64_t nth) {
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  impl_->fail_at = nth ? impl_->allocations + nth : 0;
 }
 
 std::byte* Device::host_address(BufferType type, uint32_t bank, uint64_t address) const {

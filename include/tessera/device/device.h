@@ -115,6 +115,11 @@ class Device : public std::enable_shared_from_this<Device> {
   // Counts allocate_buffer calls since open (tests use it to prove that a
   // replay allocates nothing).
   uint64_t allocation_count() const;
+  // Test hook: the `nth` allocate_buffer call from now on (1: the next one)
+  // fails with RESOURCE_EXHAUSTED, as a full region would; 0 disarms it.
+  // Tests use it to prove every caller turns a failed allocation into a
+  // clear error and leaves the device usable.
+  void fail_allocation(uint64_t nth);
   // Host pointer to `address` in `bank` of region `type`; no checks.
   std::byte* host_address(BufferType type, uint32_t bank, uint64_t address) const;
 
