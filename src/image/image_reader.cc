@@ -14,6 +14,7 @@
 #include "image_generated.h"
 #include "tessera/base/aligned.h"
 #include "tessera/graph/shape_inference.h"
+#include "tessera/numerics/bfloat16.h"
 #include "tessera/image/image.h"
 
 namespace tessera::image {
@@ -130,6 +131,9 @@ Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::stri
                    static_cast<int>(t->type()), static_cast<int>(t->storage()));
   if (t->bytes() != volume * elem)
     return damaged("{}: {} bytes for {} elements of {} bytes", what, t->bytes(), volume, elem);
+  if (t->offset() % format::kTensorAlignment != 0)
+    return damaged("{}: at offset {} of section 'weights', expected a multiple of {}", what, t->offset(),
+                   format::kTensorAlignment);
   if (t->offset() > weights_bytes || t->bytes() > weights_bytes - t->offset())
     return damaged("{}: bytes [{}, +{}) outside section 'weights' ({} bytes)", what, t->offset(), t->bytes(),
                    weights_bytes);
@@ -154,12 +158,7 @@ graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> we
     std::memcpy(h.i.data(), p, t->bytes());
   } else if (t->storage() == fb::Storage::BFLOAT16) {
     resize_untouched(h.f, t->bytes() / 2);
-    for (size_t k = 0; k < h.f.size(); ++k) {
-      uint16_t b;
-      std::memcpy(&b, p + 2 * k, 2);
-      const uint32_t bits = uint32_t{b} << 16;
-      std::memcpy(&h.f[k], &bits, 4);
-    }
+    bfloat16_to_float(reinterpret_cast<const uint16_t*>(p), h.f.data(), h.f.size());  // aligned (check_tensor)
   } else {
     resize_untouched(h.f, t->bytes() / 4);
     std::memcpy(h.f.data(), p, t->bytes());
@@ -241,9 +240,10 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
   if (p.meta_bytes > size - p.meta_offset)
     return damaged("section 'meta': {} bytes at offset {} past the end of the {}-byte file (truncated?)", p.meta_bytes,
                    p.meta_offset, size);
-  if (p.weights_offset < p.meta_offset + p.meta_bytes || p.weights_offset > size ||
+  if (p.weights_offset % format::kWeightsAlignment != 0 || p.weights_offset < p.meta_offset + p.meta_bytes ||
+      p.weights_offset > size ||
       p.weights_bytes > size - p.weights_offset)
-    return damaged("section 'weights': {} bytes at offset {} do not fit the {}-byte file after the metadata "
+    return damaged("section 'weights': {} bytes at offset {} (a multiple of 4096) do not fit the {}-byte file after the metadata "
                    "(truncated?)",
                    p.weights_bytes, p.weights_offset, size);
   auto img = std::unique_ptr<Image>(new Image());

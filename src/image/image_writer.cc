@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -12,6 +13,7 @@
 #include "image_generated.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/device/device.h"
+#include "tessera/numerics/bfloat16.h"
 #include "tessera/image/image.h"
 
 namespace tessera::image {
@@ -63,8 +65,16 @@ class Writer {
     return at;
   }
 
-  Offset<fb::Tensor> tensor(const graph::HostTensor& t) {
+  // `bf16`: stored as bfloat16, the values the kernels round the weights to.
+  Offset<fb::Tensor> tensor(const graph::HostTensor& t, bool bf16 = false) {
     const bool f = t.type == graph::ElemType::FLOAT32;
+    if (f && bf16) {
+      std::vector<uint16_t> b(t.f.size());
+      float_to_bfloat16(t.f.data(), b.data(), b.size());
+      const uint64_t at = blob(b.data(), b.size() * 2);
+      return fb::CreateTensor(fbb, fb::ElemType::FLOAT32, fbb.CreateVector(t.dims), fb::Storage::BFLOAT16, at,
+                              b.size() * 2);
+    }
     const size_t n = f ? t.f.size() * sizeof(float) : t.i.size() * sizeof(int64_t);
     const uint64_t at = f ? blob(t.f.data(), n) : blob(t.i.data(), n);
     return fb::CreateTensor(fbb, f ? fb::ElemType::FLOAT32 : fb::ElemType::INT64, fbb.CreateVector(t.dims),
@@ -79,12 +89,33 @@ class Writer {
     return fb::CreateAttribute(fbb, n, static_cast<fb::AttrKind>(a.kind), a.i, a.f, s, ints, floats, t);
   }
 
-  Offset<fb::Graph> graph(const graph::Graph& g) {
+  // Constants only conv weights read, in a model whose conv weights are
+  // bfloat16: every conv rounds them to bfloat16 (round to nearest even,
+  // which rounding again leaves as it is), so that is all an image needs.
+  static std::vector<bool> bfloat16_weights(const graph::Graph& g, const runtime::CompileOptions& o) {
+    std::vector<bool> out(g.values.size(), false);
+    if (o.weights_dtype != DataType::BFLOAT16) return out;
+    std::vector<int> readers(g.values.size(), 0), weight_reads(g.values.size(), 0);
+    for (const graph::Node& n : g.nodes)
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        if (n.inputs[k] < 0) continue;
+        ++readers[static_cast<size_t>(n.inputs[k])];
+        if (k == 1 && (n.op_type == "Conv" || n.op_type == "ConvTranspose")) ++weight_reads[static_cast<size_t>(n.inputs[k])];
+      }
+    for (size_t v = 0; v < g.values.size(); ++v)
+      out[v] = g.values[v].constant && readers[v] > 0 && readers[v] == weight_reads[v] &&
+               std::find(g.outputs.begin(), g.outputs.end(), static_cast<int>(v)) == g.outputs.end();
+    return out;
+  }
+
+  Offset<fb::Graph> graph(const graph::Graph& g, const runtime::CompileOptions& o) {
+    const std::vector<bool> bf16 = bfloat16_weights(g, o);
     std::vector<Offset<fb::Value>> values;
-    for (const graph::Value& v : g.values) {
+    for (size_t id = 0; id < g.values.size(); ++id) {
+      const graph::Value& v = g.values[id];
       const auto name = fbb.CreateString(v.name);
       const auto dims = fbb.CreateVector(v.dims);
-      const auto c = v.constant ? tensor(*v.constant) : Offset<fb::Tensor>();
+      const auto c = v.constant ? tensor(*v.constant, bf16[id]) : Offset<fb::Tensor>();
       values.push_back(fb::CreateValue(fbb, name, static_cast<fb::ElemType>(v.type), dims, v.has_shape, c));
     }
     std::vector<Offset<fb::Node>> nodes;
@@ -118,7 +149,7 @@ class Writer {
   Offset<fb::Model> model(const ImageModel& m) {
     const auto name = fbb.CreateString(m.name);
     const auto o = options(m.options);
-    const auto g = graph(m.graph);
+    const auto g = graph(m.graph, m.options);
     const auto r = report(m);
     return fb::CreateModel(fbb, name, o, g, r);
   }

@@ -13,7 +13,9 @@
 // commit that wrote it, the target device's descriptor, the kernel ISA tier
 // and CPU it was compiled on), then per model its compile options, its graph
 // after the compiler's passes with every constant (weights folded, fused,
-// in the weights section, 64-byte aligned), its input and output names,
+// in the weights section, 64-byte aligned; conv weights of a model with
+// bfloat16 weights in bfloat16, the values its convs compute with, at half
+// the bytes), its input and output names,
 // shapes and dtypes, and the compile report. Loading plans and lowers that
 // graph for the device at hand: the same lowering `tessera run` does after
 // its passes, so the outputs are bit-identical, and kernels are chosen for
