@@ -216,9 +216,11 @@ TEST(Image, InfoNamesWhatTheImageHolds) {
   auto img = Image::from_bytes(image_bytes(*d)).value();
   const std::string text = info_text(img->info()), json = info_json(img->info());
   for (const char* want : {"image format 1.0", "target: cpu", "model 'small'", "input  'x' float32 [1,3,16,16]",
-                           "Conv 3", "constants:", "device memory once loaded: DRAM"})
+                           "Conv 3", "constants:", "device memory once loaded: DRAM",
+                           "conv kernels on the compiling CPU: "})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
-  for (const char* want : {"\"format_version\": \"1.0\"", "\"name\": \"small\"", "\"shape\": [", "\"op_counts\""})
+  for (const char* want :
+       {"\"format_version\": \"1.0\"", "\"name\": \"small\"", "\"shape\": [", "\"op_counts\"", "\"conv_kernels\": [\n"})
     EXPECT_NE(json.find(want), std::string::npos) << want << "\n" << json;
 }
 

@@ -2,6 +2,7 @@
 // (nlohmann-json) for tools.
 #include <fmt/format.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "tessera/image/image.h"
@@ -54,6 +55,16 @@ std::string info_text(const ImageInfo& info) {
     for (const auto& p : r.passes)
       if (p.rewrites) passes += fmt::format("{}{} {}", passes.empty() ? "" : ", ", p.pass, p.rewrites);
     s += fmt::format("  passes: {}\n", passes.empty() ? "none rewrote anything" : passes);
+    // Kernels by name: "conv1: onednn_jit for conv2d:..." counts as onednn_jit.
+    std::map<std::string, int> kernels;
+    for (const std::string& k : m.conv_kernels) {
+      const size_t at = k.rfind(": ", k.find(" for "));
+      const std::string rest = at == std::string::npos ? k : k.substr(at + 2);
+      ++kernels[rest.substr(0, rest.find(' '))];
+    }
+    std::string ks;
+    for (const auto& [k, n] : kernels) ks += fmt::format("{}{} {}", ks.empty() ? "" : ", ", k, n);
+    if (!ks.empty()) s += fmt::format("  conv kernels on the compiling CPU: {}\n", ks);
     std::string w;
     for (const auto& [dtype, b] : m.weight_bytes) w += fmt::format("{}{} {}", w.empty() ? "" : ", ", dtype, mib(b));
     s += fmt::format("  constants: {} ({})\n", m.num_constants, w.empty() ? "none" : w);
@@ -120,6 +131,7 @@ std::string info_json(const ImageInfo& info) {
          {"flops_per_run", r.conv_flops},
          {"passes", passes},
          {"conv_plans", r.conv_plans},
+         {"conv_kernels", m.conv_kernels},
          {"constants", m.num_constants},
          {"weight_bytes", weights},
          {"resident_dram_bytes", m.resident_dram_bytes},

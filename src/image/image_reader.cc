@@ -277,6 +277,7 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
     mi.report = report_of(m->report());
     if (m->report()) mi.resident_dram_bytes = m->report()->resident_dram_bytes();
     if (m->report()) mi.resident_l1_bytes = m->report()->resident_l1_bytes();
+    if (m->report()) mi.conv_kernels = strings(m->report()->conv_kernels());
     const fb::Graph* g = m->graph();
     if (!g || !g->values() || !g->nodes() || !g->inputs() || !g->outputs())
       return damaged("model '{}': an incomplete graph in section 'meta'", mi.name);
@@ -343,6 +344,7 @@ StatusOr<ImageModel> Image::model(size_t index) const {
   out.report = info_.models[index].report;
   out.resident_dram_bytes = info_.models[index].resident_dram_bytes;
   out.resident_l1_bytes = info_.models[index].resident_l1_bytes;
+  out.conv_kernels = info_.models[index].conv_kernels;
   graph::Graph& g = out.graph;
   g.opset = fg->opset();
   for (const fb::Value* v : *fg->values()) {

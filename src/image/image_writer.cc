@@ -2,8 +2,8 @@
 // FlatBuffers metadata (image.fbs), their constants into the weights section.
 #include <fmt/format.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -13,8 +13,9 @@
 #include "image_generated.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/device/device.h"
-#include "tessera/numerics/bfloat16.h"
 #include "tessera/image/image.h"
+#include "tessera/numerics/bfloat16.h"
+#include "tessera/tensor/tensor.h"
 
 namespace tessera::image {
 
@@ -143,7 +144,7 @@ class Writer {
     for (const auto& p : r.passes) passes.push_back(fb::CreatePass(fbb, fbb.CreateString(p.pass), p.rewrites));
     return fb::CreateReport(fbb, fbb.CreateVector(passes), fbb.CreateVectorOfStrings(r.fallbacks), r.device_ops,
                             r.layout_conversions, r.conv_flops, fbb.CreateVectorOfStrings(r.conv_plans),
-                            m.resident_dram_bytes, m.resident_l1_bytes);
+                            m.resident_dram_bytes, m.resident_l1_bytes, fbb.CreateVectorOfStrings(m.conv_kernels));
   }
 
   Offset<fb::Model> model(const ImageModel& m) {
@@ -196,6 +197,18 @@ StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device&
   m.resident_l1_bytes = device.memory_stats(BufferType::L1).allocated_bytes - l10;
   m.report = compiled->report();
   m.report.passes = std::move(passes);
+  // One run on zeros chooses each conv's kernel on this CPU.
+  std::vector<Tensor> zeros;
+  for (const auto& dims : compiled->input_shapes()) {
+    const std::vector<uint32_t> d(dims.begin(), dims.end());
+    const Shape shape{std::span<const uint32_t>(d)};
+    TS_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(std::vector<float>(shape.volume()), shape, DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(Tensor x, to_device(host, device));
+    zeros.push_back(std::move(x));
+  }
+  TS_RETURN_IF_ERROR(compiled->run(zeros).status());
+  TS_RETURN_IF_ERROR(synchronize_device(device));
+  for (const std::string& s : compiled->conv_selections()) m.conv_kernels.push_back(s.substr(0, s.find('\n')));
   m.graph = std::move(graph);
   return m;
 }

@@ -81,11 +81,14 @@ struct ImageModel {
   graph::Graph graph;               // after the passes
   runtime::CompileReport report;    // as compiled
   uint64_t resident_dram_bytes = 0, resident_l1_bytes = 0;  // its constants on the device
+  // Per conv, "<node>: <kernel> for <problem>" as the compiling CPU chose it.
+  std::vector<std::string> conv_kernels;
 };
 
 // Runs the passes on `graph` (when options.optimize), compiles the result
-// for `device` (so what cannot run is an error now, not at load) and
-// measures what the compiled model holds on the device.
+// for `device` (so what cannot run is an error now, not at load), measures
+// what the compiled model holds on the device, and runs it once on zeros to
+// record the kernel each conv gets on this CPU.
 StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device& device,
                                    const runtime::CompileOptions& options);
 
@@ -117,6 +120,7 @@ struct ModelInfo {
   std::vector<std::pair<std::string, uint64_t>> weight_bytes;  // by storage dtype, as stored
   uint64_t num_constants = 0;
   uint64_t resident_dram_bytes = 0, resident_l1_bytes = 0;
+  std::vector<std::string> conv_kernels;  // ImageModel::conv_kernels
 };
 
 struct ImageInfo {
