@@ -116,12 +116,20 @@ Status merge_command(const std::vector<std::string>& inputs, const std::string& 
   TS_RETURN_IF_ERROR(image::write_image(output, *header, ptrs, {.dedup_weights = !separate}));
   TS_ASSIGN_OR_RETURN(auto merged, image::Image::open(output));
   const uint32_t banks = std::max<uint32_t>(t.num_dram_banks, 1);
-  std::printf("merged %zu model(s) into %s: weights %s in the inputs, %s merged%s\n", models.size(), output.c_str(),
-              mib(weights_before).c_str(), mib(merged->info().weights_bytes).c_str(),
+  // The footprint per model before, and of the merged image after.
+  std::printf("%-24s %14s %18s %12s\n", "model", "DRAM", "DRAM per bank", "L1");
+  uint64_t l1 = 0;
+  for (const auto& m : models) {
+    std::printf("%-24s %14s %18s %12s\n", m.name.c_str(), mib(m.resident_dram_bytes).c_str(),
+                mib(m.resident_dram_bytes / banks).c_str(), mib(m.resident_l1_bytes).c_str());
+    l1 += m.resident_l1_bytes;
+  }
+  std::printf("%-24s %14s %18s %12s  (of %s per bank)\n", "merged, all loaded", mib(resident).c_str(),
+              mib(resident / banks).c_str(), mib(l1).c_str(), mib(t.dram_bank_size).c_str());
+  std::printf("merged %zu model(s) into %s: weights %s in the inputs, %s merged%s; activations come from the same "
+              "device memory for every model, as they run one at a time\n",
+              models.size(), output.c_str(), mib(weights_before).c_str(), mib(merged->info().weights_bytes).c_str(),
               separate ? " (kept separate)" : " (identical arrays stored once)");
-  std::printf("device memory of the constants once all are loaded: DRAM %s (%s per bank of %u); activations come "
-              "from the same memory for every model, as they run one at a time\n",
-              mib(resident).c_str(), mib(resident / banks).c_str(), banks);
   return ok_status();
 }
 
