@@ -10,7 +10,7 @@ rm -rf "$dir"
 mkdir -p "$dir/onnx" "$dir/image"
 "$tessera" compile "$model" -o "$dir/model.tsi" --target "$target" "$@"
 "$tessera" run "$model" --input "$input" --output-dir "$dir/onnx" --device "$target" "$@"
-"$tessera" run "$dir/model.tsi" --input "$input" --output-dir "$dir/image"
+"$tessera" run "$dir/model.tsi" --input "$input" --output-dir "$dir/image" --device "$target"
 n=0
 for f in "$dir"/onnx/*.npy; do
   cmp "$f" "$dir/image/$(basename "$f")"

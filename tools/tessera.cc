@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -80,7 +81,12 @@ StatusOr<ModelOptions> model_options(const Common& c) {
 StatusOr<std::string> device_for(const Common& c) {
   if (!c.device.empty() || !is_image_file(c.model)) return c.device.empty() ? std::string("cpu") : c.device;
   TS_ASSIGN_OR_RETURN(auto img, image::Image::open(c.model));
-  return img->info().header.target.name;
+  const std::string& target = img->info().header.target.name;
+  if (target != "cpu" && target != "wormhole_b0")
+    return invalid_argument_error("{} was compiled for '{}', a device from a descriptor file: give that file with "
+                                  "--device DESCRIPTOR.json",
+                                  c.model, target);
+  return target;
 }
 
 StatusOr<std::shared_ptr<Device>> open(const Common& c) {
@@ -440,6 +446,14 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"Tessera: compile ONNX vision models for a device and run them through the pipeline"};
+  // A device name, or a descriptor file of an emulated device (device/descriptor.h).
+  const CLI::Validator kDeviceName(
+      [](std::string& v) -> std::string {
+        if (v == "cpu" || v == "wormhole_b0" || (v.ends_with(".json") && std::filesystem::is_regular_file(v)))
+          return "";
+        return "expected cpu, wormhole_b0 or an existing DESCRIPTOR.json, got '" + v + "'";
+      },
+      "DEVICE");
   app.require_subcommand(1);
   Common c;
   auto add_common = [&](CLI::App* s) {
@@ -456,8 +470,9 @@ int main(int argc, char** argv) {
                   "auto | off | N: run the early layers N images at a time where the batch spills the cache");
     s->add_option("--shape", c.shape, "the input's shape, NxCxHxW (models with dynamic H, W)");
     s->add_option("--config", c.config, "pipeline: trace|notrace, 1cq|2cq, io (pipelined I/O)");
-    s->add_option("--device", c.device, "cpu | wormhole_b0 (default: an image's target, or cpu)")
-        ->check(CLI::IsMember({"cpu", "wormhole_b0"}));
+    s->add_option("--device", c.device,
+                  "cpu | wormhole_b0 | DESCRIPTOR.json (an emulated device; default: an image's target, or cpu)")
+        ->check(kDeviceName);
     s->add_option("--workers", c.workers, "worker threads (0: one per physical core)");
     s->add_flag("--verbose", c.verbose, "list every conv's placement plan");
     s->add_flag("--explain", c.explain, "list every conv's kernel and why the candidates before it declined");
@@ -501,8 +516,9 @@ int main(int argc, char** argv) {
   compile->add_option("model", creq.model, "ONNX model file")->required()->check(CLI::ExistingFile);
   compile->add_option("-o,--output", creq.output, "the image to write (.tsi)")->required();
   compile->add_option("--name", creq.name, "the model's name in the image (default: the file's stem)");
-  compile->add_option("--target", creq.target, "cpu | wormhole_b0: the device to compile for (emulated if absent)")
-      ->check(CLI::IsMember({"cpu", "wormhole_b0"}));
+  compile->add_option("--target", creq.target,
+                      "cpu | wormhole_b0 | DESCRIPTOR.json: the device to compile for (emulated if absent)")
+      ->check(kDeviceName);
   compile->add_option("--dtype", creq.options.precision, "float32 | bfloat16 | bfloat8_b")
       ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
   compile->add_option("--batch", creq.options.batch, "batch size (fills the leading input dim)")

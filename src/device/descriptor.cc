@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "tessera/base/cpu_features.h"
@@ -193,10 +195,81 @@ DeviceDescriptor wormhole_b0_descriptor() {
   return d;
 }
 
+namespace {
+
+// An emulated device of another shape, from a JSON file (nlohmann-json):
+//   {"name": "wormhole_4x4", "grid": [4, 4], "l1_size_per_core": 1499136,
+//    "num_dram_banks": 12, "dram_bank_size": 1073741824,
+//    "l1_alignment": 16, "dram_alignment": 32, "disabled_cores": [[0, 3]]}
+// The last three are optional (wormhole_b0's values, no disabled cores).
+StatusOr<DeviceDescriptor> descriptor_from_json(const std::string& path) {
+  using nlohmann::json;
+  std::ifstream f(path);
+  if (!f) return not_found_error("cannot read the device descriptor '{}'", path);
+  const json j = json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return invalid_argument_error("device descriptor '{}': expected a JSON object", path);
+  static const char* const kKeys[] = {"name",         "grid",           "l1_size_per_core", "num_dram_banks",
+                                      "dram_bank_size", "l1_alignment", "dram_alignment",   "disabled_cores"};
+  for (const auto& [key, value] : j.items())
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) == std::end(kKeys))
+      return invalid_argument_error("device descriptor '{}': unknown key '{}' (expected: name, grid, "
+                                    "l1_size_per_core, num_dram_banks, dram_bank_size, l1_alignment, "
+                                    "dram_alignment, disabled_cores)",
+                                    path, key);
+  DeviceDescriptor d = wormhole_b0_descriptor();
+  auto number = [&](const char* key, uint64_t lo, uint64_t hi, bool required, auto& out) -> Status {
+    if (!j.contains(key)) {
+      return required ? invalid_argument_error("device descriptor '{}': '{}' is missing", path, key) : ok_status();
+    }
+    const json& v = j.at(key);
+    if (!v.is_number_unsigned() || v.get<uint64_t>() < lo || v.get<uint64_t>() > hi)
+      return invalid_argument_error("device descriptor '{}': '{}' must be an integer in {}..{}, got {}", path, key, lo,
+                                    hi, v.dump());
+    out = static_cast<std::remove_reference_t<decltype(out)>>(v.get<uint64_t>());
+    return ok_status();
+  };
+  if (!j.contains("name") || !j.at("name").is_string() || j.at("name").get<std::string>().empty())
+    return invalid_argument_error("device descriptor '{}': 'name' must be a non-empty string", path);
+  d.name = j.at("name").get<std::string>();
+  if (d.name == "cpu") return invalid_argument_error("device descriptor '{}': 'cpu' is this machine's name", path);
+  const json* grid = j.contains("grid") ? &j.at("grid") : nullptr;
+  if (!grid || !grid->is_array() || grid->size() != 2 || !(*grid)[0].is_number_unsigned() ||
+      !(*grid)[1].is_number_unsigned() || (*grid)[0].get<uint64_t>() - 1 >= 64 || (*grid)[1].get<uint64_t>() - 1 >= 64)
+    return invalid_argument_error("device descriptor '{}': 'grid' must be [x, y] with each in 1..64", path);
+  d.grid = {static_cast<uint32_t>((*grid)[0].get<uint64_t>()), static_cast<uint32_t>((*grid)[1].get<uint64_t>())};
+  TS_RETURN_IF_ERROR(number("l1_size_per_core", 4096, uint64_t{1} << 32, true, d.l1_size_per_core));
+  TS_RETURN_IF_ERROR(number("num_dram_banks", 1, 64, true, d.num_dram_banks));
+  TS_RETURN_IF_ERROR(number("dram_bank_size", uint64_t{1} << 20, uint64_t{1} << 36, true, d.dram_bank_size));
+  TS_RETURN_IF_ERROR(number("l1_alignment", 1, 4096, false, d.l1_alignment));
+  TS_RETURN_IF_ERROR(number("dram_alignment", 1, 4096, false, d.dram_alignment));
+  for (uint32_t a : {d.l1_alignment, d.dram_alignment})
+    if (a & (a - 1)) return invalid_argument_error("device descriptor '{}': alignments must be powers of two", path);
+  if (j.contains("disabled_cores")) {
+    const json& cores = j.at("disabled_cores");
+    if (!cores.is_array()) return invalid_argument_error("device descriptor '{}': 'disabled_cores' must be a list", path);
+    for (const json& c : cores) {
+      if (!c.is_array() || c.size() != 2 || !c[0].is_number_unsigned() || !c[1].is_number_unsigned() ||
+          c[0].get<uint64_t>() >= d.grid.x || c[1].get<uint64_t>() >= d.grid.y)
+        return invalid_argument_error("device descriptor '{}': disabled core {} is not [x, y] inside the {}x{} grid",
+                                      path, c.dump(), d.grid.x, d.grid.y);
+      d.disabled_cores.push_back({static_cast<uint32_t>(c[0].get<uint64_t>()), static_cast<uint32_t>(c[1].get<uint64_t>())});
+    }
+    if (d.disabled_cores.size() >= d.num_cores())
+      return invalid_argument_error("device descriptor '{}': every core of the grid is disabled", path);
+  }
+  return d;
+}
+
+}  // namespace
+
 StatusOr<DeviceDescriptor> find_device_descriptor(std::string_view name) {
   if (name == "cpu") return native_cpu_descriptor();
   if (name == "wormhole_b0") return wormhole_b0_descriptor();
-  return invalid_argument_error("unknown device descriptor '{}': expected 'cpu' or 'wormhole_b0'", name);
+  if (name.ends_with(".json")) return descriptor_from_json(std::string(name));
+  return invalid_argument_error("unknown device descriptor '{}': expected 'cpu', 'wormhole_b0' or a JSON file "
+                                "(DESCRIPTOR.json)",
+                                name);
 }
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 #include "tessera/device/descriptor.h"
 
 #include <cstdlib>
+#include <fstream>
 
 #include "test_macros.h"
 
@@ -48,6 +49,38 @@ TEST(Descriptor, WormholeMatchesTheOriginal) {
   EXPECT_TRUE(d.emulated);
   EXPECT_EQ(d.shared_cache_size, 0u);
   EXPECT_ERROR(find_device_descriptor("grayskull"), StatusCode::kInvalidArgument, "unknown device descriptor");
+}
+
+TEST(Descriptor, FromAJsonFile) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + name) << text;
+    return dir + name;
+  };
+  auto d = find_device_descriptor(write("good.json", R"({"name": "wh4", "grid": [4, 2], "l1_size_per_core": 65536,
+      "num_dram_banks": 3, "dram_bank_size": 16777216, "disabled_cores": [[1, 1]]})"));
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->name, "wh4");
+  EXPECT_EQ(d->grid.x, 4u);
+  EXPECT_EQ(d->grid.y, 2u);
+  EXPECT_EQ(d->num_dram_banks, 3u);
+  EXPECT_TRUE(d->emulated);
+  EXPECT_FALSE(d->is_usable({1, 1}));
+  EXPECT_EQ(d->l1_alignment, wormhole_b0_descriptor().l1_alignment);
+  const std::string base = R"("name": "x", "l1_size_per_core": 65536, "num_dram_banks": 1, "dram_bank_size": 16777216)";
+  EXPECT_ERROR(find_device_descriptor(write("a.json", "[1, 2]")), StatusCode::kInvalidArgument, "expected a JSON object");
+  EXPECT_ERROR(find_device_descriptor(write("b.json", "{" + base + R"(, "grid": [0, 4]})")),
+               StatusCode::kInvalidArgument, "'grid' must be [x, y] with each in 1..64");
+  EXPECT_ERROR(find_device_descriptor(write("c.json", "{" + base + R"(, "grid": [2, 2], "colour": 1})")),
+               StatusCode::kInvalidArgument, "unknown key 'colour'");
+  EXPECT_ERROR(find_device_descriptor(write("d.json", "{" + base + R"(, "grid": [2, 2], "disabled_cores": [[2, 0]]})")),
+               StatusCode::kInvalidArgument, "disabled core [2,0] is not [x, y] inside the 2x2 grid");
+  EXPECT_ERROR(find_device_descriptor(write("e.json", R"({"name": "x", "grid": [2, 2]})")),
+               StatusCode::kInvalidArgument, "'l1_size_per_core' is missing");
+  EXPECT_ERROR(find_device_descriptor(write("f.json", "{" + base + R"(, "grid": [2, 2], "l1_alignment": 24})")),
+               StatusCode::kInvalidArgument, "powers of two");
+  EXPECT_ERROR(find_device_descriptor(write("g.json", "{not json")), StatusCode::kInvalidArgument, "JSON object");
+  EXPECT_ERROR(find_device_descriptor(dir + "missing.json"), StatusCode::kNotFound, "cannot read");
 }
 
 TEST(CoreRangeSet, OrdersAndValidates) {
