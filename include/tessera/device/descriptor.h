@@ -58,7 +58,9 @@ const std::vector<int>& physical_core_cpus();
 // TESSERA_CPU_L1_SIZE's value: a decimal byte count in 4096..2^32.
 StatusOr<uint64_t> parse_l1_size(std::string_view text);
 DeviceDescriptor wormhole_b0_descriptor();
-// "cpu" or "wormhole_b0".
+// "cpu", "wormhole_b0", or a path ending in .json: an emulated device of
+// another shape (descriptor.cc lists the keys; wormhole_b0's alignments
+// where they are left out). INVALID_ARGUMENT naming the key for a bad file.
 StatusOr<DeviceDescriptor> find_device_descriptor(std::string_view name);
 
 }  // namespace tessera
