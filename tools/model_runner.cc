@@ -28,11 +28,10 @@ StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& option
   } else {
     return invalid_argument_error("--dtype '{}': expected float32, bfloat16 or bfloat8_b", options.precision);
   }
-  bool known = false;
-  for (MathFidelity f : {MathFidelity::LoFi, MathFidelity::HiFi2, MathFidelity::HiFi3, MathFidelity::HiFi4})
-    if (math_fidelity_name(f) == options.math_fidelity) c.math_fidelity = f, known = true;
-  if (!known)
+  const auto fidelity = parse_math_fidelity(options.math_fidelity);
+  if (!fidelity)
     return invalid_argument_error("--math-fidelity '{}': expected LoFi, HiFi2, HiFi3 or HiFi4", options.math_fidelity);
+  c.math_fidelity = *fidelity;
   if (options.micro_batch == "off") {
     c.micro_batch = 0;
   } else if (options.micro_batch != "auto") {

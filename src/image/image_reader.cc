@@ -48,10 +48,9 @@ StatusOr<runtime::CompileOptions> options_of(const fb::Options* o, const std::st
     return damaged("model '{}': compile options name dtypes '{}' / '{}', expected Tessera dtype names", model,
                    str(o->dtype()), str(o->weights_dtype()));
   c.dtype = *dtype, c.weights_dtype = *wdtype;
-  bool known = false;
-  for (MathFidelity f : {MathFidelity::LoFi, MathFidelity::HiFi2, MathFidelity::HiFi3, MathFidelity::HiFi4})
-    if (math_fidelity_name(f) == str(o->math_fidelity())) c.math_fidelity = f, known = true;
-  if (!known) return damaged("model '{}': unknown math fidelity '{}'", model, str(o->math_fidelity()));
+  const auto fidelity = parse_math_fidelity(str(o->math_fidelity()));
+  if (!fidelity) return damaged("model '{}': unknown math fidelity '{}'", model, str(o->math_fidelity()));
+  c.math_fidelity = *fidelity;
   c.allow_fallback = o->allow_fallback();
   if (o->apply_conv_sharding() >= 0) c.apply_conv_sharding = o->apply_conv_sharding() != 0;
   if (o->micro_batch() >= 0) c.micro_batch = static_cast<uint32_t>(o->micro_batch());

@@ -12,4 +12,10 @@ std::string_view math_fidelity_name(MathFidelity f) {
   return "?";
 }
 
+std::optional<MathFidelity> parse_math_fidelity(std::string_view name) {
+  for (MathFidelity f : {MathFidelity::LoFi, MathFidelity::HiFi2, MathFidelity::HiFi3, MathFidelity::HiFi4})
+    if (math_fidelity_name(f) == name) return f;
+  return std::nullopt;
+}
+
 }  // namespace tessera

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace tessera {
@@ -25,6 +26,8 @@ namespace tessera {
 enum class MathFidelity : uint8_t { LoFi = 0, HiFi2 = 2, HiFi3 = 3, HiFi4 = 4 };
 
 std::string_view math_fidelity_name(MathFidelity f);  // "LoFi", "HiFi2", ...
+// The fidelity math_fidelity_name names, or nullopt.
+std::optional<MathFidelity> parse_math_fidelity(std::string_view name);
 
 struct DeviceComputeKernelConfig {
   MathFidelity math_fidelity = MathFidelity::HiFi4;
