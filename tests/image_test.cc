@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <tuple>
 
 #include "../src/image/image_format.h"
 #include "onnx_model_builder.h"
@@ -40,8 +42,9 @@ std::vector<float> run(CompiledModel& m, Device& d) {
   return outs.value()[0].cpu().value().to_vector().value();
 }
 
-std::vector<uint8_t> image_bytes(Device& d, const CompileOptions& o = {}, std::string name = "small") {
-  auto m = compile_model(std::move(name), small_graph(), d, o);
+std::vector<uint8_t> image_bytes(Device& d, const CompileOptions& o = {}, std::string name = "small",
+                                 bool portable = false) {
+  auto m = compile_model(std::move(name), small_graph(), d, o, portable);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   const ImageModel* ms[] = {&m.value()};
   return serialize_image(header_for(d), ms).value();
@@ -60,7 +63,7 @@ void set_preamble(std::vector<uint8_t>& b, format::Preamble p) {
 
 TEST(Image, GraphRoundTripsBitForBit) {
   auto d = cpu();
-  auto m = compile_model("small", small_graph(), *d, {});
+  auto m = compile_model("small", small_graph(), *d, {}, /*portable=*/true);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const ImageModel* ms[] = {&m.value()};
   auto img = Image::from_bytes(serialize_image(header_for(*d), ms).value());
@@ -85,6 +88,96 @@ TEST(Image, GraphRoundTripsBitForBit) {
   EXPECT_EQ(info.inputs.size(), 1u);
   EXPECT_EQ(info.inputs[0].dims, (std::vector<int64_t>{1, 3, 16, 16}));
   EXPECT_GT(info.num_constants, 0u);
+}
+
+// By default the convs' weights are stored as their kernels read them, and
+// the constants only they read hold dims and no values.
+TEST(Image, PreparedWeightsRoundTripAndReplaceTheConvConstants) {
+  auto d = cpu();
+  auto m = compile_model("small", small_graph(), *d, {});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_EQ(m->prepared.size(), 3u);  // the small model's three convs
+  EXPECT_EQ(m->prepared_for, prepared_weights_key(*d));
+  const ImageModel* ms[] = {&m.value()};
+  auto img = Image::from_bytes(serialize_image(header_for(*d), ms).value()).value();
+  auto back = img->model(0).value();
+  ASSERT_EQ(back.prepared.size(), m->prepared.size());
+  for (size_t i = 0; i < back.prepared.size(); ++i) {
+    const PreparedBlob &a = m->prepared[i], &b = back.prepared[i];
+    EXPECT_EQ(a.node, b.node);
+    EXPECT_EQ(a.key, b.key);
+    EXPECT_EQ(a.spec, b.spec);
+    ASSERT_EQ(a.bytes().size(), b.bytes().size());
+    EXPECT_EQ(std::memcmp(a.bytes().data(), b.bytes().data(), a.bytes().size()), 0) << a.node;
+    EXPECT_EQ(a.bias.f, b.bias.f);
+    EXPECT_EQ(b.file_offset % 4096, 0u);  // mappable
+  }
+  int elided = 0;
+  for (const graph::Node& n : back.graph.nodes)
+    if (n.op_type == "Conv") {
+      const auto& w = *back.graph.value(n.inputs[1]).constant;
+      EXPECT_EQ(w.dims, m->graph.value(n.inputs[1]).dims);
+      elided += w.f.empty();
+    }
+  EXPECT_EQ(elided, 3);
+  EXPECT_EQ(img->info().models[0].prepared_layers, 3u);
+  // Without prepared weights for them, the elided constants are a clear error.
+  auto bare = back;
+  bare.prepared.clear();
+  const Status s = CompiledModel::compile(bare.graph, *d, bare.options).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("holds no values and no prepared weights were given"), std::string::npos) << s.to_string();
+}
+
+// Prepared weights serve only the kernel tier, CPU features, worker count
+// and oneDNN version they were packed for: anywhere else the load names what
+// the image needs.
+TEST(Image, PreparedWeightsForAnotherCpuAreRefusedNamingTheDifference) {
+  auto d = cpu();
+  auto m = compile_model("small", small_graph(), *d, {}).value();
+  const std::string key = m.prepared_for;
+  for (const auto& [from, to, says] :
+       {std::tuple<std::string, std::string, std::string>{" workers", "0 workers", "20 workers"},
+        {"oneDNN ", "oneDNN 9", "oneDNN 9"},
+        {" | ", " amx_tile | ", "amx_tile"}}) {
+    m.prepared_for = key;
+    m.prepared_for.replace(m.prepared_for.find(from), from.size(), to);
+    const ImageModel* ms[] = {&m};
+    auto img = Image::from_bytes(serialize_image(header_for(*d), ms).value()).value();
+    const Status s = load_model(*img, 0, *d).status();
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("the image has: " + says), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find("--portable"), std::string::npos) << s.to_string();
+  }
+}
+
+// From a file, prepared weights are mapped into device memory, not copied:
+// the model runs bit-identically, and writing over that memory once the
+// model is gone never reaches the file.
+TEST(Image, PreparedWeightsMapFromTheFile) {
+  auto d = cpu();
+  const std::string path = ::testing::TempDir() + "/prepared_small.tsi";
+  {
+    auto m = compile_model("small", small_graph(), *d, {}).value();
+    const ImageModel* ms[] = {&m};
+    ASSERT_TRUE(write_image(path, header_for(*d), ms).ok());
+  }
+  auto direct = CompiledModel::compile(small_graph(), *d, {}).value();
+  const std::vector<float> want = run(*direct, *d);
+  const uint64_t dram0 = d->memory_stats(BufferType::DRAM).allocated_bytes;
+  {
+    auto img = Image::open(path).value();
+    auto loaded = load_model(*img, 0, *d).value();
+    EXPECT_GT(d->memory_stats(BufferType::DRAM).allocated_bytes, dram0);
+    const std::vector<float> got = run(*loaded.model, *d);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+  }
+  // Fill all free DRAM the model used with a pattern, then reopen: the checksums still hold.
+  auto junk = d->allocate_buffer(BufferType::DRAM, 1 << 20).value();
+  std::memset(d->host_address(BufferType::DRAM, 0, junk->address()), 0xa5, 1 << 20);
+  EXPECT_TRUE(Image::open(path).ok());
+  std::remove(path.c_str());
 }
 
 TEST(Image, LoadedModelRunsBitIdenticalToTheCompiledGraph) {
@@ -160,8 +253,8 @@ TEST(Image, DamagedFilesAreClearErrors) {
     format::Preamble q = p;
     q.format_major = kFormatMajor + 1;
     set_preamble(b, q);
-    expect(b, StatusCode::kFailedPrecondition, fmt::format("image format {}.0, this Tessera reads format {}.x",
-                                                            kFormatMajor + 1, kFormatMajor));
+    expect(b, StatusCode::kFailedPrecondition, fmt::format("image format {}.0, this Tessera reads formats {}.x to {}.x",
+                                                            kFormatMajor + 1, kOldestFormatMajor, kFormatMajor));
     q = p;
     q.format_minor = kFormatMinor + 3;
     set_preamble(b, q);
@@ -195,9 +288,9 @@ TEST(Image, ForeignTargetIsRefusedNamingBoth) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
 }
 
-TEST(Image, ImageFromAnotherIsaTierLoadsWithANote) {
+TEST(Image, PortableImageFromAnotherIsaTierLoadsWithANote) {
   auto d = cpu();
-  std::vector<uint8_t> bytes = image_bytes(*d);
+  std::vector<uint8_t> bytes = image_bytes(*d, {}, "small", /*portable=*/true);
   auto img = Image::from_bytes(bytes).value();
   ImageHeader h = img->info().header;
   // The same image as if written on a machine of another tier.
@@ -215,12 +308,12 @@ TEST(Image, InfoNamesWhatTheImageHolds) {
   auto d = cpu();
   auto img = Image::from_bytes(image_bytes(*d)).value();
   const std::string text = info_text(img->info()), json = info_json(img->info());
-  for (const char* want : {"image format 1.0", "target: cpu", "model 'small'", "input  'x' float32 [1,3,16,16]",
+  for (const char* want : {"image format 2.0", "target: cpu", "prepared weights: 3 conv(s)", "model 'small'", "input  'x' float32 [1,3,16,16]",
                            "Conv 3", "constants:", "device memory once loaded: DRAM",
                            "conv kernels on the compiling CPU: "})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   for (const char* want :
-       {"\"format_version\": \"1.0\"", "\"name\": \"small\"", "\"shape\": [", "\"op_counts\"", "\"conv_kernels\": [\n"})
+       {"\"format_version\": \"2.0\"", "\"prepared_layers\": 3", "\"name\": \"small\"", "\"shape\": [", "\"op_counts\"", "\"conv_kernels\": [\n"})
     EXPECT_NE(json.find(want), std::string::npos) << want << "\n" << json;
 }
 

@@ -46,7 +46,7 @@ Status compile_command(const CompileRequest& r) {
   TS_ASSIGN_OR_RETURN(graph::Graph g, import_graph(r.model, r.options, &import_ms));
   const std::string name = r.name.empty() ? std::filesystem::path(r.model).stem().string() : r.name;
   const auto t0 = std::chrono::steady_clock::now();
-  TS_ASSIGN_OR_RETURN(image::ImageModel m, image::compile_model(name, std::move(g), *device, copts));
+  TS_ASSIGN_OR_RETURN(image::ImageModel m, image::compile_model(name, std::move(g), *device, copts, r.portable));
   const double compile_ms = ms_since(t0);
   const image::ImageHeader header = image::header_for(*device);
   const image::ImageModel* models[] = {&m};
@@ -88,6 +88,7 @@ Status merge_command(const std::vector<std::string>& inputs, const std::string& 
     weights_before += img->info().weights_bytes;
     for (size_t i = 0; i < img->num_models(); ++i) {
       TS_ASSIGN_OR_RETURN(image::ImageModel m, img->model(i));
+      for (image::PreparedBlob& b : m.prepared) b.owned.assign(b.mapped.begin(), b.mapped.end());  // img closes
       std::string name = m.name;
       for (int k = 2; names.count(name); ++k) name = fmt::format("{}_{}", m.name, k);
       if (name != m.name) std::printf("%s: model '%s' renamed '%s' (the name was taken)\n", path.c_str(),

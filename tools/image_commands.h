@@ -18,6 +18,7 @@ struct CompileRequest {
   ModelOptions options;
   int workers = 0;
   bool pin = true;
+  bool portable = false;  // image::compile_model's
 };
 Status compile_command(const CompileRequest& request);
 

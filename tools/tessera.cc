@@ -526,6 +526,9 @@ int main(int argc, char** argv) {
   compile->add_option("--math-fidelity", creq.options.math_fidelity, "HiFi4 | HiFi3 | HiFi2 | LoFi")
       ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
   compile->add_option("--micro-batch", creq.options.micro_batch, "auto | off | N");
+  compile->add_flag("--portable", creq.portable,
+                    "store the weight constants, not the weights packed for this CPU's kernels: the image loads on "
+                    "any CPU, packing them there (a slower load)");
   std::string compile_shape;
   compile->add_option("--shape", compile_shape, "the first input's shape, NxCxHxW (models with dynamic H, W)");
   std::string info_path;

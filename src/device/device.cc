@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -110,6 +111,10 @@ struct Device::Impl {
   std::map<BufferKey, Hold> holds;
   std::map<TraceId, TraceMemory> trace_memory;
 
+  // Buffers whose pages map_file replaced with a file's: their host range,
+  // made anonymous memory again when the buffer is freed.
+  std::map<BufferKey, std::pair<std::byte*, uint64_t>> file_maps;
+  void free_range(BufferType type, uint64_t address);  // mem_mu held
   void reserve_for_trace(TraceId id);  // mem_mu held
   void release_trace_memory(TraceId id);  // mem_mu held
   TraceId next_trace = 0;
@@ -247,7 +252,48 @@ void Device::free_buffer(BufferType type, uint64_t address) {
     h->second.owner_freed = true;  // a trace still writes here: freed at release_trace
     return;
   }
-  impl_->regions[static_cast<int>(type)].alloc.free(address);
+  impl_->free_range(type, address);
+}
+
+void Device::Impl::free_range(BufferType type, uint64_t address) {
+  if (auto m = file_maps.find({type, address}); m != file_maps.end()) {
+    // MAP_FIXED replaces the file's pages in place: no moment without a mapping.
+    void* p = mmap(m->second.first, m->second.second, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (p != MAP_FAILED) madvise(p, m->second.second, MADV_HUGEPAGE);
+    file_maps.erase(m);
+  }
+  regions[static_cast<int>(type)].alloc.free(address);
+}
+
+StatusOr<std::shared_ptr<Buffer>> Device::map_file(int fd, uint64_t offset, uint64_t bytes, std::string_view what) {
+  constexpr uint64_t kPage = 4096;
+  const Region& r = impl_->regions[static_cast<int>(BufferType::DRAM)];
+  if (r.num_banks != 1)
+    return unimplemented_error("map_file: {}'s DRAM interleaves pages over {} banks; a file maps into one bank only",
+                               desc_.name, r.num_banks);
+  if (offset % kPage) return invalid_argument_error("map_file: the file offset {} is not a multiple of {}", offset, kPage);
+  // Whole pages at a page boundary inside the allocation.
+  const uint64_t len = align_up(bytes ? bytes : 1, kPage);
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> whole, allocate_buffer(BufferType::DRAM, len + kPage, what));
+  std::byte* host = host_address(BufferType::DRAM, 0, whole->address());
+  const uint64_t skip = align_up(reinterpret_cast<uintptr_t>(host), kPage) - reinterpret_cast<uintptr_t>(host);
+  // Populated read-only (populating a writable private mapping would copy
+  // every page), then made writable: a page is copied only if written.
+  void* p = mmap(host + skip, len, PROT_READ, MAP_PRIVATE | MAP_FIXED | MAP_POPULATE, fd, static_cast<off_t>(offset));
+  if (p != MAP_FAILED && mprotect(p, len, PROT_READ | PROT_WRITE) != 0) p = MAP_FAILED;
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    // The failed MAP_FIXED may have unmapped the range: make it memory again.
+    mmap(host + skip, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return internal_error("map_file: cannot map {} B of the file at offset {}{}{}: {}", bytes, offset,
+                          what.empty() ? "" : " for ", what, std::strerror(err));
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mem_mu);
+    impl_->file_maps[{BufferType::DRAM, whole->address()}] = {host + skip, len};
+  }
+  return Buffer::view(std::move(whole), skip, bytes);
 }
 
 // Every address range the capture allocated stays the trace's: buffers still
@@ -284,7 +330,7 @@ void Device::Impl::release_trace_memory(TraceId id) {
   for (const BufferKey& key : it->second.held) {
     auto h = holds.find(key);
     if (h == holds.end() || --h->second.traces > 0) continue;
-    if (h->second.owner_freed) regions[static_cast<int>(key.first)].alloc.free(key.second);
+    if (h->second.owner_freed) free_range(key.first, key.second);
     holds.erase(h);
   }
   trace_memory.erase(it);

@@ -1,5 +1,11 @@
 #include "tessera/device/device.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
 #include "test_macros.h"
 
 namespace tessera {
@@ -75,6 +81,45 @@ TEST(Device, AllocationIsDeterministicAcrossFreeAndReallocate) {
   EXPECT_EQ(w2->address(), w->address());
   EXPECT_EQ(x3->address(), captured);
   EXPECT_EQ(w->address() % 16, 0u);
+}
+
+// A file's pages mapped into DRAM read as the file, take writes without
+// changing it, and once freed leave plain memory behind.
+TEST(Device, MapFileMapsPagesCopyOnWrite) {
+  char path[] = "/tmp/tessera_map_file_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> bytes(3 * 4096);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 1);
+  ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  EXPECT_ERROR(dev->map_file(fd, 100, 4096), StatusCode::kInvalidArgument, "not a multiple of 4096");
+  const uint64_t before = dev->memory_stats(BufferType::DRAM).allocated_bytes;
+  uint64_t address = 0;
+  {
+    ASSERT_OK_AND_ASSIGN(auto buf, dev->map_file(fd, 4096, 5000, "test"));  // pages 1 and 2 of the file
+    EXPECT_EQ(buf->size_per_bank(), 5000u);
+    address = buf->address();
+    std::byte* p = dev->host_address(BufferType::DRAM, 0, address);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u);
+    EXPECT_EQ(std::memcmp(p, bytes.data() + 4096, 5000), 0);
+    std::memset(p, 0, 5000);  // copy-on-write: the file keeps its bytes
+    std::vector<uint8_t> file(bytes.size());
+    ASSERT_EQ(pread(fd, file.data(), file.size(), 0), static_cast<ssize_t>(file.size()));
+    EXPECT_EQ(file, bytes);
+  }
+  EXPECT_EQ(dev->memory_stats(BufferType::DRAM).allocated_bytes, before);
+  // The range is device memory again: writable, and writes stay in memory.
+  ASSERT_OK_AND_ASSIGN(auto again, dev->allocate_buffer(BufferType::DRAM, 3 * 4096));
+  std::memset(dev->host_address(BufferType::DRAM, 0, again->address()), 0x5a, 3 * 4096);
+  std::vector<uint8_t> file(bytes.size());
+  ASSERT_EQ(pread(fd, file.data(), file.size(), 0), static_cast<ssize_t>(file.size()));
+  EXPECT_EQ(file, bytes);
+  close(fd);
+  unlink(path);
+  // Emulated devices interleave DRAM over banks: the caller copies instead.
+  ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
+  EXPECT_ERROR(wh->map_file(0, 0, 4096), StatusCode::kUnimplemented, "12 banks");
 }
 
 TEST(Device, QueueIdsAreChecked) {

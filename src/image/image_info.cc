@@ -68,6 +68,11 @@ std::string info_text(const ImageInfo& info) {
     std::string w;
     for (const auto& [dtype, b] : m.weight_bytes) w += fmt::format("{}{} {}", w.empty() ? "" : ", ", dtype, mib(b));
     s += fmt::format("  constants: {} ({})\n", m.num_constants, w.empty() ? "none" : w);
+    if (m.prepared_layers)
+      s += fmt::format("  prepared weights: {} conv(s), {}, for {}\n", m.prepared_layers, mib(m.prepared_bytes),
+                       m.prepared_for);
+    else
+      s += "  prepared weights: none (portable: kernels chosen and weights packed where it loads)\n";
     const uint32_t banks = std::max<uint32_t>(t.num_dram_banks, 1);
     s += fmt::format("  device memory once loaded: DRAM {} ({} per bank), L1 {}\n", mib(m.resident_dram_bytes),
                      mib(m.resident_dram_bytes / banks), mib(m.resident_l1_bytes));
@@ -133,6 +138,9 @@ std::string info_json(const ImageInfo& info) {
          {"conv_plans", r.conv_plans},
          {"conv_kernels", m.conv_kernels},
          {"constants", m.num_constants},
+         {"prepared_layers", m.prepared_layers},
+         {"prepared_bytes", m.prepared_bytes},
+         {"prepared_for", m.prepared_for},
          {"weight_bytes", weights},
          {"resident_dram_bytes", m.resident_dram_bytes},
          {"resident_dram_bytes_per_bank", m.resident_dram_bytes / std::max<uint32_t>(t.num_dram_banks, 1)},

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "image_format.h"
 #include "image_generated.h"
@@ -97,6 +98,7 @@ const char* storage_name(fb::Storage s) {
     case fb::Storage::FLOAT32: return "float32";
     case fb::Storage::INT64: return "int64";
     case fb::Storage::BFLOAT16: return "bfloat16";
+    case fb::Storage::PREPARED: return "prepared";
   }
   return "unknown";
 }
@@ -112,7 +114,7 @@ bool aligned(const flatbuffers::Vector<int64_t>* v) {
   return !v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->Data()) % alignof(int64_t) == 0;
 }
 
-Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::string& what) {
+Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::string& what, bool prepared_ok = false) {
   if (!t->dims()) return damaged("{}: a constant with no dims", what);
   if (!aligned(t->dims())) return damaged("{}: misaligned dims", what);
   uint64_t volume = 1;
@@ -120,6 +122,11 @@ Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::stri
     if (d < 0 || d > (int64_t{1} << 40) || (d && volume > (uint64_t{1} << 40) / static_cast<uint64_t>(d)))
       return damaged("{}: a constant with dims out of range", what);
     volume *= static_cast<uint64_t>(d);
+  }
+  if (t->storage() == fb::Storage::PREPARED) {  // a conv's: only its prepared weights are stored
+    if (!prepared_ok || t->type() != fb::ElemType::FLOAT32 || t->offset() != 0 || t->bytes() != 0)
+      return damaged("{}: a constant stored as prepared weights where only a value's float32 constant may be", what);
+    return ok_status();
   }
   uint64_t elem = 0;
   if (t->type() == fb::ElemType::FLOAT32 && t->storage() == fb::Storage::FLOAT32) elem = 4;
@@ -151,6 +158,7 @@ graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> we
   graph::HostTensor h;
   h.dims = vec(t->dims());
   const uint8_t* p = weights.data() + t->offset();
+  if (t->storage() == fb::Storage::PREPARED) return h;  // dims only: prepared weights serve its readers
   if (t->type() == fb::ElemType::INT64) {
     h.type = graph::ElemType::INT64;
     resize_untouched(h.i, t->bytes() / 8);
@@ -167,11 +175,52 @@ graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> we
 
 const fb::Image* root(std::span<const uint8_t> meta) { return fb::GetImage(meta.data()); }
 
+// A prepared weights entry against the graph and the weights section: a conv
+// node of the model, a device tensor spec whose bytes are stored 4096-aligned
+// inside the section, a float32 bias.
+StatusOr<TensorSpec> check_prepared(const fb::PreparedWeights* p, const fb::Graph* g, uint64_t weights_bytes,
+                                    const std::string& model) {
+  const std::string node = str(p->node());
+  const std::string what = fmt::format("model '{}': the prepared weights of '{}'", model, node);
+  bool conv = false;
+  for (const fb::Node* n : *g->nodes())
+    conv = conv || (str(n->name()) == node && (str(n->op_type()) == "Conv" || str(n->op_type()) == "ConvTranspose"));
+  if (!conv) return damaged("{}: the graph has no Conv or ConvTranspose node of that name", what);
+  const auto dtype = parse_data_type(str(p->weight_dtype()));
+  const std::string layout = str(p->weight_layout());
+  if (!dtype || (layout != "ROW_MAJOR" && layout != "TILE"))
+    return damaged("{}: dtype '{}' and layout '{}', expected Tessera names", what, str(p->weight_dtype()), layout);
+  if (!p->weight_dims() || !aligned(p->weight_dims()) || p->weight_dims()->size() == 0 ||
+      p->weight_dims()->size() > static_cast<uint32_t>(Shape::kMaxRank))
+    return damaged("{}: missing, misaligned or too many dims", what);
+  std::vector<uint32_t> dims;
+  for (int64_t d : *p->weight_dims()) {
+    if (d <= 0 || d > (int64_t{1} << 31)) return damaged("{}: a dim of {}", what, d);
+    dims.push_back(static_cast<uint32_t>(d));
+  }
+  TensorSpec spec{Shape(std::span<const uint32_t>(dims)), *dtype, layout == "TILE" ? Layout::TILE : Layout::ROW_MAJOR,
+                  DRAM_MEMORY_CONFIG};
+  if (spec.shape.volume() > (uint64_t{1} << 36) || !spec.validate().ok())
+    return damaged("{}: not a valid tensor: {}", what, spec.to_string());
+  if (p->weight_bytes() != spec.storage_bytes())
+    return damaged("{}: {} bytes for {}, which holds {}", what, p->weight_bytes(), spec.to_string(),
+                   spec.storage_bytes());
+  if (p->weight_offset() % format::kWeightsAlignment != 0 || p->weight_offset() > weights_bytes ||
+      p->weight_bytes() > weights_bytes - p->weight_offset())
+    return damaged("{}: bytes [{}, +{}) of section 'weights' ({} bytes), expected inside it at a multiple of {}", what,
+                   p->weight_offset(), p->weight_bytes(), weights_bytes, format::kWeightsAlignment);
+  if (!p->bias() || p->bias()->type() != fb::ElemType::FLOAT32 || p->bias()->storage() != fb::Storage::FLOAT32)
+    return damaged("{}: no float32 bias", what);
+  TS_RETURN_IF_ERROR(check_tensor(p->bias(), weights_bytes, what + " bias"));
+  return spec;
+}
+
 }  // namespace
 
 struct Image::Mapping {
   void* addr = MAP_FAILED;
   size_t size = 0;
+  int fd = -1;  // kept open: prepared weights map from it
   std::vector<uint8_t> owned;
   std::span<const uint8_t> bytes() const {
     return owned.empty() && addr != MAP_FAILED ? std::span(static_cast<const uint8_t*>(addr), size)
@@ -179,6 +228,7 @@ struct Image::Mapping {
   }
   ~Mapping() {
     if (addr != MAP_FAILED) munmap(addr, size);
+    if (fd >= 0) ::close(fd);
   }
 };
 
@@ -201,7 +251,7 @@ StatusOr<std::unique_ptr<Image>> Image::open(const std::string& path) {
   }
   m->addr = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int err = errno;
-  ::close(fd);
+  m->fd = fd;
   if (m->addr == MAP_FAILED) return internal_error("cannot map '{}': {}", path, std::strerror(err));
   auto r = verify(std::move(m));
   if (!r.ok()) return r.status().annotate(path);
@@ -227,11 +277,11 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
   if (format::preamble_crc(p) != p.preamble_crc)
     return damaged("section 'preamble': CRC-32 {:08x} recorded, {:08x} computed (the file is damaged)",
                    p.preamble_crc, format::preamble_crc(p));
-  if (p.format_major != kFormatMajor)
+  if (p.format_major < kOldestFormatMajor || p.format_major > kFormatMajor)
     return failed_precondition_error(
-        "image format {}.{}, this Tessera reads format {}.x (images of another major version must be compiled "
-        "again from the model with this Tessera's `tessera compile`)",
-        p.format_major, p.format_minor, kFormatMajor);
+        "image format {}.{}, this Tessera reads formats {}.x to {}.x (images of another major version must be "
+        "compiled again from the model with this Tessera's `tessera compile`)",
+        p.format_major, p.format_minor, kOldestFormatMajor, kFormatMajor);
   if (p.preamble_bytes != format::kPreambleBytes || p.meta_offset != format::kPreambleBytes)
     return damaged("section 'preamble': a {}-byte preamble and metadata at offset {}, expected {} and {}",
                    p.preamble_bytes, p.meta_offset, format::kPreambleBytes, format::kPreambleBytes);
@@ -248,6 +298,7 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
   auto img = std::unique_ptr<Image>(new Image());
   img->meta_ = file.subspan(p.meta_offset, p.meta_bytes);
   img->weights_ = file.subspan(p.weights_offset, p.weights_bytes);
+  img->weights_offset_ = p.weights_offset;
   if (const uint32_t c = format::crc32_of(img->meta_); c != p.meta_crc)
     return damaged("section 'meta': CRC-32 {:08x} recorded, {:08x} computed (the file is damaged)", p.meta_crc, c);
   if (const uint32_t c = format::crc32_of(img->weights_); c != p.weights_crc)
@@ -282,16 +333,24 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
       return damaged("model '{}': an incomplete graph in section 'meta'", mi.name);
     const int nv = static_cast<int>(g->values()->size());
     std::map<std::string, uint64_t> bytes;
-    auto count = [&](const fb::Tensor* t, const std::string& what) -> Status {
-      TS_RETURN_IF_ERROR(check_tensor(t, p.weights_bytes, fmt::format("model '{}': {}", mi.name, what)));
-      bytes[storage_name(t->storage())] += t->bytes();
+    auto count = [&](const fb::Tensor* t, const std::string& what, bool value) -> Status {
+      TS_RETURN_IF_ERROR(check_tensor(t, p.weights_bytes, fmt::format("model '{}': {}", mi.name, what), value));
+      if (t->storage() != fb::Storage::PREPARED) bytes[storage_name(t->storage())] += t->bytes();
       ++mi.num_constants;
       return ok_status();
     };
     for (const fb::Value* v : *g->values()) {
       if (!aligned(v->dims())) return damaged("model '{}': value '{}' has misaligned dims", mi.name, str(v->name()));
-      if (v->constant()) TS_RETURN_IF_ERROR(count(v->constant(), fmt::format("value '{}'", str(v->name()))));
+      if (v->constant()) TS_RETURN_IF_ERROR(count(v->constant(), fmt::format("value '{}'", str(v->name())), true));
     }
+    if (m->prepared())
+      for (const fb::PreparedWeights* pw : *m->prepared()) {
+        TS_RETURN_IF_ERROR(check_prepared(pw, g, p.weights_bytes, mi.name).status());
+        ++mi.prepared_layers;
+        mi.prepared_bytes += pw->weight_bytes() + pw->bias()->bytes();
+        bytes["prepared"] += pw->weight_bytes() + pw->bias()->bytes();
+      }
+    mi.prepared_for = str(m->prepared_for());
     std::map<std::string, int> ops;
     for (const fb::Node* n : *g->nodes()) {
       ++ops[str(n->op_type())];
@@ -305,7 +364,7 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
         for (const fb::Attribute* a : *n->attrs()) {
           if (!aligned(a->ints())) return damaged("model '{}': node '{}' has a misaligned attribute", mi.name,
                                                   str(n->name()));
-          if (a->t()) TS_RETURN_IF_ERROR(count(a->t(), fmt::format("node '{}' attribute", str(n->name()))));
+          if (a->t()) TS_RETURN_IF_ERROR(count(a->t(), fmt::format("node '{}' attribute", str(n->name())), false));
         }
     }
     mi.op_counts.assign(ops.begin(), ops.end());
@@ -322,6 +381,8 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
   img->mapping_ = std::move(mapping);
   return img;
 }
+
+int Image::file_descriptor() const { return mapping_->fd; }
 
 StatusOr<size_t> Image::find_model(std::string_view name) const {
   std::string names;
@@ -344,6 +405,16 @@ StatusOr<ImageModel> Image::model(size_t index) const {
   out.resident_dram_bytes = info_.models[index].resident_dram_bytes;
   out.resident_l1_bytes = info_.models[index].resident_l1_bytes;
   out.conv_kernels = info_.models[index].conv_kernels;
+  out.prepared_for = info_.models[index].prepared_for;
+  if (m->prepared())
+    for (const fb::PreparedWeights* pw : *m->prepared()) {
+      TS_ASSIGN_OR_RETURN(TensorSpec spec, check_prepared(pw, fg, weights_.size(), out.name));  // verified at open
+      PreparedBlob b{.node = str(pw->node()), .key = str(pw->key()), .selection = str(pw->selection()), .spec = spec};
+      b.mapped = weights_.subspan(pw->weight_offset(), pw->weight_bytes());
+      b.file_offset = weights_offset_ + pw->weight_offset();
+      b.bias = decode_tensor(pw->bias(), weights_);
+      out.prepared.push_back(std::move(b));
+    }
   graph::Graph& g = out.graph;
   g.opset = fg->opset();
   for (const fb::Value* v : *fg->values()) {
@@ -399,6 +470,24 @@ StatusOr<ImageModel> Image::model(size_t index) const {
   }
   for (int o : g.outputs)
     if (!ready[static_cast<size_t>(o)]) return damaged("model '{}': output {} is never produced", out.name, o);
+  // A constant stored as prepared weights has no values: only the weight and
+  // bias of a conv with prepared weights may read it, and such a conv's input
+  // must not be a constant (shape inference would evaluate it).
+  std::set<std::string> prepared;
+  for (const PreparedBlob& b : out.prepared) prepared.insert(b.node);
+  auto elided = [&](int v) {
+    const auto& c = g.values[static_cast<size_t>(v)].constant;
+    return v >= 0 && c && c->size() != static_cast<size_t>(c->volume());
+  };
+  for (const graph::Node& n : g.nodes)
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      if (elided(n.inputs[k]) &&
+          ((k != 1 && k != 2) || (n.op_type != "Conv" && n.op_type != "ConvTranspose") ||
+           !prepared.contains(n.name) || n.inputs[0] < 0 || g.is_constant(n.inputs[0])))
+        return damaged("model '{}': {} reads '{}', whose values only prepared conv weights hold", out.name, n.label(),
+                       g.values[static_cast<size_t>(n.inputs[k])].name);
+  for (int o : g.outputs)
+    if (elided(o)) return damaged("model '{}': output {} is a constant with no values", out.name, o);
   std::vector<std::vector<int64_t>> stored;
   for (const graph::Value& v : g.values) stored.push_back(v.dims);
   if (Status st = graph::infer_shapes(g); !st.ok()) return damaged("model '{}': {}", out.name, st.message());

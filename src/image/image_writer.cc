@@ -11,6 +11,7 @@
 
 #include "image_format.h"
 #include "image_generated.h"
+#include <dnnl.h>
 #include "tessera/base/cpu_features.h"
 #include "tessera/device/device.h"
 #include "tessera/image/image.h"
@@ -51,15 +52,16 @@ class Writer {
  private:
   // Appends `n` bytes to the weights section (or finds them there) and
   // returns their offset.
-  uint64_t blob(const void* p, size_t n) {
+  uint64_t blob(const void* p, size_t n, uint64_t alignment = format::kTensorAlignment) {
     const uint32_t key = format::crc32_of({static_cast<const uint8_t*>(p), n});
     if (dedup_) {
       auto [lo, hi] = seen_.equal_range(key);
       for (auto it = lo; it != hi; ++it)
-        if (it->second.second == n && std::memcmp(weights.data() + it->second.first, p, n) == 0)
+        if (it->second.second == n && it->second.first % alignment == 0 &&
+            std::memcmp(weights.data() + it->second.first, p, n) == 0)
           return it->second.first;
     }
-    const uint64_t at = format::align_up(weights.size(), format::kTensorAlignment);
+    const uint64_t at = format::align_up(weights.size(), alignment);
     weights.resize(at + n);
     if (n) std::memcpy(weights.data() + at, p, n);
     seen_.emplace(key, std::make_pair(at, n));
@@ -109,14 +111,19 @@ class Writer {
     return out;
   }
 
-  Offset<fb::Graph> graph(const graph::Graph& g, const runtime::CompileOptions& o) {
+  Offset<fb::Graph> graph(const graph::Graph& g, const runtime::CompileOptions& o, const std::vector<bool>& elide) {
     const std::vector<bool> bf16 = bfloat16_weights(g, o);
     std::vector<Offset<fb::Value>> values;
     for (size_t id = 0; id < g.values.size(); ++id) {
       const graph::Value& v = g.values[id];
       const auto name = fbb.CreateString(v.name);
       const auto dims = fbb.CreateVector(v.dims);
-      const auto c = v.constant ? tensor(*v.constant, bf16[id]) : Offset<fb::Tensor>();
+      Offset<fb::Tensor> c;
+      if (v.constant && elide[id])
+        c = fb::CreateTensor(fbb, fb::ElemType::FLOAT32, fbb.CreateVector(v.constant->dims), fb::Storage::PREPARED, 0,
+                             0);
+      else if (v.constant)
+        c = tensor(*v.constant, bf16[id]);
       values.push_back(fb::CreateValue(fbb, name, static_cast<fb::ElemType>(v.type), dims, v.has_shape, c));
     }
     std::vector<Offset<fb::Node>> nodes;
@@ -147,12 +154,46 @@ class Writer {
                             m.resident_dram_bytes, m.resident_l1_bytes, fbb.CreateVectorOfStrings(m.conv_kernels));
   }
 
+  Offset<fb::PreparedWeights> prepared(const PreparedBlob& p) {
+    const std::span<const uint8_t> b = p.bytes();
+    const uint64_t at = blob(b.data(), b.size(), format::kWeightsAlignment);
+    const std::vector<int64_t> dims(p.spec.shape.dims().begin(), p.spec.shape.dims().end());
+    const auto bt = tensor(p.bias);
+    return fb::CreatePreparedWeights(fbb, fbb.CreateString(p.node), fbb.CreateString(p.key),
+                                     fbb.CreateString(p.selection), fbb.CreateVector(dims),
+                                     fbb.CreateString(data_type_name(p.spec.dtype)),
+                                     fbb.CreateString(layout_name(p.spec.layout)), at, b.size(), bt);
+  }
+
   Offset<fb::Model> model(const ImageModel& m) {
     const auto name = fbb.CreateString(m.name);
     const auto o = options(m.options);
-    const auto g = graph(m.graph, m.options);
+    const auto g = graph(m.graph, m.options, elided(m));
     const auto r = report(m);
-    return fb::CreateModel(fbb, name, o, g, r);
+    std::vector<Offset<fb::PreparedWeights>> ps;
+    for (const PreparedBlob& p : m.prepared) ps.push_back(prepared(p));
+    return fb::CreateModel(fbb, name, o, g, r, fbb.CreateVector(ps), fbb.CreateString(m.prepared_for));
+  }
+
+  // Constants that only prepared weights serve: read by nothing but the
+  // weight and bias slots of convs whose weights are prepared.
+  static std::vector<bool> elided(const ImageModel& m) {
+    const graph::Graph& g = m.graph;
+    std::vector<bool> out(g.values.size(), false);
+    if (m.prepared.empty()) return out;
+    std::set<std::string> prepared;
+    for (const PreparedBlob& p : m.prepared) prepared.insert(p.node);
+    std::vector<bool> other_reader(g.values.size(), false);
+    for (const graph::Node& n : g.nodes)
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        if (n.inputs[k] >= 0) {
+          const size_t v = static_cast<size_t>(n.inputs[k]);
+          if ((k == 1 || k == 2) && prepared.contains(n.name)) out[v] = true;
+          else other_reader[v] = true;
+        }
+    for (int o : g.outputs) other_reader[static_cast<size_t>(o)] = true;
+    for (size_t v = 0; v < out.size(); ++v) out[v] = out[v] && !other_reader[v] && g.values[v].constant;
+    return out;
   }
 
   Offset<fb::Target> target(const DeviceDescriptor& d) {
@@ -181,8 +222,14 @@ ImageHeader header_for(const Device& device) {
   return h;
 }
 
+std::string prepared_weights_key(const Device& device) {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("{} kernels on {} | {} workers | oneDNN {}.{}.{}", kernel_isa_name(kernel_isa()),
+                     cpu_features().to_string(), device.workers().num_threads(), v->major, v->minor, v->patch);
+}
+
 StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device& device,
-                                   const runtime::CompileOptions& options) {
+                                   const runtime::CompileOptions& options, bool portable) {
   ImageModel m;
   m.name = std::move(name);
   m.options = options;
@@ -209,6 +256,26 @@ StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device&
   TS_RETURN_IF_ERROR(compiled->run(zeros).status());
   TS_RETURN_IF_ERROR(synchronize_device(device));
   for (const std::string& s : compiled->conv_selections()) m.conv_kernels.push_back(s.substr(0, s.find('\n')));
+  // The packed weights stay resident too.
+  for (const runtime::PreparedLayer& l : compiled->prepared_weights())
+    m.resident_dram_bytes += l.weights.weight.spec().storage_bytes() + l.weights.bias.spec().storage_bytes();
+  if (!portable) {
+    m.prepared_for = prepared_weights_key(device);
+    for (runtime::PreparedLayer& l : compiled->prepared_weights()) {
+      PreparedBlob b{.node = l.node, .key = l.weights.key, .selection = l.selection, .spec = l.weights.weight.spec()};
+      b.spec.memory_config = DRAM_MEMORY_CONFIG;
+      TS_ASSIGN_OR_RETURN(Tensor w, l.weights.weight.cpu());
+      const auto* p = reinterpret_cast<const uint8_t*>(w.host_data());
+      b.owned.assign(p, p + w.spec().storage_bytes());
+      TS_ASSIGN_OR_RETURN(Tensor bias, l.weights.bias.cpu());
+      if (bias.dtype() != DataType::FLOAT32 || bias.layout() != Layout::ROW_MAJOR)
+        return internal_error("{}: prepared bias {}, expected float32 rows", l.node, bias.spec().to_string());
+      TS_ASSIGN_OR_RETURN(std::vector<float> bv, bias.to_vector());
+      const auto bd = bias.shape().dims();
+      b.bias = graph::HostTensor::floats(std::vector<int64_t>(bd.begin(), bd.end()), std::move(bv));
+      m.prepared.push_back(std::move(b));
+    }
+  }
   m.graph = std::move(graph);
   return m;
 }

@@ -138,6 +138,12 @@ CompiledModel::~CompiledModel() = default;
 
 StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Device& device,
                                                                 const CompileOptions& options) {
+  return compile(std::move(graph), device, options, {});
+}
+
+StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Device& device,
+                                                                const CompileOptions& options,
+                                                                std::vector<PreparedLayer> prepared) {
   if (options.dtype != DataType::FLOAT32 && options.dtype != DataType::BFLOAT16)
     return invalid_argument_error("CompileOptions::dtype must be FLOAT32 or BFLOAT16, got {}",
                                   data_type_name(options.dtype));
@@ -147,6 +153,13 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
   impl->device = &device;
   impl->opt = options;
   impl->id = next_model_id++;
+  for (PreparedLayer& p : prepared) {
+    if (!p.weights.weight.is_on_device() || p.weights.weight.device() != &device)
+      return invalid_argument_error("the prepared weights of '{}' are not on this device", p.node);
+    const std::string node = p.node;
+    if (!impl->given_weights.emplace(node, std::move(p)).second)
+      return invalid_argument_error("two sets of prepared weights for node '{}'", node);
+  }
   for (int i : graph.inputs)
     if (!graph.value(i).has_shape)
       return invalid_argument_error("graph input '{}' has no shape (run infer_shapes)", graph.value(i).name);
@@ -179,6 +192,9 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
     for (const auto& mb : impl->micro_batches)
       if (mb.end == ni + 1) impl->nhwc[static_cast<size_t>(mb.out)] = impl->nhwc[static_cast<size_t>(mb.out_part)];
   }
+  if (!impl->given_weights.empty())
+    return invalid_argument_error("prepared weights were given for '{}', which is not a conv node of the graph",
+                                  impl->given_weights.begin()->first);
   impl->release = plan_liveness(g, impl->fused_concats, impl->micro_batches);
   for (int o : g.outputs)
     if (g.is_constant(o)) TS_RETURN_IF_ERROR(impl->constant(o).status());
@@ -259,8 +275,14 @@ void CompiledModel::set_pass_reports(std::vector<graph::PassReport> passes) {
 }
 std::vector<std::string> CompiledModel::conv_selections() const {
   std::vector<std::string> out;
-  for (const auto& [name, selection] : impl_->conv_layers)
-    out.push_back(fmt::format("{}: {}", name, selection().empty() ? "not run yet" : selection()));
+  for (const auto& l : impl_->conv_layers)
+    out.push_back(fmt::format("{}: {}", l.node, l.selection().empty() ? "not run yet" : l.selection()));
+  return out;
+}
+std::vector<PreparedLayer> CompiledModel::prepared_weights() const {
+  std::vector<PreparedLayer> out;
+  for (const auto& l : impl_->conv_layers)
+    if (l.prepared()) out.push_back({l.node, *l.prepared(), l.selection()});
   return out;
 }
 const Graph& CompiledModel::graph() const { return impl_->g; }

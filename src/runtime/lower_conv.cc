@@ -86,15 +86,31 @@ ConvTranspose2dParams CompiledModel::Impl::conv_transpose_params(const Node& n,
 StatusOr<CompiledModel::Impl::ConvLayerInputs> CompiledModel::Impl::conv_layer_inputs(const Node& n, uint32_t cout,
                                                                                       uint64_t flops) {
   ConvLayerInputs in;
-  TS_ASSIGN_OR_RETURN(
-      in.weight, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(dims(n.inputs[1])), DataType::FLOAT32));
-  if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
-    TS_ASSIGN_OR_RETURN(in.bias, Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{cout}, DataType::FLOAT32));
+  const bool has_bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
+  if (!given_weights.contains(n.name)) {  // else the layer never reads them (set_prepared)
+    for (int v : {n.inputs[1], has_bias ? n.inputs[2] : -1})
+      if (v >= 0 && g.value(v).constant->size() != static_cast<size_t>(g.value(v).constant->volume()))
+        return failed_precondition_error("{}: the constant '{}' holds no values and no prepared weights were given",
+                                         n.label(), g.value(v).name);
+    TS_ASSIGN_OR_RETURN(in.weight, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(dims(n.inputs[1])),
+                                                       DataType::FLOAT32));
+    if (has_bias) {
+      TS_ASSIGN_OR_RETURN(in.bias,
+                          Tensor::from_vector(g.value(n.inputs[2]).constant->f, Shape{cout}, DataType::FLOAT32));
+    }
   }
   report.conv_flops += per_run(lowering, flops);
   in.config = Conv2dConfig{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(n.outputs[0])};
   in.config.compute_config.math_fidelity = opt.math_fidelity;
   return in;
+}
+
+template <class Layer>
+void CompiledModel::Impl::take_given_weights(const Node& n, Layer& layer) {
+  auto it = given_weights.find(n.name);
+  if (it == given_weights.end()) return;
+  layer.set_prepared(std::move(it->second.weights), std::move(it->second.selection));
+  given_weights.erase(it);
 }
 
 Status CompiledModel::Impl::lower_conv(const Node& n) {
@@ -116,7 +132,8 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   }
   convs.push_back(std::make_unique<cnn::DirectConv2d>(p, w, b, config));
   cnn::DirectConv2d* layer = convs.back().get();
-  conv_layers.emplace_back(n.name, [layer]() -> const std::string& { return layer->selection(); });
+  conv_layers.push_back({.node = n.name, .conv = layer});
+  take_given_weights(n, *layer);
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
   const bool to_dram = sharded_to_dram;
@@ -189,7 +206,8 @@ Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
   auto& [w, b, config] = in;
   deconvs.push_back(std::make_unique<cnn::ConvTranspose2d>(p, w, b, config));
   cnn::ConvTranspose2d* layer = deconvs.back().get();
-  conv_layers.emplace_back(n.name, [layer]() -> const std::string& { return layer->selection(); });
+  conv_layers.push_back({.node = n.name, .deconv = layer});
+  take_given_weights(n, *layer);
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
   const uint32_t oh = p.output_height(), ow = p.output_width();

@@ -106,8 +106,19 @@ struct CompiledModel::Impl {
   std::vector<Dims> in_shapes, out_shapes;
   std::vector<std::unique_ptr<cnn::DirectConv2d>> convs;
   std::vector<std::unique_ptr<cnn::ConvTranspose2d>> deconvs;
-  // Each conv layer's node, in lowering order (conv_selections).
-  std::vector<std::pair<std::string, std::function<const std::string&()>>> conv_layers;
+  // Each conv layer with its node, in lowering order (conv_selections,
+  // prepared_weights).
+  struct ConvLayerRef {
+    std::string node;
+    cnn::DirectConv2d* conv = nullptr;
+    cnn::ConvTranspose2d* deconv = nullptr;
+    const std::string& selection() const { return conv ? conv->selection() : deconv->selection(); }
+    const std::optional<PreparedConv2dWeights>& prepared() const {
+      return conv ? conv->prepared() : deconv->prepared();
+    }
+  };
+  std::vector<ConvLayerRef> conv_layers;
+  std::map<std::string, PreparedLayer> given_weights;  // compile's prepared weights, by node, until lowered
   std::vector<std::shared_ptr<const FallbackNode>> fallbacks;
   std::vector<std::vector<std::pair<int, int>>> consumers;  // per value: (node, input slot)
   // Channel concats of NHWC values (at most four, none constant): the
@@ -201,6 +212,8 @@ struct CompiledModel::Impl {
     Conv2dConfig config;
   };
   StatusOr<ConvLayerInputs> conv_layer_inputs(const Node& n, uint32_t cout, uint64_t flops);
+  template <class Layer>
+  void take_given_weights(const Node& n, Layer& layer);  // from given_weights, if it has n's
   Status lower_conv_transpose(const Node& n);
   Status plan_conv_sharding(const Node& n, const Conv2dGeometry& geo, Conv2dConfig& config);
   bool sharded_to_dram = false;      // set by plan_conv_sharding for the conv being lowered

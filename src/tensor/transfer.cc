@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstring>
 
 #include "tessera/tensor/access.h"
 #include "tessera/tensor/tensor.h"
@@ -65,6 +66,29 @@ StatusOr<Tensor> to_device(const Tensor& host, Device& device, const MemoryConfi
   TS_ASSIGN_OR_RETURN(Tensor dev, allocate_tensor_on_device(spec, device));
   TS_RETURN_IF_ERROR(copy_host_to_device_tensor(host, dev, cq_id));
   return dev;
+}
+
+StatusOr<Tensor> map_file_to_device(const TensorSpec& spec, std::span<const std::byte> bytes, int fd, uint64_t offset,
+                                    Device& device, uint8_t cq_id) {
+  TS_RETURN_IF_ERROR(spec.validate_for_device(device.descriptor()));
+  const uint64_t want = spec.storage_bytes();
+  if (spec.memory_config.buffer_type != BufferType::DRAM || bytes.size() != want)
+    return invalid_argument_error("map_file_to_device: expected {} B for a DRAM tensor {}, found {} B", want,
+                                  spec.to_string(), bytes.size());
+  if (fd >= 0 && spec.layout == Layout::ROW_MAJOR && spec.physical_height() == 1 &&
+      !spec.memory_config.is_sharded()) {
+    StatusOr<std::shared_ptr<Buffer>> mapped = device.map_file(fd, offset, bytes.size(), spec.to_string());
+    if (mapped.ok()) {
+      Tensor t;
+      t.spec_ = spec;
+      t.buffer_ = std::move(*mapped);
+      return t;
+    }
+    if (mapped.status().code() != StatusCode::kUnimplemented) return mapped.status();
+  }
+  Tensor host = allocate_tensor_on_host(spec);
+  std::memcpy(host.host_data(), bytes.data(), bytes.size());
+  return to_device(host, device, spec.memory_config, cq_id);
 }
 
 StatusOr<Tensor> Tensor::cpu(bool blocking, uint8_t cq_id) const {

@@ -35,6 +35,15 @@ class ConvLayer {
   // The kernel chosen on the first call and why the candidates before it
   // declined (explain_conv2d); empty before the first call.
   const std::string& selection() const { return selection_; }
+  // The weights as the chosen kernel reads them, once a call prepared them.
+  const std::optional<PreparedConv2dWeights>& prepared() const { return prepared_; }
+  // Weights prepared before (a compiled image's): calls run with them and
+  // never read the host weights, which may then be empty. `selection`
+  // stands for the explanation the first call would have made.
+  void set_prepared(PreparedConv2dWeights weights, std::string selection) {
+    prepared_ = std::move(weights);
+    selection_ = std::move(selection);
+  }
 
  private:
   // `first()` (conv2d on the host weights) on the first call, keeping the

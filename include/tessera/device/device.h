@@ -108,6 +108,15 @@ class Device : public std::enable_shared_from_this<Device> {
   // RESOURCE_EXHAUSTED names the request, the region and what is free.
   StatusOr<std::shared_ptr<Buffer>> allocate_buffer(BufferType type, uint64_t size_per_bank,
                                                     std::string_view what = "");
+  // A DRAM buffer of `bytes` per bank whose memory is the file `fd`'s pages
+  // from `offset` (a multiple of 4096), mapped in copy-on-write instead of
+  // copied: nothing is read until touched, and writes to the buffer stay in
+  // memory, never reaching the file. When the buffer is freed its range is
+  // plain device memory again. UNIMPLEMENTED where the region interleaves
+  // pages over several banks (an emulated device: allocate and write instead),
+  // INVALID_ARGUMENT for an unaligned offset, the allocation's errors, and
+  // the system's error when the file cannot be mapped there.
+  StatusOr<std::shared_ptr<Buffer>> map_file(int fd, uint64_t offset, uint64_t bytes, std::string_view what = "");
   MemoryRegionStats memory_stats(BufferType type) const;
   // Page alignment of tensors in `type` (row and tile pages start this many
   // bytes apart at least; the descriptor's dram_page_alignment for DRAM).

@@ -12,15 +12,16 @@
 // What an image holds: a header (format version, the Tessera version and
 // commit that wrote it, the target device's descriptor, the kernel ISA tier
 // and CPU it was compiled on), then per model its compile options, its graph
-// after the compiler's passes with every constant (weights folded, fused,
-// in the weights section, 64-byte aligned; conv weights of a model with
-// bfloat16 weights in bfloat16, the values its convs compute with, at half
-// the bytes), its input and output names,
-// shapes and dtypes, and the compile report. Loading plans and lowers that
-// graph for the device at hand: the same lowering `tessera run` does after
-// its passes, so the outputs are bit-identical, and kernels are chosen for
-// the CPU that loads it (an image compiled with AVX-512 kernels loads on an
-// AVX2-only CPU, with a note that the kernels were re-selected).
+// after the compiler's passes with its constants (weights folded, fused,
+// in the weights section, 64-byte aligned; conv weights of a portable model
+// with bfloat16 weights in bfloat16, the values its convs compute with, at
+// half the bytes), its convs' prepared weights (4096-byte aligned), its
+// input and output names, shapes and dtypes, and the compile report.
+// Loading plans and lowers that graph for the device at hand: the same
+// lowering `tessera run` does after its passes, so the outputs are
+// bit-identical; a portable image's kernels are chosen for the CPU that
+// loads it (compiled with AVX-512 kernels, it loads on an AVX2-only CPU, with
+// a note that the kernels were re-selected).
 //
 // The file (image_format.h's layout, all integers little-endian):
 //   [0, 64)   preamble: magic, format version, the offsets, sizes and CRC-32s
@@ -31,7 +32,16 @@
 // Compatibility: an image loads in any Tessera with the same major format
 // version (kFormatMajor) and an equal or newer minor one; fields are only
 // appended within a major version, so a newer minor image loads too, its
-// new fields ignored. A different major version is refused, naming both.
+// new fields ignored. Format 1 images (before prepared weights) load in
+// format 2 readers; another major version is refused, naming both.
+//
+// Prepared weights: by default a model's conv weights are stored as its
+// kernels read them on the compiling CPU (packed, padded, transformed), and
+// loading maps them into device memory with no copy; they serve where the
+// kernel tier, CPU features, worker count and oneDNN version are the same
+// (prepared_weights_key), and anywhere else loading fails naming what
+// differs. `tessera compile --portable` stores the weight constants instead:
+// such an image loads on any CPU, choosing and packing its kernels there.
 //
 // Errors: every defect of a file (short, wrong magic, another major
 // version, a bad checksum, a FlatBuffers table that does not verify, an
@@ -51,6 +61,7 @@
 #include "tessera/device/descriptor.h"
 #include "tessera/graph/graph.h"
 #include "tessera/runtime/compiled_model.h"
+#include "tessera/tensor/tensor_spec.h"
 
 namespace tessera {
 class Device;
@@ -58,8 +69,10 @@ class Device;
 
 namespace tessera::image {
 
-inline constexpr uint16_t kFormatMajor = 1;
+inline constexpr uint16_t kFormatMajor = 2;
 inline constexpr uint16_t kFormatMinor = 0;
+// Format 1 (no prepared weights) is a subset of format 2: both load.
+inline constexpr uint16_t kOldestFormatMajor = 1;
 
 // Who wrote an image, for what.
 struct ImageHeader {
@@ -74,6 +87,22 @@ struct ImageHeader {
 // This build's versions, `device`'s descriptor, this CPU's tier and features.
 ImageHeader header_for(const Device& device);
 
+// A conv's weights as its kernel reads them on the CPU that compiled the
+// image (runtime::PreparedLayer's, on the host).
+struct PreparedBlob {
+  std::string node, key, selection;
+  TensorSpec spec;  // of the device tensor (ROW_MAJOR or TILE, interleaved DRAM)
+  std::vector<uint8_t> owned;     // the bytes, or empty when they are `mapped`
+  std::span<const uint8_t> mapped;  // the bytes in an opened image
+  uint64_t file_offset = 0;         // where `mapped` starts in the image's file
+  graph::HostTensor bias;  // float32, in the device tensor's dims
+  std::span<const uint8_t> bytes() const { return owned.empty() ? mapped : std::span<const uint8_t>(owned); }
+};
+
+// Where prepared weights serve: the kernel tier, CPU features, worker count
+// and oneDNN version they were packed for (another of any packs otherwise).
+std::string prepared_weights_key(const Device& device);
+
 // One model of an image.
 struct ImageModel {
   std::string name;
@@ -83,14 +112,21 @@ struct ImageModel {
   uint64_t resident_dram_bytes = 0, resident_l1_bytes = 0;  // its constants on the device
   // Per conv, "<node>: <kernel> for <problem>" as the compiling CPU chose it.
   std::vector<std::string> conv_kernels;
+  // The convs' weights as their kernels read them, valid where
+  // prepared_weights_key() is `prepared_for`; the weight and bias constants
+  // only these read are then not stored (they hold dims and no values).
+  std::vector<PreparedBlob> prepared;
+  std::string prepared_for;
 };
 
 // Runs the passes on `graph` (when options.optimize), compiles the result
 // for `device` (so what cannot run is an error now, not at load), measures
 // what the compiled model holds on the device, and runs it once on zeros to
-// record the kernel each conv gets on this CPU.
+// record the kernel each conv gets on this CPU and the weights it packed
+// for it. `portable`: keep the weight constants instead, so the image loads
+// on any CPU and packs them there (a slower load).
 StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device& device,
-                                   const runtime::CompileOptions& options);
+                                   const runtime::CompileOptions& options, bool portable = false);
 
 struct WriteOptions {
   // Constants with the same bytes (a model's repeated tensors, the shared
@@ -121,6 +157,8 @@ struct ModelInfo {
   uint64_t num_constants = 0;
   uint64_t resident_dram_bytes = 0, resident_l1_bytes = 0;
   std::vector<std::string> conv_kernels;  // ImageModel::conv_kernels
+  uint64_t prepared_layers = 0, prepared_bytes = 0;  // ImageModel::prepared
+  std::string prepared_for;
 };
 
 struct ImageInfo {
@@ -147,8 +185,10 @@ class Image {
   // NOT_FOUND naming the models there are.
   StatusOr<size_t> find_model(std::string_view name) const;
   // Model `index`'s options, graph (constants copied out of the weights
-  // section) and report.
+  // section), report and prepared weights (referring to the mapped file).
   StatusOr<ImageModel> model(size_t index) const;
+  // The opened file (for mapping prepared weights), -1 for from_bytes.
+  int file_descriptor() const;
 
   struct Mapping;
 
@@ -157,6 +197,7 @@ class Image {
   static StatusOr<std::unique_ptr<Image>> verify(std::unique_ptr<Mapping> mapping);
   std::unique_ptr<Mapping> mapping_;
   std::span<const uint8_t> meta_, weights_;
+  uint64_t weights_offset_ = 0;  // of the weights section in the file
   ImageInfo info_;
 };
 

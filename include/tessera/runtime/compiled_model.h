@@ -31,6 +31,7 @@
 #include "tessera/graph/graph.h"
 #include "tessera/graph/passes.h"
 #include "tessera/ops/compute_config.h"
+#include "tessera/ops/conv2d.h"
 #include "tessera/tensor/tensor.h"
 
 namespace tessera::runtime {
@@ -100,6 +101,15 @@ std::vector<std::string> supported_ops();
 // weights, normalization statistics, shape arguments).
 bool needs_constant_input(const graph::Node& node, size_t slot);
 
+// A Conv / ConvTranspose node's weights as its kernel reads them (conv2d.h's
+// PreparedConv2dWeights: packed for the chosen kernel on this CPU, on the
+// device), with the kernel's explanation. A compiled image stores them.
+struct PreparedLayer {
+  std::string node;
+  PreparedConv2dWeights weights;
+  std::string selection;  // explain_conv2d's lines
+};
+
 class CompiledModel {
  public:
   ~CompiledModel();
@@ -108,6 +118,13 @@ class CompiledModel {
   // nor as a fallback (or any fallback when allow_fallback is false).
   static StatusOr<std::unique_ptr<CompiledModel>> compile(graph::Graph graph, Device& device,
                                                           const CompileOptions& options = {});
+  // With weights prepared before for some conv nodes (by a model compiled
+  // with the same graph, options, CPU and worker count: a compiled image's):
+  // those convs never read their weight constants, which may hold no
+  // values. Other convs prepare theirs on their first run, as usual.
+  static StatusOr<std::unique_ptr<CompiledModel>> compile(graph::Graph graph, Device& device,
+                                                          const CompileOptions& options,
+                                                          std::vector<PreparedLayer> prepared);
 
   // One device tensor per graph input, in order; INVALID_ARGUMENT when a
   // shape or dtype is not the compiled one.
@@ -128,6 +145,9 @@ class CompiledModel {
   // explain_conv2d's lines (the algorithm, then each decline), as chosen by
   // the first run ("not run yet" before it).
   std::vector<std::string> conv_selections() const;
+  // Every conv layer's prepared weights, in lowering order: those of
+  // layers that ran at least once (or were given them at compile).
+  std::vector<PreparedLayer> prepared_weights() const;
   const graph::Graph& graph() const;  // after the passes
   Device& device() const;
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "tessera/base/status.h"
@@ -71,6 +72,8 @@ class Tensor {
  private:
   friend Tensor allocate_tensor_on_host(const TensorSpec& spec);
   friend StatusOr<Tensor> allocate_tensor_on_device(const TensorSpec& spec, Device& device);
+  friend StatusOr<Tensor> map_file_to_device(const TensorSpec&, std::span<const std::byte>, int, uint64_t, Device&,
+                                             uint8_t);
   TensorSpec spec_;
   std::shared_ptr<std::byte[]> host_;
   std::shared_ptr<Buffer> buffer_;
@@ -90,6 +93,16 @@ Status copy_device_to_host_tensor(const Tensor& src, const Tensor& host, bool bl
 // Allocates a device tensor with `memory_config` and writes `host` into it.
 StatusOr<Tensor> to_device(const Tensor& host, Device& device, const MemoryConfig& memory_config = DRAM_MEMORY_CONFIG,
                            uint8_t cq_id = 0);
+
+// A DRAM tensor of `spec` holding `bytes` (its storage_bytes), which are
+// also the range at `offset` (a multiple of 4096) of the open file `fd`, as
+// an image's prepared weights are. A one-row ROW_MAJOR interleaved tensor on
+// a device whose DRAM is one bank gets the file's pages mapped in
+// (Device::map_file: nothing is copied, and writes never reach the file);
+// any other (or fd -1) is allocated and `bytes` written into it on `cq_id`.
+// INVALID_ARGUMENT when `bytes` is not the spec's size.
+StatusOr<Tensor> map_file_to_device(const TensorSpec& spec, std::span<const std::byte> bytes, int fd, uint64_t offset,
+                                    Device& device, uint8_t cq_id = 0);
 
 // Frees a device tensor's buffer. Without force only when no other Tensor
 // shares it. No-op for host tensors and already freed tensors.
