@@ -2,8 +2,10 @@
 # A compiled image against its ONNX file, alternating in ROUNDS rounds, each
 # a fresh `tessera run` process on the same input: the median wall time of
 # the whole process, of getting ready to run (ONNX: import + compile; image:
-# read + verify + lower), of the first run through the pipeline, and the
-# image's size against its weights. Prints a markdown table for
+# read + verify + map the prepared weights + lower), of the first run through
+# the pipeline (its compile run and the traced run), and the image's size
+# against the model's weights in their chosen dtypes (a --portable image's
+# constants). bench_image_load splits load and first run in one process. Prints a markdown table for
 # bench/RESULTS.md.
 #
 #   bash bench/image_vs_onnx.sh [--rounds R] MODEL.onnx INPUT.npy [MODEL2.onnx INPUT2.npy ...]
@@ -20,6 +22,8 @@ while [ $# -ge 2 ]; do
   model=$1 input=$2; shift 2
   name=$(basename "$model" .onnx)
   "$t" compile "$model" -o "$tmp/$name.tsi" >/dev/null
+  # The weights in their chosen dtypes: a portable image's constants.
+  "$t" compile "$model" -o "$tmp/${name}_portable.tsi" --portable >/dev/null
   po=(); pi=(); ro=(); ri=(); fo=(); fi=()
   for ((r = 0; r < rounds; r++)); do
     for kind in onnx tsi; do
@@ -34,6 +38,6 @@ while [ $# -ge 2 ]; do
     done
   done
   size=$(stat -c %s "$tmp/$name.tsi")
-  weights=$("$t" info "$tmp/$name.tsi" --json | sed -n 's/^  "weights_bytes": \([0-9]*\).*/\1/p')
+  weights=$("$t" info "$tmp/${name}_portable.tsi" --json | sed -n 's/^  "weights_bytes": \([0-9]*\).*/\1/p')
   echo "| $name | $(med "${po[@]}") | $(med "${pi[@]}") | $(med "${ro[@]}") | $(med "${ri[@]}") | $(med "${fo[@]}") | $(med "${fi[@]}") | $(awk -v b="$size" 'BEGIN{printf "%.1f", b/1048576}') | $(awk -v b="$weights" 'BEGIN{printf "%.1f", b/1048576}') |"
 done

@@ -4,6 +4,7 @@
 #include "tessera/image/image.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <cstdio>
 #include <cstring>
@@ -59,6 +60,18 @@ format::Preamble preamble(const std::vector<uint8_t>& b) {
 void set_preamble(std::vector<uint8_t>& b, format::Preamble p) {
   p.preamble_crc = format::preamble_crc(p);
   std::memcpy(b.data(), &p, sizeof p);
+}
+
+// The checksums are zlib's CRC-32, whichever library computes them.
+TEST(Image, Crc32IsZlibs) {
+  std::vector<uint8_t> b(1 << 20);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{63}, size_t{64}, size_t{4095}, size_t{100000}, b.size()})
+    for (size_t at : {size_t{0}, size_t{3}}) {
+      if (at + n > b.size()) continue;
+      const uLong want = crc32(crc32(0L, Z_NULL, 0), b.data() + at, static_cast<uInt>(n));
+      EXPECT_EQ(format::crc32_of({b.data() + at, n}), static_cast<uint32_t>(want)) << n << " at " << at;
+    }
 }
 
 TEST(Image, GraphRoundTripsBitForBit) {

@@ -266,6 +266,25 @@ void Device::Impl::free_range(BufferType type, uint64_t address) {
   regions[static_cast<int>(type)].alloc.free(address);
 }
 
+void Device::prefault(std::span<const std::shared_ptr<Buffer>> buffers) {
+  constexpr uint64_t kPage = 4096, kChunk = uint64_t{1} << 20;
+  std::vector<std::pair<std::byte*, uint64_t>> chunks;  // whole pages
+  for (const auto& b : buffers)
+    for (uint32_t bank = 0; b && bank < impl_->regions[static_cast<int>(b->type())].num_banks; ++bank) {
+      std::byte* p = b->bank_data(bank);
+      std::byte* lo = reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(p) / kPage * kPage);
+      const uint64_t len = align_up(static_cast<uint64_t>(p + b->size_per_bank() - lo), kPage);
+      for (uint64_t at = 0; at < len; at += kChunk) chunks.emplace_back(lo + at, std::min(kChunk, len - at));
+    }
+  auto fill = [&](uint32_t begin, uint32_t end) {
+    for (uint32_t i = begin; i < end; ++i)
+      if (madvise(chunks[i].first, chunks[i].second, MADV_POPULATE_READ) != 0)  // before Linux 5.14: touch
+        for (uint64_t at = 0; at < chunks[i].second; at += kPage)
+          (void)*static_cast<volatile const std::byte*>(chunks[i].first + at);
+  };
+  workers_->parallel_for(static_cast<uint32_t>(chunks.size()), 1, fill);
+}
+
 StatusOr<std::shared_ptr<Buffer>> Device::map_file(int fd, uint64_t offset, uint64_t bytes, std::string_view what) {
   constexpr uint64_t kPage = 4096;
   const Region& r = impl_->regions[static_cast<int>(BufferType::DRAM)];
@@ -278,9 +297,9 @@ StatusOr<std::shared_ptr<Buffer>> Device::map_file(int fd, uint64_t offset, uint
   TS_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> whole, allocate_buffer(BufferType::DRAM, len + kPage, what));
   std::byte* host = host_address(BufferType::DRAM, 0, whole->address());
   const uint64_t skip = align_up(reinterpret_cast<uintptr_t>(host), kPage) - reinterpret_cast<uintptr_t>(host);
-  // Populated read-only (populating a writable private mapping would copy
-  // every page), then made writable: a page is copied only if written.
-  void* p = mmap(host + skip, len, PROT_READ, MAP_PRIVATE | MAP_FIXED | MAP_POPULATE, fd, static_cast<off_t>(offset));
+  // Read-only, then writable: a page is copied only if written. The page
+  // tables fill on first touch, or all at once with prefault().
+  void* p = mmap(host + skip, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, static_cast<off_t>(offset));
   if (p != MAP_FAILED && mprotect(p, len, PROT_READ | PROT_WRITE) != 0) p = MAP_FAILED;
   if (p == MAP_FAILED) {
     const int err = errno;

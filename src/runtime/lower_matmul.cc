@@ -44,9 +44,12 @@ Status CompiledModel::Impl::lower_gemm(const Node& n) {
   const float alpha = n.attr_float("alpha", 1.0f), beta = n.attr_float("beta", 1.0f);
   const bool trans_b = n.attr_int("transB", 0) != 0;
   // alpha folds into B, beta into C, on the host.
-  HostTensor bw = *g.value(b).constant;
-  for (float& v : bw.f) v *= alpha;
-  TS_ASSIGN_OR_RETURN(Tensor weight, upload_weights(std::move(bw), dims(b)));
+  std::optional<HostTensor> scaled;  // B unless alpha is 1
+  if (alpha != 1.0f) {
+    scaled = *g.value(b).constant;
+    for (float& v : scaled->f) v *= alpha;
+  }
+  TS_ASSIGN_OR_RETURN(Tensor weight, upload_weights(scaled ? *scaled : *g.value(b).constant, dims(b)));
   const int64_t nn = dims(y)[1];
   std::optional<Tensor> bias;
   std::optional<Tensor> full_c;  // C that is not one row broadcast (rare)

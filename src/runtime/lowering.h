@@ -167,7 +167,7 @@ struct CompiledModel::Impl {
   // Constant matmul / linear weights: bfloat16 values in bfloat16 runs, kept
   // in matmul_weights_dtype (float32 where the CPU multiplies bfloat16 in
   // float32, so they are not converted on every call).
-  StatusOr<Tensor> upload_weights(HostTensor h, const Dims& dims);
+  StatusOr<Tensor> upload_weights(const HostTensor& h, const Dims& dims);
   // A constant value as a plain device tensor in the activation dtype.
   StatusOr<Tensor> constant(int v);
   // A host constant permuted to NHWC for a rank-4 broadcast against an NHWC

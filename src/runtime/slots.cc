@@ -6,18 +6,20 @@
 namespace tessera::runtime {
 
 StatusOr<Tensor> CompiledModel::Impl::upload(const HostTensor& h, const Dims& dims, DataType dtype) {
-  std::vector<float> f(h.size());
-  for (size_t k = 0; k < f.size(); ++k) f[k] = static_cast<float>(h.at(k));
-  TS_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(f, to_shape(dims), dtype));
+  std::vector<float> ints;  // integer constants as float
+  if (h.type != graph::ElemType::FLOAT32) ints.assign(h.i.begin(), h.i.end());
+  TS_ASSIGN_OR_RETURN(Tensor host,
+                      Tensor::from_vector(h.type == graph::ElemType::FLOAT32 ? h.f : ints, to_shape(dims), dtype));
   return to_device(host, *device);
 }
 
-StatusOr<Tensor> CompiledModel::Impl::upload_weights(HostTensor h, const Dims& dims) {
+StatusOr<Tensor> CompiledModel::Impl::upload_weights(const HostTensor& h, const Dims& dims) {
   if (act_dtype() == DataType::FLOAT32) return upload(h, dims, DataType::FLOAT32);
   const DataType wd = matmul_weights_dtype(DataType::BFLOAT16);
-  if (wd == DataType::FLOAT32)
-    for (float& v : h.f) v = round_to_bfloat16(v);
-  return upload(h, dims, wd);
+  if (wd != DataType::FLOAT32) return upload(h, dims, wd);
+  HostTensor rounded = h;
+  for (float& v : rounded.f) v = round_to_bfloat16(v);
+  return upload(rounded, dims, wd);
 }
 
 StatusOr<Tensor> CompiledModel::Impl::constant(int v) {

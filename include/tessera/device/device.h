@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "tessera/base/status.h"
@@ -117,6 +118,10 @@ class Device : public std::enable_shared_from_this<Device> {
   // INVALID_ARGUMENT for an unaligned offset, the allocation's errors, and
   // the system's error when the file cannot be mapped there.
   StatusOr<std::shared_ptr<Buffer>> map_file(int fd, uint64_t offset, uint64_t bytes, std::string_view what = "");
+  // Fills in the page tables of these buffers' memory on the worker threads
+  // (file pages map read-only, nothing is copied), so that the first kernels
+  // to read them take no page faults: what a load does after map_file.
+  void prefault(std::span<const std::shared_ptr<Buffer>> buffers);
   MemoryRegionStats memory_stats(BufferType type) const;
   // Page alignment of tensors in `type` (row and tile pages start this many
   // bytes apart at least; the descriptor's dram_page_alignment for DRAM).
