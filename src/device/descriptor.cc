@@ -87,6 +87,18 @@ bool DeviceDescriptor::is_usable(CoreCoord c) const {
   return c.x < grid.x && c.y < grid.y && std::find(disabled_cores.begin(), disabled_cores.end(), c) == disabled_cores.end();
 }
 
+CoreCoord DeviceDescriptor::compute_grid() const {
+  CoreCoord best{0, 0};
+  uint32_t height = grid.y;  // rows [0, height) usable in every column so far
+  for (uint32_t x = 0; x < grid.x; ++x) {
+    uint32_t h = 0;
+    while (h < height && is_usable({x, h})) ++h;
+    height = h;
+    if (uint64_t{x + 1} * height > uint64_t{best.x} * best.y) best = {x + 1, height};
+  }
+  return best;
+}
+
 std::string DeviceDescriptor::to_string() const {
   const std::string shared = shared_cache_size ? fmt::format(", {} MiB shared cache", shared_cache_size >> 20) : "";
   return fmt::format("{}: {}x{} cores, {} B L1 per core{}, {} DRAM bank(s) of {} MiB, host cores {}, isa [{}]{}", name,

@@ -48,6 +48,11 @@ TEST(Descriptor, WormholeMatchesTheOriginal) {
   EXPECT_EQ(d.dram_bank_size, uint64_t{1} << 30);
   EXPECT_TRUE(d.emulated);
   EXPECT_EQ(d.shared_cache_size, 0u);
+  EXPECT_EQ(d.compute_grid().x, 8u);
+  EXPECT_EQ(d.compute_grid().y, 8u);
+  d.disabled_cores = {{7, 7}};  // one disabled corner core: 56 usable cores in a rectangle
+  EXPECT_EQ(d.compute_grid().x * d.compute_grid().y, 56u);
+  EXPECT_TRUE(d.compute_grid().x == 7u || d.compute_grid().y == 7u);
   EXPECT_ERROR(find_device_descriptor("grayskull"), StatusCode::kInvalidArgument, "unknown device descriptor");
 }
 
@@ -66,6 +71,9 @@ TEST(Descriptor, FromAJsonFile) {
   EXPECT_EQ(d->num_dram_banks, 3u);
   EXPECT_TRUE(d->emulated);
   EXPECT_FALSE(d->is_usable({1, 1}));
+  // Ops shard over the largest usable rectangle from (0, 0): here the first row.
+  EXPECT_EQ(d->compute_grid().x, 4u);
+  EXPECT_EQ(d->compute_grid().y, 1u);
   EXPECT_EQ(d->l1_alignment, wormhole_b0_descriptor().l1_alignment);
   const std::string base = R"("name": "x", "l1_size_per_core": 65536, "num_dram_banks": 1, "dram_bank_size": 16777216)";
   EXPECT_ERROR(find_device_descriptor(write("a.json", "[1, 2]")), StatusCode::kInvalidArgument, "expected a JSON object");

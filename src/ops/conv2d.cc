@@ -206,7 +206,7 @@ Conv2dGeometry slice_geometry(Conv2dGeometry g, Conv2dSliceType type, uint32_t s
 
 StatusOr<Conv2dL1Estimate> plan_l1(const Conv2dGeometry& g, const Conv2dConfig& c, const Tensor& input,
                                    DataType out_dt) {
-  const CoreCoord grid = input.device()->descriptor().grid;
+  const CoreCoord grid = input.device()->descriptor().compute_grid();
   const MemoryConfig& in = input.memory_config();
   std::optional<TensorMemoryLayout> layout = c.shard_layout;
   std::optional<CoreRangeSet> cores;

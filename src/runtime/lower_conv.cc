@@ -6,7 +6,7 @@ namespace tessera::runtime {
 Status CompiledModel::Impl::plan_conv_sharding(const Node& n, const Conv2dGeometry& geo, Conv2dConfig& config) {
   const bool apply = opt.apply_conv_sharding.value_or(device->descriptor().emulated);
   const DataType io = act_dtype();
-  auto est = auto_shard_conv2d(geo, config, io, config.dtype.value_or(io), device->descriptor().grid);
+  auto est = auto_shard_conv2d(geo, config, io, config.dtype.value_or(io), device->descriptor().compute_grid());
   std::string plan;
   bool fits = false;
   if (!est.ok()) {

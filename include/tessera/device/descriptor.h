@@ -47,6 +47,10 @@ struct DeviceDescriptor {
   uint32_t num_cores() const { return grid.x * grid.y; }
   uint32_t core_index(CoreCoord c) const { return c.y * grid.x + c.x; }
   bool is_usable(CoreCoord c) const;
+  // The grid ops shard over (the original's compute_with_storage_grid_size):
+  // the largest rectangle of usable cores from (0, 0), so that a harvested
+  // device's disabled cores are never given work; `grid` when none are.
+  CoreCoord compute_grid() const;
   std::string to_string() const;  // one line for logs and the demo
 };
 
