@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <tuple>
@@ -207,6 +208,26 @@ TEST(Image, LoadedModelRunsBitIdenticalToTheCompiledGraph) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << dtype;
     EXPECT_EQ(loaded->model->report().passes.size(), direct->report().passes.size());
+  }
+}
+
+// A portable image stores block-float conv weights as the tiles conv2d
+// rounds them through: at their own size, loading to the same outputs.
+TEST(Image, PortableBlockFloatWeightsAreStoredAsTiles) {
+  auto d = cpu();
+  for (DataType wt : {DataType::BFLOAT8_B, DataType::BFLOAT4_B}) {
+    CompileOptions o{.dtype = DataType::BFLOAT16, .weights_dtype = wt};
+    auto direct = CompiledModel::compile(small_graph(), *d, o).value();
+    auto img = Image::from_bytes(image_bytes(*d, o, "small", /*portable=*/true)).value();
+    const auto& bytes = img->info().models[0].weight_bytes;
+    const auto stored = std::find_if(bytes.begin(), bytes.end(),
+                                     [&](const auto& b) { return b.first == (wt == DataType::BFLOAT8_B ? "bfloat8_b" : "bfloat4_b"); });
+    ASSERT_NE(stored, bytes.end()) << data_type_name(wt);
+    auto loaded = load_model(*img, 0, *d);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    const std::vector<float> a = run(*direct, *d), b = run(*loaded->model, *d);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << data_type_name(wt);
   }
 }
 

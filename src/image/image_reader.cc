@@ -16,6 +16,7 @@
 #include "tessera/base/aligned.h"
 #include "tessera/graph/shape_inference.h"
 #include "tessera/numerics/bfloat16.h"
+#include "tessera/ops/conv2d_weights.h"
 #include "tessera/image/image.h"
 
 namespace tessera::image {
@@ -99,6 +100,8 @@ const char* storage_name(fb::Storage s) {
     case fb::Storage::INT64: return "int64";
     case fb::Storage::BFLOAT16: return "bfloat16";
     case fb::Storage::PREPARED: return "prepared";
+    case fb::Storage::BFLOAT8_B: return "bfloat8_b";
+    case fb::Storage::BFLOAT4_B: return "bfloat4_b";
   }
   return "unknown";
 }
@@ -112,6 +115,22 @@ const char* storage_name(fb::Storage s) {
 bool aligned(const flatbuffers::Vector<int64_t>* v) {
   // (An empty vector may sit anywhere: it has no element to read.)
   return !v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->Data()) % alignof(int64_t) == 0;
+}
+
+// The tiles a block-float Conv weight is stored as (conv2d_weights.h), or
+// nullopt for dims that are not a conv weight's.
+std::optional<TensorSpec> block_float_tiles(const fb::Tensor* t) {
+  if (!t->dims() || t->dims()->size() != 4) return std::nullopt;
+  uint64_t rows = 1;
+  for (uint32_t k = 0; k < 4; ++k) {
+    const int64_t d = t->dims()->Get(k);
+    if (d <= 0 || d > (int64_t{1} << 20)) return std::nullopt;
+    if (k > 0) rows *= static_cast<uint64_t>(d);
+  }
+  if (rows > (uint64_t{1} << 30)) return std::nullopt;
+  return TensorSpec{Shape{1, 1, static_cast<uint32_t>(rows), static_cast<uint32_t>(t->dims()->Get(0))},
+                    t->storage() == fb::Storage::BFLOAT8_B ? DataType::BFLOAT8_B : DataType::BFLOAT4_B, Layout::TILE,
+                    DRAM_MEMORY_CONFIG};
 }
 
 Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::string& what, bool prepared_ok = false) {
@@ -128,15 +147,25 @@ Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::stri
       return damaged("{}: a constant stored as prepared weights where only a value's float32 constant may be", what);
     return ok_status();
   }
-  uint64_t elem = 0;
-  if (t->type() == fb::ElemType::FLOAT32 && t->storage() == fb::Storage::FLOAT32) elem = 4;
-  if (t->type() == fb::ElemType::FLOAT32 && t->storage() == fb::Storage::BFLOAT16) elem = 2;
-  if (t->type() == fb::ElemType::INT64 && t->storage() == fb::Storage::INT64) elem = 8;
-  if (!elem)
-    return damaged("{}: element type {} stored as {}, which this Tessera cannot read", what,
-                   static_cast<int>(t->type()), static_cast<int>(t->storage()));
-  if (t->bytes() != volume * elem)
-    return damaged("{}: {} bytes for {} elements of {} bytes", what, t->bytes(), volume, elem);
+  if (t->storage() == fb::Storage::BFLOAT8_B || t->storage() == fb::Storage::BFLOAT4_B) {
+    const std::optional<TensorSpec> tiles = block_float_tiles(t);
+    if (!tiles || t->type() != fb::ElemType::FLOAT32)
+      return damaged("{}: block-float storage for {} elements of dims {}, expected a conv weight's 4 dims", what,
+                     volume, t->dims()->size());
+    if (t->bytes() != tiles->storage_bytes())
+      return damaged("{}: {} bytes for the tiles {}, which hold {}", what, t->bytes(), tiles->to_string(),
+                     tiles->storage_bytes());
+  } else {
+    uint64_t elem = 0;
+    if (t->type() == fb::ElemType::FLOAT32 && t->storage() == fb::Storage::FLOAT32) elem = 4;
+    if (t->type() == fb::ElemType::FLOAT32 && t->storage() == fb::Storage::BFLOAT16) elem = 2;
+    if (t->type() == fb::ElemType::INT64 && t->storage() == fb::Storage::INT64) elem = 8;
+    if (!elem)
+      return damaged("{}: element type {} stored as {}, which this Tessera cannot read", what,
+                     static_cast<int>(t->type()), static_cast<int>(t->storage()));
+    if (t->bytes() != volume * elem)
+      return damaged("{}: {} bytes for {} elements of {} bytes", what, t->bytes(), volume, elem);
+  }
   if (t->offset() % format::kTensorAlignment != 0)
     return damaged("{}: at offset {} of section 'weights', expected a multiple of {}", what, t->offset(),
                    format::kTensorAlignment);
@@ -159,6 +188,14 @@ graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> we
   h.dims = vec(t->dims());
   const uint8_t* p = weights.data() + t->offset();
   if (t->storage() == fb::Storage::PREPARED) return h;  // dims only: prepared weights serve its readers
+  if (t->storage() == fb::Storage::BFLOAT8_B || t->storage() == fb::Storage::BFLOAT4_B) {
+    const TensorSpec spec = *block_float_tiles(t);  // checked by check_tensor
+    Tensor tiles = allocate_tensor_on_host(spec);
+    std::memcpy(tiles.host_data(), p, t->bytes());
+    const std::vector<uint32_t> d(h.dims.begin(), h.dims.end());
+    h.f = conv2d_weights_from_tiles(tiles, Shape(std::span<const uint32_t>(d))).value();  // shapes checked above
+    return h;
+  }
   if (t->type() == fb::ElemType::INT64) {
     h.type = graph::ElemType::INT64;
     resize_untouched(h.i, t->bytes() / 8);

@@ -16,6 +16,7 @@
 #include "tessera/device/device.h"
 #include "tessera/image/image.h"
 #include "tessera/numerics/bfloat16.h"
+#include "tessera/ops/conv2d_weights.h"
 #include "tessera/tensor/tensor.h"
 
 namespace tessera::image {
@@ -68,10 +69,22 @@ class Writer {
     return at;
   }
 
-  // `bf16`: stored as bfloat16, the values the kernels round the weights to.
-  Offset<fb::Tensor> tensor(const graph::HostTensor& t, bool bf16 = false) {
+  // `rounded`: stored as the model's conv weights dtype (bfloat16, or the
+  // block-float tiles of a Conv weight), the values the kernels round to.
+  Offset<fb::Tensor> tensor(const graph::HostTensor& t, std::optional<DataType> rounded = std::nullopt) {
     const bool f = t.type == graph::ElemType::FLOAT32;
-    if (f && bf16) {
+    if (f && rounded && is_block_float(*rounded)) {
+      const std::vector<uint32_t> d(t.dims.begin(), t.dims.end());
+      StatusOr<Tensor> tiles = conv2d_weight_tiles(t.f, Shape(std::span<const uint32_t>(d)), *rounded);
+      if (tiles.ok()) {
+        const uint64_t n = tiles->spec().storage_bytes();
+        const uint64_t at = blob(tiles->host_data(), n);
+        return fb::CreateTensor(fbb, fb::ElemType::FLOAT32, fbb.CreateVector(t.dims),
+                                *rounded == DataType::BFLOAT8_B ? fb::Storage::BFLOAT8_B : fb::Storage::BFLOAT4_B, at,
+                                n);
+      }  // (not a conv weight's dims: stored as float32 below)
+    }
+    if (f && rounded == DataType::BFLOAT16) {
       std::vector<uint16_t> b(t.f.size());
       float_to_bfloat16(t.f.data(), b.data(), b.size());
       const uint64_t at = blob(b.data(), b.size() * 2);
@@ -93,17 +106,21 @@ class Writer {
   }
 
   // Constants only conv weights read, in a model whose conv weights are
-  // bfloat16: every conv rounds them to bfloat16 (round to nearest even,
-  // which rounding again leaves as it is), so that is all an image needs.
-  static std::vector<bool> bfloat16_weights(const graph::Graph& g, const runtime::CompileOptions& o) {
+  // bfloat16 or block-float: every conv rounds them to that dtype (rounding
+  // again leaves the result as it is), so that is all an image needs.
+  // Block-float applies to Conv weights only (conv2d_weights.h's layout);
+  // ConvTranspose weights then stay float32.
+  static std::vector<bool> rounded_weights(const graph::Graph& g, const runtime::CompileOptions& o) {
     std::vector<bool> out(g.values.size(), false);
-    if (o.weights_dtype != DataType::BFLOAT16) return out;
+    const bool bf = is_block_float(o.weights_dtype);
+    if (o.weights_dtype != DataType::BFLOAT16 && !bf) return out;
     std::vector<int> readers(g.values.size(), 0), weight_reads(g.values.size(), 0);
     for (const graph::Node& n : g.nodes)
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         if (n.inputs[k] < 0) continue;
         ++readers[static_cast<size_t>(n.inputs[k])];
-        if (k == 1 && (n.op_type == "Conv" || n.op_type == "ConvTranspose")) ++weight_reads[static_cast<size_t>(n.inputs[k])];
+        if (k == 1 && (n.op_type == "Conv" || (!bf && n.op_type == "ConvTranspose")))
+          ++weight_reads[static_cast<size_t>(n.inputs[k])];
       }
     for (size_t v = 0; v < g.values.size(); ++v)
       out[v] = g.values[v].constant && readers[v] > 0 && readers[v] == weight_reads[v] &&
@@ -112,7 +129,7 @@ class Writer {
   }
 
   Offset<fb::Graph> graph(const graph::Graph& g, const runtime::CompileOptions& o, const std::vector<bool>& elide) {
-    const std::vector<bool> bf16 = bfloat16_weights(g, o);
+    const std::vector<bool> rounded = rounded_weights(g, o);
     std::vector<Offset<fb::Value>> values;
     for (size_t id = 0; id < g.values.size(); ++id) {
       const graph::Value& v = g.values[id];
@@ -123,7 +140,7 @@ class Writer {
         c = fb::CreateTensor(fbb, fb::ElemType::FLOAT32, fbb.CreateVector(v.constant->dims), fb::Storage::PREPARED, 0,
                              0);
       else if (v.constant)
-        c = tensor(*v.constant, bf16[id]);
+        c = tensor(*v.constant, rounded[id] ? std::optional(o.weights_dtype) : std::nullopt);
       values.push_back(fb::CreateValue(fbb, name, static_cast<fb::ElemType>(v.type), dims, v.has_shape, c));
     }
     std::vector<Offset<fb::Node>> nodes;

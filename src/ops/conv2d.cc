@@ -1,4 +1,5 @@
 #include "tessera/ops/conv2d.h"
+#include "tessera/ops/conv2d_weights.h"
 
 #include <optional>
 
@@ -26,6 +27,45 @@ using conv::Problem;
 using conv::staging;
 }  // namespace
 
+namespace {
+// Rows (ky, kx, ci), columns oc: index of the (oc, ci, ky, kx) weight.
+struct WeightMatrix {
+  uint32_t cout, cin_g, kh, kw;
+  explicit WeightMatrix(const Shape& d) : cout(d[0]), cin_g(d[1]), kh(d[2]), kw(d[3]) {}
+  uint32_t rows() const { return kh * kw * cin_g; }
+  template <class F>
+  void each(F f) const {  // f(index in the weight, index in the matrix)
+    for (uint32_t oc = 0; oc < cout; ++oc)
+      for (uint32_t ci = 0; ci < cin_g; ++ci)
+        for (uint32_t ky = 0; ky < kh; ++ky)
+          for (uint32_t kx = 0; kx < kw; ++kx)
+            f(((uint64_t{oc} * cin_g + ci) * kh + ky) * kw + kx, ((ky * kw + kx) * cin_g + ci) * uint64_t{cout} + oc);
+  }
+};
+}  // namespace
+
+StatusOr<Tensor> conv2d_weight_tiles(std::span<const float> weight, const Shape& dims, DataType wt) {
+  if (dims.rank() != 4 || weight.size() != dims.volume() || !is_block_float(wt))
+    return invalid_argument_error("conv2d_weight_tiles: expected (out, in/groups, kh, kw) weights and a block-float "
+                                  "dtype, found {} values of {} in {}",
+                                  weight.size(), dims.to_string(), data_type_name(wt));
+  const WeightMatrix w(dims);
+  std::vector<float> m(weight.size());
+  w.each([&](uint64_t at, uint64_t mat) { m[mat] = weight[at]; });
+  return Tensor::from_vector(m, Shape{1, 1, w.rows(), w.cout}, wt, Layout::TILE);
+}
+
+StatusOr<std::vector<float>> conv2d_weights_from_tiles(const Tensor& tiles, const Shape& dims) {
+  if (dims.rank() != 4 || tiles.is_on_device() || tiles.layout() != Layout::TILE ||
+      tiles.shape() != Shape{1, 1, WeightMatrix(dims).rows(), dims[0]})
+    return invalid_argument_error("conv2d_weights_from_tiles: tiles {} are not the weight matrix of {}",
+                                  tiles.spec().to_string(), dims.to_string());
+  TS_ASSIGN_OR_RETURN(const std::vector<float> m, tiles.to_vector());
+  std::vector<float> v(m.size());
+  WeightMatrix(dims).each([&](uint64_t at, uint64_t mat) { v[at] = m[mat]; });
+  return v;
+}
+
 StatusOr<Tensor> round_conv2d_weights(const Tensor& weight, const Conv2dParams& p, DataType wt, DataType input_dtype) {
   if (weight.is_on_device()) return invalid_argument_error("conv2d: expected host weights, found a device tensor");
   const uint32_t cin_g = p.in_channels / (p.groups ? p.groups : 1), kh = p.kernel_size[0], kw = p.kernel_size[1];
@@ -40,25 +80,8 @@ StatusOr<Tensor> round_conv2d_weights(const Tensor& weight, const Conv2dParams& 
   if (wt == DataType::BFLOAT16) {
     for (float& x : v) x = round_to_bfloat16(x);
   } else if (is_block_float(wt)) {
-    // Rows (ky, kx, ci), columns oc: blocks run over 16 output channels, as
-    // in the original's prepared weight matrix.
-    const uint32_t rows = kh * kw * cin_g, cols = p.out_channels;
-    std::vector<float> m(uint64_t{rows} * cols);
-    auto at = [&](uint32_t oc, uint32_t ci, uint32_t ky, uint32_t kx) {
-      return ((uint64_t{oc} * cin_g + ci) * kh + ky) * kw + kx;
-    };
-    for (uint32_t oc = 0; oc < cols; ++oc)
-      for (uint32_t ci = 0; ci < cin_g; ++ci)
-        for (uint32_t ky = 0; ky < kh; ++ky)
-          for (uint32_t kx = 0; kx < kw; ++kx)
-            m[((ky * kw + kx) * cin_g + ci) * uint64_t{cols} + oc] = v[at(oc, ci, ky, kx)];
-    TS_ASSIGN_OR_RETURN(Tensor t, Tensor::from_vector(m, Shape{1, 1, rows, cols}, wt, Layout::TILE));
-    TS_ASSIGN_OR_RETURN(m, t.to_vector());
-    for (uint32_t oc = 0; oc < cols; ++oc)
-      for (uint32_t ci = 0; ci < cin_g; ++ci)
-        for (uint32_t ky = 0; ky < kh; ++ky)
-          for (uint32_t kx = 0; kx < kw; ++kx)
-            v[at(oc, ci, ky, kx)] = m[((ky * kw + kx) * cin_g + ci) * uint64_t{cols} + oc];
+    TS_ASSIGN_OR_RETURN(Tensor tiles, conv2d_weight_tiles(v, expected, wt));
+    TS_ASSIGN_OR_RETURN(v, conv2d_weights_from_tiles(tiles, expected));
   }
   // A bfloat16 input computes in bfloat16: float32 weights are rounded once more
   // (a no-op for bfloat16 and block-float weights, which bfloat16 holds exactly).

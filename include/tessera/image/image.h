@@ -14,8 +14,9 @@
 // and CPU it was compiled on), then per model its compile options, its graph
 // after the compiler's passes with its constants (weights folded, fused,
 // in the weights section, 64-byte aligned; conv weights of a portable model
-// with bfloat16 weights in bfloat16, the values its convs compute with, at
-// half the bytes), its convs' prepared weights (4096-byte aligned), its
+// with bfloat16 or block-float weights in that dtype, the values its convs
+// compute with, at its size), its convs' prepared weights (4096-byte
+// aligned), its
 // input and output names, shapes and dtypes, and the compile report.
 // Loading plans and lowers that graph for the device at hand: the same
 // lowering `tessera run` does after its passes, so the outputs are
