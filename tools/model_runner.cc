@@ -18,6 +18,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& options) {
   runtime::CompileOptions c;
   c.optimize = options.optimize;
+  c.intermediates_to_save = options.intermediates;
   if (options.precision == "float32") {
     c.dtype = c.weights_dtype = DataType::FLOAT32;
   } else if (options.precision == "bfloat16") {
@@ -84,6 +85,7 @@ StatusOr<LoadedModel> load_image_model(const std::string& path, Device& device, 
   if (options.math_fidelity != defaults.math_fidelity) asked.push_back("--math-fidelity " + options.math_fidelity);
   if (options.micro_batch != defaults.micro_batch) asked.push_back("--micro-batch " + options.micro_batch);
   if (!options.input_shape.empty()) asked.push_back("--shape " + graph::dims_to_string(options.input_shape));
+  if (!options.intermediates.empty()) asked.push_back("--save-intermediates");
   if (!asked.empty())
     return invalid_argument_error("{} is a compiled image; its compile options are fixed ({} asked for): compile the "
                                   "model again with them (tessera compile)",

@@ -24,6 +24,7 @@ struct ModelOptions {
   std::string math_fidelity = "HiFi4";  // LoFi | HiFi2 | HiFi3 | HiFi4 (below HiFi4: Winograd 3x3 convs; LoFi on AMX: bfloat16 operands)
   std::string micro_batch = "auto";     // auto | off | images per group (runtime::CompileOptions::micro_batch)
   std::string model_name;               // a compiled image's model (empty: its only one)
+  std::vector<std::string> intermediates;  // runtime::CompileOptions::intermediates_to_save
 };
 
 // Whether `path` names a compiled image (.tsi) rather than an ONNX file.

@@ -54,6 +54,8 @@ struct Common {
   bool verbose = false;
   bool explain = false;
   bool no_pin = false;
+  std::vector<std::string> intermediates;  // run --save-intermediates
+  std::string intermediates_dir;
 };
 
 StatusOr<ModelOptions> model_options(const Common& c) {
@@ -61,6 +63,7 @@ StatusOr<ModelOptions> model_options(const Common& c) {
   o.math_fidelity = c.math_fidelity;
   o.micro_batch = c.micro_batch;
   o.model_name = c.model_name;
+  o.intermediates = c.intermediates;
   if (!c.shape.empty()) {
     std::stringstream ss(c.shape);
     std::string item;
@@ -182,7 +185,25 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
   }
   const auto t0 = Clock::now();
   std::vector<Tensor> ys;
-  if (xs.size() == 1) {
+  if (!c.intermediates.empty()) {  // taps: through CompiledModel::run, which returns them
+    std::vector<Tensor> on_device;
+    for (const Tensor& x : xs) {
+      TS_ASSIGN_OR_RETURN(Tensor d, to_device(x, *device));
+      on_device.push_back(std::move(d));
+    }
+    TS_ASSIGN_OR_RETURN(runtime::CompiledModel::Outputs outs, m.model->run_with_intermediates(on_device));
+    for (const Tensor& y : outs.outputs) {
+      TS_ASSIGN_OR_RETURN(Tensor h, y.cpu());
+      ys.push_back(std::move(h));
+    }
+    std::vector<Tensor> taps;
+    for (const Tensor& t : outs.intermediates) {
+      TS_ASSIGN_OR_RETURN(Tensor h, t.cpu());
+      taps.push_back(std::move(h));
+    }
+    std::printf("%zu intermediate(s) tapped\n", taps.size());
+    TS_RETURN_IF_ERROR(write_outputs("", c.intermediates_dir, m.model->intermediate_names(), taps));
+  } else if (xs.size() == 1) {
     TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
     TS_ASSIGN_OR_RETURN(auto outs, run_pipeline(*m.model, *device, pc, {xs[0]}));
     const cnn::ModelOutput& o = outs[0];
@@ -226,7 +247,7 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
                 ys[k].shape().to_string().c_str(), lo, hi, sum / static_cast<double>(v.size() - nan),
                 nan ? fmt::format(" ({} NaN)", nan).c_str() : "");
   }
-  std::printf("1 run%s: %.0f ms\n", xs.size() == 1 ? " through the pipeline" : "", ms);
+  std::printf("1 run%s: %.0f ms\n", xs.size() == 1 && c.intermediates.empty() ? " through the pipeline" : "", ms);
   if (c.explain) print_selections(*m.model);
   TS_RETURN_IF_ERROR(write_outputs(output, output_dir, out_names, ys));
   if (!reference.empty()) TS_RETURN_IF_ERROR(check_references(reference, out_names, ys, pcc_threshold(c.dtype)));
@@ -491,6 +512,12 @@ int main(int argc, char** argv) {
       ->excludes(in_opt);
   run->add_option("--output", output, "write the output as .npy, or every output as .npz (keyed by output name)");
   run->add_option("--output-dir", output_dir, "write every output as NAME.npy in this directory");
+  auto* taps = run->add_option("--save-intermediates", c.intermediates,
+                               "tap the values of these names or ECMAScript regexes (repeatable): they are written "
+                               "beside the outputs, one NAME.npy each in --intermediates-dir (runs without the Pipeline)");
+  run->add_option("--intermediates-dir", c.intermediates_dir, "where --save-intermediates writes the taps")
+      ->needs(taps);
+  taps->needs(run->get_option("--intermediates-dir"));
   run->add_option("--reference", reference,
                   "compare the output with this .npy, or every output with this .npz's array of its name, or with "
                   "NAME.npy in this directory (PCC)")

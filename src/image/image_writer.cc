@@ -247,6 +247,9 @@ std::string prepared_weights_key(const Device& device) {
 
 StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device& device,
                                    const runtime::CompileOptions& options, bool portable) {
+  if (!options.intermediates_to_save.empty())
+    return invalid_argument_error("an image returns its model's outputs; intermediates_to_save (taps) are not stored: "
+                                  "compile the model itself with them");
   ImageModel m;
   m.name = std::move(name);
   m.options = options;

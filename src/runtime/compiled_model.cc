@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <regex>
 #include <set>
 
 #include "host_fallback.h"
@@ -131,6 +132,36 @@ Status CompiledModel::Impl::run_steps(size_t begin, size_t end, Slots& s, uint8_
   return ok_status();
 }
 
+namespace {
+
+// The values `patterns` name (a name, or an ECMAScript regex over whole
+// names), appended to the graph's outputs: the passes then keep them.
+Status add_taps(Graph& g, const std::vector<std::string>& patterns) {
+  std::vector<bool> tapped(g.values.size(), false);
+  for (const std::string& p : patterns) {
+    std::regex re;
+    try {
+      re = std::regex(p, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      return invalid_argument_error("intermediates_to_save: '{}' is not a valid regular expression ({})", p, e.what());
+    }
+    bool any = false;
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      const graph::Value& val = g.values[v];
+      if (val.constant || (val.name != p && !std::regex_match(val.name, re))) continue;
+      any = true;
+      tapped[v] = true;
+    }
+    if (!any) return invalid_argument_error("intermediates_to_save: '{}' matches no value of the graph", p);
+  }
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (tapped[v] && std::find(g.outputs.begin(), g.outputs.end(), static_cast<int>(v)) == g.outputs.end())
+      g.outputs.push_back(static_cast<int>(v));
+  return ok_status();
+}
+
+}  // namespace
+
 // ------------------------------------------------------------------ CompiledModel
 
 CompiledModel::CompiledModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -163,6 +194,8 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
   for (int i : graph.inputs)
     if (!graph.value(i).has_shape)
       return invalid_argument_error("graph input '{}' has no shape (run infer_shapes)", graph.value(i).name);
+  impl->num_outputs = graph.outputs.size();
+  TS_RETURN_IF_ERROR(add_taps(graph, options.intermediates_to_save));
   if (options.optimize) impl->report.passes = graph::optimize(graph);
   impl->g = std::move(graph);
   Graph& g = impl->g;
@@ -180,7 +213,7 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
                                  g.value(i).name);
     impl->in_shapes.push_back(g.value(i).dims);
   }
-  for (int o : g.outputs) impl->out_shapes.push_back(g.value(o).dims);
+  for (size_t k = 0; k < impl->num_outputs; ++k) impl->out_shapes.push_back(g.value(g.outputs[k]).dims);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const size_t before = impl->steps.size();
     for (const auto& mb : impl->micro_batches)
@@ -202,6 +235,11 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
 }
 
 StatusOr<std::vector<Tensor>> CompiledModel::run(std::span<const Tensor> inputs, uint8_t cq_id) {
+  TS_ASSIGN_OR_RETURN(Outputs o, run_with_intermediates(inputs, cq_id));
+  return std::move(o.outputs);
+}
+
+StatusOr<CompiledModel::Outputs> CompiledModel::run_with_intermediates(std::span<const Tensor> inputs, uint8_t cq_id) {
   Impl& m = *impl_;
   const Graph& g = m.g;
   if (inputs.size() != g.inputs.size())
@@ -227,7 +265,7 @@ StatusOr<std::vector<Tensor>> CompiledModel::run(std::span<const Tensor> inputs,
     slots[static_cast<size_t>(g.inputs[k])] = std::move(x);
   }
   TS_RETURN_IF_ERROR(m.run_steps(0, m.steps.size(), slots, cq_id));
-  std::vector<Tensor> outs;
+  Outputs r;
   for (int o : g.outputs) {
     TS_ASSIGN_OR_RETURN(Tensor t, m.get(slots, o));
     if (m.nhwc[static_cast<size_t>(o)]) {
@@ -239,9 +277,9 @@ StatusOr<std::vector<Tensor>> CompiledModel::run(std::span<const Tensor> inputs,
     if (t.shape() != to_shape(g.value(o).dims)) {
       TS_ASSIGN_OR_RETURN(t, reshape(t, to_shape(g.value(o).dims)));
     }
-    outs.push_back(std::move(t));
+    (r.outputs.size() < m.num_outputs ? r.outputs : r.intermediates).push_back(std::move(t));
   }
-  return outs;
+  return r;
 }
 
 cnn::Model CompiledModel::pipeline_model() {
@@ -266,7 +304,13 @@ std::vector<std::string> CompiledModel::input_names() const {
 }
 std::vector<std::string> CompiledModel::output_names() const {
   std::vector<std::string> r;
-  for (int o : impl_->g.outputs) r.push_back(impl_->g.value(o).name);
+  for (size_t k = 0; k < impl_->num_outputs; ++k) r.push_back(impl_->g.value(impl_->g.outputs[k]).name);
+  return r;
+}
+std::vector<std::string> CompiledModel::intermediate_names() const {
+  std::vector<std::string> r;
+  for (size_t k = impl_->num_outputs; k < impl_->g.outputs.size(); ++k)
+    r.push_back(impl_->g.value(impl_->g.outputs[k]).name);
   return r;
 }
 const CompileReport& CompiledModel::report() const { return impl_->report; }

@@ -138,8 +138,15 @@ struct CompiledModel::Impl {
     if (bf16_values[static_cast<size_t>(v)]) return DataType::BFLOAT16;
     // Float32 where a kernel may read a bfloat16 value (its output would follow its input).
     if (act_dtype() == DataType::FLOAT32) return keeps_bf16_values ? std::optional(DataType::FLOAT32) : std::nullopt;
-    return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end() ? std::optional(DataType::FLOAT32)
-                                                                               : std::nullopt;
+    return is_model_output(v) ? std::optional(DataType::FLOAT32) : std::nullopt;
+  }
+  // The graph's own outputs: g.outputs before the taps compile appended
+  // (CompileOptions::intermediates_to_save). A tapped value keeps the dtype
+  // its readers read, so tapping changes no result.
+  size_t num_outputs = 0;
+  bool is_model_output(int v) const {
+    return std::find(g.outputs.begin(), g.outputs.begin() + static_cast<std::ptrdiff_t>(num_outputs), v) !=
+           g.outputs.begin() + static_cast<std::ptrdiff_t>(num_outputs);
   }
   size_t rank(int v) const { return dims(v).size(); }
   DataType act_dtype() const { return opt.dtype; }

@@ -73,6 +73,13 @@ struct CompileOptions {
   // (DeviceDescriptor::shared_cache_size; 16 MB where it is unknown),
   // measured on a 32 MB L3.
   uint64_t micro_batch_cache_bytes = 0;
+  // Intermediate taps (the original's op_intermediates_to_save): values to
+  // return beside the outputs (run_with_intermediates), each entry a value
+  // name or an ECMAScript regex matched against whole names. The passes fuse
+  // nothing through a tapped value, and it keeps the dtype its readers read,
+  // so taps change no result; they come back as outputs do (float32, NCHW,
+  // the graph's shapes). None: nothing is kept or copied.
+  std::vector<std::string> intermediates_to_save;
 };
 
 struct CompileReport {
@@ -113,7 +120,8 @@ struct PreparedLayer {
 class CompiledModel {
  public:
   ~CompiledModel();
-  // Errors: INVALID_ARGUMENT for options that contradict each other,
+  // Errors: INVALID_ARGUMENT for options that contradict each other or an
+  // intermediates_to_save entry that is no valid regex or matches no value,
   // UNIMPLEMENTED naming the node for what can run neither on the device
   // nor as a fallback (or any fallback when allow_fallback is false).
   static StatusOr<std::unique_ptr<CompiledModel>> compile(graph::Graph graph, Device& device,
@@ -129,6 +137,13 @@ class CompiledModel {
   // One device tensor per graph input, in order; INVALID_ARGUMENT when a
   // shape or dtype is not the compiled one.
   StatusOr<std::vector<Tensor>> run(std::span<const Tensor> inputs, uint8_t cq_id = 0);
+  // run's outputs, and one tensor per intermediate_names() entry.
+  struct Outputs {
+    std::vector<Tensor> outputs, intermediates;
+  };
+  StatusOr<Outputs> run_with_intermediates(std::span<const Tensor> inputs, uint8_t cq_id = 0);
+  // The values CompileOptions::intermediates_to_save matched, in graph order.
+  std::vector<std::string> intermediate_names() const;
   // For the Pipeline: one-input models; the output is a tensor, or a list
   // when the graph has several outputs.
   cnn::Model pipeline_model();

@@ -1,0 +1,100 @@
+// Intermediate taps (CompileOptions::intermediates_to_save): the tapped
+// values come back beside the outputs and match the host reference of the
+// same values; tapping values the compiled model has anyway changes no
+// output bit; bad patterns are errors naming them.
+#include "onnx_model_builder.h"
+#include "tessera/graph/host_eval.h"
+#include "tessera/import/onnx.h"
+#include "tessera/runtime/compiled_model.h"
+#include "test_util.h"
+
+namespace tessera::runtime {
+namespace {
+
+using tessera::testing::pcc;
+using tessera::testing::random_values;
+
+// Every value of `g` on the host reference kernels, by name.
+std::map<std::string, graph::HostTensor> all_values(const graph::Graph& g, const graph::HostTensor& x) {
+  std::vector<std::optional<graph::HostTensor>> vals(g.values.size());
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].constant) vals[v] = *g.values[v].constant;
+  vals[static_cast<size_t>(g.inputs[0])] = x;
+  for (const graph::Node& n : g.nodes) {
+    std::vector<const graph::HostTensor*> ins;
+    for (int in : n.inputs) ins.push_back(in < 0 ? nullptr : &*vals[static_cast<size_t>(in)]);
+    auto outs = graph::evaluate(n, ins, g.opset);
+    EXPECT_TRUE(outs.ok()) << outs.status().to_string();
+    for (size_t k = 0; outs.ok() && k < n.outputs.size(); ++k) vals[static_cast<size_t>(n.outputs[k])] = (*outs)[k];
+  }
+  std::map<std::string, graph::HostTensor> r;
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (vals[v]) r[g.values[v].name] = *vals[v];
+  return r;
+}
+
+std::vector<float> host(const Tensor& t) { return t.cpu().value().to_vector().value(); }
+
+TEST(Taps, ReturnTheValuesAndChangeNoOutput) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn(2).bytes()));
+  const auto& xd = g.value(g.inputs[0]).dims;
+  const graph::HostTensor x = graph::HostTensor::floats(xd, random_values(2 * 3 * 16 * 16, 5, 1.0f));
+  const auto want = all_values(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.num_command_queues = 2}));
+  const Tensor in[] = {to_device(Tensor::from_vector(x.f, Shape{2, 3, 16, 16}, DataType::FLOAT32).value(), *dev).value()};
+  for (const DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+    const CompileOptions plain{.dtype = dt, .weights_dtype = dt};
+    ASSERT_OK_AND_ASSIGN(auto untapped, CompiledModel::compile(g, *dev, plain));
+    // Every value the compiled model computes anyway (the passes' result).
+    std::vector<std::string> names;
+    for (const graph::Value& v : untapped->graph().values)
+      if (!v.constant && v.producer >= 0) names.push_back(v.name);
+    CompileOptions tapped_opts = plain;
+    tapped_opts.intermediates_to_save = names;
+    ASSERT_OK_AND_ASSIGN(auto tapped, CompiledModel::compile(g, *dev, tapped_opts));
+    ASSERT_OK_AND_ASSIGN(std::vector<Tensor> a, untapped->run(in));
+    ASSERT_OK_AND_ASSIGN(CompiledModel::Outputs b, tapped->run_with_intermediates(in));
+    ASSERT_EQ(a.size(), b.outputs.size());
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(host(a[k]), host(b.outputs[k])) << data_type_name(dt);
+    EXPECT_EQ(tapped->output_names(), untapped->output_names());
+    const std::vector<std::string> tn = tapped->intermediate_names();
+    ASSERT_EQ(tn.size(), b.intermediates.size());
+    EXPECT_GE(tn.size(), names.size() - a.size());  // the outputs are not tapped twice
+    for (size_t k = 0; k < tn.size(); ++k) {
+      const graph::HostTensor& ref = want.at(tn[k]);
+      EXPECT_EQ(b.intermediates[k].shape().volume(), static_cast<uint64_t>(ref.volume())) << tn[k];
+      EXPECT_GE(pcc(host(b.intermediates[k]), ref.f), dt == DataType::FLOAT32 ? 0.99999 : 0.99) << tn[k];
+    }
+  }
+}
+
+// A tap on a value the passes would fuse away (the conv output its batch
+// norm folds into) keeps it: the tap is the conv's own output.
+TEST(Taps, KeepValuesThePassesWouldFuse) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn(1).bytes()));
+  const graph::HostTensor x = graph::HostTensor::floats({1, 3, 16, 16}, random_values(3 * 16 * 16, 9, 1.0f));
+  const auto want = all_values(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(g, *dev, {.intermediates_to_save = {"c1", "r[0-9]"}}));
+  EXPECT_EQ(m->intermediate_names(), (std::vector<std::string>{"c1", "r1"}));
+  const Tensor in[] = {to_device(Tensor::from_vector(x.f, Shape{1, 3, 16, 16}, DataType::FLOAT32).value(), *dev).value()};
+  ASSERT_OK_AND_ASSIGN(CompiledModel::Outputs out, m->run_with_intermediates(in));
+  ASSERT_EQ(out.intermediates.size(), 2u);
+  EXPECT_EQ(out.intermediates[0].shape(), (Shape{1, 8, 16, 16}));
+  EXPECT_GE(pcc(host(out.intermediates[0]), want.at("c1").f), 0.99999);
+  EXPECT_GE(pcc(host(out.intermediates[1]), want.at("r1").f), 0.99999);
+}
+
+TEST(Taps, BadPatternsAreErrorsNamingThem) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn(1).bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  EXPECT_ERROR(CompiledModel::compile(g, *dev, {.intermediates_to_save = {"c1", "conv("}}),
+               StatusCode::kInvalidArgument, "'conv(' is not a valid regular expression");
+  EXPECT_ERROR(CompiledModel::compile(g, *dev, {.intermediates_to_save = {"nope.*"}}), StatusCode::kInvalidArgument,
+               "'nope.*' matches no value of the graph");
+  ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(g, *dev, {}));
+  EXPECT_TRUE(m->intermediate_names().empty());
+}
+
+}  // namespace
+}  // namespace tessera::runtime
