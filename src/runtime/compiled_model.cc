@@ -8,7 +8,6 @@
 #include <limits>
 #include <map>
 #include <numeric>
-#include <regex>
 #include <set>
 
 #include "host_fallback.h"
@@ -132,35 +131,6 @@ Status CompiledModel::Impl::run_steps(size_t begin, size_t end, Slots& s, uint8_
   return ok_status();
 }
 
-namespace {
-
-// The values `patterns` name (a name, or an ECMAScript regex over whole
-// names), appended to the graph's outputs: the passes then keep them.
-Status add_taps(Graph& g, const std::vector<std::string>& patterns) {
-  std::vector<bool> tapped(g.values.size(), false);
-  for (const std::string& p : patterns) {
-    std::regex re;
-    try {
-      re = std::regex(p, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      return invalid_argument_error("intermediates_to_save: '{}' is not a valid regular expression ({})", p, e.what());
-    }
-    bool any = false;
-    for (size_t v = 0; v < g.values.size(); ++v) {
-      const graph::Value& val = g.values[v];
-      if (val.constant || (val.name != p && !std::regex_match(val.name, re))) continue;
-      any = true;
-      tapped[v] = true;
-    }
-    if (!any) return invalid_argument_error("intermediates_to_save: '{}' matches no value of the graph", p);
-  }
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (tapped[v] && std::find(g.outputs.begin(), g.outputs.end(), static_cast<int>(v)) == g.outputs.end())
-      g.outputs.push_back(static_cast<int>(v));
-  return ok_status();
-}
-
-}  // namespace
 
 // ------------------------------------------------------------------ CompiledModel
 

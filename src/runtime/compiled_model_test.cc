@@ -7,6 +7,7 @@
 // bfloat16 activations / weights PCC >= 0.999.
 #include "tessera/runtime/compiled_model.h"
 
+#include "graph_reference.h"
 #include "onnx_model_builder.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/cnn/pipeline.h"
@@ -24,19 +25,9 @@ using tessera::testing::random_values;
 using ::testing::HasSubstr;
 
 std::vector<graph::HostTensor> reference(const graph::Graph& g, const graph::HostTensor& x) {
-  std::vector<std::optional<graph::HostTensor>> vals(g.values.size());
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (g.values[v].constant) vals[v] = *g.values[v].constant;
-  vals[static_cast<size_t>(g.inputs[0])] = x;
-  for (const graph::Node& n : g.nodes) {
-    std::vector<const graph::HostTensor*> ins;
-    for (int in : n.inputs) ins.push_back(in < 0 ? nullptr : &*vals[static_cast<size_t>(in)]);
-    auto outs = graph::evaluate(n, ins, g.opset);
-    EXPECT_TRUE(outs.ok()) << outs.status().to_string();
-    if (!outs.ok()) return {};
-    for (size_t k = 0; k < n.outputs.size(); ++k) vals[static_cast<size_t>(n.outputs[k])] = (*outs)[k];
-  }
+  const auto vals = tessera::testing::reference_values(g, x);
   std::vector<graph::HostTensor> r;
+  if (vals.empty()) return r;
   for (int o : g.outputs) r.push_back(*vals[static_cast<size_t>(o)]);
   return r;
 }

@@ -62,6 +62,11 @@ inline constexpr int kNhwcToNchwPerm[4] = {0, 3, 1, 2};
 
 // The activation the passes fused into `n` (tessera_activation), if any.
 std::optional<UnaryWithParam> activation_of(const Node& n);
+// Appends the values `patterns` name (value names, or ECMAScript regexes
+// over whole names) to the graph's outputs, where the passes keep them
+// (taps.cc). INVALID_ARGUMENT naming a pattern that is invalid or matches
+// no value.
+Status add_taps(Graph& g, const std::vector<std::string>& patterns);
 // A unary node that runs on the device's unary kernel, or nullopt.
 std::optional<UnaryWithParam> device_unary(const Graph& g, const Node& n);
 

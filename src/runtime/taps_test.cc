@@ -2,6 +2,7 @@
 // values come back beside the outputs and match the host reference of the
 // same values; tapping values the compiled model has anyway changes no
 // output bit; bad patterns are errors naming them.
+#include "graph_reference.h"
 #include "onnx_model_builder.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/import/onnx.h"
@@ -16,19 +17,9 @@ using tessera::testing::random_values;
 
 // Every value of `g` on the host reference kernels, by name.
 std::map<std::string, graph::HostTensor> all_values(const graph::Graph& g, const graph::HostTensor& x) {
-  std::vector<std::optional<graph::HostTensor>> vals(g.values.size());
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (g.values[v].constant) vals[v] = *g.values[v].constant;
-  vals[static_cast<size_t>(g.inputs[0])] = x;
-  for (const graph::Node& n : g.nodes) {
-    std::vector<const graph::HostTensor*> ins;
-    for (int in : n.inputs) ins.push_back(in < 0 ? nullptr : &*vals[static_cast<size_t>(in)]);
-    auto outs = graph::evaluate(n, ins, g.opset);
-    EXPECT_TRUE(outs.ok()) << outs.status().to_string();
-    for (size_t k = 0; outs.ok() && k < n.outputs.size(); ++k) vals[static_cast<size_t>(n.outputs[k])] = (*outs)[k];
-  }
+  const auto vals = tessera::testing::reference_values(g, x);
   std::map<std::string, graph::HostTensor> r;
-  for (size_t v = 0; v < g.values.size(); ++v)
+  for (size_t v = 0; v < vals.size(); ++v)
     if (vals[v]) r[g.values[v].name] = *vals[v];
   return r;
 }
