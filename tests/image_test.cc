@@ -165,6 +165,36 @@ TEST(Image, PreparedWeightsForAnotherCpuAreRefusedNamingTheDifference) {
   }
 }
 
+// Prepared weights of the wrong size (a forged image whose checksums were
+// recomputed) are refused by the kernel that would read them, never read
+// past their end.
+TEST(Image, ShortPreparedWeightsAreRefusedByTheirKernel) {
+  auto d = cpu();
+  const auto good = compile_model("small", small_graph(), *d, {}).value();
+  size_t forged = 0;
+  for (size_t i = 0; i < good.prepared.size(); ++i) {
+    ImageModel m = good;
+    PreparedBlob& b = m.prepared[i];
+    std::vector<uint32_t> dims(b.spec.shape.dims().begin(), b.spec.shape.dims().end());
+    if (b.spec.layout != Layout::ROW_MAJOR || dims.size() != 1) continue;
+    dims[0] -= 1;
+    ++forged;
+    b.spec.shape = Shape(std::span<const uint32_t>(dims));
+    b.owned.resize(b.spec.storage_bytes());
+    const ImageModel* ms[] = {&m};
+    auto img = Image::from_bytes(serialize_image(header_for(*d), ms).value()).value();
+    auto loaded = load_model(*img, 0, *d);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    Tensor x = to_device(Tensor::from_vector(std::vector<float>(3 * 16 * 16, 0.5f), Shape{1, 3, 16, 16},
+                                             DataType::FLOAT32).value(), *d).value();
+    const Tensor in[] = {x};
+    const Status s = loaded->model->run(in).status();
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << b.node << ": " << s.to_string();
+    EXPECT_NE(s.message().find("the prepared weights hold"), std::string::npos) << s.to_string();
+  }
+  EXPECT_EQ(forged, good.prepared.size());  // every conv's weights are one row here
+}
+
 // From a file, prepared weights are mapped into device memory, not copied:
 // the model runs bit-identically, and writing over that memory once the
 // model is gone never reaches the file.

@@ -42,6 +42,13 @@ StatusOr<Conv2dResult> launch_depthwise(const Tensor& input, const PreparedConv2
     return internal_error("conv2d: the depthwise kernel reads and writes rows only");
   const Geometry& g = pr.g;
   Device& device = *input.device();
+  // Weights from elsewhere (an image) are checked: the kernel reads this many.
+  const uint64_t want = cpu::DepthwiseWeightsLayout(g.kh, g.kw, g.cin).size();
+  if (w.weight.shape().volume() != want || w.weight.dtype() != DataType::FLOAT32 || w.bias.shape().volume() != g.cout ||
+      w.bias.dtype() != DataType::FLOAT32)
+    return failed_precondition_error("conv2d: the prepared weights hold {} and {}; the depthwise kernel reads {} and {} "
+                                     "float32 values",
+                                     w.weight.spec().to_string(), w.bias.spec().to_string(), want, g.cout);
   TS_ASSIGN_OR_RETURN(Tensor output, allocate_tensor_on_device(pr.output, device));
   cpu::DepthwiseArgs args{};
   TS_ASSIGN_OR_RETURN(args.src, make_access(input));

@@ -208,9 +208,28 @@ void direct_avx2_tasks(const Problem& pr, uint32_t threads, cpu::DirectConvArgs&
 
 }  // namespace
 
+DirectPackedSize direct_packed_size(const Problem& pr) {
+  const Geometry& g = pr.g;
+  const uint64_t blocks = (g.cout + 15) / 16, taps = uint64_t{g.kh} * g.kw;
+  if (g.transposed) {  // patch columns n = (ky * kw + kx) * cout + co, [n / 16][cin][16]
+    const uint64_t col_blocks = (taps * g.cout + 15) / 16;
+    return {col_blocks * g.cin * 16, col_blocks * 16};
+  }
+  if (pr.narrow()) return {uint64_t{g.cout} * g.cin * taps, blocks * 16};    // (cout, cin) rows
+  if (pr.winograd()) return {blocks * 16 * g.cin * 16, blocks * 16};           // [16 positions][cin][16]
+  return {blocks * taps * g.cin * 16, blocks * 16};                            // [taps][cin][16] per block
+}
+
 StatusOr<Conv2dResult> launch_direct(const Tensor& input, const PreparedConv2dWeights& w, const Problem& pr,
                                      uint8_t cq_id) {
   const Geometry& g = pr.g;
+  const DirectPackedSize size = direct_packed_size(pr);
+  if (w.weight.shape().volume() != size.weight || w.weight.dtype() != DataType::FLOAT32 ||
+      w.bias.shape().volume() != size.bias || w.bias.dtype() != DataType::FLOAT32)
+    return failed_precondition_error(
+        "{}: the prepared weights hold {} and {}; the kernel for '{}' reads {} and {} float32 values",
+        g.transposed ? "conv_transpose2d" : "conv2d", w.weight.spec().to_string(), w.bias.spec().to_string(), pr.key,
+        size.weight, size.bias);
   Device& device = *input.device();
   // Rows spread over banks (L1, or DRAM on wormhole_b0) go through one dense
   // DRAM shard each way.
@@ -324,8 +343,9 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(weight, p, weights_dtype, input.dtype()));
   TS_ASSIGN_OR_RETURN(std::vector<float> b, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());  // (cout, cin, kh, kw)
-  const uint32_t blocks = (g.cout + 15) / 16, taps = g.kh * g.kw, cb = direct_cin_block(pr);
-  std::vector<float> m(uint64_t{blocks} * taps * g.cin * 16, 0.0f);
+  const uint32_t taps = g.kh * g.kw, cb = direct_cin_block(pr);
+  const DirectPackedSize size = direct_packed_size(pr);
+  std::vector<float> m(size.weight, 0.0f);
   if (pr.narrow()) m.assign(v.begin(), v.end());  // (cout, cin): the narrow kernel's rows
   const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cin, g.cout);
   for (uint32_t o = 0; o < g.cout && pr.rows3x3(); ++o)  // [cout / group][taps][cin][group]
@@ -339,7 +359,7 @@ StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& we
       for (uint32_t t = 0; t < taps; ++t)
         chunk[(uint64_t{t} * cbk + c - c0) * 16 + o % 16] = v[(uint64_t{o} * g.cin + c) * taps + t];
     }
-  b.resize(uint64_t{blocks} * 16, 0.0f);
+  b.resize(size.bias, 0.0f);
   TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{static_cast<uint32_t>(m.size())}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{static_cast<uint32_t>(b.size())}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));
@@ -357,8 +377,8 @@ StatusOr<Conv2dResult> winograd_with_weights(const Tensor& input, const Tensor& 
   TS_ASSIGN_OR_RETURN(Tensor rounded, round_conv2d_weights(weight, p, weights_dtype, input.dtype()));
   TS_ASSIGN_OR_RETURN(std::vector<float> b, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(const std::vector<float> v, rounded.to_vector());  // (cout, cin, 3, 3)
-  const uint32_t blocks = (g.cout + 15) / 16;
-  std::vector<float> m(uint64_t{blocks} * 16 * g.cin * 16, 0.0f);
+  const DirectPackedSize size = direct_packed_size(pr);
+  std::vector<float> m(size.weight, 0.0f);
   for (uint32_t o = 0; o < g.cout; ++o)
     for (uint32_t c = 0; c < g.cin; ++c) {
       const float* k = v.data() + (uint64_t{o} * g.cin + c) * 9;
@@ -375,7 +395,7 @@ StatusOr<Conv2dResult> winograd_with_weights(const Tensor& input, const Tensor& 
           m[((uint64_t{o / 16} * 16 + i * 4 + j) * g.cin + c) * 16 + o % 16] = static_cast<float>(u[j]);
       }
     }
-  b.resize(uint64_t{blocks} * 16, 0.0f);
+  b.resize(size.bias, 0.0f);
   TS_ASSIGN_OR_RETURN(Tensor mh, Tensor::from_vector(m, Shape{static_cast<uint32_t>(m.size())}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(Tensor bh, Tensor::from_vector(b, Shape{static_cast<uint32_t>(b.size())}, DataType::FLOAT32));
   TS_ASSIGN_OR_RETURN(PreparedConv2dWeights w, upload_weights(pr.weights_key, mh, bh, *input.device(), cq_id));

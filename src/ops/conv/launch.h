@@ -77,6 +77,14 @@ bool splits_channels(const Conv2dGeometry& g, bool transposed, uint32_t threads,
 
 // --- Tessera's direct kernels (direct.cc) ---
 
+// The float32 values the direct family's packed weights and bias hold for
+// `pr` (the packers size them with it; launch_direct checks prepared weights
+// against it, so that weights from elsewhere, an image, cannot be short).
+struct DirectPackedSize {
+  uint64_t weight = 0, bias = 0;
+};
+DirectPackedSize direct_packed_size(const Problem& pr);
+
 StatusOr<Conv2dResult> direct_with_weights(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                                            const Conv2dParams& p, const Problem& pr, DataType weights_dtype,
                                            uint8_t cq_id);

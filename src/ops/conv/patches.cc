@@ -52,8 +52,9 @@ StatusOr<Conv2dResult> patches_with_weights(const Tensor& input, const Tensor& w
   TS_ASSIGN_OR_RETURN(const std::vector<float> bv, bias_values(bias, g));
   TS_ASSIGN_OR_RETURN(std::vector<float> v, rounded.to_vector());
   if (pr.direct()) {  // AVX2 kernel: (Cin, Cout, kh, kw) -> columns n = (ky * kw + kx) * Cout + co, [n / 16][Cin][16]
-    const uint32_t cols = g.kh * g.kw * g.cout, blocks = (cols + 15) / 16;
-    std::vector<float> m(uint64_t{blocks} * g.cin * 16, 0.0f), b(uint64_t{blocks} * 16, 0.0f);
+    const uint32_t cols = g.kh * g.kw * g.cout;
+    const DirectPackedSize size = direct_packed_size(pr);
+    std::vector<float> m(size.weight, 0.0f), b(size.bias, 0.0f);
     for (uint32_t n = 0; n < cols; ++n) {
       const uint32_t k = n / g.cout, co = n % g.cout;
       b[n] = bv[co];
