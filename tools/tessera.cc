@@ -553,6 +553,10 @@ int main(int argc, char** argv) {
   compile->add_option("--math-fidelity", creq.options.math_fidelity, "HiFi4 | HiFi3 | HiFi2 | LoFi")
       ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
   compile->add_option("--micro-batch", creq.options.micro_batch, "auto | off | N");
+  compile->add_option("--workers", creq.workers,
+                      "the worker threads of the device that will run the image (prepared weights are packed per "
+                      "worker count; 0: one per physical core of this machine)")
+      ->check(CLI::NonNegativeNumber);
   compile->add_flag("--portable", creq.portable,
                     "store the weight constants, not the weights packed for this CPU's kernels: the image loads on "
                     "any CPU, packing them there (a slower load)");

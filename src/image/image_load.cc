@@ -66,7 +66,8 @@ StatusOr<std::vector<runtime::PreparedLayer>> map_prepared(const Image& image, c
   if (m.prepared_for != here)
     return failed_precondition_error(
         "model '{}': its conv weights are prepared for {}; this device runs {} (the image has: {}). Compile the "
-        "image on this machine, or with --portable for an image that packs its weights where it loads",
+        "image on this machine (--workers N for a device of N workers), or with --portable for an image that packs "
+        "its weights where it loads",
         m.name, m.prepared_for, here, key_differences(m.prepared_for, here));
   std::vector<runtime::PreparedLayer> out;
   for (const PreparedBlob& b : m.prepared) {
