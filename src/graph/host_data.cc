@@ -488,6 +488,38 @@ StatusOr<std::vector<HostTensor>> batch_norm(const Node& n, Ins ins) {
   return outs;
 }
 
+// Per image and channel over the spatial dims (rank >= 3), in double:
+// (x - mean) / sqrt(var + eps) * scale[c] + B[c], the biased variance.
+StatusOr<HostTensor> instance_norm(const Node& n, Ins ins) {
+  for (size_t k = 0; k < 3; ++k) TS_RETURN_IF_ERROR(need(n, ins, k));
+  const HostTensor& x = *ins[0];
+  if (x.dims.size() < 3) return invalid_argument_error("{}: input of rank {}, expected 3 or more", n.label(), x.dims.size());
+  const int64_t c = x.dims[1];
+  for (size_t k = 1; k < 3; ++k)
+    if (ins[k]->volume() != c)
+      return invalid_argument_error("{}: input {} has {} values for {} channels", n.label(), k, ins[k]->volume(), c);
+  const double eps = n.attr_float("epsilon", 1e-5f);
+  int64_t inner = 1;
+  for (size_t d = 2; d < x.dims.size(); ++d) inner *= x.dims[d];
+  HostTensor y = make(ElemType::FLOAT32, x.dims);
+  for (int64_t plane = 0; inner > 0 && plane < x.volume() / inner; ++plane) {  // (image, channel)
+    const auto at = static_cast<size_t>(plane * inner);
+    double mean = 0, var = 0;
+    for (int64_t k = 0; k < inner; ++k) mean += x.at(at + static_cast<size_t>(k));
+    mean /= static_cast<double>(inner);
+    for (int64_t k = 0; k < inner; ++k) {
+      const double d = x.at(at + static_cast<size_t>(k)) - mean;
+      var += d * d;
+    }
+    var /= static_cast<double>(inner);
+    const auto ch = static_cast<size_t>(plane % c);
+    const double scale = ins[1]->at(ch) / std::sqrt(var + eps), bias = ins[2]->at(ch);
+    for (int64_t k = 0; k < inner; ++k)
+      y.f[at + static_cast<size_t>(k)] = static_cast<float>((x.at(at + static_cast<size_t>(k)) - mean) * scale + bias);
+  }
+  return y;
+}
+
 // Also returns the Mean and InvStdDev outputs (the input's dims with 1s on the normalised axes).
 StatusOr<std::vector<HostTensor>> layer_norm(const Node& n, Ins ins) {
   TS_RETURN_IF_ERROR(need(n, ins, 1));

@@ -452,6 +452,7 @@ const std::map<std::string, Eval>& table() {
       return gemm(n, ins);
     });
     m["BatchNormalization"] = [](const Node& n, Ins ins, int) { return batch_norm(n, ins); };
+    m["InstanceNormalization"] = one([](const Node& n, Ins ins, int) { return instance_norm(n, ins); });
     m["LayerNormalization"] = [](const Node& n, Ins ins, int) -> StatusOr<std::vector<HostTensor>> {
       TS_RETURN_IF_ERROR(need(n, ins, 0));
       return layer_norm(n, ins);

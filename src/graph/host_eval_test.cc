@@ -73,6 +73,20 @@ TEST(HostEval, GatherReduceAndArgMax) {
   EXPECT_EQ(eval(am, {&x})[0].i, (std::vector<int64_t>{1, 2}));
 }
 
+TEST(HostEval, InstanceNormalizationPerImageAndChannel) {
+  // Channel 0: 1..4 (mean 2.5, biased variance 1.25); channel 1 constant (variance 0: its bias).
+  const HostTensor x = HostTensor::floats({1, 2, 2, 2}, {1, 2, 3, 4, 7, 7, 7, 7});
+  const HostTensor scale = HostTensor::floats({2}, {2, 3}), bias = HostTensor::floats({2}, {1, -1});
+  Node n = make("InstanceNormalization");
+  n.attrs["epsilon"] = {.kind = Attribute::Kind::FLOAT, .f = 1e-5f};
+  const std::vector<float> y = eval(n, {&x, &scale, &bias})[0].f;
+  const double sd = std::sqrt(1.25 + double{1e-5f});
+  const double want[] = {2 * -1.5 / sd + 1, 2 * -0.5 / sd + 1, 2 * 0.5 / sd + 1, 2 * 1.5 / sd + 1, -1, -1, -1, -1};
+  for (size_t k = 0; k < 8; ++k) EXPECT_NEAR(y[k], want[k], 1e-6) << k;
+  const HostTensor flat = HostTensor::floats({2, 4}, std::vector<float>(8, 1.0f));
+  EXPECT_FALSE(evaluate(n, std::vector<const HostTensor*>{&flat, &scale, &bias}, 13).ok());  // rank 2
+}
+
 TEST(HostEval, PoolingWithAsymmetricPadsAndIndices) {
   // 1x1x3x3, 2x2 max pool, stride 1, pads (top 1, left 0, bottom 0, right 1).
   const HostTensor x = HostTensor::floats({1, 1, 3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});

@@ -357,6 +357,35 @@ TEST(CompiledModel, MoreElementwiseOpsRunOnTheDevice) {
   expect_close(outs[0], want[0], 0.99999, 1e-5);
 }
 
+// InstanceNormalization (a style-transfer or segmentation net's norm) runs
+// on the device as group_norm with a group per channel, at batch 2, with
+// values far from zero mean and unit variance per channel.
+TEST(CompiledModel, InstanceNormalizationRunsOnTheDevice) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {2, 6, 9, 7});
+  b.random_initializer("s", {6}, 1.0f, 2);
+  b.random_initializer("bias", {6}, 0.5f, 3);
+  b.initializer("shift", {1, 6, 1, 1}, {3.0f, -2.0f, 0.5f, 10.0f, -7.0f, 0.0f});
+  b.node("Add", {"x", "shift"}, {"xs"});
+  b.f(b.node("InstanceNormalization", {"xs", "s", "bias"}, {"n"}), "epsilon", 1e-3f);
+  b.node("Relu", {"n"}, {"y"});
+  b.output("y");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  const graph::HostTensor x = input_for(g.value(g.inputs[0]).dims, 11);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (const DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+    ASSERT_OK_AND_ASSIGN(auto model,
+                         CompiledModel::compile(g, *dev, {.dtype = dt, .weights_dtype = dt, .allow_fallback = false}));
+    const Tensor xs[] = {device_input(x, *dev)};
+    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+    if (dt == DataType::FLOAT32)
+      expect_close(outs[0], want[0], 0.99999, 1e-5);
+    else
+      expect_close(outs[0], want[0], 0.999, 0);
+  }
+}
+
 // x -> Conv -> c -> Gelu as PyTorch exports it -> y.
 void ModelBuilderNodes(testing_onnx::ModelBuilder& b, bool half_inside) {
   b.node("Conv", {"x", "w"}, {"c"});

@@ -234,4 +234,28 @@ Status CompiledModel::Impl::lower_batch_norm(const Node& n) {
   return ok_status();
 }
 
+// InstanceNormalization (N, C, H, W): statistics per image and channel over
+// H * W, which is group_norm with one channel per group (its statistics in
+// double, as the host reference's). Other ranks run on the host.
+Status CompiledModel::Impl::lower_instance_norm(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (rank(x) != 4 || n.inputs.size() != 3 || n.outputs.size() != 1) return not_covered(n);
+  std::array<Tensor, 2> affine;  // scale, B: C values each
+  for (size_t k = 0; k < 2; ++k) {
+    if (!g.is_constant(n.inputs[k + 1])) return unimplemented_error("{}: input {} must be a constant", n.label(), k + 1);
+    TS_ASSIGN_OR_RETURN(affine[k], upload(*g.value(n.inputs[k + 1]).constant, dims(n.inputs[k + 1]), DataType::FLOAT32));
+  }
+  const float eps = n.attr_float("epsilon", 1e-5f);
+  const uint32_t channels = static_cast<uint32_t>(dims(x)[1]);
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor out,
+                        group_norm(in, channels, {.epsilon = eps, .weight = affine[0], .bias = affine[1], .cq_id = cq}));
+    return put(s, y, out);
+  });
+  return ok_status();
+}
+
 }  // namespace tessera::runtime

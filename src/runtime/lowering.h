@@ -6,7 +6,7 @@
 //   op_traits.cc         the table: op type -> lowering, per-image, constant inputs
 //   compiled_model.cc    compile(): passes, planning, one step per node; run()
 //   lower_conv.cc        Conv, ConvTranspose (and their sharding plans)
-//   lower_spatial.cc     pools, Resize / Upsample, BatchNormalization
+//   lower_spatial.cc     pools, Resize / Upsample, BatchNormalization, InstanceNormalization
 //   lower_eltwise.cc     unary activations, Add / Sub / Mul / Div, Softmax, LayerNormalization
 //   lower_matmul.cc      MatMul, Gemm
 //   lower_data.cc        Concat, Reshape family, Transpose, Slice / Pad / Split
@@ -235,6 +235,7 @@ struct CompiledModel::Impl {
   Status lower_resize_node(const Node& n);
   Status lower_resize(const Node& n, bool* lowered);
   Status lower_batch_norm(const Node& n);
+  Status lower_instance_norm(const Node& n);
   Status lower_unary(const Node& n);  // lower_eltwise.cc
   Status lower_arith(const Node& n);
   Status lower_binary(const Node& n, BinaryOpType op);

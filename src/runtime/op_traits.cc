@@ -39,7 +39,7 @@ constexpr OpTraits kOpTraits[] = {
     {"HardSigmoid", &I::lower_unary, true},
     {"HardSwish", &I::lower_unary, true},
     {"Identity", &I::lower_unary},
-    {"InstanceNormalization", nullptr, false, false, kAfterFirst},
+    {"InstanceNormalization", &I::lower_instance_norm, true, false, kAfterFirst},
     {"LayerNormalization", &I::lower_layer_norm, false, false, kAfterFirst},
     {"LeakyRelu", &I::lower_unary, true},
     {"MatMul", &I::lower_matmul},
