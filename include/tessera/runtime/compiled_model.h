@@ -76,9 +76,10 @@ struct CompileOptions {
   // Intermediate taps (the original's op_intermediates_to_save): values to
   // return beside the outputs (run_with_intermediates), each entry a value
   // name or an ECMAScript regex matched against whole names. The passes fuse
-  // nothing through a tapped value, and it keeps the dtype its readers read,
-  // so taps change no result; they come back as outputs do (float32, NCHW,
-  // the graph's shapes). None: nothing is kept or copied.
+  // nothing through a tapped value (so a tap can keep a fusion from
+  // happening), and it keeps the dtype its readers read; they come back as
+  // outputs do (float32, NCHW, the graph's shapes). None: nothing is kept or
+  // copied.
   std::vector<std::string> intermediates_to_save;
 };
 
