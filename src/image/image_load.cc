@@ -1,15 +1,16 @@
-// Loading an image's model onto a device: the target check, then the
+// Loading an image's model onto a device: the target check, the prepared
+// weights mapped from the file (when they serve this CPU), then the
 // compiler's planning and lowering of the stored graph (no passes: they ran
 // when the image was compiled).
 #include <fmt/format.h>
+
+#include <set>
+#include <sstream>
 
 #include "tessera/base/cpu_features.h"
 #include "tessera/device/device.h"
 #include "tessera/image/image.h"
 #include "tessera/tensor/tensor.h"
-
-#include <set>
-#include <sstream>
 
 namespace tessera::image {
 
