@@ -386,6 +386,35 @@ TEST(CompiledModel, InstanceNormalizationRunsOnTheDevice) {
   }
 }
 
+// Tile on the device: of a conv's NHWC output over batch, height and
+// channels, and of a plain value over its last two axes, with no fallback.
+TEST(CompiledModel, TileRunsOnTheDeviceInEitherLayout) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {1, 3, 5, 4});
+  b.random_initializer("w", {4, 3, 3, 3}, 0.5f, 5);
+  b.int_initializer("r4", {2, 2, 1, 3});
+  b.int_initializer("r3", {1, 2, 3});
+  b.int_initializer("shape3", {3, 5, 4});
+  b.ints(b.node("Conv", {"x", "w"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("Tile", {"c", "r4"}, {"tc"});
+  b.node("Reshape", {"x", "shape3"}, {"x3"});
+  b.node("Tile", {"x3", "r3"}, {"tx"});
+  b.output("tc");
+  b.output("tx");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  const graph::HostTensor x = input_for(g.value(g.inputs[0]).dims, 3);
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {.allow_fallback = false}));
+  const Tensor xs[] = {device_input(x, *dev)};
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(outs[0].shape(), (Shape{2, 8, 5, 12}));
+  EXPECT_EQ(outs[1].shape(), (Shape{3, 10, 12}));
+  expect_close(outs[0], want[0], 0.99999, 1e-5);
+  expect_close(outs[1], want[1], 1.0, 0);  // copies: exact
+}
+
 // x -> Conv -> c -> Gelu as PyTorch exports it -> y.
 void ModelBuilderNodes(testing_onnx::ModelBuilder& b, bool half_inside) {
   b.node("Conv", {"x", "w"}, {"c"});

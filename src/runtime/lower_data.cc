@@ -3,6 +3,35 @@
 
 namespace tessera::runtime {
 
+// Tile with constant repeats: each axis repeated r > 1 times becomes a
+// concat of r copies along it, in the layout the input has (NHWC for a
+// 4-D value a conv wrote). Zero repeats (an empty result) run on the host.
+Status CompiledModel::Impl::lower_tile(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (n.inputs.size() != 2 || !g.is_constant(n.inputs[1])) return not_covered(n);
+  const graph::HostTensor& r = *g.value(n.inputs[1]).constant;
+  if (r.type != graph::ElemType::INT64 || r.i.size() != rank(x)) return not_covered(n);
+  for (int64_t k : r.i)
+    if (k < 1 || k > (int64_t{1} << 16)) return not_covered(n);
+  const bool use_nhwc = rank(x) == 4 && nhwc[static_cast<size_t>(x)];
+  if (use_nhwc)
+    note_nhwc(x);
+  else
+    note_plain(x);
+  nhwc[static_cast<size_t>(y)] = use_nhwc;
+  const std::vector<int64_t> repeats = r.i;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor t, use_nhwc ? as_nhwc(s, x, cq) : plain(s, x, cq));
+    for (size_t d = 0; d < repeats.size(); ++d) {
+      if (repeats[d] == 1) continue;
+      const std::vector<Tensor> copies(static_cast<size_t>(repeats[d]), t);
+      TS_ASSIGN_OR_RETURN(t, concat(copies, use_nhwc ? kToNhwc[d] : static_cast<int>(d), {.cq_id = cq}));
+    }
+    return use_nhwc ? put_nhwc(s, y, t) : put_plain(s, y, t);
+  });
+  return ok_status();
+}
+
 Status CompiledModel::Impl::lower_concat(const Node& n) {
   const int y = n.outputs[0];
   const size_t r = rank(y);

@@ -9,7 +9,7 @@
 //   lower_spatial.cc     pools, Resize / Upsample, BatchNormalization, InstanceNormalization
 //   lower_eltwise.cc     unary activations, Add / Sub / Mul / Div, Softmax, LayerNormalization
 //   lower_matmul.cc      MatMul, Gemm
-//   lower_data.cc        Concat, Reshape family, Transpose, Slice / Pad / Split
+//   lower_data.cc        Concat, Tile, Reshape family, Transpose, Slice / Pad / Split
 //   plan_*.cc            the planning passes (plans.h): micro-batching,
 //                        precision, liveness
 #pragma once
@@ -245,6 +245,7 @@ struct CompiledModel::Impl {
   Status lower_matmul(const Node& n);  // lower_matmul.cc
   Status lower_gemm(const Node& n);
   Status lower_concat(const Node& n);  // lower_data.cc
+  Status lower_tile(const Node& n);
   Status lower_reshape(const Node& n);
   bool splits_channels_for_transpose(const Node& n) const;
   bool merges_split_channels(const Node& transpose) const;

@@ -74,7 +74,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Squeeze", &I::lower_reshape, false, false, kAfterFirst},
     {"Sub", &I::lower_arith, true, true},
     {"Tanh", &I::lower_unary, true},
-    {"Tile", nullptr, false, false, kAfterFirst},
+    {"Tile", &I::lower_tile, false, false, kAfterFirst},
     {"Transpose", &I::lower_transpose},
     {"Unsqueeze", &I::lower_reshape, false, false, kAfterFirst},
     {"Upsample", &I::lower_resize_node, false, false, kAfterFirst},
