@@ -143,6 +143,36 @@ TEST(Image, PreparedWeightsRoundTripAndReplaceTheConvConstants) {
   EXPECT_NE(s.message().find("holds no values and no prepared weights were given"), std::string::npos) << s.to_string();
 }
 
+// Prepared weights given to compile that cannot serve: on the host, twice
+// for one node, for a node that is no conv. And taps, which images do not
+// store, are refused when compiling one.
+TEST(Image, PreparedWeightsAndTapsThatCannotServeAreErrors) {
+  auto d = cpu();
+  auto c = CompiledModel::compile(small_graph(), *d, {}).value();
+  (void)run(*c, *d);  // prepares every conv's weights
+  const std::vector<runtime::PreparedLayer> good = c->prepared_weights();
+  ASSERT_FALSE(good.empty());
+  auto error = [&](std::vector<runtime::PreparedLayer> p) {
+    return CompiledModel::compile(small_graph(), *d, {}, std::move(p)).status();
+  };
+  std::vector<runtime::PreparedLayer> host = {good[0]};
+  host[0].weights.weight = host[0].weights.weight.cpu().value();
+  Status s = error(host);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("are not on this device"), std::string::npos) << s.to_string();
+  s = error({good[0], good[0]});
+  EXPECT_NE(s.message().find("two sets of prepared weights for node '" + good[0].node + "'"), std::string::npos)
+      << s.to_string();
+  std::vector<runtime::PreparedLayer> stray = {good[0]};
+  stray[0].node = "no_such_conv";
+  s = error(stray);
+  EXPECT_NE(s.message().find("'no_such_conv', which is not a conv node"), std::string::npos) << s.to_string();
+  EXPECT_TRUE(CompiledModel::compile(small_graph(), *d, {}, good).ok());
+  s = compile_model("small", small_graph(), *d, {.intermediates_to_save = {"r1"}}).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("taps) are not stored"), std::string::npos) << s.to_string();
+}
+
 // Prepared weights serve only the kernel tier, CPU features, worker count
 // and oneDNN version they were packed for: anywhere else the load names what
 // the image needs.

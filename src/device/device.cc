@@ -27,6 +27,13 @@ std::string_view buffer_type_name(BufferType t) {
 
 namespace {
 
+// Makes [p, p + len) plain device memory again, in place (MAP_FIXED: no
+// moment without a mapping), as Mapping::map reserves it.
+void remap_anonymous(std::byte* p, uint64_t len) {
+  void* r = mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (r != MAP_FAILED) madvise(r, len, MADV_HUGEPAGE);
+}
+
 // Anonymous mapping reserved lazily: pages are backed on first touch.
 struct Mapping {
   std::byte* data = nullptr;
@@ -257,10 +264,7 @@ void Device::free_buffer(BufferType type, uint64_t address) {
 
 void Device::Impl::free_range(BufferType type, uint64_t address) {
   if (auto m = file_maps.find({type, address}); m != file_maps.end()) {
-    // MAP_FIXED replaces the file's pages in place: no moment without a mapping.
-    void* p = mmap(m->second.first, m->second.second, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    if (p != MAP_FAILED) madvise(p, m->second.second, MADV_HUGEPAGE);
+    remap_anonymous(m->second.first, m->second.second);
     file_maps.erase(m);
   }
   regions[static_cast<int>(type)].alloc.free(address);
@@ -303,8 +307,7 @@ StatusOr<std::shared_ptr<Buffer>> Device::map_file(int fd, uint64_t offset, uint
   if (p != MAP_FAILED && mprotect(p, len, PROT_READ | PROT_WRITE) != 0) p = MAP_FAILED;
   if (p == MAP_FAILED) {
     const int err = errno;
-    // The failed MAP_FIXED may have unmapped the range: make it memory again.
-    mmap(host + skip, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    remap_anonymous(host + skip, len);  // the failed MAP_FIXED may have unmapped the range
     return internal_error("map_file: cannot map {} B of the file at offset {}{}{}: {}", bytes, offset,
                           what.empty() ? "" : " for ", what, std::strerror(err));
   }

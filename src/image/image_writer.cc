@@ -276,12 +276,13 @@ StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device&
   TS_RETURN_IF_ERROR(compiled->run(zeros).status());
   TS_RETURN_IF_ERROR(synchronize_device(device));
   for (const std::string& s : compiled->conv_selections()) m.conv_kernels.push_back(s.substr(0, s.find('\n')));
+  const std::vector<runtime::PreparedLayer> prepared = compiled->prepared_weights();
   // The packed weights stay resident too.
-  for (const runtime::PreparedLayer& l : compiled->prepared_weights())
+  for (const runtime::PreparedLayer& l : prepared)
     m.resident_dram_bytes += l.weights.weight.spec().storage_bytes() + l.weights.bias.spec().storage_bytes();
   if (!portable) {
     m.prepared_for = prepared_weights_key(device);
-    for (runtime::PreparedLayer& l : compiled->prepared_weights()) {
+    for (const runtime::PreparedLayer& l : prepared) {
       PreparedBlob b{.node = l.node, .key = l.weights.key, .selection = l.selection, .spec = l.weights.weight.spec()};
       b.spec.memory_config = DRAM_MEMORY_CONFIG;
       TS_ASSIGN_OR_RETURN(Tensor w, l.weights.weight.cpu());
