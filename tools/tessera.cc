@@ -9,6 +9,7 @@
 //   tessera info MODEL.tsi [--json]
 //   tessera merge A.tsi B.tsi ... -o MERGED.tsi [--separate]
 //   tessera conformance [DIR] [--filter S] [--min-pass-rate R]
+//   tessera sweep | train-predictor | predict    (predictor_commands.h)
 //
 // run and bench take a compiled image (.tsi) as well as an ONNX file
 // (--model NAME picks one of a merged image's models).
@@ -33,6 +34,7 @@
 #include "image_commands.h"
 #include "model_io.h"
 #include "model_runner.h"
+#include "predictor_commands.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/cnn/testing.h"
 #include "tessera/cnn/weights.h"
@@ -582,6 +584,7 @@ int main(int argc, char** argv) {
   conf->add_option("--filter", filter, "only tests whose name contains this");
   conf->add_option("--min-pass-rate", min_rate, "exit non-zero below this pass rate (0..1)");
   conf->add_flag("--quiet", quiet, "print failures only");
+  PredictorCommands predictor(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -606,6 +609,8 @@ int main(int argc, char** argv) {
     s = info_command(info_path, info_json);
   else if (*merge)
     s = merge_command(merge_inputs, merge_output, merge_separate);
+  else if (predictor.chosen())
+    s = predictor.run();
   else
     s = cmd_conformance(dir, filter, min_rate, quiet);
   if (!s.ok()) {

@@ -1,0 +1,217 @@
+#include "tessera/perfmodel/measure.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <random>
+
+#include "tessera/device/profiler.h"
+#include "tessera/ops/activation.h"
+#include "tessera/ops/conv2d.h"
+#include "tessera/ops/data_movement.h"
+#include "tessera/ops/eltwise.h"
+#include "tessera/ops/manipulation.h"
+#include "tessera/ops/matmul.h"
+#include "tessera/ops/normalization.h"
+#include "tessera/ops/pool2d.h"
+#include "tessera/ops/upsample.h"
+
+namespace tessera::perfmodel {
+namespace {
+
+StatusOr<Tensor> device_tensor(Device& device, std::vector<uint32_t> dims, DataType dtype, Layout layout,
+                               BufferType buffer, uint32_t seed) {
+  Shape shape{std::span<const uint32_t>(dims)};
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(shape.volume());
+  for (float& x : v) x = u(rng);
+  TS_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(v, shape, dtype, layout));
+  return to_device(host, device, buffer == BufferType::L1 ? L1_MEMORY_CONFIG : DRAM_MEMORY_CONFIG);
+}
+
+StatusOr<Tensor> input_tensor(Device& device, const OpQuery& q, size_t i) {
+  const TensorQuery& t = q.inputs[i];
+  std::vector<uint32_t> dims = t.logical_shape;
+  if (find_op(q.op)->spatial) {  // (N, C, H, W) -> NHWC rows, or (1, 1, NHW, C) tiles
+    dims = {t.logical_shape[0], t.logical_shape[2], t.logical_shape[3], t.logical_shape[1]};
+    if (t.layout == Layout::TILE) dims = {1, 1, dims[0] * dims[1] * dims[2], dims[3]};
+  }
+  return device_tensor(device, dims, t.dtype, t.layout, t.buffer_type, 17 + static_cast<uint32_t>(i));
+}
+
+StatusOr<UnaryWithParam> activation(const std::string& name) {
+  auto op = parse_unary_op(name);
+  if (!op) return invalid_argument_error("unknown activation '{}'", name);
+  return UnaryWithParam{*op, *op == UnaryOpType::LEAKY_RELU ? 0.01f : 0.0f};
+}
+
+uint32_t u32(double v) { return static_cast<uint32_t>(v); }
+
+// The op as a call that can be repeated (and traced): what it enqueues is one launch set.
+StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < q.inputs.size(); ++i) {
+    TS_ASSIGN_OR_RETURN(Tensor t, input_tensor(device, q, i));
+    in.push_back(std::move(t));
+  }
+  const auto& s = q.inputs[0].logical_shape;
+  auto dtype_arg = [&](std::string_view name) { return parse_dtype_word(q.word(name)).value_or(q.inputs[0].dtype); };
+  auto drop = [](auto result) -> Status { return result.status(); };
+  const std::string& op = q.op;
+  if (op == "conv2d") {
+    Conv2dParams p{.batch_size = s[0], .input_height = s[2], .input_width = s[3], .in_channels = s[1],
+                   .out_channels = u32(q.num("out_channels")),
+                   .kernel_size = {u32(q.num("kernel_size", 0)), u32(q.num("kernel_size", 1))},
+                   .stride = {u32(q.num("stride", 0)), u32(q.num("stride", 1))},
+                   .padding = {u32(q.num("padding", 0)), u32(q.num("padding", 1)), u32(q.num("padding", 2)),
+                               u32(q.num("padding", 3))},
+                   .dilation = {u32(q.num("dilation", 0)), u32(q.num("dilation", 1))},
+                   .groups = u32(q.num("groups"))};
+    TS_ASSIGN_OR_RETURN(p.activation, activation(q.word("activation")));
+    TS_RETURN_IF_ERROR(p.validate());
+    Conv2dConfig config{.weights_dtype = dtype_arg("weights_dtype"), .dtype = dtype_arg("dtype")};
+    if (is_block_float(*config.dtype)) config.output_layout = Layout::TILE;
+    config.compute_config.math_fidelity = parse_math_fidelity(q.word("math_fidelity")).value_or(MathFidelity::HiFi4);
+    std::vector<float> w(uint64_t{p.out_channels} * (p.in_channels / p.groups) * p.kernel_size[0] * p.kernel_size[1]);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+    for (float& x : w) x = u(rng);
+    TS_ASSIGN_OR_RETURN(Tensor weight, Tensor::from_vector(w, Shape{p.out_channels, p.in_channels / p.groups,
+                                                                    p.kernel_size[0], p.kernel_size[1]},
+                                                           DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(Tensor bias, Tensor::from_vector(std::vector<float>(p.out_channels, 0.01f),
+                                                         Shape{p.out_channels}, DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(Conv2dResult first, conv2d(in[0], weight, bias, p, config));
+    auto prepared = std::make_shared<PreparedConv2dWeights>(first.weights);
+    return std::function<Status()>([x = in[0], prepared, p, config] { return conv2d(x, *prepared, p, config).status(); });
+  }
+  if (op == "linear") {
+    const uint32_t k = s.back(), n = u32(q.num("out_features"));
+    TS_ASSIGN_OR_RETURN(Tensor w, device_tensor(device, {k, n}, dtype_arg("weights_dtype"),
+                                                is_block_float(dtype_arg("weights_dtype")) ? Layout::TILE : Layout::ROW_MAJOR,
+                                                BufferType::DRAM, 3));
+    std::optional<Tensor> b;
+    if (q.num("bias") != 0) {
+      TS_ASSIGN_OR_RETURN(b, device_tensor(device, {n}, q.inputs[0].dtype == DataType::FLOAT32 ? DataType::FLOAT32
+                                                                                                : DataType::BFLOAT16,
+                                           Layout::ROW_MAJOR, BufferType::DRAM, 4));
+    }
+    MatmulParams mp{.dtype = dtype_arg("dtype")};
+    TS_ASSIGN_OR_RETURN(UnaryWithParam a, activation(q.word("activation")));
+    if (!a.is_identity()) mp.activation = a;
+    return std::function<Status()>([x = in[0], w, b, mp, drop] { return drop(linear(x, w, b, mp)); });
+  }
+  if (op == "matmul") {
+    MatmulParams mp{.transpose_b = q.num("transpose_b") != 0, .dtype = dtype_arg("dtype")};
+    TS_ASSIGN_OR_RETURN(UnaryWithParam a, activation(q.word("activation")));
+    if (!a.is_identity()) mp.activation = a;
+    return std::function<Status()>([in, mp, drop] { return drop(matmul(in[0], in[1], mp)); });
+  }
+  const std::string_view family = find_op(op)->family;
+  if (family == "eltwise_unary") {
+    TS_ASSIGN_OR_RETURN(UnaryWithParam a, activation(op));
+    EltwiseParams ep{.dtype = dtype_arg("dtype")};
+    return std::function<Status()>([x = in[0], a, ep, drop] { return drop(unary(x, a, ep)); });
+  }
+  if (family == "eltwise_binary") {
+    const BinaryOpType t = op == "add" ? BinaryOpType::ADD : op == "sub" ? BinaryOpType::SUB
+                         : op == "mul" ? BinaryOpType::MUL : BinaryOpType::DIV;
+    EltwiseParams ep{.dtype = dtype_arg("dtype")};
+    TS_ASSIGN_OR_RETURN(UnaryWithParam a, activation(q.word("activation")));
+    if (!a.is_identity()) ep.activation = a;
+    return std::function<Status()>([in, t, ep, drop] { return drop(binary(in[0], in[1], t, ep)); });
+  }
+  if (op == "max_pool2d" || op == "avg_pool2d") {
+    Pool2dParams p{.batch_size = s[0], .input_height = s[2], .input_width = s[3], .channels = s[1],
+                   .kernel_size = {u32(q.num("kernel_size", 0)), u32(q.num("kernel_size", 1))},
+                   .stride = {u32(q.num("stride", 0)), u32(q.num("stride", 1))},
+                   .padding = {u32(q.num("padding", 0)), u32(q.num("padding", 1))},
+                   .dilation = {u32(q.num("dilation", 0)), u32(q.num("dilation", 1))},
+                   .ceil_mode = q.num("ceil_mode") != 0};
+    const bool max = op == "max_pool2d";
+    return std::function<Status()>(
+        [x = in[0], p, max, drop] { return drop(max ? max_pool2d(x, p) : avg_pool2d(x, p)); });
+  }
+  if (op == "global_avg_pool2d")
+    return std::function<Status()>([x = in[0], drop] { return drop(global_avg_pool2d(x)); });
+  if (op == "upsample") {
+    UpsampleParams p{.scale_h = static_cast<float>(q.num("scale_factor", 0)),
+                     .scale_w = static_cast<float>(q.num("scale_factor", 1)),
+                     .mode = q.word("mode") == "bilinear" ? UpsampleMode::BILINEAR : UpsampleMode::NEAREST};
+    return std::function<Status()>([x = in[0], p, drop] { return drop(upsample(x, p)); });
+  }
+  if (op == "typecast") {
+    const DataType to = dtype_arg("dtype");
+    return std::function<Status()>([x = in[0], to, drop] { return drop(typecast(x, to)); });
+  }
+  if (op == "tilize") {
+    DataMovementParams p{.dtype = dtype_arg("dtype")};
+    return std::function<Status()>([x = in[0], p, drop] { return drop(tilize(x, p)); });
+  }
+  if (op == "untilize") return std::function<Status()>([x = in[0], drop] { return drop(untilize(x)); });
+  if (op == "permute") {
+    std::vector<int> perm;
+    for (double d : q.args.at("perm").numbers) perm.push_back(static_cast<int>(d));
+    return std::function<Status()>([x = in[0], perm, drop] { return drop(permute(x, perm)); });
+  }
+  if (op == "concat") {
+    const int dim = static_cast<int>(q.num("dim"));
+    return std::function<Status()>([in, dim, drop] { return drop(concat(in, dim)); });
+  }
+  if (op == "softmax") {
+    const int dim = static_cast<int>(q.num("dim"));
+    return std::function<Status()>([x = in[0], dim, drop] { return drop(softmax(x, dim)); });
+  }
+  if (op == "layer_norm") return std::function<Status()>([x = in[0], drop] { return drop(layer_norm(x)); });
+  return unimplemented_error("measure_op: no runner for op '{}'", op);
+}
+
+}  // namespace
+
+StatusOr<Measurement> measure_op(Device& device, const OpQuery& query, uint32_t replays) {
+  TS_RETURN_IF_ERROR(validate(query));
+  if (replays == 0) return invalid_argument_error("measure_op: replays must be at least 1");
+  TS_ASSIGN_OR_RETURN(std::function<Status()> call, make_call(device, query));
+  TS_RETURN_IF_ERROR(call());  // compiles its programs
+  TS_RETURN_IF_ERROR(synchronize_device(device));
+  TS_ASSIGN_OR_RETURN(TraceId trace, begin_trace_capture(device, 0));
+  Status captured = call();
+  Status ended = end_trace_capture(device, trace, 0);
+  auto release = [&] { (void)release_trace(device, trace); };
+  if (!captured.ok() || !ended.ok()) {
+    release();
+    return captured.ok() ? ended : captured;
+  }
+  Status run = execute_trace(device, trace, 0, true);  // warm: caches and page tables as in steady state
+  // Short ops replay more often: at least `replays`, and about 5 ms of replays in all (at most 401).
+  const auto t0 = std::chrono::steady_clock::now();
+  if (run.ok()) run = execute_trace(device, trace, 0, true);
+  const double once_ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  replays = std::clamp(static_cast<uint32_t>(5e6 / std::max(once_ns, 1.0)), replays, std::max(replays, 401u));
+  if (run.ok()) run = enable_profiler(device, 1 << 14);
+  for (uint32_t r = 0; run.ok() && r < replays; ++r) run = execute_trace(device, trace, 0, true);
+  StatusOr<DeviceProfile> profile = run.ok() ? read_profile(device) : StatusOr<DeviceProfile>(run);
+  (void)disable_profiler(device);
+  release();
+  if (!profile.ok()) return profile.status();
+  const size_t n = profile->ops.size();
+  if (n == 0 || n % replays != 0 || profile->dropped)
+    return internal_error("measure_op: {} launches recorded over {} replays ({} dropped)", n, replays, profile->dropped);
+  Measurement m{.replays = replays, .launches = static_cast<uint32_t>(n / replays)};
+  std::vector<double> t(replays, 0.0);
+  for (size_t i = 0; i < n; ++i) t[i / m.launches] += static_cast<double>(profile->ops[i].end_ns - profile->ops[i].start_ns);
+  for (uint32_t i = 0; i < m.launches; ++i) m.kernels += (i ? " " : "") + profile->ops[i].kernel_name;
+  std::sort(t.begin(), t.end());
+  // The 20%-trimmed mean: as robust as the median to a preempted replay, and
+  // finer than the clock's tick on launches of a few hundred nanoseconds.
+  const size_t cut = t.size() / 5;
+  double sum = 0;
+  for (size_t i = cut; i < t.size() - cut; ++i) sum += t[i];
+  m.time_ns = sum / static_cast<double>(t.size() - 2 * cut);
+  m.min_ns = t.front();
+  m.max_ns = t.back();
+  return m;
+}
+
+}  // namespace tessera::perfmodel

@@ -1,0 +1,171 @@
+#include "predictor_commands.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+
+#include "tessera/perfmodel/predictor.h"
+#include "tessera/perfmodel/sweep.h"
+#include "tessera/perfmodel/train.h"
+
+namespace tessera::tools {
+
+using namespace tessera::perfmodel;
+
+struct PredictorCommands::State {
+  CLI::App *sweep = nullptr, *train = nullptr, *predict = nullptr;
+  std::string db = "perf.sqlite", ops, budget = "20m", export_format, export_out, model = "predictor.json";
+  SweepOptions sweep_options;
+  bool dry_run = false;
+  TrainOptions train_options;
+  std::string report, op_json;
+};
+
+PredictorCommands::PredictorCommands(CLI::App& app) : s_(std::make_unique<State>()) {
+  State& s = *s_;
+  s.sweep = app.add_subcommand("sweep", "measure ops over their parameter spaces into the predictor's dataset");
+  s.sweep->add_option("--db", s.db, "the dataset (SQLite; created if absent)");
+  s.sweep->add_option("--ops", s.ops, "comma-separated sweep spaces (default: all): " + fmt::format("{}", fmt::join(sweep_ops(), ",")));
+  s.sweep->add_option("--budget", s.budget, "wall time to spend measuring: 20m, 90s, 1h");
+  s.sweep->add_option("--batch", s.sweep_options.batch, "points per space per round (a Latin hypercube)")
+      ->check(CLI::Range(1, 4096));
+  s.sweep->add_option("--replays", s.sweep_options.replays, "trace replays per point, at least (short ops replay more; the median is kept)")
+      ->check(CLI::Range(1, 1000));
+  s.sweep->add_option("--passes", s.sweep_options.passes,
+                      "times each point is measured, a pass over its batch apart (the median is kept)")
+      ->check(CLI::Range(1, 15));
+  s.sweep->add_option("--workers", s.sweep_options.workers, "device worker threads (0: one per physical core)");
+  s.sweep->add_option("--seed", s.sweep_options.seed, "sampling seed (the same seed redraws the same points)");
+  s.sweep->add_flag("--dry-run", s.dry_run, "print the first round's points as JSON queries; measure nothing");
+  s.sweep->add_option("--export", s.export_format, "write the dataset instead of sweeping: csv")
+      ->check(CLI::IsMember({"csv"}));
+  s.sweep->add_option("-o,--output", s.export_out, "where --export writes");
+  s.train = app.add_subcommand("train-predictor", "train the op runtime predictor on a sweep's dataset");
+  s.train->add_option("--db", s.db, "the dataset")->check(CLI::ExistingFile);
+  s.train->add_option("-o,--output", s.model, "the model file to write");
+  s.train->add_option("--machine", s.train_options.machine_id, "the dataset's machine id (default: this machine)");
+  s.train->add_option("--report", s.report, "also write the error tables (markdown) here");
+  s.train->add_option("--test-csv", s.train_options.test_predictions_csv,
+                      "measured and predicted time per held-out configuration (scripts/predictor_scatter.py plots it)");
+  s.predict = app.add_subcommand("predict", "predict an op's kernel time from a trained model");
+  s.predict->add_option("--op", s.op_json, "the op as JSON (docs/predictor.md), e.g. "
+                                           R"({"op":"relu","input":{"logical_shape":[1,64,56,56]}})")
+      ->required();
+  s.predict->add_option("--predictor", s.model, "the model file (tessera train-predictor)");
+}
+
+PredictorCommands::~PredictorCommands() = default;
+
+bool PredictorCommands::chosen() const { return *s_->sweep || *s_->train || *s_->predict; }
+
+StatusOr<double> parse_duration_seconds(std::string_view text) {
+  double total = 0;
+  size_t i = 0;
+  bool any = false;
+  while (i < text.size()) {
+    size_t j = i;
+    while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || text[j] == '.')) ++j;
+    if (j == i) return invalid_argument_error("duration '{}': expected e.g. 20m, 90s, 1h30m", text);
+    double v = 0;
+    try {
+      v = std::stod(std::string(text.substr(i, j - i)));
+    } catch (...) {
+      return invalid_argument_error("duration '{}': bad number", text);
+    }
+    double unit = 1;
+    if (j < text.size()) {
+      const char u = text[j++];
+      unit = u == 'h' ? 3600 : u == 'm' ? 60 : u == 's' ? 1 : -1;
+      if (unit < 0) return invalid_argument_error("duration '{}': units are h, m, s", text);
+    }
+    total += v * unit;
+    any = true;
+    i = j;
+  }
+  if (!any || !(total > 0)) return invalid_argument_error("duration '{}': expected a positive time", text);
+  return total;
+}
+
+namespace {
+
+std::string clock(double s) { return fmt::format("{}m{:02}s", static_cast<int>(s) / 60, static_cast<int>(s) % 60); }
+
+Status cmd_sweep(PredictorCommands* /*unused*/, const std::string& db, const std::string& ops, const std::string& budget,
+                 SweepOptions o, bool dry_run, const std::string& export_format, const std::string& export_out) {
+  for (size_t i = 0; i < ops.size();) {
+    size_t j = ops.find(',', i);
+    if (j == std::string::npos) j = ops.size();
+    if (j > i) o.ops.push_back(ops.substr(i, j - i));
+    i = j + 1;
+  }
+  if (dry_run) {
+    for (const std::string& op : o.ops.empty() ? sweep_ops() : o.ops) {
+      TS_ASSIGN_OR_RETURN(auto qs, sample_space(op, o.batch, 0, o.seed));
+      for (const OpQuery& q : qs) std::printf("%s\n", to_json(q).c_str());
+    }
+    return ok_status();
+  }
+  TS_ASSIGN_OR_RETURN(auto dataset, Dataset::open(db));
+  if (!export_format.empty()) {
+    if (export_out.empty()) return invalid_argument_error("--export csv needs -o FILE");
+    TS_RETURN_IF_ERROR(dataset->export_csv(export_out));
+    std::printf("wrote %s\n", export_out.c_str());
+    return ok_status();
+  }
+  TS_ASSIGN_OR_RETURN(o.budget_seconds, parse_duration_seconds(budget));
+  const bool tty = isatty(STDERR_FILENO);
+  int last_tenth = -1;
+  std::fprintf(stderr, "measuring this machine's peaks...\n");
+  TS_ASSIGN_OR_RETURN(SweepResult r, run_sweep(*dataset, o, [&](const SweepProgress& p) {
+    const double f = std::min(1.0, p.elapsed_seconds / p.budget_seconds);
+    const int filled = static_cast<int>(f * 30);
+    const std::string line = fmt::format("[{}{}] {:3.0f}% {}/{}  {:<18} measured {}  refused {}  already had {}",
+                                         std::string(static_cast<size_t>(filled), '#'),
+                                         std::string(static_cast<size_t>(30 - filled), '.'), 100 * f,
+                                         clock(p.elapsed_seconds), clock(p.budget_seconds), p.op, p.measured,
+                                         p.refused, p.skipped);
+    if (tty) std::fprintf(stderr, "\r%s", line.c_str());
+    else if (static_cast<int>(f * 10) != last_tenth) std::fprintf(stderr, "%s\n", line.c_str());
+    last_tenth = static_cast<int>(f * 10);
+  }));
+  if (tty) std::fprintf(stderr, "\n");
+  std::printf("swept %.0f s on %s (%s kernels, %u workers): %llu measured, %llu refused by their op, %llu already in %s\n",
+              r.seconds, r.machine.cpu_model.c_str(), r.machine.kernel_tier.c_str(), r.machine.workers,
+              static_cast<unsigned long long>(r.measured), static_cast<unsigned long long>(r.refused),
+              static_cast<unsigned long long>(r.skipped), db.c_str());
+  return ok_status();
+}
+
+}  // namespace
+
+Status PredictorCommands::run() {
+  State& s = *s_;
+  if (*s.sweep)
+    return cmd_sweep(this, s.db, s.ops, s.budget, s.sweep_options, s.dry_run, s.export_format, s.export_out);
+  if (*s.train) {
+    TS_ASSIGN_OR_RETURN(auto dataset, Dataset::open(s.db));
+    TS_ASSIGN_OR_RETURN(TrainReport r, train_predictor(*dataset, s.train_options, s.model));
+    const std::string md = r.markdown();
+    std::printf("%s\nwrote %s\n", md.c_str(), s.model.c_str());
+    if (!s.report.empty()) {
+      std::ofstream out(s.report);
+      out << md;
+      if (!out) return invalid_argument_error("cannot write {}", s.report);
+    }
+    return ok_status();
+  }
+  TS_ASSIGN_OR_RETURN(auto p, Predictor::load(s.model));
+  for (const std::string& w : p->warnings())
+    std::fprintf(stderr, "tessera: warning: %s was trained elsewhere: %s\n", s.model.c_str(), w.c_str());
+  TS_ASSIGN_OR_RETURN(OpQuery q, parse_op_query(s.op_json));
+  TS_ASSIGN_OR_RETURN(double ns, p->predict(q));
+  std::printf("%s: %.3f us predicted (%s, %s kernels, %u workers)\n", q.op.c_str(), ns / 1e3,
+              p->machine().cpu_model.c_str(), p->machine().kernel_tier.c_str(), p->machine().workers);
+  return ok_status();
+}
+
+}  // namespace tessera::tools
