@@ -4,7 +4,7 @@ set -euo pipefail
 PACKAGES=(cmake ninja-build g++ pkg-config libfmt-dev libhwloc-dev libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata libzip-dev libcli11-dev
   libflatbuffers-dev flatbuffers-compiler zlib1g-dev libisal-dev nlohmann-json3-dev
-  libsqlite3-dev libxgboost-dev
+  libsqlite3-dev libxgboost-dev python3-matplotlib
   python3 binutils)  # python3, binutils: the isa_symbols build check (objdump, nm, c++filt)
 missing=()
 for p in "${PACKAGES[@]}"; do

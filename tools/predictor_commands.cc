@@ -40,6 +40,7 @@ PredictorCommands::PredictorCommands(CLI::App& app) : s_(std::make_unique<State>
       ->check(CLI::Range(1, 15));
   s.sweep->add_option("--workers", s.sweep_options.workers, "device worker threads (0: one per physical core)");
   s.sweep->add_option("--seed", s.sweep_options.seed, "sampling seed (the same seed redraws the same points)");
+  s.sweep->add_flag("--verbose", s.sweep_options.verbose, "print each point before measuring it");
   s.sweep->add_flag("--dry-run", s.dry_run, "print the first round's points as JSON queries; measure nothing");
   s.sweep->add_option("--export", s.export_format, "write the dataset instead of sweeping: csv")
       ->check(CLI::IsMember({"csv"}));

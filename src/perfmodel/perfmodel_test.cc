@@ -210,6 +210,9 @@ TEST(Dataset, StoresExportsAndRefusesOtherFiles) {
     ASSERT_TRUE((*d)->add(r).ok());
     EXPECT_TRUE(*(*d)->contains(*id, "abc", "q2"));
     EXPECT_FALSE(*(*d)->contains(*id, "abd", "q2"));
+    ASSERT_TRUE((*d)->remove(*id, "abc", "q2").ok());
+    EXPECT_FALSE(*(*d)->contains(*id, "abc", "q2"));
+    ASSERT_TRUE((*d)->add(r).ok());
     EXPECT_EQ((*d)->rows(*id, true)->size(), 1u);
     EXPECT_EQ((*d)->rows(0, false)->size(), 2u);
     ASSERT_TRUE((*d)->export_csv(path + ".csv").ok());

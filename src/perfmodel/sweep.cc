@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -257,7 +258,14 @@ StatusOr<SweepResult> run_sweep(Dataset& dataset, const SweepOptions& options,
         for (size_t i = 0; i < todo.size() && status.ok(); ++i) {
           MeasurementRow& row = rows[i];
           if (row.status != "ok" || elapsed() >= options.budget_seconds) continue;
+          if (options.verbose) std::fprintf(stderr, "measuring %s\n", row.query.c_str());
+          if (pass == 0) {  // a kernel that crashes the process leaves this row: a resumed sweep skips the point
+            MeasurementRow marker = row;
+            marker.status = "ABORTED: the process died while measuring this point (a kernel crashed?)";
+            TS_RETURN_IF_ERROR(dataset.add(marker));
+          }
           StatusOr<Measurement> m = measure_op(*device, *todo[i], options.replays);
+          if (pass == 0) TS_RETURN_IF_ERROR(dataset.remove(machine, commit, row.query));  // it survived
           if (m.ok()) {
             times[i].push_back(m->time_ns);
             row.min_ns = pass ? std::min(row.min_ns, m->min_ns) : m->min_ns;

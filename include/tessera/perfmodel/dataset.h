@@ -54,7 +54,8 @@ class Dataset {
   StatusOr<std::vector<std::pair<int64_t, MachineFingerprint>>> machines();
 
   StatusOr<bool> contains(int64_t machine_id, std::string_view commit, std::string_view query);
-  Status add(const MeasurementRow& row);
+  Status add(const MeasurementRow& row);  // replaces the row of the same machine, commit and query
+  Status remove(int64_t machine_id, std::string_view commit, std::string_view query);
   // The rows of `machine_id` (0: every machine); `ok_only` leaves the refused points out.
   StatusOr<std::vector<MeasurementRow>> rows(int64_t machine_id = 0, bool ok_only = true);
   // Every row as CSV with a header line (fields quoted as RFC 4180 says).

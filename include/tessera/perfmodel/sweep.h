@@ -8,7 +8,8 @@
 // (each dimension stratified; deterministic per op and batch, so a resumed
 // sweep redraws the same points and skips the ones the dataset has).
 // Configurations an op refuses are stored with their error and not timed
-// again. Work per point is capped (FLOPs and bytes) so that no point runs
+// again; so is a point whose measuring killed the process (its row, written
+// before measuring, says so). Work per point is capped (FLOPs and bytes) so that no point runs
 // for long.
 //
 // The sweep runs ops round robin, a batch at a time, until the time budget
@@ -38,6 +39,7 @@ struct SweepOptions {
   uint32_t workers = 0;           // device workers (0: one per physical core)
   uint64_t seed = 1;
   std::string source = "lhs";     // recorded with each row
+  bool verbose = false;           // each point to stderr before it is measured
 };
 
 struct SweepProgress {
