@@ -2,9 +2,9 @@
 # The predictor's regeneration workflow on a tiny budget (ctest predictor_round_trip):
 # sweep two spaces for a few seconds, resume the sweep, export CSV, train, check the
 # error table, predict the documented short form and refuse bad input.
-#   scripts/predictor_round_trip.sh TESSERA_CLI WORK_DIR
+#   scripts/predictor_round_trip.sh TESSERA_CLI WORK_DIR [MODEL.onnx]
 set -euo pipefail
-cli=$1 dir=$2
+cli=$(realpath "$1") dir=$2 model=${3:+$(realpath "$3")}
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
 "$cli" sweep --db perf.sqlite --ops eltwise_unary,linear --budget 8s --batch 8 --passes 2 | tee sweep.txt
 grep -q "measured" sweep.txt
@@ -31,4 +31,10 @@ head -c 1000 predictor.json > corrupt.json
   grep -q "not a predictor model" err.txt
 ! "$cli" sweep --db perf.sqlite --ops conv3d --budget 1s 2> err.txt && grep -q "no sweep space 'conv3d'" err.txt
 ! "$cli" sweep --db perf.sqlite --budget 5x 2> err.txt && grep -q "units are h, m, s" err.txt
+if [ -n "$model" ]; then
+  # A whole model: its linear layers predicted, its convs not (this model has no conv2d family), and said so.
+  "$cli" predict "$model" --predictor predictor.json --explain | tee model.txt
+  grep -Eq "predicted [0-9.]+ ms per batch of device kernels" model.txt
+  grep -q "not modeled: Conv" model.txt
+fi
 echo "predictor round trip: ok"

@@ -7,7 +7,10 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+#include <set>
 
+#include "model_runner.h"
+#include "tessera/perfmodel/model_queries.h"
 #include "tessera/perfmodel/predictor.h"
 #include "tessera/perfmodel/sweep.h"
 #include "tessera/perfmodel/train.h"
@@ -23,7 +26,36 @@ struct PredictorCommands::State {
   bool dry_run = false;
   TrainOptions train_options;
   std::string report, op_json;
+  // predict MODEL / sweep --models
+  std::string model_path, models;
+  ModelOptions model_options;
+  bool explain = false;
+  int workers = 0;
 };
+
+namespace {
+
+// The device ops of each model, compiled for this CPU with `options`, as queries (deduplicated).
+StatusOr<std::vector<OpQuery>> model_queries_of(const std::vector<std::string>& paths, const ModelOptions& options,
+                                               int workers, std::vector<std::vector<ModelOp>>* per_model = nullptr) {
+  TS_ASSIGN_OR_RETURN(auto device, open_device({.worker_threads = workers}));
+  ModelQueryOptions qo{.workers = static_cast<uint32_t>(workers)};
+  if (options.precision != "float32") qo.activations = DataType::BFLOAT16;
+  qo.weights = *parse_data_type(options.precision);
+  std::vector<OpQuery> all;
+  std::set<std::string> seen;
+  for (const std::string& path : paths) {
+    TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(path, *device, options));
+    TS_ASSIGN_OR_RETURN(std::vector<ModelOp> ops, model_ops(m.model->graph(), qo));
+    for (const ModelOp& op : ops)
+      if (op.query && seen.insert(to_json(*op.query)).second) all.push_back(*op.query);
+    if (per_model) per_model->push_back(std::move(ops));
+  }
+  TS_RETURN_IF_ERROR(close_device(*device));
+  return all;
+}
+
+}  // namespace
 
 PredictorCommands::PredictorCommands(CLI::App& app) : s_(std::make_unique<State>()) {
   State& s = *s_;
@@ -53,10 +85,24 @@ PredictorCommands::PredictorCommands(CLI::App& app) : s_(std::make_unique<State>
   s.train->add_option("--test-csv", s.train_options.test_predictions_csv,
                       "measured and predicted time per held-out configuration (scripts/predictor_scatter.py plots it)");
   s.predict = app.add_subcommand("predict", "predict an op's kernel time from a trained model");
-  s.predict->add_option("--op", s.op_json, "the op as JSON (docs/predictor.md), e.g. "
-                                           R"({"op":"relu","input":{"logical_shape":[1,64,56,56]}})")
-      ->required();
+  auto* op = s.predict->add_option("--op", s.op_json, "the op as JSON (docs/predictor.md), e.g. "
+                                                      R"({"op":"relu","input":{"logical_shape":[1,64,56,56]}})");
+  auto* model = s.predict->add_option("model", s.model_path,
+                                      "an ONNX model or compiled image: its latency as the sum of its ops' predicted "
+                                      "kernel times")
+                    ->check(CLI::ExistingFile);
+  op->excludes(model);
   s.predict->add_option("--predictor", s.model, "the model file (tessera train-predictor)");
+  for (CLI::App* a : {s.predict, s.sweep})
+    a->add_option("--dtype", s.model_options.precision, "the models' precision: float32 | bfloat16 | bfloat8_b")
+        ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
+  s.predict->add_option("--batch", s.model_options.batch, "the model's batch size")->check(CLI::PositiveNumber);
+  s.sweep->add_option("--model-batch", s.model_options.batch, "the --models' batch size")->check(CLI::PositiveNumber);
+  s.predict->add_option("--workers", s.workers, "device worker threads (0: one per physical core)");
+  s.predict->add_flag("--explain", s.explain, "one line per op: its query, predicted time and share");
+  s.sweep->add_option("--models", s.models,
+                      "comma-separated ONNX models or images: measure their ops (before any space; alone unless "
+                      "--ops is given)");
 }
 
 PredictorCommands::~PredictorCommands() = default;
@@ -95,26 +141,39 @@ namespace {
 
 std::string clock(double s) { return fmt::format("{}m{:02}s", static_cast<int>(s) / 60, static_cast<int>(s) % 60); }
 
-Status cmd_sweep(PredictorCommands* /*unused*/, const std::string& db, const std::string& ops, const std::string& budget,
-                 SweepOptions o, bool dry_run, const std::string& export_format, const std::string& export_out) {
-  for (size_t i = 0; i < ops.size();) {
-    size_t j = ops.find(',', i);
-    if (j == std::string::npos) j = ops.size();
-    if (j > i) o.ops.push_back(ops.substr(i, j - i));
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> v;
+  for (size_t i = 0; i < text.size();) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    if (j > i) v.push_back(text.substr(i, j - i));
     i = j + 1;
   }
+  return v;
+}
+
+Status cmd_sweep(const PredictorCommands::State& s) {
+  SweepOptions o = s.sweep_options;
+  o.ops = split_commas(s.ops);
+  const std::string &db = s.db, &budget = s.budget;
+  const bool dry_run = s.dry_run;
+  if (!s.models.empty()) {
+    TS_ASSIGN_OR_RETURN(o.queries, model_queries_of(split_commas(s.models), s.model_options, s.sweep_options.workers));
+    o.queries_source = "models:" + s.models;
+  }
   if (dry_run) {
-    for (const std::string& op : o.ops.empty() ? sweep_ops() : o.ops) {
+    for (const OpQuery& q : o.queries) std::printf("%s\n", to_json(q).c_str());
+    for (const std::string& op : o.ops.empty() && o.queries.empty() ? sweep_ops() : o.ops) {
       TS_ASSIGN_OR_RETURN(auto qs, sample_space(op, o.batch, 0, o.seed));
       for (const OpQuery& q : qs) std::printf("%s\n", to_json(q).c_str());
     }
     return ok_status();
   }
   TS_ASSIGN_OR_RETURN(auto dataset, Dataset::open(db));
-  if (!export_format.empty()) {
-    if (export_out.empty()) return invalid_argument_error("--export csv needs -o FILE");
-    TS_RETURN_IF_ERROR(dataset->export_csv(export_out));
-    std::printf("wrote %s\n", export_out.c_str());
+  if (!s.export_format.empty()) {
+    if (s.export_out.empty()) return invalid_argument_error("--export csv needs -o FILE");
+    TS_RETURN_IF_ERROR(dataset->export_csv(s.export_out));
+    std::printf("wrote %s\n", s.export_out.c_str());
     return ok_status();
   }
   TS_ASSIGN_OR_RETURN(o.budget_seconds, parse_duration_seconds(budget));
@@ -145,8 +204,7 @@ Status cmd_sweep(PredictorCommands* /*unused*/, const std::string& db, const std
 
 Status PredictorCommands::run() {
   State& s = *s_;
-  if (*s.sweep)
-    return cmd_sweep(this, s.db, s.ops, s.budget, s.sweep_options, s.dry_run, s.export_format, s.export_out);
+  if (*s.sweep) return cmd_sweep(s);
   if (*s.train) {
     TS_ASSIGN_OR_RETURN(auto dataset, Dataset::open(s.db));
     TS_ASSIGN_OR_RETURN(TrainReport r, train_predictor(*dataset, s.train_options, s.model));
@@ -162,10 +220,51 @@ Status PredictorCommands::run() {
   TS_ASSIGN_OR_RETURN(auto p, Predictor::load(s.model));
   for (const std::string& w : p->warnings())
     std::fprintf(stderr, "tessera: warning: %s was trained elsewhere: %s\n", s.model.c_str(), w.c_str());
-  TS_ASSIGN_OR_RETURN(OpQuery q, parse_op_query(s.op_json));
-  TS_ASSIGN_OR_RETURN(double ns, p->predict(q));
-  std::printf("%s: %.3f us predicted (%s, %s kernels, %u workers)\n", q.op.c_str(), ns / 1e3,
-              p->machine().cpu_model.c_str(), p->machine().kernel_tier.c_str(), p->machine().workers);
+  if (s.model_path.empty() && s.op_json.empty()) return invalid_argument_error("predict: give --op JSON or a MODEL");
+  if (!s.op_json.empty()) {
+    TS_ASSIGN_OR_RETURN(OpQuery q, parse_op_query(s.op_json));
+    TS_ASSIGN_OR_RETURN(double ns, p->predict(q));
+    std::printf("%s: %.3f us predicted (%s, %s kernels, %u workers)\n", q.op.c_str(), ns / 1e3,
+                p->machine().cpu_model.c_str(), p->machine().kernel_tier.c_str(), p->machine().workers);
+    return ok_status();
+  }
+  std::vector<std::vector<ModelOp>> per_model;
+  TS_RETURN_IF_ERROR(model_queries_of({s.model_path}, s.model_options, s.workers, &per_model).status());
+  const std::vector<ModelOp>& ops = per_model.at(0);
+  std::vector<double> ns(ops.size(), 0.0);
+  double total = 0;
+  size_t predicted = 0, views = 0;
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].view) {
+      ++views;
+      continue;
+    }
+    if (!ops[i].query) {
+      missing.push_back(fmt::format("{} '{}': {}", ops[i].op_type, ops[i].node, ops[i].note));
+      continue;
+    }
+    StatusOr<double> t = p->predict(*ops[i].query);
+    if (!t.ok()) {
+      missing.push_back(fmt::format("{} '{}': {}", ops[i].op_type, ops[i].node, t.status().to_string()));
+      continue;
+    }
+    ns[i] = *t;
+    total += *t;
+    ++predicted;
+  }
+  std::printf("%s  %s  batch %lld: predicted %.3f ms per batch of device kernels (%.1f FPS), before running it\n",
+              s.model_path.c_str(), s.model_options.precision.c_str(), static_cast<long long>(s.model_options.batch),
+              total / 1e6, 1e9 / std::max(total, 1.0));
+  std::printf("  %zu ops predicted, %zu views (no launch), %zu not modeled; trained on %s (%s kernels, %u workers)\n",
+              predicted, views, missing.size(), p->machine().cpu_model.c_str(), p->machine().kernel_tier.c_str(),
+              p->machine().workers);
+  for (const std::string& m : missing) std::printf("  not modeled: %s\n", m.c_str());
+  if (s.explain)
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ns[i] > 0)
+        std::printf("  %10.3f us %5.1f%%  %-18s %s\n", ns[i] / 1e3, 100 * ns[i] / total, ops[i].op_type.c_str(),
+                    ops[i].node.c_str());
   return ok_status();
 }
 

@@ -4,6 +4,8 @@
 //                 [--workers N] [--seed S] [--dry-run] [--export csv -o FILE]
 //   tessera train-predictor [--db perf.sqlite] [-o predictor.json] [--machine ID] [--report R.md] [--test-csv T.csv]
 //   tessera predict --op JSON [--predictor predictor.json]
+//   tessera predict MODEL.onnx|MODEL.tsi [--dtype D] [--batch B] [--explain] [--predictor predictor.json]
+//   tessera sweep --models A.onnx,B.onnx [--dtype D] [--model-batch B]   (their ops, before or instead of the spaces)
 #pragma once
 
 #include <memory>
@@ -23,8 +25,9 @@ class PredictorCommands {
   bool chosen() const;  // one of them was on the command line
   Status run();
 
+ struct State;
+
  private:
-  struct State;
   std::unique_ptr<State> s_;
 };
 

@@ -90,6 +90,7 @@ OpCost op_cost(const OpQuery& q) {
     out = g.m * g.n;
     if (q.op == "matmul") c.bytes_read = bytes_of(q.inputs[0]) + bytes_of(q.inputs[1]);
     else c.bytes_read += g.k * g.n * elem_bytes(word_dtype(q, "weights_dtype"));
+    if (q.num("residual") != 0) c.bytes_read += out * elem_bytes(out_dtype);
   } else if (q.op == "max_pool2d" || q.op == "avg_pool2d") {
     const bool ceil_mode = q.num("ceil_mode") != 0;
     const double oh = spatial_out(s[2], 2 * q.num("padding", 0), q.num("kernel_size", 0), q.num("stride", 0),
@@ -192,7 +193,7 @@ void append_features(const OpQuery& q, const MachineFingerprint& m, std::vector<
       if (std::find(seen.begin(), seen.end(), a.name) != seen.end()) continue;
       seen.push_back(a.name);
       const int n = a.kind == ArgKind::kNumbers ? (a.count ? a.count : 8) : 1;
-      auto it = q.args.find(std::string(a.name));
+      auto it = q.args.find(a.name);
       for (int i = 0; i < n; ++i) {
         if (it == q.args.end()) out.push_back(kMissing);
         else if (a.kind == ArgKind::kWord) out.push_back(word_code(it->second.word));

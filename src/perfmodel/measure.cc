@@ -82,6 +82,17 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
                                                            DataType::FLOAT32));
     TS_ASSIGN_OR_RETURN(Tensor bias, Tensor::from_vector(std::vector<float>(p.out_channels, 0.01f),
                                                          Shape{p.out_channels}, DataType::FLOAT32));
+    if (q.num("residual") != 0) {  // a skip connection of the output's shape, added by the kernel
+      TS_ASSIGN_OR_RETURN(Tensor skip, device_tensor(device, {p.batch_size, p.output_height(), p.output_width(),
+                                                              p.out_channels},
+                                                     *config.dtype, Layout::ROW_MAJOR, BufferType::DRAM, 6));
+      const Conv2dResidual residual{.tensor = skip};
+      TS_ASSIGN_OR_RETURN(Conv2dResult first, conv2d_with_residual(in[0], weight, bias, p, residual, config));
+      auto prepared = std::make_shared<PreparedConv2dWeights>(first.weights);
+      return std::function<Status()>([x = in[0], prepared, p, residual, config] {
+        return conv2d_with_residual(x, *prepared, p, residual, config).status();
+      });
+    }
     TS_ASSIGN_OR_RETURN(Conv2dResult first, conv2d(in[0], weight, bias, p, config));
     auto prepared = std::make_shared<PreparedConv2dWeights>(first.weights);
     return std::function<Status()>([x = in[0], prepared, p, config] { return conv2d(x, *prepared, p, config).status(); });
@@ -152,7 +163,7 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
   if (op == "untilize") return std::function<Status()>([x = in[0], drop] { return drop(untilize(x)); });
   if (op == "permute") {
     std::vector<int> perm;
-    for (double d : q.args.at("perm").numbers) perm.push_back(static_cast<int>(d));
+    for (double d : q.args.find("perm")->second.numbers) perm.push_back(static_cast<int>(d));
     return std::function<Status()>([x = in[0], perm, drop] { return drop(permute(x, perm)); });
   }
   if (op == "concat") {

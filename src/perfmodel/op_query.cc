@@ -28,6 +28,7 @@ constexpr ArgSpec kConvArgs[] = {
     {"weights_dtype", W, 0, "\"same\"", "default: the input's dtype"},
     {"dtype", W, 0, "\"same\"", "output dtype; default: the input's"},
     {"math_fidelity", W, 0, "\"HiFi4\"", "LoFi | HiFi2 | HiFi3 | HiFi4"},
+    {"residual", N, 1, "0", "1: a skip connection of the output's shape, added by the kernel"},
 };
 constexpr ArgSpec kLinearArgs[] = {
     {"out_features", N, 1, "", "output features (the weight is out_features x in_features)"},
@@ -196,8 +197,8 @@ bool is_activation(const std::string& w) {
   return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* n) { return w == n; });
 }
 
-// Resolves "same" dtypes and checks words and arities against the op.
-Status check(OpQuery& q, bool resolve) {
+// Checks the inputs, words and arities against the op's table (allocates nothing on success).
+Status check(const OpQuery& q) {
   const OpSpec* op = find_op(q.op);
   if (!op) return invalid_argument_error("unknown op '{}' (known: conv2d, linear, matmul, relu, add, max_pool2d, ...; "
                                          "docs/predictor.md lists them)", q.op);
@@ -213,18 +214,14 @@ Status check(OpQuery& q, bool resolve) {
     if (std::none_of(op->args.begin(), op->args.end(), [&](const ArgSpec& a) { return a.name == name; }))
       return invalid_argument_error("{}: unknown argument '{}'", q.op, name);
   for (const ArgSpec& a : op->args) {
-    auto it = q.args.find(std::string(a.name));
+    auto it = q.args.find(a.name);
     if (it == q.args.end()) return invalid_argument_error("{}: argument '{}' is missing", q.op, a.name);
-    ArgValue& v = it->second;
+    const ArgValue& v = it->second;
     if (a.kind == ArgKind::kWord) {
       if (!v.numbers.empty()) return invalid_argument_error("{}.{}: expected a word", q.op, a.name);
       const bool dtype_arg = a.name == "dtype" || a.name == "weights_dtype";
-      if (dtype_arg && v.word == "same" && resolve) v.word = std::string(data_type_name(q.inputs[0].dtype));
-      if (dtype_arg && v.word != "same") {
-        auto dt = parse_dtype_word(v.word);
-        if (!dt) return invalid_argument_error("{}.{}: unknown dtype '{}'", q.op, a.name, v.word);
-        v.word = std::string(data_type_name(*dt));
-      }
+      if (dtype_arg && v.word != "same" && !parse_dtype_word(v.word))
+        return invalid_argument_error("{}.{}: unknown dtype '{}'", q.op, a.name, v.word);
       if (a.name == "activation" && !is_activation(v.word))
         return invalid_argument_error("{}.activation: unknown activation '{}' (identity, relu, silu, ...)", q.op, v.word);
       if (a.name == "mode" && v.word != "nearest" && v.word != "bilinear")
@@ -239,7 +236,7 @@ Status check(OpQuery& q, bool resolve) {
       return invalid_argument_error("{}.{}: expected {} number(s), found {}", q.op, a.name, want, v.numbers.size());
   }
   if (q.op == "permute") {
-    std::vector<double> p = q.args.at("perm").numbers;
+    std::vector<double> p = q.args.find("perm")->second.numbers;
     const size_t rank = q.inputs[0].logical_shape.size();
     std::sort(p.begin(), p.end());
     bool ok = p.size() == rank;
@@ -273,13 +270,13 @@ uint64_t TensorQuery::volume() const {
 }
 
 double OpQuery::num(std::string_view name, size_t i) const {
-  auto it = args.find(std::string(name));
+  auto it = args.find(name);
   return it != args.end() && i < it->second.numbers.size() ? it->second.numbers[i] : 0.0;
 }
 
 const std::string& OpQuery::word(std::string_view name) const {
   static const std::string kNone;
-  auto it = args.find(std::string(name));
+  auto it = args.find(name);
   return it != args.end() ? it->second.word : kNone;
 }
 
@@ -313,7 +310,7 @@ StatusOr<OpQuery> parse_op_query(std::string_view text) {
   if (op == j.end() || !op->is_string()) return invalid_argument_error("op query: expected \"op\": NAME (a string)");
   q.op = op->get<std::string>();
   const OpSpec* spec = find_op(q.op);
-  if (!spec) return check(q, false);  // the unknown-op error
+  if (!spec) return check(q);  // the unknown-op error
   std::optional<TensorQuery> first, second;
   for (const auto& [key, value] : j.items()) {
     if (key == "op") continue;
@@ -352,18 +349,22 @@ StatusOr<OpQuery> parse_op_query(std::string_view text) {
   if (q.inputs.empty()) return invalid_argument_error("{}: expected \"input\": {{\"logical_shape\": [...]}}", q.op);
   if (spec->family == "eltwise_binary" && q.inputs.size() == 1) q.inputs.push_back(q.inputs[0]);
   for (const ArgSpec& a : spec->args) {
-    if (q.args.count(std::string(a.name))) continue;
+    if (q.args.count(a.name)) continue;
     if (a.fallback.empty()) return invalid_argument_error("{}: argument '{}' is required ({})", q.op, a.name, a.doc);
     TS_ASSIGN_OR_RETURN(q.args[std::string(a.name)], parse_arg(a, json::parse(a.fallback, nullptr, false), q));
   }
-  TS_RETURN_IF_ERROR(check(q, true));
+  for (const char* name : {"dtype", "weights_dtype"})  // "same" and other spellings -> the dtype's name
+    if (auto it = q.args.find(name); it != q.args.end() && it->second.numbers.empty()) {
+      std::string& w = it->second.word;
+      const auto dt = w == "same" ? std::optional<DataType>(q.inputs[0].dtype) : parse_dtype_word(w);
+      if (!dt) return invalid_argument_error("{}.{}: unknown dtype '{}'", q.op, name, w);
+      w = std::string(data_type_name(*dt));
+    }
+  TS_RETURN_IF_ERROR(check(q));
   return q;
 }
 
-Status validate(const OpQuery& query) {
-  OpQuery q = query;
-  return check(q, false);
-}
+Status validate(const OpQuery& query) { return check(query); }
 
 namespace {
 json number(double d) {  // integers print as integers

@@ -11,6 +11,7 @@
 #include "tessera/device/device.h"
 #include "tessera/perfmodel/features.h"
 #include "tessera/perfmodel/measure.h"
+#include "tessera/perfmodel/model_queries.h"
 #include "tessera/perfmodel/predictor.h"
 #include "tessera/perfmodel/sweep.h"
 #include "tessera/perfmodel/train.h"
@@ -369,6 +370,64 @@ TEST(Train, AnEmptyDatasetSaysSweepFirst) {
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("tessera sweep"), std::string::npos);
   std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace tessera::perfmodel
+
+namespace tessera::perfmodel {
+namespace {
+
+// A hand-built graph after the passes: Conv (+relu, + residual) -> GlobalAveragePool -> Flatten -> Gemm, and a
+// node the predictor has no op for.
+TEST(ModelOps, EachNodeBecomesItsDeviceOpsQuery) {
+  graph::Graph g;
+  auto value = [&](const char* name, std::vector<int64_t> dims, bool constant = false) {
+    graph::Value v{.name = name, .dims = dims, .has_shape = true};
+    if (constant) {
+      int64_t n = 1;
+      for (int64_t d : dims) n *= d;
+      v.constant = graph::HostTensor::floats(dims, std::vector<float>(static_cast<size_t>(n), 0.5f));
+    }
+    return g.add_value(std::move(v));
+  };
+  const int x = value("x", {2, 3, 16, 16}), w = value("w", {8, 3, 3, 3}, true), skip = value("skip", {2, 8, 8, 8});
+  const int y = value("y", {2, 8, 8, 8}), p = value("p", {2, 8, 1, 1}), f = value("f", {2, 8});
+  const int fc = value("fc", {10, 8}, true), out = value("out", {2, 10}), z = value("z", {2, 10});
+  g.inputs = {x, skip};
+  graph::Node conv{.name = "conv", .op_type = "Conv", .inputs = {x, w, -1, skip}, .outputs = {y}};
+  conv.attrs["strides"] = {.kind = graph::Attribute::Kind::INTS, .ints = {2, 2}};
+  conv.attrs["pads"] = {.kind = graph::Attribute::Kind::INTS, .ints = {1, 1, 1, 1}};
+  conv.attrs["tessera_activation"] = {.kind = graph::Attribute::Kind::STRING, .s = "relu"};
+  graph::Node gemm{.name = "fc", .op_type = "Gemm", .inputs = {f, fc}, .outputs = {out}};
+  gemm.attrs["transB"] = {.kind = graph::Attribute::Kind::INT, .i = 1};
+  g.nodes = {conv, {.name = "gap", .op_type = "GlobalAveragePool", .inputs = {y}, .outputs = {p}},
+             {.name = "flat", .op_type = "Flatten", .inputs = {p}, .outputs = {f}}, gemm,
+             {.name = "odd", .op_type = "Einsum", .inputs = {out}, .outputs = {z}}};
+  g.outputs = {z};
+  auto ops = model_ops(g, {.activations = DataType::BFLOAT16, .weights = DataType::BFLOAT8_B});
+  ASSERT_TRUE(ops.ok()) << ops.status().to_string();
+  ASSERT_EQ(ops->size(), 5u);
+  const OpQuery& c = *(*ops)[0].query;
+  EXPECT_EQ(c.op, "conv2d");
+  EXPECT_EQ(c.inputs[0].logical_shape, (std::vector<uint32_t>{2, 3, 16, 16}));
+  EXPECT_EQ(c.inputs[0].dtype, DataType::BFLOAT16);
+  EXPECT_EQ(c.num("out_channels"), 8);
+  EXPECT_EQ(c.args.at("kernel_size").numbers, (std::vector<double>{3, 3}));
+  EXPECT_EQ(c.args.at("stride").numbers, (std::vector<double>{2, 2}));
+  EXPECT_EQ(c.args.at("padding").numbers, (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_EQ(c.word("activation"), "relu");
+  EXPECT_EQ(c.word("weights_dtype"), "bfloat8_b");
+  EXPECT_EQ(c.num("residual"), 1);
+  EXPECT_EQ((*ops)[1].query->op, "global_avg_pool2d");
+  EXPECT_TRUE((*ops)[2].view);
+  EXPECT_FALSE((*ops)[2].query);
+  EXPECT_EQ((*ops)[3].query->op, "linear");
+  EXPECT_EQ((*ops)[3].query->num("out_features"), 10);
+  EXPECT_FALSE((*ops)[4].query);
+  EXPECT_NE((*ops)[4].note.find("not in the predictor's op table"), std::string::npos);
+  g.value(y).has_shape = false;
+  EXPECT_EQ(model_ops(g, {}).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

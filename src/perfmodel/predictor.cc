@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -39,7 +40,9 @@ StatusOr<Forest::Tree> parse_tree(const json& j, size_t num_features, std::strin
   const size_t n = t.left.size();
   if (n == 0 || t.right.size() != n || t.feature.size() != n || t.value.size() != n || t.default_left.size() != n)
     return invalid_argument_error("{}: a tree's arrays differ in length", where);
-  // Children must point forward (XGBoost numbers nodes breadth-first), so every walk ends.
+  // Children must point forward (XGBoost numbers nodes breadth-first), so every walk ends, and each node
+  // but the root has one parent, so that the tree is one (finalize lays out each node once).
+  std::vector<uint8_t> parents(n, 0);
   for (size_t i = 0; i < n; ++i) {
     const bool leaf = t.left[i] < 0;
     if (!std::isfinite(t.value[i])) return invalid_argument_error("{}: a tree holds a non-finite value", where);
@@ -48,6 +51,9 @@ StatusOr<Forest::Tree> parse_tree(const json& j, size_t num_features, std::strin
         static_cast<size_t>(t.left[i]) >= n || static_cast<size_t>(t.right[i]) >= n || t.feature[i] < 0 ||
         static_cast<size_t>(t.feature[i]) >= num_features)
       return invalid_argument_error("{}: a tree node points outside the tree or the features", where);
+    if (++parents[static_cast<size_t>(t.left[i])] > 1 || ++parents[static_cast<size_t>(t.right[i])] > 1 ||
+        t.left[i] == t.right[i])
+      return invalid_argument_error("{}: a tree node has two parents (not a tree)", where);
   }
   return t;
 }
@@ -63,16 +69,41 @@ Cache& cache() {
 
 }  // namespace
 
+void Forest::finalize() {
+  nodes_.clear();
+  roots_.clear();
+  for (const Tree& t : trees) {
+    const uint32_t root = static_cast<uint32_t>(nodes_.size());
+    roots_.push_back(root);
+    // Breadth first from the root, each node's two children given adjacent slots.
+    std::vector<int32_t> order = {0};
+    nodes_.push_back({});
+    for (size_t k = 0; k < order.size(); ++k) {
+      const size_t i = static_cast<size_t>(order[k]);
+      Node& n = nodes_[root + k];
+      n.value = t.value[i];
+      n.feature = static_cast<uint16_t>(std::max(0, t.feature[i]));
+      n.default_left = t.default_left[i];
+      n.left = -1;
+      if (t.left[i] < 0) continue;
+      n.left = static_cast<int32_t>(order.size());
+      order.push_back(t.left[i]);
+      order.push_back(t.right[i]);
+      nodes_.resize(nodes_.size() + 2);
+    }
+  }
+}
+
 double Forest::eval(const float* x) const {
   double sum = base;
-  for (const Tree& t : trees) {
+  for (uint32_t root : roots_) {
+    const Node* t = nodes_.data() + root;
     int32_t i = 0;
-    while (t.left[static_cast<size_t>(i)] >= 0) {
-      const size_t n = static_cast<size_t>(i);
-      const float v = x[t.feature[n]];
-      i = std::isnan(v) ? (t.default_left[n] ? t.left[n] : t.right[n]) : (v < t.value[n] ? t.left[n] : t.right[n]);
+    while (t[i].left >= 0) {
+      const float v = x[t[i].feature];
+      i = t[i].left + (std::isnan(v) ? !t[i].default_left : !(v < t[i].value));
     }
-    sum += t.value[static_cast<size_t>(i)];
+    sum += t[i].value;
   }
   return sum;
 }
@@ -134,6 +165,7 @@ StatusOr<std::shared_ptr<const Predictor>> Predictor::from_json(std::string_view
       TS_ASSIGN_OR_RETURN(Forest::Tree tree, parse_tree(t, m.feature_names.size(), where));
       m.forest.trees.push_back(std::move(tree));
     }
+    m.forest.finalize();
     p->families_.push_back(std::move(m));
   }
   p->warnings_ = fingerprint_differences(p->machine_, this_machine(p->machine_.workers));

@@ -58,7 +58,8 @@ json conv2d(U u) {
   return {{"op", "conv2d"}, {"input", tensor(s, float_dtype(u[10]))}, {"out_channels", cout},
           {"kernel_size", {k, k}}, {"stride", {stride, stride}}, {"padding", {pad, pad}}, {"dilation", {dil, dil}},
           {"groups", groups}, {"activation", pick<const char*>(u[11], {"identity", "relu", "relu", "silu", "relu6"})},
-          {"weights_dtype", u[12] < 0.8 ? "same" : "bfloat8_b"}};
+          {"weights_dtype", u[12] < 0.8 ? "same" : "bfloat8_b"}, {"residual", !depthwise && u[13] < 0.2 ? 1 : 0},
+          {"math_fidelity", pick<const char*>(u[14], {"HiFi4", "HiFi4", "HiFi4", "HiFi2", "LoFi"})}};
 }
 json linear(U u) {
   const uint32_t m = log_int(u[0], 1, 4096), k = log_int(u[1], 16, 4096), n = log_int(u[2], 16, 4096);
@@ -149,7 +150,7 @@ struct Space {
   json (*gen)(U);
 };
 constexpr Space kSpaces[] = {
-    {"conv2d", 4, 13, conv2d},
+    {"conv2d", 4, 15, conv2d},
     {"linear", 1, 5, linear},
     {"matmul", 1, 5, matmul},
     {"eltwise_unary", 4, 6, unary},
@@ -212,7 +213,8 @@ StatusOr<std::vector<OpQuery>> sample_space(std::string_view op, uint32_t n, uin
 StatusOr<SweepResult> run_sweep(Dataset& dataset, const SweepOptions& options,
                                 const std::function<void(const SweepProgress&)>& progress) {
   std::vector<const Space*> spaces;
-  for (const std::string& name : options.ops.empty() ? sweep_ops() : options.ops) {
+  const std::vector<std::string> all = options.queries.empty() ? sweep_ops() : std::vector<std::string>{};
+  for (const std::string& name : options.ops.empty() ? all : options.ops) {
     const Space* s = find_space(name);
     if (!s) return invalid_argument_error("--ops: no sweep space '{}' (spaces: {})", name, fmt::join(sweep_ops(), ", "));
     spaces.push_back(s);
@@ -229,11 +231,21 @@ StatusOr<SweepResult> run_sweep(Dataset& dataset, const SweepOptions& options,
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   SweepProgress p{.budget_seconds = options.budget_seconds};
   Status status;
+  // The given queries (a model's ops) first, as a batch of their own, then the spaces' batches.
+  std::vector<const Space*> rounds = spaces;
+  if (!options.queries.empty()) rounds.insert(rounds.begin(), nullptr);
   for (uint64_t batch = 0; status.ok() && elapsed() < options.budget_seconds; ++batch) {
     uint64_t new_points = 0;
-    for (const Space* space : spaces) {
+    if (spaces.empty() && batch > 0) break;  // only the given queries: measured once
+    for (const Space* space : rounds) {
       if (elapsed() >= options.budget_seconds) break;
-      TS_ASSIGN_OR_RETURN(std::vector<OpQuery> queries, sample_space(space->name, options.batch * space->weight, batch, options.seed));
+      if (!space && batch > 0) continue;
+      std::vector<OpQuery> queries;
+      if (space) {
+        TS_ASSIGN_OR_RETURN(queries, sample_space(space->name, options.batch * space->weight, batch, options.seed));
+      } else {
+        queries = options.queries;
+      }
       // The batch's new points, each measured in `passes` passes over the batch:
       // the time kept is the median of its passes (the DRAM bandwidth of a
       // shared machine drifts over seconds; a point measured at three moments
@@ -248,7 +260,8 @@ StatusOr<SweepResult> run_sweep(Dataset& dataset, const SweepOptions& options,
           ++result.skipped;
           continue;
         }
-        rows.push_back({.machine_id = machine, .commit = commit, .measured_at = utc_now(), .source = options.source,
+        rows.push_back({.machine_id = machine, .commit = commit, .measured_at = utc_now(),
+                        .source = space ? options.source : options.queries_source,
                         .op = q.op, .family = std::string(find_op(q.op)->family), .query = key});
         todo.push_back(&q);
         times.emplace_back();
@@ -298,7 +311,7 @@ StatusOr<SweepResult> run_sweep(Dataset& dataset, const SweepOptions& options,
         TS_RETURN_IF_ERROR(dataset.add(row));
       }
       if (progress && !rows.empty()) {
-        p.elapsed_seconds = elapsed(), p.op = space->name;
+        p.elapsed_seconds = elapsed(), p.op = space ? space->name : options.queries_source;
         p.measured = result.measured, p.refused = result.refused, p.skipped = result.skipped;
         progress(p);
       }

@@ -86,6 +86,7 @@ StatusOr<Forest> forest_of(BoosterHandle b) {
   } catch (const json::exception& e) {
     return internal_error("XGBoost's JSON model has an unexpected shape: {}", e.what());
   }
+  f.finalize();
   return f;
 }
 
@@ -200,7 +201,7 @@ StatusOr<TrainReport> train_predictor(Dataset& dataset, const TrainOptions& opti
     double mean = 0;
     for (float y : split[kTrain].y) mean += y / static_cast<double>(split[kTrain].n());
     const std::pair<const char*, std::string> params[] = {
-        {"objective", "reg:squarederror"}, {"tree_method", "hist"}, {"max_depth", "7"}, {"eta", "0.06"},
+        {"objective", "reg:squarederror"}, {"tree_method", "hist"}, {"max_depth", "7"}, {"eta", "0.1"},
         {"subsample", "0.85"}, {"colsample_bytree", "0.9"}, {"min_child_weight", "1"}, {"lambda", "1"},
         {"nthread", "2"}, {"seed", "7"}, {"base_score", fmt::format("{}", mean)}, {"verbosity", "0"}};
     for (const auto& [k, v] : params) TS_RETURN_IF_ERROR(xgb(XGBoosterSetParam(b.h, k, v.c_str()), k));

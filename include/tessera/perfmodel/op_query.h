@@ -59,7 +59,7 @@ struct ArgValue {
 struct OpQuery {
   std::string op;
   std::vector<TensorQuery> inputs;
-  std::map<std::string, ArgValue> args;  // every argument of the op, defaults filled in
+  std::map<std::string, ArgValue, std::less<>> args;  // every argument of the op, defaults filled in
   // The worker threads the op is split over (0: the machine's default, one per physical core).
   uint32_t workers = 0;
 

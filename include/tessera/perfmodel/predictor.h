@@ -37,7 +37,21 @@ struct Forest {
   };
   float base = 0;
   std::vector<Tree> trees;
-  double eval(const float* features) const;  // base + the leaves reached
+  // Lays the trees out for eval: each node's children side by side, every
+  // tree in one array (a query walks ~10 cache lines per tree less than the
+  // arrays above would cost). Call after filling `trees`.
+  void finalize();
+  double eval(const float* features) const;  // base + the leaves reached (finalized)
+
+ private:
+  struct Node {
+    float value;      // threshold, or the leaf's value
+    int32_t left;     // first child (the right one follows it), relative to the tree's root; -1: a leaf
+    uint16_t feature;
+    uint8_t default_left;
+  };
+  std::vector<Node> nodes_;
+  std::vector<uint32_t> roots_;
 };
 
 struct FamilyModel {

@@ -1,0 +1,172 @@
+#include "tessera/perfmodel/model_queries.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+namespace tessera::perfmodel {
+namespace {
+
+using graph::Graph;
+using graph::Node;
+using nlohmann::json;
+
+// ONNX op types that lower to one device unary op, by the predictor's name.
+constexpr std::pair<std::string_view, std::string_view> kUnary[] = {
+    {"Relu", "relu"},      {"Sigmoid", "sigmoid"},         {"Tanh", "tanh"},         {"Exp", "exp"},
+    {"Sqrt", "sqrt"},      {"Erf", "erf"},                 {"Abs", "abs"},           {"Reciprocal", "reciprocal"},
+    {"Elu", "elu"},        {"HardSwish", "hardswish"},     {"HardSigmoid", "hardsigmoid"}, {"Mish", "mish"},
+    {"Gelu", "gelu"},      {"Silu", "silu"}};
+constexpr std::string_view kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
+                                       "Shape", "Constant"};
+constexpr std::pair<std::string_view, std::string_view> kBinary[] = {
+    {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"}};
+
+std::string dtype_word(DataType t) {
+  std::string w(data_type_name(t));
+  for (char& c : w) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return w;
+}
+
+json shape_of(const Graph& g, int id) {
+  std::vector<int64_t> d = g.value(id).dims;
+  if (d.empty()) d = {1};
+  return d;
+}
+
+json tensor(const Graph& g, int id, DataType dtype) { return {{"logical_shape", shape_of(g, id)}, {"dtype", dtype_word(dtype)}}; }
+
+// An NCHW value as the NHWC rows the device keeps it in (concat over channels).
+json nhwc_tensor(const Graph& g, int id, DataType dtype) {
+  std::vector<int64_t> d = g.value(id).dims;
+  if (d.size() == 4) d = {d[0], d[2], d[3], d[1]};
+  return {{"logical_shape", d}, {"dtype", dtype_word(dtype)}};
+}
+
+std::string activation(const Node& n) {
+  const std::string a = n.attr_string("tessera_activation", "identity");
+  return a;
+}
+
+StatusOr<json> query_json(const Graph& g, const Node& n, const ModelQueryOptions& o, std::string* note) {
+  const std::string& op = n.op_type;
+  const std::string act_dtype = dtype_word(o.activations);
+  if (op == "Conv") {
+    const auto& w = g.value(n.inputs[1]).dims;
+    if (w.size() != 4 || g.value(n.inputs[0]).dims.size() != 4) {
+      *note = "not a 2-d conv";
+      return json();
+    }
+    std::vector<int64_t> pads = n.attr_ints("pads", {0, 0, 0, 0});
+    if (pads.size() != 4) pads = {0, 0, 0, 0};
+    json q = {{"op", "conv2d"}, {"input", tensor(g, n.inputs[0], o.activations)}, {"out_channels", w[0]},
+              {"kernel_size", {w[2], w[3]}}, {"stride", n.attr_ints("strides", {1, 1})},
+              {"padding", {pads[0], pads[2], pads[1], pads[3]}}, {"dilation", n.attr_ints("dilations", {1, 1})},
+              {"groups", n.attr_int("group", 1)}, {"activation", activation(n)},
+              {"weights_dtype", dtype_word(o.weights)},
+              {"residual", n.inputs.size() > 3 && n.inputs[3] >= 0 ? 1 : 0}};
+    return q;
+  }
+  if (op == "Gemm") {
+    const auto& b = g.value(n.inputs[1]).dims;
+    if (!g.is_constant(n.inputs[1]) || b.size() != 2) {
+      *note = "a Gemm of two computed matrices";
+      return json();
+    }
+    const int64_t out = n.attr_int("transB", 0) ? b[0] : b[1];
+    return json{{"op", "linear"}, {"input", tensor(g, n.inputs[0], o.activations)}, {"out_features", out},
+                {"bias", n.inputs.size() > 2 && n.inputs[2] >= 0 ? 1 : 0}, {"activation", activation(n)},
+                {"weights_dtype", dtype_word(o.weights)}};
+  }
+  if (op == "MatMul") {
+    if (g.is_constant(n.inputs[1]) && g.value(n.inputs[1]).dims.size() == 2)
+      return json{{"op", "linear"}, {"input", tensor(g, n.inputs[0], o.activations)},
+                  {"out_features", g.value(n.inputs[1]).dims[1]}, {"bias", 0}, {"activation", activation(n)},
+                  {"weights_dtype", dtype_word(o.weights)}};
+    return json{{"op", "matmul"}, {"input", tensor(g, n.inputs[0], o.activations)},
+                {"input_b", tensor(g, n.inputs[1], o.activations)}, {"activation", activation(n)}};
+  }
+  for (const auto& [onnx, name] : kUnary)
+    if (op == onnx) return json{{"op", name}, {"input", tensor(g, n.inputs[0], o.activations)}};
+  if (op == "Clip") return json{{"op", "relu6"}, {"input", tensor(g, n.inputs[0], o.activations)}};
+  for (const auto& [onnx, name] : kBinary)
+    if (op == onnx)
+      return json{{"op", name}, {"input", tensor(g, n.inputs[0], o.activations)},
+                  {"input_b", tensor(g, n.inputs[1], o.activations)}, {"activation", activation(n)}};
+  if (op == "MaxPool" || op == "AveragePool") {
+    std::vector<int64_t> pads = n.attr_ints("pads", {0, 0, 0, 0});
+    const std::vector<int64_t> k = n.attr_ints("kernel_shape", {2, 2});
+    return json{{"op", op == "MaxPool" ? "max_pool2d" : "avg_pool2d"},
+                {"input", tensor(g, n.inputs[0], o.activations)},
+                {"kernel_size", k},
+                {"stride", n.attr_ints("strides", {1, 1})},
+                {"padding", {pads.empty() ? 0 : pads[0], pads.size() > 1 ? pads[1] : 0}},
+                {"dilation", n.attr_ints("dilations", {1, 1})},
+                {"ceil_mode", n.attr_int("ceil_mode", 0)}};
+  }
+  if (op == "GlobalAveragePool")
+    return json{{"op", "global_avg_pool2d"}, {"input", tensor(g, n.inputs[0], o.activations)}};
+  if (op == "Resize" || op == "Upsample") {
+    const auto& in = g.value(n.inputs[0]).dims;
+    const auto& out = g.value(n.outputs[0]).dims;
+    if (in.size() != 4 || out.size() != 4) {
+      *note = "not a 2-d resize";
+      return json();
+    }
+    const std::string mode = n.attr_string("mode", "nearest");
+    return json{{"op", "upsample"}, {"input", tensor(g, n.inputs[0], o.activations)},
+                {"scale_factor", {static_cast<double>(out[2]) / in[2], static_cast<double>(out[3]) / in[3]}},
+                {"mode", mode == "nearest" ? "nearest" : "bilinear"}};
+  }
+  if (op == "Concat") {
+    json inputs = json::array();
+    const bool channels = g.value(n.inputs[0]).dims.size() == 4 && n.attr_int("axis", 1) == 1;
+    for (int id : n.inputs)
+      if (id >= 0) inputs.push_back(channels ? nhwc_tensor(g, id, o.activations) : tensor(g, id, o.activations));
+    if (inputs.size() < 2 || inputs.size() > 16) {
+      *note = fmt::format("a concat of {} inputs", inputs.size());
+      return json();
+    }
+    return json{{"op", "concat"}, {"inputs", inputs}, {"dim", channels ? -1 : n.attr_int("axis", 0)}};
+  }
+  if (op == "Transpose") {
+    std::vector<int64_t> perm = n.attr_ints("perm");
+    if (perm.empty())
+      for (size_t i = g.value(n.inputs[0]).dims.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+    return json{{"op", "permute"}, {"input", tensor(g, n.inputs[0], o.activations)}, {"perm", perm}};
+  }
+  if (op == "Softmax")
+    return json{{"op", "softmax"}, {"input", tensor(g, n.inputs[0], o.activations)}, {"dim", n.attr_int("axis", -1)}};
+  if (op == "LayerNormalization")
+    return json{{"op", "layer_norm"}, {"input", tensor(g, n.inputs[0], o.activations)}};
+  *note = "not in the predictor's op table";
+  return json();
+}
+
+}  // namespace
+
+StatusOr<std::vector<ModelOp>> model_ops(const Graph& g, const ModelQueryOptions& o) {
+  std::vector<ModelOp> ops;
+  for (const Node& n : g.nodes) {
+    ModelOp m{.node = n.name, .op_type = n.op_type};
+    for (int id : n.inputs)
+      if (id >= 0 && !g.value(id).has_shape)
+        return invalid_argument_error("model_ops: {} reads '{}', whose shape is not inferred", n.label(),
+                                      g.value(id).name);
+    if (std::find(std::begin(kViews), std::end(kViews), n.op_type) != std::end(kViews)) {
+      m.view = true;
+      m.note = "a view: no launch";
+    } else {
+      TS_ASSIGN_OR_RETURN(json j, query_json(g, n, o, &m.note));
+      if (!j.is_null()) {
+        if (o.workers) j["workers"] = o.workers;
+        StatusOr<OpQuery> q = parse_op_query(j.dump());
+        if (q.ok()) m.query = *std::move(q);
+        else m.note = q.status().to_string();
+      }
+    }
+    ops.push_back(std::move(m));
+  }
+  return ops;
+}
+
+}  // namespace tessera::perfmodel
