@@ -37,7 +37,7 @@ namespace {
 
 // The device ops of each model, compiled for this CPU with `options`, as queries (deduplicated).
 StatusOr<std::vector<OpQuery>> model_queries_of(const std::vector<std::string>& paths, const ModelOptions& options,
-                                               int workers, std::vector<std::vector<ModelOp>>* per_model = nullptr) {
+                                                int workers, std::vector<std::vector<ModelOp>>* per_model = nullptr) {
   TS_ASSIGN_OR_RETURN(auto device, open_device({.worker_threads = workers}));
   ModelQueryOptions qo{.workers = static_cast<uint32_t>(workers)};
   if (options.precision != "float32") qo.activations = DataType::BFLOAT16;
@@ -61,14 +61,18 @@ PredictorCommands::PredictorCommands(CLI::App& app) : s_(std::make_unique<State>
   State& s = *s_;
   s.sweep = app.add_subcommand("sweep", "measure ops over their parameter spaces into the predictor's dataset");
   s.sweep->add_option("--db", s.db, "the dataset (SQLite; created if absent)");
-  s.sweep->add_option("--ops", s.ops, "comma-separated sweep spaces (default: all): " + fmt::format("{}", fmt::join(sweep_ops(), ",")));
+  s.sweep->add_option("--ops", s.ops,
+                      "comma-separated sweep spaces (default: all): " + fmt::format("{}", fmt::join(sweep_ops(), ",")));
   s.sweep->add_option("--budget", s.budget, "wall time to spend measuring: 20m, 90s, 1h");
   s.sweep->add_option("--batch", s.sweep_options.batch, "points per space per round (a Latin hypercube)")
       ->check(CLI::Range(1, 4096));
-  s.sweep->add_option("--replays", s.sweep_options.replays, "trace replays per point, at least (short ops replay more; the median is kept)")
+  s.sweep
+      ->add_option("--replays", s.sweep_options.replays,
+                   "trace replays per point, at least (short ops replay more; their 20%-trimmed mean is kept)")
       ->check(CLI::Range(1, 1000));
-  s.sweep->add_option("--passes", s.sweep_options.passes,
-                      "times each point is measured, a pass over its batch apart (the median is kept)")
+  s.sweep
+      ->add_option("--passes", s.sweep_options.passes,
+                   "times each point is measured, a pass over its batch apart (the median is kept)")
       ->check(CLI::Range(1, 15));
   s.sweep->add_option("--workers", s.sweep_options.workers, "device worker threads (0: one per physical core)");
   s.sweep->add_option("--seed", s.sweep_options.seed, "sampling seed (the same seed redraws the same points)");
@@ -85,11 +89,13 @@ PredictorCommands::PredictorCommands(CLI::App& app) : s_(std::make_unique<State>
   s.train->add_option("--test-csv", s.train_options.test_predictions_csv,
                       "measured and predicted time per held-out configuration (scripts/predictor_scatter.py plots it)");
   s.predict = app.add_subcommand("predict", "predict an op's kernel time from a trained model");
-  auto* op = s.predict->add_option("--op", s.op_json, "the op as JSON (docs/predictor.md), e.g. "
-                                                      R"({"op":"relu","input":{"logical_shape":[1,64,56,56]}})");
-  auto* model = s.predict->add_option("model", s.model_path,
-                                      "an ONNX model or compiled image: its latency as the sum of its ops' predicted "
-                                      "kernel times")
+  auto* op = s.predict->add_option("--op", s.op_json,
+                                   "the op as JSON (docs/predictor.md), e.g. "
+                                   R"({"op":"relu","input":{"logical_shape":[1,64,56,56]}})");
+  auto* model = s.predict
+                    ->add_option("model", s.model_path,
+                                 "an ONNX model or compiled image: its latency as the sum of its ops' predicted "
+                                 "kernel times")
                     ->check(CLI::ExistingFile);
   op->excludes(model);
   s.predict->add_option("--predictor", s.model, "the model file (tessera train-predictor)");
@@ -99,7 +105,7 @@ PredictorCommands::PredictorCommands(CLI::App& app) : s_(std::make_unique<State>
   s.predict->add_option("--batch", s.model_options.batch, "the model's batch size")->check(CLI::PositiveNumber);
   s.sweep->add_option("--model-batch", s.model_options.batch, "the --models' batch size")->check(CLI::PositiveNumber);
   s.predict->add_option("--workers", s.workers, "device worker threads (0: one per physical core)");
-  s.predict->add_flag("--explain", s.explain, "one line per op: its query, predicted time and share");
+  s.predict->add_flag("--explain", s.explain, "one line per op: its predicted time, its share, its op type and node");
   s.sweep->add_option("--models", s.models,
                       "comma-separated ONNX models or images: measure their ops (before any space; alone unless "
                       "--ops is given)");
@@ -181,22 +187,25 @@ Status cmd_sweep(const PredictorCommands::State& s) {
   int last_tenth = -1;
   std::fprintf(stderr, "measuring this machine's peaks...\n");
   TS_ASSIGN_OR_RETURN(SweepResult r, run_sweep(*dataset, o, [&](const SweepProgress& p) {
-    const double f = std::min(1.0, p.elapsed_seconds / p.budget_seconds);
-    const int filled = static_cast<int>(f * 30);
-    const std::string line = fmt::format("[{}{}] {:3.0f}% {}/{}  {:<18} measured {}  refused {}  already had {}",
-                                         std::string(static_cast<size_t>(filled), '#'),
-                                         std::string(static_cast<size_t>(30 - filled), '.'), 100 * f,
-                                         clock(p.elapsed_seconds), clock(p.budget_seconds), p.op, p.measured,
-                                         p.refused, p.skipped);
-    if (tty) std::fprintf(stderr, "\r%s", line.c_str());
-    else if (static_cast<int>(f * 10) != last_tenth) std::fprintf(stderr, "%s\n", line.c_str());
-    last_tenth = static_cast<int>(f * 10);
-  }));
+                        const double f = std::min(1.0, p.elapsed_seconds / p.budget_seconds);
+                        const int filled = static_cast<int>(f * 30);
+                        const std::string line = fmt::format(
+                            "[{}{}] {:3.0f}% {}/{}  {:<18} measured {}  refused {}  already had {}",
+                            std::string(static_cast<size_t>(filled), '#'),
+                            std::string(static_cast<size_t>(30 - filled), '.'), 100 * f, clock(p.elapsed_seconds),
+                            clock(p.budget_seconds), p.op, p.measured, p.refused, p.skipped);
+                        if (tty)
+                          std::fprintf(stderr, "\r%s", line.c_str());
+                        else if (static_cast<int>(f * 10) != last_tenth)
+                          std::fprintf(stderr, "%s\n", line.c_str());
+                        last_tenth = static_cast<int>(f * 10);
+                      }));
   if (tty) std::fprintf(stderr, "\n");
-  std::printf("swept %.0f s on %s (%s kernels, %u workers): %llu measured, %llu refused by their op, %llu already in %s\n",
-              r.seconds, r.machine.cpu_model.c_str(), r.machine.kernel_tier.c_str(), r.machine.workers,
-              static_cast<unsigned long long>(r.measured), static_cast<unsigned long long>(r.refused),
-              static_cast<unsigned long long>(r.skipped), db.c_str());
+  std::printf(
+      "swept %.0f s on %s (%s kernels, %u workers): %llu measured, %llu refused by their op, %llu already in %s\n",
+      r.seconds, r.machine.cpu_model.c_str(), r.machine.kernel_tier.c_str(), r.machine.workers,
+      static_cast<unsigned long long>(r.measured), static_cast<unsigned long long>(r.refused),
+      static_cast<unsigned long long>(r.skipped), db.c_str());
   return ok_status();
 }
 

@@ -25,7 +25,7 @@ class PredictorCommands {
   bool chosen() const;  // one of them was on the command line
   Status run();
 
- struct State;
+  struct State;
 
  private:
   std::unique_ptr<State> s_;

@@ -28,9 +28,7 @@ class Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
   ~Stmt() { sqlite3_finalize(s_); }
-  Status status() const {
-    return rc_ == SQLITE_OK ? ok_status() : internal_error("sqlite: {}", sqlite3_errmsg(db_));
-  }
+  Status status() const { return rc_ == SQLITE_OK ? ok_status() : internal_error("sqlite: {}", sqlite3_errmsg(db_)); }
   Stmt& bind(int i, std::string_view v) {
     sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
     return *this;
@@ -80,11 +78,23 @@ constexpr const char* kRowColumns =
     "run_a_ns, run_b_ns, passes, replays, launches, kernels";
 
 MeasurementRow read_row(const Stmt& s) {
-  return {.machine_id = s.integer(0), .commit = s.text(1), .measured_at = s.text(2), .source = s.text(3),
-          .op = s.text(4), .family = s.text(5), .query = s.text(6), .status = s.text(7), .time_ns = s.real(8),
-          .min_ns = s.real(9), .max_ns = s.real(10), .run_a_ns = s.real(11), .run_b_ns = s.real(12),
-          .passes = static_cast<uint32_t>(s.integer(13)), .replays = static_cast<uint32_t>(s.integer(14)),
-          .launches = static_cast<uint32_t>(s.integer(15)), .kernels = s.text(16)};
+  return {.machine_id = s.integer(0),
+          .commit = s.text(1),
+          .measured_at = s.text(2),
+          .source = s.text(3),
+          .op = s.text(4),
+          .family = s.text(5),
+          .query = s.text(6),
+          .status = s.text(7),
+          .time_ns = s.real(8),
+          .min_ns = s.real(9),
+          .max_ns = s.real(10),
+          .run_a_ns = s.real(11),
+          .run_b_ns = s.real(12),
+          .passes = static_cast<uint32_t>(s.integer(13)),
+          .replays = static_cast<uint32_t>(s.integer(14)),
+          .launches = static_cast<uint32_t>(s.integer(15)),
+          .kernels = s.text(16)};
 }
 
 }  // namespace
@@ -130,8 +140,9 @@ Status Dataset::commit() { return exec("COMMIT"); }
 
 StatusOr<int64_t> Dataset::machine_id(const MachineFingerprint& m) {
   const std::string key = static_key(m);
-  Stmt up(db_, "INSERT INTO machines(static_key, fingerprint) VALUES(?1, ?2) "
-               "ON CONFLICT(static_key) DO UPDATE SET fingerprint = ?2 RETURNING id");
+  Stmt up(db_,
+          "INSERT INTO machines(static_key, fingerprint) VALUES(?1, ?2) "
+          "ON CONFLICT(static_key) DO UPDATE SET fingerprint = ?2 RETURNING id");
   TS_RETURN_IF_ERROR(up.status());
   up.bind(1, key).bind(2, to_json(m));
   TS_ASSIGN_OR_RETURN(bool row, up.step());
@@ -168,9 +179,10 @@ StatusOr<bool> Dataset::contains(int64_t machine_id, std::string_view commit, st
 }
 
 Status Dataset::add(const MeasurementRow& r) {
-  Stmt s(db_, "INSERT OR REPLACE INTO measurements(machine_id, commit_id, measured_at, source, op, family, query, "
-              "status, time_ns, min_ns, max_ns, run_a_ns, run_b_ns, passes, replays, launches, kernels) "
-              "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO measurements(machine_id, commit_id, measured_at, source, op, family, query, "
+         "status, time_ns, min_ns, max_ns, run_a_ns, run_b_ns, passes, replays, launches, kernels) "
+         "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   TS_RETURN_IF_ERROR(s.status());
   s.bind(1, r.machine_id).bind(2, r.commit).bind(3, r.measured_at).bind(4, r.source).bind(5, r.op).bind(6, r.family);
   s.bind(7, r.query).bind(8, r.status).bind(9, r.time_ns).bind(10, r.min_ns).bind(11, r.max_ns);
@@ -213,10 +225,9 @@ Status Dataset::export_csv(const std::string& path) {
       if (id == r.machine_id) machine = to_json(m);
     out << r.machine_id << ',' << csv_field(r.commit) << ',' << r.measured_at << ',' << csv_field(r.source) << ','
         << r.op << ',' << r.family << ',' << csv_field(r.query) << ',' << csv_field(r.status) << ','
-        << fmt::format("{:.1f},{:.1f},{:.1f},{:.1f},{:.1f}", r.time_ns, r.min_ns, r.max_ns, r.run_a_ns,
-                       r.run_b_ns)
-        << ',' << r.passes << ',' << r.replays << ','
-        << r.launches << ',' << csv_field(r.kernels) << ',' << csv_field(machine) << '\n';
+        << fmt::format("{:.1f},{:.1f},{:.1f},{:.1f},{:.1f}", r.time_ns, r.min_ns, r.max_ns, r.run_a_ns, r.run_b_ns)
+        << ',' << r.passes << ',' << r.replays << ',' << r.launches << ',' << csv_field(r.kernels) << ','
+        << csv_field(machine) << '\n';
   }
   out.flush();
   if (!out) return internal_error("writing {} failed", path);

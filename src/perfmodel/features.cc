@@ -18,9 +18,10 @@ DataType word_dtype(const OpQuery& q, std::string_view arg) {
 }
 
 // Words as categories: dtypes by their enum value, other words by their index here (+16).
-constexpr std::string_view kWords[] = {"identity", "relu", "relu6", "silu", "gelu", "sigmoid", "tanh", "hardswish",
-                                       "hardsigmoid", "leaky_relu", "mish", "elu", "gelu_tanh", "nearest", "bilinear",
-                                       "LoFi", "HiFi2", "HiFi3", "HiFi4"};
+constexpr std::string_view kWords[] = {"identity", "relu",  "relu6",     "silu",        "gelu",
+                                       "sigmoid",  "tanh",  "hardswish", "hardsigmoid", "leaky_relu",
+                                       "mish",     "elu",   "gelu_tanh", "nearest",     "bilinear",
+                                       "LoFi",     "HiFi2", "HiFi3",     "HiFi4"};
 float word_code(const std::string& w) {
   if (auto dt = parse_dtype_word(w)) return static_cast<float>(*dt);
   for (size_t i = 0; i < std::size(kWords); ++i)
@@ -88,8 +89,10 @@ OpCost op_cost(const OpQuery& q) {
     const Gemm g = gemm_of(q);
     c.flops = 2 * g.m * g.k * g.n;
     out = g.m * g.n;
-    if (q.op == "matmul") c.bytes_read = bytes_of(q.inputs[0]) + bytes_of(q.inputs[1]);
-    else c.bytes_read += g.k * g.n * elem_bytes(word_dtype(q, "weights_dtype"));
+    if (q.op == "matmul")
+      c.bytes_read = bytes_of(q.inputs[0]) + bytes_of(q.inputs[1]);
+    else
+      c.bytes_read += g.k * g.n * elem_bytes(word_dtype(q, "weights_dtype"));
     if (q.num("residual") != 0) c.bytes_read += out * elem_bytes(out_dtype);
   } else if (q.op == "max_pool2d" || q.op == "avg_pool2d") {
     const bool ceil_mode = q.num("ceil_mode") != 0;
@@ -127,10 +130,24 @@ double roofline_floor_ns(const OpQuery& q, const OpCost& c, const MachineFingerp
 }
 
 std::vector<std::string> feature_names(std::string_view family) {
-  std::vector<std::string> f = {"op_index",  "log2_flops", "log2_bytes", "log2_intensity", "log2_roofline_dram_ns",
-                                "log2_floor_ns", "working_set_over_l2", "working_set_over_l3", "workers",
-                                "log2_tiles", "tiles_per_worker", "log2_output_elements", "gemm_m", "gemm_k", "gemm_n",
-                                "gemm_n_mod16", "gemm_k_mod16", "num_inputs"};
+  std::vector<std::string> f = {"op_index",
+                                "log2_flops",
+                                "log2_bytes",
+                                "log2_intensity",
+                                "log2_roofline_dram_ns",
+                                "log2_floor_ns",
+                                "working_set_over_l2",
+                                "working_set_over_l3",
+                                "workers",
+                                "log2_tiles",
+                                "tiles_per_worker",
+                                "log2_output_elements",
+                                "gemm_m",
+                                "gemm_k",
+                                "gemm_n",
+                                "gemm_n_mod16",
+                                "gemm_k_mod16",
+                                "num_inputs"};
   for (int i = 0; i < 2; ++i)
     for (const char* x : {"rank", "d0", "d1", "d2", "d3", "log2_volume", "dtype", "layout", "buffer", "log2_pages",
                           "log2_page_bytes", "log2_stored_bytes", "channels_mod16"})
@@ -162,14 +179,14 @@ void append_features(const OpQuery& q, const MachineFingerprint& m, std::vector<
   const double tiles = std::ceil(c.output_elements / 1024.0);
   const Gemm g = gemm_of(q);
   auto gemm = [&](double v) { return g.n > 0 ? static_cast<float>(v) : kMissing; };
-  out.insert(out.end(),
-             {static_cast<float>(index), lg(c.flops), lg(c.bytes()), static_cast<float>(c.flops / std::max(ws, 1.0)),
-              lg(c.bytes() / std::max(1.0, m.dram_gbps)), lg(roofline_floor_ns(q, c, m)),
-              static_cast<float>(ws / std::max<double>(1.0, static_cast<double>(m.l2_bytes) * workers)),
-              static_cast<float>(ws / std::max<double>(1.0, static_cast<double>(m.l3_bytes))),
-              static_cast<float>(workers), lg(tiles), static_cast<float>(tiles / workers), lg(c.output_elements),
-              gemm(g.m), gemm(g.k), gemm(g.n), gemm(std::fmod(g.n, 16)), gemm(std::fmod(g.k, 16)),
-              static_cast<float>(q.inputs.size())});
+  out.insert(
+      out.end(),
+      {static_cast<float>(index), lg(c.flops), lg(c.bytes()), static_cast<float>(c.flops / std::max(ws, 1.0)),
+       lg(c.bytes() / std::max(1.0, m.dram_gbps)), lg(roofline_floor_ns(q, c, m)),
+       static_cast<float>(ws / std::max<double>(1.0, static_cast<double>(m.l2_bytes) * workers)),
+       static_cast<float>(ws / std::max<double>(1.0, static_cast<double>(m.l3_bytes))), static_cast<float>(workers),
+       lg(tiles), static_cast<float>(tiles / workers), lg(c.output_elements), gemm(g.m), gemm(g.k), gemm(g.n),
+       gemm(std::fmod(g.n, 16)), gemm(std::fmod(g.k, 16)), static_cast<float>(q.inputs.size())});
   for (size_t i = 0; i < 2; ++i) {
     if (i >= q.inputs.size()) {
       out.insert(out.end(), 13, kMissing);
@@ -181,10 +198,10 @@ void append_features(const OpQuery& q, const MachineFingerprint& m, std::vector<
     for (size_t d = 0; d < 4; ++d)  // the last four dims, right-aligned (N, C, H, W for 4-d)
       out.push_back(d + r >= 4 ? static_cast<float>(t.logical_shape[d + r - 4]) : 1.0f);
     const Storage st = storage(t, spec->spatial);
-    out.insert(out.end(), {lg(static_cast<double>(t.volume())), static_cast<float>(t.dtype),
-                           static_cast<float>(t.layout), static_cast<float>(t.buffer_type), lg(st.pages),
-                           lg(st.page_bytes), lg(st.pages * st.page_bytes),
-                           static_cast<float>((spec->spatial ? t.logical_shape[1] : t.logical_shape.back()) % 16)});
+    out.insert(out.end(),
+               {lg(static_cast<double>(t.volume())), static_cast<float>(t.dtype), static_cast<float>(t.layout),
+                static_cast<float>(t.buffer_type), lg(st.pages), lg(st.page_bytes), lg(st.pages * st.page_bytes),
+                static_cast<float>((spec->spatial ? t.logical_shape[1] : t.logical_shape.back()) % 16)});
   }
   std::vector<std::string_view> seen;
   for (const OpSpec& op : op_specs()) {
@@ -195,11 +212,14 @@ void append_features(const OpQuery& q, const MachineFingerprint& m, std::vector<
       const int n = a.kind == ArgKind::kNumbers ? (a.count ? a.count : 8) : 1;
       auto it = q.args.find(a.name);
       for (int i = 0; i < n; ++i) {
-        if (it == q.args.end()) out.push_back(kMissing);
-        else if (a.kind == ArgKind::kWord) out.push_back(word_code(it->second.word));
-        else out.push_back(static_cast<size_t>(i) < it->second.numbers.size()
-                               ? static_cast<float>(it->second.numbers[static_cast<size_t>(i)])
-                               : kMissing);
+        if (it == q.args.end())
+          out.push_back(kMissing);
+        else if (a.kind == ArgKind::kWord)
+          out.push_back(word_code(it->second.word));
+        else
+          out.push_back(static_cast<size_t>(i) < it->second.numbers.size()
+                            ? static_cast<float>(it->second.numbers[static_cast<size_t>(i)])
+                            : kMissing);
       }
     }
   }

@@ -78,7 +78,8 @@ Status measure_peaks(MachineFingerprint& m) {
   ThreadPool pool(threads);
   m.dram_gbps = copy_gbps(pool, (size_t{256} << 20) / static_cast<size_t>(threads), 1);
   m.cache_gbps = copy_gbps(pool, size_t{64} << 10, 64);
-  if (!(m.dram_gbps > 0) || !(m.cache_gbps > 0)) return internal_error("measure_peaks: the bandwidth copies took no time");
+  if (!(m.dram_gbps > 0) || !(m.cache_gbps > 0))
+    return internal_error("measure_peaks: the bandwidth copies took no time");
   return ok_status();
 }
 
@@ -96,7 +97,8 @@ std::vector<std::string> fingerprint_differences(const MachineFingerprint& was, 
   fact("l2 bytes", was.l2_bytes, now.l2_bytes);
   fact("l3 bytes", was.l3_bytes, now.l3_bytes);
   auto peak = [&](const char* name, double a, double b) {
-    if (a > 0 && b > 0 && std::fabs(a - b) > 0.25 * std::max(a, b)) d.push_back(fmt::format("{}: {:.1f} -> {:.1f}", name, a, b));
+    if (a > 0 && b > 0 && std::fabs(a - b) > 0.25 * std::max(a, b))
+      d.push_back(fmt::format("{}: {:.1f} -> {:.1f}", name, a, b));
   };
   peak("fp32 fma GFLOP/s", was.fma_gflops, now.fma_gflops);
   peak("bf16 GFLOP/s", was.bf16_gflops, now.bf16_gflops);
@@ -106,10 +108,12 @@ std::vector<std::string> fingerprint_differences(const MachineFingerprint& was, 
 }
 
 std::string to_json(const MachineFingerprint& m) {
-  return json{{"cpu_model", m.cpu_model},   {"kernel_tier", m.kernel_tier}, {"cpu_features", m.cpu_features},
-              {"cores", m.cores},           {"workers", m.workers},         {"l1d_bytes", m.l1d_bytes},
-              {"l2_bytes", m.l2_bytes},     {"l3_bytes", m.l3_bytes},       {"fma_gflops", m.fma_gflops},
-              {"bf16_gflops", m.bf16_gflops}, {"dram_gbps", m.dram_gbps},   {"cache_gbps", m.cache_gbps}}
+  return json{{"cpu_model", m.cpu_model},       {"kernel_tier", m.kernel_tier},
+              {"cpu_features", m.cpu_features}, {"cores", m.cores},
+              {"workers", m.workers},           {"l1d_bytes", m.l1d_bytes},
+              {"l2_bytes", m.l2_bytes},         {"l3_bytes", m.l3_bytes},
+              {"fma_gflops", m.fma_gflops},     {"bf16_gflops", m.bf16_gflops},
+              {"dram_gbps", m.dram_gbps},       {"cache_gbps", m.cache_gbps}}
       .dump();
 }
 

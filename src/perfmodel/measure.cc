@@ -60,7 +60,10 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
   auto drop = [](auto result) -> Status { return result.status(); };
   const std::string& op = q.op;
   if (op == "conv2d") {
-    Conv2dParams p{.batch_size = s[0], .input_height = s[2], .input_width = s[3], .in_channels = s[1],
+    Conv2dParams p{.batch_size = s[0],
+                   .input_height = s[2],
+                   .input_width = s[3],
+                   .in_channels = s[1],
                    .out_channels = u32(q.num("out_channels")),
                    .kernel_size = {u32(q.num("kernel_size", 0)), u32(q.num("kernel_size", 1))},
                    .stride = {u32(q.num("stride", 0)), u32(q.num("stride", 1))},
@@ -77,15 +80,16 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> u(-0.1f, 0.1f);
     for (float& x : w) x = u(rng);
-    TS_ASSIGN_OR_RETURN(Tensor weight, Tensor::from_vector(w, Shape{p.out_channels, p.in_channels / p.groups,
-                                                                    p.kernel_size[0], p.kernel_size[1]},
-                                                           DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(
+        Tensor weight,
+        Tensor::from_vector(w, Shape{p.out_channels, p.in_channels / p.groups, p.kernel_size[0], p.kernel_size[1]},
+                            DataType::FLOAT32));
     TS_ASSIGN_OR_RETURN(Tensor bias, Tensor::from_vector(std::vector<float>(p.out_channels, 0.01f),
                                                          Shape{p.out_channels}, DataType::FLOAT32));
     if (q.num("residual") != 0) {  // a skip connection of the output's shape, added by the kernel
-      TS_ASSIGN_OR_RETURN(Tensor skip, device_tensor(device, {p.batch_size, p.output_height(), p.output_width(),
-                                                              p.out_channels},
-                                                     *config.dtype, Layout::ROW_MAJOR, BufferType::DRAM, 6));
+      TS_ASSIGN_OR_RETURN(Tensor skip,
+                          device_tensor(device, {p.batch_size, p.output_height(), p.output_width(), p.out_channels},
+                                        *config.dtype, Layout::ROW_MAJOR, BufferType::DRAM, 6));
       const Conv2dResidual residual{.tensor = skip};
       TS_ASSIGN_OR_RETURN(Conv2dResult first, conv2d_with_residual(in[0], weight, bias, p, residual, config));
       auto prepared = std::make_shared<PreparedConv2dWeights>(first.weights);
@@ -95,18 +99,20 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
     }
     TS_ASSIGN_OR_RETURN(Conv2dResult first, conv2d(in[0], weight, bias, p, config));
     auto prepared = std::make_shared<PreparedConv2dWeights>(first.weights);
-    return std::function<Status()>([x = in[0], prepared, p, config] { return conv2d(x, *prepared, p, config).status(); });
+    return std::function<Status()>(
+        [x = in[0], prepared, p, config] { return conv2d(x, *prepared, p, config).status(); });
   }
   if (op == "linear") {
     const uint32_t k = s.back(), n = u32(q.num("out_features"));
-    TS_ASSIGN_OR_RETURN(Tensor w, device_tensor(device, {k, n}, dtype_arg("weights_dtype"),
-                                                is_block_float(dtype_arg("weights_dtype")) ? Layout::TILE : Layout::ROW_MAJOR,
-                                                BufferType::DRAM, 3));
+    TS_ASSIGN_OR_RETURN(Tensor w,
+                        device_tensor(device, {k, n}, dtype_arg("weights_dtype"),
+                                      is_block_float(dtype_arg("weights_dtype")) ? Layout::TILE : Layout::ROW_MAJOR,
+                                      BufferType::DRAM, 3));
     std::optional<Tensor> b;
     if (q.num("bias") != 0) {
-      TS_ASSIGN_OR_RETURN(b, device_tensor(device, {n}, q.inputs[0].dtype == DataType::FLOAT32 ? DataType::FLOAT32
-                                                                                                : DataType::BFLOAT16,
-                                           Layout::ROW_MAJOR, BufferType::DRAM, 4));
+      TS_ASSIGN_OR_RETURN(
+          b, device_tensor(device, {n}, q.inputs[0].dtype == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16,
+                           Layout::ROW_MAJOR, BufferType::DRAM, 4));
     }
     MatmulParams mp{.dtype = dtype_arg("dtype")};
     TS_ASSIGN_OR_RETURN(UnaryWithParam a, activation(q.word("activation")));
@@ -126,15 +132,20 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
     return std::function<Status()>([x = in[0], a, ep, drop] { return drop(unary(x, a, ep)); });
   }
   if (family == "eltwise_binary") {
-    const BinaryOpType t = op == "add" ? BinaryOpType::ADD : op == "sub" ? BinaryOpType::SUB
-                         : op == "mul" ? BinaryOpType::MUL : BinaryOpType::DIV;
+    const BinaryOpType t = op == "add"   ? BinaryOpType::ADD
+                           : op == "sub" ? BinaryOpType::SUB
+                           : op == "mul" ? BinaryOpType::MUL
+                                         : BinaryOpType::DIV;
     EltwiseParams ep{.dtype = dtype_arg("dtype")};
     TS_ASSIGN_OR_RETURN(UnaryWithParam a, activation(q.word("activation")));
     if (!a.is_identity()) ep.activation = a;
     return std::function<Status()>([in, t, ep, drop] { return drop(binary(in[0], in[1], t, ep)); });
   }
   if (op == "max_pool2d" || op == "avg_pool2d") {
-    Pool2dParams p{.batch_size = s[0], .input_height = s[2], .input_width = s[3], .channels = s[1],
+    Pool2dParams p{.batch_size = s[0],
+                   .input_height = s[2],
+                   .input_width = s[3],
+                   .channels = s[1],
                    .kernel_size = {u32(q.num("kernel_size", 0)), u32(q.num("kernel_size", 1))},
                    .stride = {u32(q.num("stride", 0)), u32(q.num("stride", 1))},
                    .padding = {u32(q.num("padding", 0)), u32(q.num("padding", 1))},
@@ -208,10 +219,12 @@ StatusOr<Measurement> measure_op(Device& device, const OpQuery& query, uint32_t 
   if (!profile.ok()) return profile.status();
   const size_t n = profile->ops.size();
   if (n == 0 || n % replays != 0 || profile->dropped)
-    return internal_error("measure_op: {} launches recorded over {} replays ({} dropped)", n, replays, profile->dropped);
+    return internal_error("measure_op: {} launches recorded over {} replays ({} dropped)", n, replays,
+                          profile->dropped);
   Measurement m{.replays = replays, .launches = static_cast<uint32_t>(n / replays)};
   std::vector<double> t(replays, 0.0);
-  for (size_t i = 0; i < n; ++i) t[i / m.launches] += static_cast<double>(profile->ops[i].end_ns - profile->ops[i].start_ns);
+  for (size_t i = 0; i < n; ++i)
+    t[i / m.launches] += static_cast<double>(profile->ops[i].end_ns - profile->ops[i].start_ns);
   for (uint32_t i = 0; i < m.launches; ++i) m.kernels += (i ? " " : "") + profile->ops[i].kernel_name;
   std::sort(t.begin(), t.end());
   // The 20%-trimmed mean: as robust as the median to a preempted replay, and

@@ -11,13 +11,22 @@ using graph::Node;
 using nlohmann::json;
 
 // ONNX op types that lower to one device unary op, by the predictor's name.
-constexpr std::pair<std::string_view, std::string_view> kUnary[] = {
-    {"Relu", "relu"},      {"Sigmoid", "sigmoid"},         {"Tanh", "tanh"},         {"Exp", "exp"},
-    {"Sqrt", "sqrt"},      {"Erf", "erf"},                 {"Abs", "abs"},           {"Reciprocal", "reciprocal"},
-    {"Elu", "elu"},        {"HardSwish", "hardswish"},     {"HardSigmoid", "hardsigmoid"}, {"Mish", "mish"},
-    {"Gelu", "gelu"},      {"Silu", "silu"}};
-constexpr std::string_view kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout",
-                                       "Shape", "Constant"};
+constexpr std::pair<std::string_view, std::string_view> kUnary[] = {{"Relu", "relu"},
+                                                                    {"Sigmoid", "sigmoid"},
+                                                                    {"Tanh", "tanh"},
+                                                                    {"Exp", "exp"},
+                                                                    {"Sqrt", "sqrt"},
+                                                                    {"Erf", "erf"},
+                                                                    {"Abs", "abs"},
+                                                                    {"Reciprocal", "reciprocal"},
+                                                                    {"Elu", "elu"},
+                                                                    {"HardSwish", "hardswish"},
+                                                                    {"HardSigmoid", "hardsigmoid"},
+                                                                    {"Mish", "mish"},
+                                                                    {"Gelu", "gelu"},
+                                                                    {"Silu", "silu"}};
+constexpr std::string_view kViews[] = {"Reshape",  "Flatten", "Squeeze", "Unsqueeze",
+                                       "Identity", "Dropout", "Shape",   "Constant"};
 constexpr std::pair<std::string_view, std::string_view> kBinary[] = {
     {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"}};
 
@@ -33,11 +42,17 @@ json shape_of(const Graph& g, int id) {
   return d;
 }
 
-json tensor(const Graph& g, int id, DataType dtype) { return {{"logical_shape", shape_of(g, id)}, {"dtype", dtype_word(dtype)}}; }
+json tensor(const Graph& g, int id, DataType dtype) {
+  return {{"logical_shape", shape_of(g, id)}, {"dtype", dtype_word(dtype)}};
+}
 
-// An NCHW value as the NHWC rows the device keeps it in (concat over channels).
-json nhwc_tensor(const Graph& g, int id, DataType dtype) {
+// An NCHW value as the NHWC rows the device keeps a conv net's maps in
+// (element-wise ops and concats read them so: pages of C values, not of W).
+// `broadcast`: a lower-rank operand of a 4-d op, right-aligned to 4-d first.
+json nhwc_tensor(const Graph& g, int id, DataType dtype, bool broadcast = false) {
   std::vector<int64_t> d = g.value(id).dims;
+  if (broadcast && d.size() < 4) d.insert(d.begin(), 4 - d.size(), 1);
+  if (d.empty()) d = {1};
   if (d.size() == 4) d = {d[0], d[2], d[3], d[1]};
   return {{"logical_shape", d}, {"dtype", dtype_word(dtype)}};
 }
@@ -58,10 +73,15 @@ StatusOr<json> query_json(const Graph& g, const Node& n, const ModelQueryOptions
     }
     std::vector<int64_t> pads = n.attr_ints("pads", {0, 0, 0, 0});
     if (pads.size() != 4) pads = {0, 0, 0, 0};
-    json q = {{"op", "conv2d"}, {"input", tensor(g, n.inputs[0], o.activations)}, {"out_channels", w[0]},
-              {"kernel_size", {w[2], w[3]}}, {"stride", n.attr_ints("strides", {1, 1})},
-              {"padding", {pads[0], pads[2], pads[1], pads[3]}}, {"dilation", n.attr_ints("dilations", {1, 1})},
-              {"groups", n.attr_int("group", 1)}, {"activation", activation(n)},
+    json q = {{"op", "conv2d"},
+              {"input", tensor(g, n.inputs[0], o.activations)},
+              {"out_channels", w[0]},
+              {"kernel_size", {w[2], w[3]}},
+              {"stride", n.attr_ints("strides", {1, 1})},
+              {"padding", {pads[0], pads[2], pads[1], pads[3]}},
+              {"dilation", n.attr_ints("dilations", {1, 1})},
+              {"groups", n.attr_int("group", 1)},
+              {"activation", activation(n)},
               {"weights_dtype", dtype_word(o.weights)},
               {"residual", n.inputs.size() > 3 && n.inputs[3] >= 0 ? 1 : 0}};
     return q;
@@ -73,25 +93,38 @@ StatusOr<json> query_json(const Graph& g, const Node& n, const ModelQueryOptions
       return json();
     }
     const int64_t out = n.attr_int("transB", 0) ? b[0] : b[1];
-    return json{{"op", "linear"}, {"input", tensor(g, n.inputs[0], o.activations)}, {"out_features", out},
-                {"bias", n.inputs.size() > 2 && n.inputs[2] >= 0 ? 1 : 0}, {"activation", activation(n)},
+    return json{{"op", "linear"},
+                {"input", tensor(g, n.inputs[0], o.activations)},
+                {"out_features", out},
+                {"bias", n.inputs.size() > 2 && n.inputs[2] >= 0 ? 1 : 0},
+                {"activation", activation(n)},
                 {"weights_dtype", dtype_word(o.weights)}};
   }
   if (op == "MatMul") {
     if (g.is_constant(n.inputs[1]) && g.value(n.inputs[1]).dims.size() == 2)
-      return json{{"op", "linear"}, {"input", tensor(g, n.inputs[0], o.activations)},
-                  {"out_features", g.value(n.inputs[1]).dims[1]}, {"bias", 0}, {"activation", activation(n)},
+      return json{{"op", "linear"},
+                  {"input", tensor(g, n.inputs[0], o.activations)},
+                  {"out_features", g.value(n.inputs[1]).dims[1]},
+                  {"bias", 0},
+                  {"activation", activation(n)},
                   {"weights_dtype", dtype_word(o.weights)}};
-    return json{{"op", "matmul"}, {"input", tensor(g, n.inputs[0], o.activations)},
-                {"input_b", tensor(g, n.inputs[1], o.activations)}, {"activation", activation(n)}};
+    return json{{"op", "matmul"},
+                {"input", tensor(g, n.inputs[0], o.activations)},
+                {"input_b", tensor(g, n.inputs[1], o.activations)},
+                {"activation", activation(n)}};
   }
+  const bool map = g.value(n.inputs[0]).dims.size() == 4;  // an image map: NHWC on the device
   for (const auto& [onnx, name] : kUnary)
-    if (op == onnx) return json{{"op", name}, {"input", tensor(g, n.inputs[0], o.activations)}};
-  if (op == "Clip") return json{{"op", "relu6"}, {"input", tensor(g, n.inputs[0], o.activations)}};
+    if (op == onnx) return json{{"op", name}, {"input", nhwc_tensor(g, n.inputs[0], o.activations)}};
+  if (op == "Clip") return json{{"op", "relu6"}, {"input", nhwc_tensor(g, n.inputs[0], o.activations)}};
   for (const auto& [onnx, name] : kBinary)
-    if (op == onnx)
-      return json{{"op", name}, {"input", tensor(g, n.inputs[0], o.activations)},
-                  {"input_b", tensor(g, n.inputs[1], o.activations)}, {"activation", activation(n)}};
+    if (op == onnx) {
+      const bool b_map = map || g.value(n.inputs[1]).dims.size() == 4;
+      return json{{"op", name},
+                  {"input", nhwc_tensor(g, n.inputs[0], o.activations, b_map)},
+                  {"input_b", nhwc_tensor(g, n.inputs[1], o.activations, b_map)},
+                  {"activation", activation(n)}};
+    }
   if (op == "MaxPool" || op == "AveragePool") {
     std::vector<int64_t> pads = n.attr_ints("pads", {0, 0, 0, 0});
     const std::vector<int64_t> k = n.attr_ints("kernel_shape", {2, 2});
@@ -113,7 +146,8 @@ StatusOr<json> query_json(const Graph& g, const Node& n, const ModelQueryOptions
       return json();
     }
     const std::string mode = n.attr_string("mode", "nearest");
-    return json{{"op", "upsample"}, {"input", tensor(g, n.inputs[0], o.activations)},
+    return json{{"op", "upsample"},
+                {"input", tensor(g, n.inputs[0], o.activations)},
                 {"scale_factor", {static_cast<double>(out[2]) / in[2], static_cast<double>(out[3]) / in[3]}},
                 {"mode", mode == "nearest" ? "nearest" : "bilinear"}};
   }
@@ -136,8 +170,7 @@ StatusOr<json> query_json(const Graph& g, const Node& n, const ModelQueryOptions
   }
   if (op == "Softmax")
     return json{{"op", "softmax"}, {"input", tensor(g, n.inputs[0], o.activations)}, {"dim", n.attr_int("axis", -1)}};
-  if (op == "LayerNormalization")
-    return json{{"op", "layer_norm"}, {"input", tensor(g, n.inputs[0], o.activations)}};
+  if (op == "LayerNormalization") return json{{"op", "layer_norm"}, {"input", tensor(g, n.inputs[0], o.activations)}};
   *note = "not in the predictor's op table";
   return json();
 }
@@ -160,8 +193,10 @@ StatusOr<std::vector<ModelOp>> model_ops(const Graph& g, const ModelQueryOptions
       if (!j.is_null()) {
         if (o.workers) j["workers"] = o.workers;
         StatusOr<OpQuery> q = parse_op_query(j.dump());
-        if (q.ok()) m.query = *std::move(q);
-        else m.note = q.status().to_string();
+        if (q.ok())
+          m.query = *std::move(q);
+        else
+          m.note = q.status().to_string();
       }
     }
     ops.push_back(std::move(m));

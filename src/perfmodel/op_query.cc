@@ -64,16 +64,34 @@ constexpr ArgSpec kPermuteArgs[] = {{"perm", V, 0, "", "a permutation of the inp
 constexpr ArgSpec kConcatArgs[] = {{"dim", N, 1, "-1", ""}};
 constexpr ArgSpec kSoftmaxArgs[] = {{"dim", N, 1, "-1", ""}};
 
-#define TS_UNARY(name) {name, "eltwise_unary", 1, 1, false, kUnaryArgs, "y = f(x)"}
-#define TS_BINARY(name) {name, "eltwise_binary", 1, 2, false, kBinaryArgs, "y = a op b (b: a's spec when omitted)"}
+#define TS_UNARY(name) \
+  { name, "eltwise_unary", 1, 1, false, kUnaryArgs, "y = f(x)" }
+#define TS_BINARY(name) \
+  { name, "eltwise_binary", 1, 2, false, kBinaryArgs, "y = a op b (b: a's spec when omitted)" }
 constexpr OpSpec kOps[] = {
     {"conv2d", "conv2d", 1, 1, true, kConvArgs, "conv2d, the weights prepared once"},
     {"linear", "matmul", 1, 1, false, kLinearArgs, "y = x W^T + b, W a device constant"},
     {"matmul", "matmul", 2, 2, false, kMatmulArgs, "a (.., M, K) x b (.., K, N)"},
-    TS_UNARY("relu"), TS_UNARY("relu6"), TS_UNARY("silu"), TS_UNARY("gelu"), TS_UNARY("gelu_tanh"),
-    TS_UNARY("sigmoid"), TS_UNARY("tanh"), TS_UNARY("hardswish"), TS_UNARY("hardsigmoid"), TS_UNARY("mish"),
-    TS_UNARY("exp"), TS_UNARY("sqrt"), TS_UNARY("elu"), TS_UNARY("erf"), TS_UNARY("abs"), TS_UNARY("reciprocal"),
-    TS_BINARY("add"), TS_BINARY("sub"), TS_BINARY("mul"), TS_BINARY("div"),
+    TS_UNARY("relu"),
+    TS_UNARY("relu6"),
+    TS_UNARY("silu"),
+    TS_UNARY("gelu"),
+    TS_UNARY("gelu_tanh"),
+    TS_UNARY("sigmoid"),
+    TS_UNARY("tanh"),
+    TS_UNARY("hardswish"),
+    TS_UNARY("hardsigmoid"),
+    TS_UNARY("mish"),
+    TS_UNARY("exp"),
+    TS_UNARY("sqrt"),
+    TS_UNARY("elu"),
+    TS_UNARY("erf"),
+    TS_UNARY("abs"),
+    TS_UNARY("reciprocal"),
+    TS_BINARY("add"),
+    TS_BINARY("sub"),
+    TS_BINARY("mul"),
+    TS_BINARY("div"),
     {"max_pool2d", "spatial", 1, 1, true, kPoolArgs, ""},
     {"avg_pool2d", "spatial", 1, 1, true, kPoolArgs, ""},
     {"global_avg_pool2d", "spatial", 1, 1, true, {}, ""},
@@ -107,7 +125,8 @@ StatusOr<std::string> word_of(const json& j, std::string_view what) {
 }
 
 StatusOr<TensorQuery> parse_tensor(const json& j, std::string_view what) {
-  if (!j.is_object()) return invalid_argument_error("{}: expected an object with logical_shape, found {}", what, j.dump());
+  if (!j.is_object())
+    return invalid_argument_error("{}: expected an object with logical_shape, found {}", what, j.dump());
   TensorQuery t;
   auto shape = j.find("logical_shape");
   if (shape == j.end()) return invalid_argument_error("{}: logical_shape is missing", what);
@@ -126,8 +145,8 @@ StatusOr<TensorQuery> parse_tensor(const json& j, std::string_view what) {
   }
   for (const auto& [key, value] : j.items())
     if (key != "logical_shape" && key != "tensor_layout" && key != "dtype" && key != "layout" && key != "memory_config")
-      return invalid_argument_error("{}: unknown field '{}' (expected logical_shape, dtype, layout, memory_config)", what,
-                                    key);
+      return invalid_argument_error("{}: unknown field '{}' (expected logical_shape, dtype, layout, memory_config)",
+                                    what, key);
   if (auto d = layout->find("dtype"); d != layout->end()) {
     TS_ASSIGN_OR_RETURN(std::string w, word_of(*d, std::string(what) + ".dtype"));
     auto dt = parse_dtype_word(w);
@@ -138,9 +157,12 @@ StatusOr<TensorQuery> parse_tensor(const json& j, std::string_view what) {
   if (page == layout->end()) page = layout->find("page_config");
   if (page != layout->end()) {
     std::string w = page->is_string() ? upper(strip_prefix(page->get<std::string>())) : page->dump();
-    if (w == "ROW_MAJOR") t.layout = Layout::ROW_MAJOR;
-    else if (w == "TILE") t.layout = Layout::TILE;
-    else return invalid_argument_error("{}.layout: expected ROW_MAJOR or TILE, found {}", what, page->dump());
+    if (w == "ROW_MAJOR")
+      t.layout = Layout::ROW_MAJOR;
+    else if (w == "TILE")
+      t.layout = Layout::TILE;
+    else
+      return invalid_argument_error("{}.layout: expected ROW_MAJOR or TILE, found {}", what, page->dump());
   }
   if (auto m = layout->find("memory_config"); m != layout->end()) {
     if (!m->is_object()) return invalid_argument_error("{}.memory_config: expected an object", what);
@@ -148,16 +170,19 @@ StatusOr<TensorQuery> parse_tensor(const json& j, std::string_view what) {
       if (!value.is_string()) return invalid_argument_error("{}.memory_config.{}: expected a string", what, key);
       const std::string w = upper(strip_prefix(value.get<std::string>()));
       if (key == "buffer_type") {
-        if (w == "DRAM") t.buffer_type = BufferType::DRAM;
-        else if (w == "L1") t.buffer_type = BufferType::L1;
-        else return invalid_argument_error("{}.memory_config.buffer_type: expected DRAM or L1, found {}", what, w);
+        if (w == "DRAM")
+          t.buffer_type = BufferType::DRAM;
+        else if (w == "L1")
+          t.buffer_type = BufferType::L1;
+        else
+          return invalid_argument_error("{}.memory_config.buffer_type: expected DRAM or L1, found {}", what, w);
       } else if (key == "memory_layout") {
         if (w != "INTERLEAVED")
-          return unimplemented_error("{}.memory_config.memory_layout: {} inputs are not predicted yet (INTERLEAVED only)",
-                                     what, w);
+          return unimplemented_error(
+              "{}.memory_config.memory_layout: {} inputs are not predicted yet (INTERLEAVED only)", what, w);
       } else {
-        return invalid_argument_error("{}.memory_config: unknown field '{}' (expected buffer_type, memory_layout)", what,
-                                      key);
+        return invalid_argument_error("{}.memory_config: unknown field '{}' (expected buffer_type, memory_layout)",
+                                      what, key);
       }
     }
   }
@@ -173,13 +198,15 @@ StatusOr<ArgValue> parse_arg(const ArgSpec& spec, const json& j, const OpQuery& 
     TS_ASSIGN_OR_RETURN(v.word, word_of(j, what));
     return v;
   }
-  if (j.is_number()) v.numbers.push_back(j.get<double>());
+  if (j.is_number())
+    v.numbers.push_back(j.get<double>());
   else if (j.is_array())
     for (const json& e : j) {
       if (!e.is_number()) return invalid_argument_error("{}: expected numbers, found {}", what, j.dump());
       v.numbers.push_back(e.get<double>());
     }
-  else return invalid_argument_error("{}: expected a number or an array of numbers, found {}", what, j.dump());
+  else
+    return invalid_argument_error("{}: expected a number or an array of numbers, found {}", what, j.dump());
   for (double d : v.numbers)
     if (!std::isfinite(d) || std::fabs(d) > 1e9) return invalid_argument_error("{}: {} is out of range", what, d);
   const size_t want = spec.kind == ArgKind::kNumber ? 1 : spec.count;
@@ -192,23 +219,27 @@ StatusOr<ArgValue> parse_arg(const ArgSpec& spec, const json& j, const OpQuery& 
 }
 
 bool is_activation(const std::string& w) {
-  static const char* kNames[] = {"identity", "relu", "relu6", "silu", "gelu", "sigmoid", "tanh", "hardswish",
-                                 "hardsigmoid", "leaky_relu", "mish", "elu", "gelu_tanh"};
+  static const char* kNames[] = {"identity",  "relu",        "relu6",      "silu", "gelu", "sigmoid",  "tanh",
+                                 "hardswish", "hardsigmoid", "leaky_relu", "mish", "elu",  "gelu_tanh"};
   return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* n) { return w == n; });
 }
 
 // Checks the inputs, words and arities against the op's table (allocates nothing on success).
 Status check(const OpQuery& q) {
   const OpSpec* op = find_op(q.op);
-  if (!op) return invalid_argument_error("unknown op '{}' (known: conv2d, linear, matmul, relu, add, max_pool2d, ...; "
-                                         "docs/predictor.md lists them)", q.op);
+  if (!op)
+    return invalid_argument_error(
+        "unknown op '{}' (known: conv2d, linear, matmul, relu, add, max_pool2d, ...; "
+        "docs/predictor.md lists them)",
+        q.op);
   if (q.inputs.size() < op->min_inputs || q.inputs.size() > op->max_inputs)
     return invalid_argument_error("{}: expected {} to {} input(s), found {}", q.op, op->min_inputs, op->max_inputs,
                                   q.inputs.size());
   for (const TensorQuery& t : q.inputs) {
     if (t.logical_shape.empty()) return invalid_argument_error("{}: an input has no logical_shape", q.op);
     if (op->spatial && t.logical_shape.size() != 4)
-      return invalid_argument_error("{}: expected a 4-d (N, C, H, W) input, found rank {}", q.op, t.logical_shape.size());
+      return invalid_argument_error("{}: expected a 4-d (N, C, H, W) input, found rank {}", q.op,
+                                    t.logical_shape.size());
   }
   for (const auto& [name, value] : q.args)
     if (std::none_of(op->args.begin(), op->args.end(), [&](const ArgSpec& a) { return a.name == name; }))
@@ -223,7 +254,8 @@ Status check(const OpQuery& q) {
       if (dtype_arg && v.word != "same" && !parse_dtype_word(v.word))
         return invalid_argument_error("{}.{}: unknown dtype '{}'", q.op, a.name, v.word);
       if (a.name == "activation" && !is_activation(v.word))
-        return invalid_argument_error("{}.activation: unknown activation '{}' (identity, relu, silu, ...)", q.op, v.word);
+        return invalid_argument_error("{}.activation: unknown activation '{}' (identity, relu, silu, ...)", q.op,
+                                      v.word);
       if (a.name == "mode" && v.word != "nearest" && v.word != "bilinear")
         return invalid_argument_error("{}.mode: expected nearest or bilinear, found '{}'", q.op, v.word);
       if (a.name == "math_fidelity" && v.word != "LoFi" && v.word != "HiFi2" && v.word != "HiFi3" && v.word != "HiFi4")
@@ -326,7 +358,8 @@ StatusOr<OpQuery> parse_op_query(std::string_view text) {
         q.inputs.push_back(std::move(t));
       }
     } else if (key == "workers") {
-      if (!value.is_number_unsigned()) return invalid_argument_error("workers: expected a count, found {}", value.dump());
+      if (!value.is_number_unsigned())
+        return invalid_argument_error("workers: expected a count, found {}", value.dump());
       q.workers = value.get<uint32_t>();
     } else {
       auto a = std::find_if(spec->args.begin(), spec->args.end(), [&](const ArgSpec& s) { return s.name == key; });
@@ -377,14 +410,16 @@ std::string to_json(const OpQuery& q) {
   j["op"] = q.op;
   json inputs = json::array();
   for (const TensorQuery& t : q.inputs)
-    inputs.push_back({{"logical_shape", t.logical_shape},
-                      {"dtype", upper(data_type_name(t.dtype))},
-                      {"layout", std::string(layout_name(t.layout))},
-                      {"memory_config", {{"buffer_type", std::string(buffer_type_name(t.buffer_type))},
-                                         {"memory_layout", "INTERLEAVED"}}}});
+    inputs.push_back(
+        {{"logical_shape", t.logical_shape},
+         {"dtype", upper(data_type_name(t.dtype))},
+         {"layout", std::string(layout_name(t.layout))},
+         {"memory_config",
+          {{"buffer_type", std::string(buffer_type_name(t.buffer_type))}, {"memory_layout", "INTERLEAVED"}}}});
   j["inputs"] = inputs;
   for (const auto& [name, v] : q.args) {
-    if (!v.word.empty() || v.numbers.empty()) j[name] = v.word;
+    if (!v.word.empty() || v.numbers.empty())
+      j[name] = v.word;
     else if (v.numbers.size() == 1 && find_op(q.op) &&
              std::any_of(find_op(q.op)->args.begin(), find_op(q.op)->args.end(),
                          [&](const ArgSpec& a) { return a.name == name && a.kind == ArgKind::kNumber; }))

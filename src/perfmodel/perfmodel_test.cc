@@ -204,8 +204,14 @@ TEST(Dataset, StoresExportsAndRefusesOtherFiles) {
     m.fma_gflops = 120;  // new peaks: the same machine, its peaks updated
     EXPECT_EQ(*(*d)->machine_id(m), *id);
     EXPECT_EQ((*d)->machine(*id)->fma_gflops, 120);
-    MeasurementRow r{.machine_id = *id, .commit = "abc", .measured_at = utc_now(), .source = "test", .op = "relu",
-                     .family = "eltwise_unary", .query = "{\"op\":\"relu\", \"x\":\"a,b\"}", .time_ns = 1234};
+    MeasurementRow r{.machine_id = *id,
+                     .commit = "abc",
+                     .measured_at = utc_now(),
+                     .source = "test",
+                     .op = "relu",
+                     .family = "eltwise_unary",
+                     .query = "{\"op\":\"relu\", \"x\":\"a,b\"}",
+                     .time_ns = 1234};
     ASSERT_TRUE((*d)->add(r).ok());
     r.query = "q2", r.status = "INVALID_ARGUMENT: no";
     ASSERT_TRUE((*d)->add(r).ok());
@@ -257,9 +263,19 @@ class Trained : public ::testing::Test {
         for (const OpQuery& q : *queries) {
           const OpCost c = op_cost(q);
           const double t = (500 + c.bytes() / 20 + c.flops / 200) * noise(rng);  // ns
-          MeasurementRow r{.machine_id = id, .commit = "test", .measured_at = utc_now(), .source = "law", .op = q.op,
-                           .family = std::string(find_op(q.op)->family), .query = to_json(q), .time_ns = t,
-                           .min_ns = t, .max_ns = t, .run_a_ns = t, .run_b_ns = t, .passes = 2};
+          MeasurementRow r{.machine_id = id,
+                           .commit = "test",
+                           .measured_at = utc_now(),
+                           .source = "law",
+                           .op = q.op,
+                           .family = std::string(find_op(q.op)->family),
+                           .query = to_json(q),
+                           .time_ns = t,
+                           .min_ns = t,
+                           .max_ns = t,
+                           .run_a_ns = t,
+                           .run_b_ns = t,
+                           .passes = 2};
           ASSERT_TRUE((*d)->add(r).ok());
         }
       }
@@ -401,8 +417,10 @@ TEST(ModelOps, EachNodeBecomesItsDeviceOpsQuery) {
   conv.attrs["tessera_activation"] = {.kind = graph::Attribute::Kind::STRING, .s = "relu"};
   graph::Node gemm{.name = "fc", .op_type = "Gemm", .inputs = {f, fc}, .outputs = {out}};
   gemm.attrs["transB"] = {.kind = graph::Attribute::Kind::INT, .i = 1};
-  g.nodes = {conv, {.name = "gap", .op_type = "GlobalAveragePool", .inputs = {y}, .outputs = {p}},
-             {.name = "flat", .op_type = "Flatten", .inputs = {p}, .outputs = {f}}, gemm,
+  g.nodes = {conv,
+             {.name = "gap", .op_type = "GlobalAveragePool", .inputs = {y}, .outputs = {p}},
+             {.name = "flat", .op_type = "Flatten", .inputs = {p}, .outputs = {f}},
+             gemm,
              {.name = "odd", .op_type = "Einsum", .inputs = {out}, .outputs = {z}}};
   g.outputs = {z};
   auto ops = model_ops(g, {.activations = DataType::BFLOAT16, .weights = DataType::BFLOAT8_B});
@@ -428,6 +446,27 @@ TEST(ModelOps, EachNodeBecomesItsDeviceOpsQuery) {
   EXPECT_NE((*ops)[4].note.find("not in the predictor's op table"), std::string::npos);
   g.value(y).has_shape = false;
   EXPECT_EQ(model_ops(g, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+
+TEST(ModelOps, ElementWiseOpsOfMapsAreQueriedChannelsLast) {
+  graph::Graph g;
+  auto value = [&](const char* name, std::vector<int64_t> dims) {
+    return g.add_value({.name = name, .dims = dims, .has_shape = true});
+  };
+  const int x = value("x", {1, 16, 7, 9}), s = value("s", {1, 16, 1, 1}), b = value("b", {16, 1, 1});
+  const int y = value("y", {1, 16, 7, 9}), z = value("z", {1, 16, 7, 9}), r = value("r", {1, 16, 7, 9});
+  g.inputs = {x, s, b};
+  g.nodes = {{.name = "se", .op_type = "Mul", .inputs = {x, s}, .outputs = {y}},
+             {.name = "bias", .op_type = "Add", .inputs = {y, b}, .outputs = {z}},
+             {.name = "act", .op_type = "Relu", .inputs = {z}, .outputs = {r}}};
+  g.outputs = {r};
+  auto ops = model_ops(g, {});
+  ASSERT_TRUE(ops.ok()) << ops.status().to_string();
+  EXPECT_EQ((*ops)[0].query->inputs[0].logical_shape, (std::vector<uint32_t>{1, 7, 9, 16}));
+  EXPECT_EQ((*ops)[0].query->inputs[1].logical_shape, (std::vector<uint32_t>{1, 1, 1, 16}));
+  EXPECT_EQ((*ops)[1].query->inputs[1].logical_shape, (std::vector<uint32_t>{1, 1, 1, 16}));  // (16, 1, 1) aligned
+  EXPECT_EQ((*ops)[2].query->inputs[0].logical_shape, (std::vector<uint32_t>{1, 7, 9, 16}));
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ using nlohmann::json;
 template <class T>
 Status read_array(const json& j, const char* key, std::vector<T>& out, std::string_view where) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_array()) return invalid_argument_error("{}: '{}' is missing or not an array", where, key);
+  if (it == j.end() || !it->is_array())
+    return invalid_argument_error("{}: '{}' is missing or not an array", where, key);
   out.clear();
   out.reserve(it->size());
   for (const json& v : *it) {
@@ -110,13 +111,19 @@ double Forest::eval(const float* x) const {
 
 std::string predictor_json(const MachineFingerprint& machine, std::string_view commit,
                            const std::vector<FamilyModel>& families, std::string_view metrics_json) {
-  json j = {{"format", "tessera-predictor"}, {"version", Predictor::kFormatVersion}, {"commit", commit},
-            {"created", utc_now()}, {"machine", json::parse(to_json(machine))}};
+  json j = {{"format", "tessera-predictor"},
+            {"version", Predictor::kFormatVersion},
+            {"commit", commit},
+            {"created", utc_now()},
+            {"machine", json::parse(to_json(machine))}};
   json fams = json::object();
   for (const FamilyModel& f : families) {
     json trees = json::array();
     for (const Forest::Tree& t : f.forest.trees)
-      trees.push_back({{"left", t.left}, {"right", t.right}, {"feature", t.feature}, {"value", t.value},
+      trees.push_back({{"left", t.left},
+                       {"right", t.right},
+                       {"feature", t.feature},
+                       {"value", t.value},
                        {"default_left", t.default_left}});
     fams[f.family] = {{"feature_names", f.feature_names}, {"base", f.forest.base}, {"trees", trees}};
   }
@@ -158,8 +165,10 @@ StatusOr<std::shared_ptr<const Predictor>> Predictor::from_json(std::string_view
       m.feature_names.push_back(n.get<std::string>());
     }
     if (m.feature_names != feature_names(name))
-      return failed_precondition_error("{}: its features are not this Tessera's for the family (retrain: "
-                                       "tessera train-predictor)", where);
+      return failed_precondition_error(
+          "{}: its features are not this Tessera's for the family (retrain: "
+          "tessera train-predictor)",
+          where);
     m.forest.base = f["base"].get<float>();
     for (const json& t : f["trees"]) {
       TS_ASSIGN_OR_RETURN(Forest::Tree tree, parse_tree(t, m.feature_names.size(), where));
@@ -207,8 +216,10 @@ StatusOr<double> Predictor::predict(const OpQuery& q) const {
     const double ns = std::exp(m.forest.eval(x.data()));
     return std::max(ns, roofline_floor_ns(q, op_cost(q), machine_));
   }
-  return not_found_error("predictor: no model for op family '{}' (op {}); sweep it (tessera sweep --ops ...) and "
-                         "retrain", family, q.op);
+  return not_found_error(
+      "predictor: no model for op family '{}' (op {}); sweep it (tessera sweep --ops ...) and "
+      "retrain",
+      family, q.op);
 }
 
 StatusOr<double> Predictor::predict_json(std::string_view query_json) const {

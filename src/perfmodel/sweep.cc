@@ -1,13 +1,13 @@
 #include "tessera/perfmodel/sweep.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
-
-#include <fmt/ranges.h>
 
 #include "tessera/perfmodel/features.h"
 #include "tessera/perfmodel/measure.h"
@@ -55,15 +55,24 @@ json conv2d(U u) {
   const uint32_t groups = depthwise ? s[1] : (u[6] > 0.92 && s[1] % 4 == 0 && cout % 4 == 0 ? 4 : 1);
   const uint32_t dil = k == 3 && u[8] > 0.9 ? 2 : 1;
   const uint32_t pad = u[9] < 0.85 ? dil * (k / 2) : 0;
-  return {{"op", "conv2d"}, {"input", tensor(s, float_dtype(u[10]))}, {"out_channels", cout},
-          {"kernel_size", {k, k}}, {"stride", {stride, stride}}, {"padding", {pad, pad}}, {"dilation", {dil, dil}},
-          {"groups", groups}, {"activation", pick<const char*>(u[11], {"identity", "relu", "relu", "silu", "relu6"})},
-          {"weights_dtype", u[12] < 0.8 ? "same" : "bfloat8_b"}, {"residual", !depthwise && u[13] < 0.2 ? 1 : 0},
+  return {{"op", "conv2d"},
+          {"input", tensor(s, float_dtype(u[10]))},
+          {"out_channels", cout},
+          {"kernel_size", {k, k}},
+          {"stride", {stride, stride}},
+          {"padding", {pad, pad}},
+          {"dilation", {dil, dil}},
+          {"groups", groups},
+          {"activation", pick<const char*>(u[11], {"identity", "relu", "relu", "silu", "relu6"})},
+          {"weights_dtype", u[12] < 0.8 ? "same" : "bfloat8_b"},
+          {"residual", !depthwise && u[13] < 0.2 ? 1 : 0},
           {"math_fidelity", pick<const char*>(u[14], {"HiFi4", "HiFi4", "HiFi4", "HiFi2", "LoFi"})}};
 }
 json linear(U u) {
   const uint32_t m = log_int(u[0], 1, 4096), k = log_int(u[1], 16, 4096), n = log_int(u[2], 16, 4096);
-  return {{"op", "linear"}, {"input", tensor({m, k}, float_dtype(u[3]))}, {"out_features", n},
+  return {{"op", "linear"},
+          {"input", tensor({m, k}, float_dtype(u[3]))},
+          {"out_features", n},
           {"activation", pick<const char*>(u[4], {"identity", "identity", "relu", "gelu"})}};
 }
 json matmul(U u) {
@@ -85,9 +94,9 @@ const char* buffer(double u, const std::vector<uint32_t>& shape) {
   return u < 0.2 && v <= 64 * 1024 ? "L1" : "DRAM";
 }
 json unary(U u) {
-  const char* op = pick<const char*>(u[0], {"relu", "relu6", "silu", "gelu", "gelu_tanh", "sigmoid", "tanh",
-                                             "hardswish", "hardsigmoid", "mish", "exp", "sqrt", "elu", "erf", "abs",
-                                             "reciprocal"});
+  const char* op =
+      pick<const char*>(u[0], {"relu", "relu6", "silu", "gelu", "gelu_tanh", "sigmoid", "tanh", "hardswish",
+                               "hardsigmoid", "mish", "exp", "sqrt", "elu", "erf", "abs", "reciprocal"});
   const auto s = eltwise_shape(u[1], u[2]);
   return {{"op", op}, {"input", tensor(s, float_dtype(u[3]), u[4] < 0.3 ? "TILE" : "ROW_MAJOR", buffer(u[5], s))}};
 }
@@ -95,14 +104,19 @@ json binary(U u) {
   const char* dt = float_dtype(u[3]);
   const char* layout = u[4] < 0.3 ? "TILE" : "ROW_MAJOR";
   auto s = eltwise_shape(u[1], u[2]);
-  return {{"op", pick<const char*>(u[0], {"add", "add", "mul", "sub", "div"})}, {"input", tensor(s, dt, layout)},
-          {"input_b", tensor(s, dt, layout)}, {"activation", u[5] < 0.3 ? "relu" : "identity"}};
+  return {{"op", pick<const char*>(u[0], {"add", "add", "mul", "sub", "div"})},
+          {"input", tensor(s, dt, layout)},
+          {"input_b", tensor(s, dt, layout)},
+          {"activation", u[5] < 0.3 ? "relu" : "identity"}};
 }
 json pool(U u) {
   const bool max = u[0] < 0.6;
   const uint32_t k = pick<uint32_t>(u[5], {2, 3, 3});
-  return {{"op", max ? "max_pool2d" : "avg_pool2d"}, {"input", tensor(nchw(u[1], u[2], u[3], u[4], 8, 1024), float_dtype(u[6]))},
-          {"kernel_size", {k, k}}, {"stride", {pick<uint32_t>(u[7], {1, 2, 2}), 2}}, {"padding", {k / 2, k / 2}}};
+  return {{"op", max ? "max_pool2d" : "avg_pool2d"},
+          {"input", tensor(nchw(u[1], u[2], u[3], u[4], 8, 1024), float_dtype(u[6]))},
+          {"kernel_size", {k, k}},
+          {"stride", {pick<uint32_t>(u[7], {1, 2, 2}), 2}},
+          {"padding", {k / 2, k / 2}}};
 }
 json global_pool(U u) {
   return {{"op", "global_avg_pool2d"}, {"input", tensor(nchw(u[0], u[1], u[2], u[3], 16, 2048), float_dtype(u[4]))}};
@@ -115,12 +129,14 @@ json upsample(U u) {
 }
 json typecast(U u) {
   const bool to_bf16 = u[3] < 0.5;
-  return {{"op", "typecast"},
-          {"input", tensor(eltwise_shape(u[0], u[1]), to_bf16 ? "FLOAT32" : "BFLOAT16", u[2] < 0.4 ? "TILE" : "ROW_MAJOR")},
-          {"dtype", to_bf16 ? "BFLOAT16" : "FLOAT32"}};
+  return {
+      {"op", "typecast"},
+      {"input", tensor(eltwise_shape(u[0], u[1]), to_bf16 ? "FLOAT32" : "BFLOAT16", u[2] < 0.4 ? "TILE" : "ROW_MAJOR")},
+      {"dtype", to_bf16 ? "BFLOAT16" : "FLOAT32"}};
 }
 json tilize(U u) {
-  return {{"op", "tilize"}, {"input", tensor(eltwise_shape(u[0], u[1]), float_dtype(u[2]))},
+  return {{"op", "tilize"},
+          {"input", tensor(eltwise_shape(u[0], u[1]), float_dtype(u[2]))},
           {"dtype", u[3] < 0.2 ? "bfloat8_b" : "same"}};
 }
 json untilize(U u) {
@@ -135,7 +151,8 @@ json concat(U u) {
   const uint32_t n = pick<uint32_t>(u[0], {2, 2, 3, 4}), hw = log_int(u[1], 16, 16384);
   const char* dt = float_dtype(u[2]);
   json inputs = json::array();
-  for (uint32_t i = 0; i < n; ++i) inputs.push_back(tensor({1, hw, log_int(std::fmod(u[3] + 0.37 * i, 1.0), 8, 512)}, dt));
+  for (uint32_t i = 0; i < n; ++i)
+    inputs.push_back(tensor({1, hw, log_int(std::fmod(u[3] + 0.37 * i, 1.0), 8, 512)}, dt));
   return {{"op", "concat"}, {"inputs", inputs}};
 }
 json norm(U u) {
@@ -205,7 +222,8 @@ StatusOr<std::vector<OpQuery>> sample_space(std::string_view op, uint32_t n, uin
   const Space* space = find_space(op);
   if (!space) return invalid_argument_error("no sweep space '{}' (spaces: {})", op, fmt::join(sweep_ops(), ", "));
   std::vector<OpQuery> v;
-  for (const auto& u : latin_hypercube(n, space->dims, seed * 1000003 + batch * 7919 + std::hash<std::string_view>{}(op)))
+  for (const auto& u :
+       latin_hypercube(n, space->dims, seed * 1000003 + batch * 7919 + std::hash<std::string_view>{}(op)))
     if (auto q = point(*space, u); q.ok()) v.push_back(*std::move(q));
   return v;
 }
@@ -216,7 +234,8 @@ StatusOr<SweepResult> run_sweep(Dataset& dataset, const SweepOptions& options,
   const std::vector<std::string> all = options.queries.empty() ? sweep_ops() : std::vector<std::string>{};
   for (const std::string& name : options.ops.empty() ? all : options.ops) {
     const Space* s = find_space(name);
-    if (!s) return invalid_argument_error("--ops: no sweep space '{}' (spaces: {})", name, fmt::join(sweep_ops(), ", "));
+    if (!s)
+      return invalid_argument_error("--ops: no sweep space '{}' (spaces: {})", name, fmt::join(sweep_ops(), ", "));
     spaces.push_back(s);
   }
   if (options.budget_seconds <= 0) return invalid_argument_error("sweep budget must be positive");
@@ -260,9 +279,13 @@ StatusOr<SweepResult> run_sweep(Dataset& dataset, const SweepOptions& options,
           ++result.skipped;
           continue;
         }
-        rows.push_back({.machine_id = machine, .commit = commit, .measured_at = utc_now(),
+        rows.push_back({.machine_id = machine,
+                        .commit = commit,
+                        .measured_at = utc_now(),
                         .source = space ? options.source : options.queries_source,
-                        .op = q.op, .family = std::string(find_op(q.op)->family), .query = key});
+                        .op = q.op,
+                        .family = std::string(find_op(q.op)->family),
+                        .query = key});
         todo.push_back(&q);
         times.emplace_back();
       }

@@ -1,5 +1,6 @@
 #include "tessera/perfmodel/train.h"
 
+#include <fmt/ranges.h>
 #include <xgboost/c_api.h>
 
 #include <algorithm>
@@ -8,10 +9,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <utility>
 #include <nlohmann/json.hpp>
-
-#include <fmt/ranges.h>
+#include <utility>
 
 #include "tessera/perfmodel/features.h"
 #include "tessera/perfmodel/predictor.h"
@@ -104,7 +103,11 @@ void describe(std::string& md, const std::string& name, const ErrorStats& e) {
 }
 
 json stats_json(const ErrorStats& e) {
-  return {{"n", e.n}, {"r2", e.r2}, {"mape", e.mape}, {"median_ape", e.median_ape}, {"within10", e.within10},
+  return {{"n", e.n},
+          {"r2", e.r2},
+          {"mape", e.mape},
+          {"median_ape", e.median_ape},
+          {"within10", e.within10},
           {"within25", e.within25}};
 }
 
@@ -139,8 +142,8 @@ StatusOr<TrainReport> train_predictor(Dataset& dataset, const TrainOptions& opti
   if (machine == 0) {
     const MachineFingerprint here = this_machine();
     for (const auto& [id, m] : machines)
-      if (fingerprint_differences(m, here).empty() || (m.cpu_model == here.cpu_model && m.workers == here.workers &&
-                                                       m.kernel_tier == here.kernel_tier))
+      if (fingerprint_differences(m, here).empty() ||
+          (m.cpu_model == here.cpu_model && m.workers == here.workers && m.kernel_tier == here.kernel_tier))
         machine = id;
     if (machine == 0 && machines.size() == 1) machine = machines[0].first;
     if (machine == 0)
@@ -200,10 +203,18 @@ StatusOr<TrainReport> train_predictor(Dataset& dataset, const TrainOptions& opti
     TS_RETURN_IF_ERROR(xgb(XGBoosterCreate(&train.h, 1, &b.h), "create"));
     double mean = 0;
     for (float y : split[kTrain].y) mean += y / static_cast<double>(split[kTrain].n());
-    const std::pair<const char*, std::string> params[] = {
-        {"objective", "reg:squarederror"}, {"tree_method", "hist"}, {"max_depth", "7"}, {"eta", "0.1"},
-        {"subsample", "0.85"}, {"colsample_bytree", "0.9"}, {"min_child_weight", "1"}, {"lambda", "1"},
-        {"nthread", "2"}, {"seed", "7"}, {"base_score", fmt::format("{}", mean)}, {"verbosity", "0"}};
+    const std::pair<const char*, std::string> params[] = {{"objective", "reg:squarederror"},
+                                                          {"tree_method", "hist"},
+                                                          {"max_depth", "7"},
+                                                          {"eta", "0.1"},
+                                                          {"subsample", "0.85"},
+                                                          {"colsample_bytree", "0.9"},
+                                                          {"min_child_weight", "1"},
+                                                          {"lambda", "1"},
+                                                          {"nthread", "2"},
+                                                          {"seed", "7"},
+                                                          {"base_score", fmt::format("{}", mean)},
+                                                          {"verbosity", "0"}};
     for (const auto& [k, v] : params) TS_RETURN_IF_ERROR(xgb(XGBoosterSetParam(b.h, k, v.c_str()), k));
     double best = INFINITY;
     int best_iter = 0;
@@ -231,8 +242,11 @@ StatusOr<TrainReport> train_predictor(Dataset& dataset, const TrainOptions& opti
         return internal_error("family {}: the forest walk gives {} where XGBoost gives {} (row {})", family,
                               forest.eval(&split[kValid].x[i * names.size()]), out[i], i);
 
-    FamilyReport fr{.family = family, .train = split[kTrain].n(), .valid = split[kValid].n(),
-                    .test = split[kTest].n(), .trees = forest.trees.size()};
+    FamilyReport fr{.family = family,
+                    .train = split[kTrain].n(),
+                    .valid = split[kValid].n(),
+                    .test = split[kTest].n(),
+                    .trees = forest.trees.size()};
     const Rows& test = split[kTest];
     std::vector<double> measured(test.n()), predicted(test.n());
     for (size_t i = 0; i < test.n(); ++i) {
@@ -281,14 +295,18 @@ StatusOr<TrainReport> train_predictor(Dataset& dataset, const TrainOptions& opti
 }
 
 std::string TrainReport::markdown() const {
-  std::string md = fmt::format("Machine: {} ({} kernels, {} workers; FP32 FMA {:.0f} GFLOP/s, copy {:.1f} GB/s DRAM, "
-                               "{:.0f} GB/s cache). Held-out test split, by configuration.\n\n",
-                               machine.cpu_model, machine.kernel_tier, machine.workers, machine.fma_gflops,
-                               machine.dram_gbps, machine.cache_gbps);
-  md += "| family / op | test configs | R² | MAPE | median APE | within ±10% | within ±25% |\n|---|---|---|---|---|---|---|\n";
+  std::string md = fmt::format(
+      "Machine: {} ({} kernels, {} workers; FP32 FMA {:.0f} GFLOP/s, copy {:.1f} GB/s DRAM, "
+      "{:.0f} GB/s cache). Held-out test split, by configuration.\n\n",
+      machine.cpu_model, machine.kernel_tier, machine.workers, machine.fma_gflops, machine.dram_gbps,
+      machine.cache_gbps);
+  md +=
+      "| family / op | test configs | R² | MAPE | median APE | within ±10% | within ±25% "
+      "|\n|---|---|---|---|---|---|---|\n";
   for (const FamilyReport& f : families) {
-    describe(md, fmt::format("**{}** (train {}, valid {}, {} trees; repeatable within ±10%: {:.0f}%)", f.family,
-                             f.train, f.valid, f.trees, 100 * f.repeat10),
+    describe(md,
+             fmt::format("**{}** (train {}, valid {}, {} trees; repeatable within ±10%: {:.0f}%)", f.family, f.train,
+                         f.valid, f.trees, 100 * f.repeat10),
              f.test_error);
     for (const auto& [op, e] : f.per_op) describe(md, "  " + op, e);
   }
@@ -310,8 +328,13 @@ std::string TrainReport::metrics_json() const {
   for (const FamilyReport& f : families) {
     json ops = json::object();
     for (const auto& [op, e] : f.per_op) ops[op] = stats_json(e);
-    j[f.family] = {{"train", f.train}, {"valid", f.valid}, {"test", f.test}, {"trees", f.trees},
-                   {"repeatable_within10", f.repeat10}, {"test_error", stats_json(f.test_error)}, {"per_op", ops}};
+    j[f.family] = {{"train", f.train},
+                   {"valid", f.valid},
+                   {"test", f.test},
+                   {"trees", f.trees},
+                   {"repeatable_within10", f.repeat10},
+                   {"test_error", stats_json(f.test_error)},
+                   {"per_op", ops}};
   }
   return j.dump();
 }

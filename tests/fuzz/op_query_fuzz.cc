@@ -35,7 +35,10 @@ void check(const tessera::Status& s) {
 
 std::string small_model() {
   FamilyModel f{.family = "eltwise_unary", .feature_names = feature_names("eltwise_unary")};
-  Forest::Tree t{.left = {1, -1, -1}, .right = {2, -1, -1}, .feature = {1, 0, 0}, .value = {20.0f, 6.0f, 9.0f},
+  Forest::Tree t{.left = {1, -1, -1},
+                 .right = {2, -1, -1},
+                 .feature = {1, 0, 0},
+                 .value = {20.0f, 6.0f, 9.0f},
                  .default_left = {1, 0, 0}};
   f.forest.base = 0.5f;
   f.forest.trees = {t, t};
@@ -81,9 +84,26 @@ int main(int argc, char** argv) {
   }
   for (const std::string& f : args->files) seeds.push_back(f);
   // Fragments a mutation may splice in: the values the parsers branch on.
-  const char* tokens[] = {"-1", "0", "1e30", "4294967296", "1.5", "null", "[]", "{}", "\"\"", "\"TILE\"",
-                          "\"bfloat8_b\"", "\"L1\"", "\"HEIGHT_SHARDED\"", "[1,2,3,4,5,6,7,8,9]", "16777217", "true",
-                          "\"same\"", "NaN", "\"relu\"", "[0,1]"};
+  const char* tokens[] = {"-1",
+                          "0",
+                          "1e30",
+                          "4294967296",
+                          "1.5",
+                          "null",
+                          "[]",
+                          "{}",
+                          "\"\"",
+                          "\"TILE\"",
+                          "\"bfloat8_b\"",
+                          "\"L1\"",
+                          "\"HEIGHT_SHARDED\"",
+                          "[1,2,3,4,5,6,7,8,9]",
+                          "16777217",
+                          "true",
+                          "\"same\"",
+                          "NaN",
+                          "\"relu\"",
+                          "[0,1]"};
   std::mt19937 rng(args->seed);
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(args->seconds);
   uint64_t runs = 0;
@@ -93,9 +113,15 @@ int main(int argc, char** argv) {
     for (int e = 0; e < edits && !m.empty(); ++e) {
       const size_t at = rng() % m.size();
       switch (rng() % 5) {
-        case 0: m[at] = static_cast<char>(rng()); break;
-        case 1: m.resize(at); break;
-        case 2: m.erase(at, std::min<size_t>(rng() % 16, m.size() - at)); break;
+        case 0:
+          m[at] = static_cast<char>(rng());
+          break;
+        case 1:
+          m.resize(at);
+          break;
+        case 2:
+          m.erase(at, std::min<size_t>(rng() % 16, m.size() - at));
+          break;
         default: {  // a number, array or word where one stood
           size_t stop = at;
           while (stop < m.size() && m[stop] != ',' && m[stop] != '}' && m[stop] != ']') ++stop;

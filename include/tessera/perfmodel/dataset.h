@@ -61,7 +61,7 @@ class Dataset {
   // Every row as CSV with a header line (fields quoted as RFC 4180 says).
   Status export_csv(const std::string& path);
 
-  Status begin();   // a transaction around many adds (a sweep commits every few seconds)
+  Status begin();  // a transaction around many adds (a sweep commits every few seconds)
   Status commit();
 
  private:
@@ -69,6 +69,5 @@ class Dataset {
   Status exec(const char* sql);
   sqlite3* db_;
 };
-
 
 }  // namespace tessera::perfmodel

@@ -17,17 +17,17 @@
 namespace tessera::perfmodel {
 
 struct MachineFingerprint {
-  std::string cpu_model;      // /proc/cpuinfo's model name
-  std::string kernel_tier;    // "avx512", "avx2", "scalar" (kernel_isa())
-  std::string cpu_features;   // cpu_features().to_string()
-  uint32_t cores = 0;         // logical CPUs
-  uint32_t workers = 0;       // the device's worker threads
+  std::string cpu_model;                               // /proc/cpuinfo's model name
+  std::string kernel_tier;                             // "avx512", "avx2", "scalar" (kernel_isa())
+  std::string cpu_features;                            // cpu_features().to_string()
+  uint32_t cores = 0;                                  // logical CPUs
+  uint32_t workers = 0;                                // the device's worker threads
   uint64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  // per core (l1d, l2), shared (l3)
   // Measured with `workers` threads (measure_peaks); 0 until measured.
-  double fma_gflops = 0;      // FP32 FMA
-  double bf16_gflops = 0;     // the peak bfloat16 convolutions run at (AMX, BF16 dot, else FP32)
-  double dram_gbps = 0;       // copy bandwidth (read + write) over 256 MiB
-  double cache_gbps = 0;      // copy bandwidth over 64 KiB per worker (L1/L2-resident)
+  double fma_gflops = 0;   // FP32 FMA
+  double bf16_gflops = 0;  // the peak bfloat16 convolutions run at (AMX, BF16 dot, else FP32)
+  double dram_gbps = 0;    // copy bandwidth (read + write) over 256 MiB
+  double cache_gbps = 0;   // copy bandwidth over 64 KiB per worker (L1/L2-resident)
 
   bool operator==(const MachineFingerprint&) const = default;
 };

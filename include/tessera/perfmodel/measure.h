@@ -24,8 +24,8 @@ namespace tessera::perfmodel {
 struct Measurement {
   double time_ns = 0, min_ns = 0, max_ns = 0;  // 20%-trimmed mean, range
   uint32_t replays = 0;
-  uint32_t launches = 0;      // per replay
-  std::string kernels;        // the launches' kernel names, space-separated
+  uint32_t launches = 0;  // per replay
+  std::string kernels;    // the launches' kernel names, space-separated
 };
 
 // The device needs a TRACE region (open_device's trace_region_size; 64 MiB serves the sweeps' sizes).

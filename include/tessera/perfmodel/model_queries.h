@@ -5,8 +5,10 @@
 // Each node of the graph after the compiler's passes (shapes inferred) maps
 // to the query of the device op it lowers to: Conv (fused activation and
 // residual included) to conv2d, Gemm to linear, MatMul to matmul, the
-// element-wise and activation ops, pools, Resize, Concat (over NHWC
-// channels), Transpose, Softmax, LayerNormalization. Reshape-like nodes are
+// element-wise and activation ops, pools, Resize, Concat, Transpose,
+// Softmax, LayerNormalization. Element-wise ops and concats of 4-d maps are
+// queried on NHWC shapes (channels last, a lower-rank operand right-aligned
+// first), as the device keeps a conv net's maps. Reshape-like nodes are
 // views and launch nothing. Anything else (and the layout conversions and
 // typecasts the lowering inserts, which the graph does not show) is listed
 // as not modeled, with the reason, and adds nothing to the sum.
@@ -25,8 +27,8 @@ struct ModelOp {
   std::string node;     // the graph node's name
   std::string op_type;  // its ONNX (or fused) op type
   std::optional<OpQuery> query;
-  bool view = false;    // launches nothing (Reshape, Flatten, ...)
-  std::string note;     // why there is no query
+  bool view = false;  // launches nothing (Reshape, Flatten, ...)
+  std::string note;   // why there is no query
 };
 
 struct ModelQueryOptions {

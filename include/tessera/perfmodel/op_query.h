@@ -74,7 +74,7 @@ enum class ArgKind : uint8_t { kNumber, kNumbers, kWord };
 struct ArgSpec {
   std::string_view name;
   ArgKind kind;
-  uint8_t count;             // kNumbers: how many (a 2-number padding also reads as 4: top=bottom, left=right)
+  uint8_t count;              // kNumbers: how many (a 2-number padding also reads as 4: top=bottom, left=right)
   std::string_view fallback;  // the default as JSON text; "" = required
   std::string_view doc;
 };
@@ -83,7 +83,7 @@ struct OpSpec {
   std::string_view name;
   std::string_view family;  // ops of a family share one learned model, the op a feature of it
   uint8_t min_inputs, max_inputs;
-  bool spatial;             // 4-d inputs are (N, C, H, W)
+  bool spatial;  // 4-d inputs are (N, C, H, W)
   std::span<const ArgSpec> args;
   std::string_view doc;
 };

@@ -45,8 +45,8 @@ struct Forest {
 
  private:
   struct Node {
-    float value;      // threshold, or the leaf's value
-    int32_t left;     // first child (the right one follows it), relative to the tree's root; -1: a leaf
+    float value;   // threshold, or the leaf's value
+    int32_t left;  // first child (the right one follows it), relative to the tree's root; -1: a leaf
     uint16_t feature;
     uint8_t default_left;
   };

@@ -31,15 +31,15 @@
 namespace tessera::perfmodel {
 
 struct SweepOptions {
-  std::vector<std::string> ops;   // empty: every space (none when `queries` are given)
-  double budget_seconds = 1200;   // wall time for measuring
-  uint32_t batch = 16;            // points per op per round (one Latin hypercube)
-  uint32_t passes = 3;            // each point measured this many times, a pass over its batch apart
-  uint32_t replays = 9;              // at least; short ops replay more (measure.h)
-  uint32_t workers = 0;           // device workers (0: one per physical core)
+  std::vector<std::string> ops;  // empty: every space (none when `queries` are given)
+  double budget_seconds = 1200;  // wall time for measuring
+  uint32_t batch = 16;           // points per op per round (one Latin hypercube)
+  uint32_t passes = 3;           // each point measured this many times, a pass over its batch apart
+  uint32_t replays = 9;          // at least; short ops replay more (measure.h)
+  uint32_t workers = 0;          // device workers (0: one per physical core)
   uint64_t seed = 1;
-  std::string source = "lhs";     // recorded with each row
-  bool verbose = false;           // each point to stderr before it is measured
+  std::string source = "lhs";  // recorded with each row
+  bool verbose = false;        // each point to stderr before it is measured
   // Queries measured before the spaces' points (a model's ops: model_queries.h), once each.
   std::vector<OpQuery> queries;
   std::string queries_source = "model";

@@ -22,10 +22,10 @@
 namespace tessera::perfmodel {
 
 struct TrainOptions {
-  int64_t machine_id = 0;       // 0: the dataset's machine matching this one (else its only machine)
+  int64_t machine_id = 0;  // 0: the dataset's machine matching this one (else its only machine)
   uint32_t max_trees = 1500;
-  uint32_t early_stopping = 60;  // rounds without a better validation error
-  uint32_t min_rows = 24;        // families with fewer ok rows are left out (named in the report)
+  uint32_t early_stopping = 60;      // rounds without a better validation error
+  uint32_t min_rows = 24;            // families with fewer ok rows are left out (named in the report)
   std::string test_predictions_csv;  // family, op, measured_ns, predicted_ns, floor_ns per test row (for plots)
 };
 
