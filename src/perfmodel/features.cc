@@ -64,6 +64,10 @@ Gemm gemm_of(const OpQuery& q) {
     return {s[0] * oh * ow, s[1] / std::max(1.0, q.num("groups")) * q.num("kernel_size", 0) * q.num("kernel_size", 1),
             q.num("out_channels")};
   }
+  if (q.op == "conv_transpose2d") {  // each input pixel times (cin / groups) x (cout x kh x kw) weights
+    return {static_cast<double>(s[0]) * s[2] * s[3], s[1] / std::max(1.0, q.num("groups")),
+            q.num("out_channels") * q.num("kernel_size", 0) * q.num("kernel_size", 1)};
+  }
   const double k = s.back();
   double m = static_cast<double>(q.inputs[0].volume()) / k;
   if (q.op == "linear") return {m, k, q.num("out_features")};
@@ -85,10 +89,17 @@ OpCost op_cost(const OpQuery& q) {
   const DataType out_dtype = q.args.count("dtype") ? word_dtype(q, "dtype") : in.dtype;
   double out = static_cast<double>(in.volume());
   const std::string_view family = find_op(q.op) ? find_op(q.op)->family : "";
-  if (q.op == "conv2d" || q.op == "linear" || q.op == "matmul") {
+  if (q.op == "conv2d" || q.op == "conv_transpose2d" || q.op == "linear" || q.op == "matmul") {
     const Gemm g = gemm_of(q);
     c.flops = 2 * g.m * g.k * g.n;
     out = g.m * g.n;
+    if (q.op == "conv_transpose2d") {  // (in - 1) * stride - 2 * pad + dilation * (kernel - 1) + output_padding + 1
+      auto side = [&](double in, int i) {
+        return std::max(0.0, (in - 1) * q.num("stride", i) - 2 * q.num("padding", i) +
+                                 q.num("dilation", i) * (q.num("kernel_size", i) - 1) + q.num("output_padding", i) + 1);
+      };
+      out = s[0] * side(s[2], 0) * side(s[3], 1) * q.num("out_channels");
+    }
     if (q.op == "matmul")
       c.bytes_read = bytes_of(q.inputs[0]) + bytes_of(q.inputs[1]);
     else

@@ -8,6 +8,7 @@
 #include "tessera/device/profiler.h"
 #include "tessera/ops/activation.h"
 #include "tessera/ops/conv2d.h"
+#include "tessera/ops/conv_transpose2d.h"
 #include "tessera/ops/data_movement.h"
 #include "tessera/ops/eltwise.h"
 #include "tessera/ops/manipulation.h"
@@ -101,6 +102,31 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
     auto prepared = std::make_shared<PreparedConv2dWeights>(first.weights);
     return std::function<Status()>(
         [x = in[0], prepared, p, config] { return conv2d(x, *prepared, p, config).status(); });
+  }
+  if (op == "conv_transpose2d") {
+    ConvTranspose2dParams p{.batch_size = s[0], .input_height = s[2], .input_width = s[3], .in_channels = s[1],
+                            .out_channels = u32(q.num("out_channels")),
+                            .kernel_size = {u32(q.num("kernel_size", 0)), u32(q.num("kernel_size", 1))},
+                            .stride = {u32(q.num("stride", 0)), u32(q.num("stride", 1))},
+                            .padding = {u32(q.num("padding", 0)), u32(q.num("padding", 1))},
+                            .output_padding = {u32(q.num("output_padding", 0)), u32(q.num("output_padding", 1))},
+                            .dilation = {u32(q.num("dilation", 0)), u32(q.num("dilation", 1))},
+                            .groups = u32(q.num("groups"))};
+    TS_ASSIGN_OR_RETURN(p.activation, activation(q.word("activation")));
+    TS_RETURN_IF_ERROR(p.validate());
+    Conv2dConfig config{.weights_dtype = dtype_arg("weights_dtype"), .dtype = dtype_arg("dtype")};
+    if (is_block_float(*config.dtype)) config.output_layout = Layout::TILE;
+    // PyTorch's layout: (in_channels, out_channels / groups, kh, kw).
+    const Shape shape{p.in_channels, p.out_channels / p.groups, p.kernel_size[0], p.kernel_size[1]};
+    std::vector<float> w(shape.volume());
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+    for (float& x : w) x = u(rng);
+    TS_ASSIGN_OR_RETURN(Tensor weight, Tensor::from_vector(w, shape, DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(Conv2dResult first, conv_transpose2d(in[0], weight, std::nullopt, p, config));
+    auto prepared = std::make_shared<PreparedConv2dWeights>(first.weights);
+    return std::function<Status()>(
+        [x = in[0], prepared, p, config] { return conv_transpose2d(x, *prepared, p, config).status(); });
   }
   if (op == "linear") {
     const uint32_t k = s.back(), n = u32(q.num("out_features"));

@@ -86,6 +86,26 @@ StatusOr<json> query_json(const Graph& g, const Node& n, const ModelQueryOptions
               {"residual", n.inputs.size() > 3 && n.inputs[3] >= 0 ? 1 : 0}};
     return q;
   }
+  if (op == "ConvTranspose") {
+    const auto& w = g.value(n.inputs[1]).dims;  // (in, out / groups, kh, kw)
+    if (w.size() != 4 || g.value(n.inputs[0]).dims.size() != 4) {
+      *note = "not a 2-d transposed conv";
+      return json();
+    }
+    const std::vector<int64_t> pads = n.attr_ints("pads", {0, 0, 0, 0});
+    const int64_t groups = n.attr_int("group", 1);
+    return json{{"op", "conv_transpose2d"},
+                {"input", tensor(g, n.inputs[0], o.activations)},
+                {"out_channels", w[1] * groups},
+                {"kernel_size", {w[2], w[3]}},
+                {"stride", n.attr_ints("strides", {1, 1})},
+                {"padding", {pads.empty() ? 0 : pads[0], pads.size() > 1 ? pads[1] : 0}},
+                {"output_padding", n.attr_ints("output_padding", {0, 0})},
+                {"dilation", n.attr_ints("dilations", {1, 1})},
+                {"groups", groups},
+                {"activation", activation(n)},
+                {"weights_dtype", dtype_word(o.weights)}};
+  }
   if (op == "Gemm") {
     const auto& b = g.value(n.inputs[1]).dims;
     if (!g.is_constant(n.inputs[1]) || b.size() != 2) {

@@ -30,6 +30,18 @@ constexpr ArgSpec kConvArgs[] = {
     {"math_fidelity", W, 0, "\"HiFi4\"", "LoFi | HiFi2 | HiFi3 | HiFi4"},
     {"residual", N, 1, "0", "1: a skip connection of the output's shape, added by the kernel"},
 };
+constexpr ArgSpec kConvTransposeArgs[] = {
+    {"out_channels", N, 1, "", "output channels"},
+    {"kernel_size", V, 2, "[2,2]", "(kh, kw)"},
+    {"stride", V, 2, "[2,2]", "(sh, sw)"},
+    {"padding", V, 2, "[0,0]", "(ph, pw), symmetric"},
+    {"output_padding", V, 2, "[0,0]", ""},
+    {"dilation", V, 2, "[1,1]", ""},
+    {"groups", N, 1, "1", ""},
+    {"activation", W, 0, "\"identity\"", ""},
+    {"weights_dtype", W, 0, "\"same\"", ""},
+    {"dtype", W, 0, "\"same\"", "output dtype"},
+};
 constexpr ArgSpec kLinearArgs[] = {
     {"out_features", N, 1, "", "output features (the weight is out_features x in_features)"},
     {"bias", N, 1, "1", "1: with a bias"},
@@ -70,6 +82,7 @@ constexpr ArgSpec kSoftmaxArgs[] = {{"dim", N, 1, "-1", ""}};
   { name, "eltwise_binary", 1, 2, false, kBinaryArgs, "y = a op b (b: a's spec when omitted)" }
 constexpr OpSpec kOps[] = {
     {"conv2d", "conv2d", 1, 1, true, kConvArgs, "conv2d, the weights prepared once"},
+    {"conv_transpose2d", "conv_transpose2d", 1, 1, true, kConvTransposeArgs, "the weights prepared once"},
     {"linear", "matmul", 1, 1, false, kLinearArgs, "y = x W^T + b, W a device constant"},
     {"matmul", "matmul", 2, 2, false, kMatmulArgs, "a (.., M, K) x b (.., K, N)"},
     TS_UNARY("relu"),

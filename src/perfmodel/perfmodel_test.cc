@@ -123,6 +123,16 @@ TEST(Features, ConvCostIsTheHandCountedOne) {
   EXPECT_DOUBLE_EQ(roofline_floor_ns(*q, c, m), c.bytes() / 1000);
 }
 
+TEST(Features, TransposedConvCostIsTheHandCountedOne) {
+  auto q = parse_op_query(R"({"op":"conv_transpose2d","input":{"logical_shape":[1,64,30,40]},"out_channels":32,
+                             "kernel_size":[3,3],"stride":[2,2],"padding":[1,1],"output_padding":[1,1]})");
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  const OpCost c = op_cost(*q);
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 30 * 40 * 64 * 32 * 9);
+  EXPECT_DOUBLE_EQ(c.output_elements, 60.0 * 80 * 32);  // (30 - 1) * 2 - 2 + 2 + 1 + 1 = 60
+  EXPECT_DOUBLE_EQ(c.bytes_read, 4.0 * (64 * 30 * 40 + 64 * 32 * 9));
+}
+
 TEST(Features, EveryFamilyHasOneLayout) {
   const MachineFingerprint m = this_machine(2);
   for (const std::string& space : sweep_ops()) {
@@ -183,6 +193,12 @@ TEST(Measure, TimesAnOpAndNamesItsKernels) {
     EXPECT_GE(m->launches, 1u);
     EXPECT_FALSE(m->kernels.empty());
   }
+  auto up = parse_op_query(R"({"op":"conv_transpose2d","input":{"logical_shape":[1,32,8,8]},"out_channels":16})");
+  ASSERT_TRUE(up.ok());
+  auto m = measure_op(**device, *up, 5);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_GT(m->time_ns, 0);
+  EXPECT_FALSE(m->kernels.empty());
   // A configuration the op refuses: its own error.
   auto q = parse_op_query(R"({"op":"conv2d","input":{"logical_shape":[1,6,8,8]},"out_channels":4,"kernel_size":3,
                              "groups":4})");

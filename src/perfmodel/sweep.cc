@@ -68,6 +68,19 @@ json conv2d(U u) {
           {"residual", !depthwise && u[13] < 0.2 ? 1 : 0},
           {"math_fidelity", pick<const char*>(u[14], {"HiFi4", "HiFi4", "HiFi4", "HiFi2", "LoFi"})}};
 }
+// Decoder up-sampling: kernel == stride (UNet), 3x3 / 2 with output padding, 4x4 / 2 / 1 (DCGAN-style).
+json conv_transpose2d(U u) {
+  auto s = nchw(u[0], u[1], u[2], u[3], 8, 512);
+  s[2] = std::max(2u, s[2] / 2);
+  s[3] = std::max(2u, s[3] / 2);
+  const int form = static_cast<int>(u[4] * 4);
+  const uint32_t k = form == 2 ? 3 : form == 3 ? 4 : 2, pad = form >= 2 ? 1 : 0, out_pad = form == 2 ? 1 : 0;
+  uint32_t cout = log_int(u[5], 8, 512);
+  if (std::fmod(u[5] * 1000, 1.0) < 0.7 && cout > 8) cout = cout / 8 * 8;
+  return {{"op", "conv_transpose2d"}, {"input", tensor(s, float_dtype(u[6]))}, {"out_channels", cout},
+          {"kernel_size", {k, k}}, {"stride", {2, 2}}, {"padding", {pad, pad}}, {"output_padding", {out_pad, out_pad}},
+          {"activation", u[7] < 0.5 ? "identity" : "relu"}};
+}
 json linear(U u) {
   const uint32_t m = log_int(u[0], 1, 4096), k = log_int(u[1], 16, 4096), n = log_int(u[2], 16, 4096);
   return {{"op", "linear"},
@@ -168,6 +181,7 @@ struct Space {
 };
 constexpr Space kSpaces[] = {
     {"conv2d", 4, 15, conv2d},
+    {"conv_transpose2d", 1, 8, conv_transpose2d},
     {"linear", 1, 5, linear},
     {"matmul", 1, 5, matmul},
     {"eltwise_unary", 4, 6, unary},

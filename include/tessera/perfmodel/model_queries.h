@@ -4,7 +4,7 @@
 //
 // Each node of the graph after the compiler's passes (shapes inferred) maps
 // to the query of the device op it lowers to: Conv (fused activation and
-// residual included) to conv2d, Gemm to linear, MatMul to matmul, the
+// residual included) to conv2d, ConvTranspose to conv_transpose2d, Gemm to linear, MatMul to matmul, the
 // element-wise and activation ops, pools, Resize, Concat, Transpose,
 // Softmax, LayerNormalization. Element-wise ops and concats of 4-d maps are
 // queried on NHWC shapes (channels last, a lower-rank operand right-aligned

@@ -18,7 +18,7 @@
 // dtype, layout and memory config may also sit in "tensor_layout", as the
 // original writes them; "DataType::BFLOAT16", "BFLOAT16" and "bfloat16" all
 // name one dtype. Omitted: dtype FLOAT32, layout ROW_MAJOR, memory config
-// DRAM interleaved. Spatial ops (conv2d, pools, upsample) read a 4-d input
+// DRAM interleaved. Spatial ops (conv2d, conv_transpose2d, pools, upsample) read a 4-d input
 // as (N, C, H, W), PyTorch's order; the device runs them on NHWC rows.
 //
 // Errors are INVALID_ARGUMENT naming what was expected and what was found:
