@@ -53,7 +53,8 @@ json conv2d(U u) {
   uint32_t cout = depthwise ? s[1] : log_int(u[7], 4, 1024);
   if (!depthwise && std::fmod(u[7] * 1000, 1.0) < 0.7 && cout > 8) cout = cout / 8 * 8;
   const uint32_t groups = depthwise ? s[1] : (u[6] > 0.92 && s[1] % 4 == 0 && cout % 4 == 0 ? 4 : 1);
-  const uint32_t dil = k == 3 && u[8] > 0.9 ? 2 : 1;
+  // Dilated 3x3s: DeepLab's atrous pyramids reach dilation 36 on small maps.
+  const uint32_t dil = k == 3 && u[8] > 0.9 ? pick<uint32_t>((u[8] - 0.9) * 10, {2, 2, 4, 6, 12, 18, 24, 36}) : 1;
   const uint32_t pad = u[9] < 0.85 ? dil * (k / 2) : 0;
   return {{"op", "conv2d"},
           {"input", tensor(s, float_dtype(u[10]))},
