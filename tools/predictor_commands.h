@@ -2,7 +2,8 @@
 //
 //   tessera sweep [--db perf.sqlite] [--ops conv2d,linear,...] [--budget 20m] [--batch 16] [--replays 7]
 //                 [--workers N] [--seed S] [--dry-run] [--export csv -o FILE]
-//   tessera train-predictor [--db perf.sqlite] [-o predictor.json] [--machine ID] [--report R.md] [--test-csv T.csv]
+//   tessera train-predictor [--db perf.sqlite] [-o predictor.json] [--machine ID] [--min-rows N] [--report R.md]
+//                           [--test-csv T.csv]
 //   tessera predict --op JSON [--predictor predictor.json]
 //   tessera predict MODEL.onnx|MODEL.tsi [--dtype D] [--batch B] [--explain] [--predictor predictor.json]
 //   tessera sweep --models A.onnx,B.onnx [--dtype D] [--model-batch B]   (their ops, before or instead of the spaces)
