@@ -1,6 +1,6 @@
 // The command line's predictor subcommands (tessera/perfmodel):
 //
-//   tessera sweep [--db perf.sqlite] [--ops conv2d,linear,...] [--budget 20m] [--batch 16] [--replays 7]
+//   tessera sweep [--db perf.sqlite] [--ops conv2d,linear,...] [--budget 20m] [--batch 16] [--replays 9] [--passes 3]
 //                 [--workers N] [--seed S] [--dry-run] [--export csv -o FILE]
 //   tessera train-predictor [--db perf.sqlite] [-o predictor.json] [--machine ID] [--min-rows N] [--report R.md]
 //                           [--test-csv T.csv]
