@@ -221,6 +221,23 @@ StatusOr<std::vector<ModelOp>> model_ops(const Graph& g, const ModelQueryOptions
     }
     ops.push_back(std::move(m));
   }
+  // The layout conversions at the graph's edges: a 4-d input arrives NCHW and is permuted to the
+  // NHWC rows the device computes on; a 4-d output leaves the same way back.
+  auto edge = [&](int id, bool input) -> Status {
+    const std::vector<int64_t>& d = g.value(id).dims;
+    if (d.size() != 4 || g.is_constant(id)) return ok_status();
+    json j = {{"op", "permute"},
+              {"input", input ? tensor(g, id, DataType::FLOAT32) : nhwc_tensor(g, id, o.activations)},
+              {"perm", input ? std::vector<int>{0, 2, 3, 1} : std::vector<int>{0, 3, 1, 2}}};
+    if (o.workers) j["workers"] = o.workers;
+    TS_ASSIGN_OR_RETURN(OpQuery q, parse_op_query(j.dump()));
+    ops.insert(input ? ops.begin() : ops.end(),
+               ModelOp{.node = g.value(id).name + (input ? ":to_nhwc" : ":to_nchw"), .op_type = "layout",
+                       .query = std::move(q)});
+    return ok_status();
+  };
+  for (int id : g.inputs) TS_RETURN_IF_ERROR(edge(id, true));
+  for (int id : g.outputs) TS_RETURN_IF_ERROR(edge(id, false));
   return ops;
 }
 

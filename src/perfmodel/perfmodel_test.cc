@@ -441,7 +441,13 @@ TEST(ModelOps, EachNodeBecomesItsDeviceOpsQuery) {
   g.outputs = {z};
   auto ops = model_ops(g, {.activations = DataType::BFLOAT16, .weights = DataType::BFLOAT8_B});
   ASSERT_TRUE(ops.ok()) << ops.status().to_string();
-  ASSERT_EQ(ops->size(), 5u);
+  ASSERT_EQ(ops->size(), 7u);  // the two 4-d inputs' layout conversions, then the nodes
+  for (int i : {0, 1}) {
+    EXPECT_EQ((*ops)[static_cast<size_t>(i)].op_type, "layout");
+    EXPECT_EQ((*ops)[static_cast<size_t>(i)].query->op, "permute");
+  }
+  EXPECT_EQ((*ops)[1].query->inputs[0].logical_shape, (std::vector<uint32_t>{2, 3, 16, 16}));  // x, NCHW
+  ops->erase(ops->begin(), ops->begin() + 2);
   const OpQuery& c = *(*ops)[0].query;
   EXPECT_EQ(c.op, "conv2d");
   EXPECT_EQ(c.inputs[0].logical_shape, (std::vector<uint32_t>{2, 3, 16, 16}));
@@ -479,6 +485,10 @@ TEST(ModelOps, ElementWiseOpsOfMapsAreQueriedChannelsLast) {
   g.outputs = {r};
   auto ops = model_ops(g, {});
   ASSERT_TRUE(ops.ok()) << ops.status().to_string();
+  ASSERT_EQ(ops->size(), 3u + 3u);  // x's and s's conversions to NHWC, the nodes, r's back to NCHW
+  EXPECT_EQ(ops->back().query->inputs[0].logical_shape, (std::vector<uint32_t>{1, 7, 9, 16}));  // r, NHWC
+  EXPECT_EQ(ops->back().query->args.at("perm").numbers, (std::vector<double>{0, 3, 1, 2}));
+  ops->erase(ops->begin(), ops->begin() + 2);
   EXPECT_EQ((*ops)[0].query->inputs[0].logical_shape, (std::vector<uint32_t>{1, 7, 9, 16}));
   EXPECT_EQ((*ops)[0].query->inputs[1].logical_shape, (std::vector<uint32_t>{1, 1, 1, 16}));
   EXPECT_EQ((*ops)[1].query->inputs[1].logical_shape, (std::vector<uint32_t>{1, 1, 1, 16}));  // (16, 1, 1) aligned

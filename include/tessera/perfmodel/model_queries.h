@@ -8,10 +8,12 @@
 // element-wise and activation ops, pools, Resize, Concat, Transpose,
 // Softmax, LayerNormalization. Element-wise ops and concats of 4-d maps are
 // queried on NHWC shapes (channels last, a lower-rank operand right-aligned
-// first), as the device keeps a conv net's maps. Reshape-like nodes are
-// views and launch nothing. Anything else (and the layout conversions and
-// typecasts the lowering inserts, which the graph does not show) is listed
-// as not modeled, with the reason, and adds nothing to the sum.
+// first), as the device keeps a conv net's maps; 4-d graph inputs and
+// outputs add the permutes that take them to NHWC and back (op type
+// "layout", first and last). Reshape-like nodes are views and launch
+// nothing. Anything else (and the layout conversions and typecasts the
+// lowering inserts inside the graph, which it does not show) is listed as
+// not modeled, with the reason, and adds nothing to the sum.
 #pragma once
 
 #include <optional>
@@ -37,7 +39,8 @@ struct ModelQueryOptions {
   uint32_t workers = 0;
 };
 
-// One entry per node, in graph order. INVALID_ARGUMENT when the graph's
+// One entry per node, in graph order, between the edges' layout
+// conversions. INVALID_ARGUMENT when the graph's
 // shapes have not been inferred.
 StatusOr<std::vector<ModelOp>> model_ops(const graph::Graph& g, const ModelQueryOptions& options);
 
