@@ -176,9 +176,10 @@ std::vector<std::string> feature_names(std::string_view family) {
   return f;
 }
 
-void append_features(const OpQuery& q, const MachineFingerprint& m, std::vector<float>& out) {
+double append_features(const OpQuery& q, const MachineFingerprint& m, std::vector<float>& out) {
   const OpSpec* spec = find_op(q.op);
   const OpCost c = op_cost(q);
+  const double floor_ns = roofline_floor_ns(q, c, m);
   auto lg = [](double v) { return static_cast<float>(std::log2(std::max(v, 1.0))); };
   int index = 0;
   for (const OpSpec& op : op_specs()) {
@@ -193,7 +194,7 @@ void append_features(const OpQuery& q, const MachineFingerprint& m, std::vector<
   out.insert(
       out.end(),
       {static_cast<float>(index), lg(c.flops), lg(c.bytes()), static_cast<float>(c.flops / std::max(ws, 1.0)),
-       lg(c.bytes() / std::max(1.0, m.dram_gbps)), lg(roofline_floor_ns(q, c, m)),
+       lg(c.bytes() / std::max(1.0, m.dram_gbps)), lg(floor_ns),
        static_cast<float>(ws / std::max<double>(1.0, static_cast<double>(m.l2_bytes) * workers)),
        static_cast<float>(ws / std::max<double>(1.0, static_cast<double>(m.l3_bytes))), static_cast<float>(workers),
        lg(tiles), static_cast<float>(tiles / workers), lg(c.output_elements), gemm(g.m), gemm(g.k), gemm(g.n),
@@ -234,6 +235,7 @@ void append_features(const OpQuery& q, const MachineFingerprint& m, std::vector<
       }
     }
   }
+  return floor_ns;
 }
 
 }  // namespace tessera::perfmodel

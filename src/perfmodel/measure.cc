@@ -20,15 +20,26 @@
 namespace tessera::perfmodel {
 namespace {
 
+// Fixed-seed uniform values in [-scale, scale).
+std::vector<float> random_values(uint64_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
 StatusOr<Tensor> device_tensor(Device& device, std::vector<uint32_t> dims, DataType dtype, Layout layout,
                                BufferType buffer, uint32_t seed) {
   Shape shape{std::span<const uint32_t>(dims)};
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(shape.volume());
-  for (float& x : v) x = u(rng);
-  TS_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(v, shape, dtype, layout));
+  TS_ASSIGN_OR_RETURN(Tensor host,
+                      Tensor::from_vector(random_values(shape.volume(), seed, 1.0f), shape, dtype, layout));
   return to_device(host, device, buffer == BufferType::L1 ? L1_MEMORY_CONFIG : DRAM_MEMORY_CONFIG);
+}
+
+// Host float32 weights of `shape` in [-0.1, 0.1), as prepared weights start.
+StatusOr<Tensor> host_weights(const Shape& shape) {
+  return Tensor::from_vector(random_values(shape.volume(), 5, 0.1f), shape, DataType::FLOAT32);
 }
 
 StatusOr<Tensor> input_tensor(Device& device, const OpQuery& q, size_t i) {
@@ -59,6 +70,11 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
   const auto& s = q.inputs[0].logical_shape;
   auto dtype_arg = [&](std::string_view name) { return parse_dtype_word(q.word(name)).value_or(q.inputs[0].dtype); };
   auto drop = [](auto result) -> Status { return result.status(); };
+  auto conv_config = [&] {  // the weights and output dtypes; block-float outputs are tiles
+    Conv2dConfig c{.weights_dtype = dtype_arg("weights_dtype"), .dtype = dtype_arg("dtype")};
+    if (is_block_float(*c.dtype)) c.output_layout = Layout::TILE;
+    return c;
+  };
   const std::string& op = q.op;
   if (op == "conv2d") {
     Conv2dParams p{.batch_size = s[0],
@@ -74,17 +90,10 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
                    .groups = u32(q.num("groups"))};
     TS_ASSIGN_OR_RETURN(p.activation, activation(q.word("activation")));
     TS_RETURN_IF_ERROR(p.validate());
-    Conv2dConfig config{.weights_dtype = dtype_arg("weights_dtype"), .dtype = dtype_arg("dtype")};
-    if (is_block_float(*config.dtype)) config.output_layout = Layout::TILE;
+    Conv2dConfig config = conv_config();
     config.compute_config.math_fidelity = parse_math_fidelity(q.word("math_fidelity")).value_or(MathFidelity::HiFi4);
-    std::vector<float> w(uint64_t{p.out_channels} * (p.in_channels / p.groups) * p.kernel_size[0] * p.kernel_size[1]);
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
-    for (float& x : w) x = u(rng);
-    TS_ASSIGN_OR_RETURN(
-        Tensor weight,
-        Tensor::from_vector(w, Shape{p.out_channels, p.in_channels / p.groups, p.kernel_size[0], p.kernel_size[1]},
-                            DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(Tensor weight, host_weights(Shape{p.out_channels, p.in_channels / p.groups, p.kernel_size[0],
+                                                          p.kernel_size[1]}));
     TS_ASSIGN_OR_RETURN(Tensor bias, Tensor::from_vector(std::vector<float>(p.out_channels, 0.01f),
                                                          Shape{p.out_channels}, DataType::FLOAT32));
     if (q.num("residual") != 0) {  // a skip connection of the output's shape, added by the kernel
@@ -104,7 +113,10 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
         [x = in[0], prepared, p, config] { return conv2d(x, *prepared, p, config).status(); });
   }
   if (op == "conv_transpose2d") {
-    ConvTranspose2dParams p{.batch_size = s[0], .input_height = s[2], .input_width = s[3], .in_channels = s[1],
+    ConvTranspose2dParams p{.batch_size = s[0],
+                            .input_height = s[2],
+                            .input_width = s[3],
+                            .in_channels = s[1],
                             .out_channels = u32(q.num("out_channels")),
                             .kernel_size = {u32(q.num("kernel_size", 0)), u32(q.num("kernel_size", 1))},
                             .stride = {u32(q.num("stride", 0)), u32(q.num("stride", 1))},
@@ -114,15 +126,10 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
                             .groups = u32(q.num("groups"))};
     TS_ASSIGN_OR_RETURN(p.activation, activation(q.word("activation")));
     TS_RETURN_IF_ERROR(p.validate());
-    Conv2dConfig config{.weights_dtype = dtype_arg("weights_dtype"), .dtype = dtype_arg("dtype")};
-    if (is_block_float(*config.dtype)) config.output_layout = Layout::TILE;
+    const Conv2dConfig config = conv_config();
     // PyTorch's layout: (in_channels, out_channels / groups, kh, kw).
-    const Shape shape{p.in_channels, p.out_channels / p.groups, p.kernel_size[0], p.kernel_size[1]};
-    std::vector<float> w(shape.volume());
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
-    for (float& x : w) x = u(rng);
-    TS_ASSIGN_OR_RETURN(Tensor weight, Tensor::from_vector(w, shape, DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(Tensor weight, host_weights(Shape{p.in_channels, p.out_channels / p.groups, p.kernel_size[0],
+                                                          p.kernel_size[1]}));
     TS_ASSIGN_OR_RETURN(Conv2dResult first, conv_transpose2d(in[0], weight, std::nullopt, p, config));
     auto prepared = std::make_shared<PreparedConv2dWeights>(first.weights);
     return std::function<Status()>(

@@ -209,12 +209,12 @@ StatusOr<double> Predictor::predict(const OpQuery& q) const {
     if (m.family != family) continue;
     thread_local std::vector<float> x;
     x.clear();
-    append_features(q, machine_, x);
+    const double floor_ns = append_features(q, machine_, x);
     if (x.size() != m.feature_names.size())
       return internal_error("predictor: {} features for family {}, the model has {}", x.size(), family,
                             m.feature_names.size());
     const double ns = std::exp(m.forest.eval(x.data()));
-    return std::max(ns, roofline_floor_ns(q, op_cost(q), machine_));
+    return std::max(ns, floor_ns);
   }
   return not_found_error(
       "predictor: no model for op family '{}' (op {}); sweep it (tessera sweep --ops ...) and "

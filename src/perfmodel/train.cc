@@ -175,9 +175,8 @@ StatusOr<TrainReport> train_predictor(Dataset& dataset, const TrainOptions& opti
     if (!q.ok()) continue;  // an op this Tessera no longer knows
     std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
     Rows& r = by_family[std::string(find_op(q->op)->family)][split_of(query)];
-    append_features(*q, report.machine, r.x);
+    r.floor_ns.push_back(append_features(*q, report.machine, r.x));
     r.y.push_back(static_cast<float>(std::log(t[t.size() / 2])));
-    r.floor_ns.push_back(roofline_floor_ns(*q, op_cost(*q), report.machine));
     r.repeat_error.push_back(repeat[query]);
     r.op.push_back(q->op);
   }

@@ -54,9 +54,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (q.ok()) {
     const MachineFingerprint m = this_machine(2);
     std::vector<float> x;
-    append_features(*q, m, x);
+    const double floor_ns = append_features(*q, m, x);
     if (x.size() != feature_names(find_op(q->op)->family).size()) std::abort();
-    (void)roofline_floor_ns(*q, op_cost(*q), m);
+    if (!(floor_ns > 0) || floor_ns != roofline_floor_ns(*q, op_cost(*q), m)) std::abort();
     auto again = parse_op_query(to_json(*q));
     if (!again.ok() || !(*again == *q)) std::abort();
   }

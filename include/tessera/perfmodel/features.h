@@ -36,7 +36,8 @@ OpCost op_cost(const OpQuery& q);
 double roofline_floor_ns(const OpQuery& q, const OpCost& c, const MachineFingerprint& m);
 
 std::vector<std::string> feature_names(std::string_view family);
-// Appends the query's features in its family's layout.
-void append_features(const OpQuery& q, const MachineFingerprint& m, std::vector<float>& out);
+// Appends the query's features in its family's layout; returns its
+// roofline_floor_ns, which the features are computed from.
+double append_features(const OpQuery& q, const MachineFingerprint& m, std::vector<float>& out);
 
 }  // namespace tessera::perfmodel
