@@ -1,6 +1,7 @@
 #include "tessera/perfmodel/measure.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <functional>
 #include <random>
@@ -75,6 +76,7 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
     if (is_block_float(*c.dtype)) c.output_layout = Layout::TILE;
     return c;
   };
+  auto two = [&](std::string_view arg) { return std::array<uint32_t, 2>{u32(q.num(arg, 0)), u32(q.num(arg, 1))}; };
   const std::string& op = q.op;
   if (op == "conv2d") {
     Conv2dParams p{.batch_size = s[0],
@@ -82,11 +84,11 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
                    .input_width = s[3],
                    .in_channels = s[1],
                    .out_channels = u32(q.num("out_channels")),
-                   .kernel_size = {u32(q.num("kernel_size", 0)), u32(q.num("kernel_size", 1))},
-                   .stride = {u32(q.num("stride", 0)), u32(q.num("stride", 1))},
+                   .kernel_size = two("kernel_size"),
+                   .stride = two("stride"),
                    .padding = {u32(q.num("padding", 0)), u32(q.num("padding", 1)), u32(q.num("padding", 2)),
                                u32(q.num("padding", 3))},
-                   .dilation = {u32(q.num("dilation", 0)), u32(q.num("dilation", 1))},
+                   .dilation = two("dilation"),
                    .groups = u32(q.num("groups"))};
     TS_ASSIGN_OR_RETURN(p.activation, activation(q.word("activation")));
     TS_RETURN_IF_ERROR(p.validate());
@@ -118,11 +120,11 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
                             .input_width = s[3],
                             .in_channels = s[1],
                             .out_channels = u32(q.num("out_channels")),
-                            .kernel_size = {u32(q.num("kernel_size", 0)), u32(q.num("kernel_size", 1))},
-                            .stride = {u32(q.num("stride", 0)), u32(q.num("stride", 1))},
-                            .padding = {u32(q.num("padding", 0)), u32(q.num("padding", 1))},
-                            .output_padding = {u32(q.num("output_padding", 0)), u32(q.num("output_padding", 1))},
-                            .dilation = {u32(q.num("dilation", 0)), u32(q.num("dilation", 1))},
+                            .kernel_size = two("kernel_size"),
+                            .stride = two("stride"),
+                            .padding = two("padding"),
+                            .output_padding = two("output_padding"),
+                            .dilation = two("dilation"),
                             .groups = u32(q.num("groups"))};
     TS_ASSIGN_OR_RETURN(p.activation, activation(q.word("activation")));
     TS_RETURN_IF_ERROR(p.validate());
@@ -179,10 +181,10 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
                    .input_height = s[2],
                    .input_width = s[3],
                    .channels = s[1],
-                   .kernel_size = {u32(q.num("kernel_size", 0)), u32(q.num("kernel_size", 1))},
-                   .stride = {u32(q.num("stride", 0)), u32(q.num("stride", 1))},
-                   .padding = {u32(q.num("padding", 0)), u32(q.num("padding", 1))},
-                   .dilation = {u32(q.num("dilation", 0)), u32(q.num("dilation", 1))},
+                   .kernel_size = two("kernel_size"),
+                   .stride = two("stride"),
+                   .padding = two("padding"),
+                   .dilation = two("dilation"),
                    .ceil_mode = q.num("ceil_mode") != 0};
     const bool max = op == "max_pool2d";
     return std::function<Status()>(
