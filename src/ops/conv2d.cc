@@ -1,5 +1,4 @@
 #include "tessera/ops/conv2d.h"
-#include "tessera/ops/conv2d_weights.h"
 
 #include <optional>
 
@@ -11,6 +10,7 @@
 #include "tessera/base/cpu_features.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/ops/conv2d_l1.h"
+#include "tessera/ops/conv2d_weights.h"
 #include "tessera/ops/conv_transpose2d.h"
 #include "tessera/ops/data_movement.h"
 #include "tessera/ops/eltwise.h"
@@ -46,9 +46,10 @@ struct WeightMatrix {
 
 StatusOr<Tensor> conv2d_weight_tiles(std::span<const float> weight, const Shape& dims, DataType wt) {
   if (dims.rank() != 4 || weight.size() != dims.volume() || !is_block_float(wt))
-    return invalid_argument_error("conv2d_weight_tiles: expected (out, in/groups, kh, kw) weights and a block-float "
-                                  "dtype, found {} values of {} in {}",
-                                  weight.size(), dims.to_string(), data_type_name(wt));
+    return invalid_argument_error(
+        "conv2d_weight_tiles: expected (out, in/groups, kh, kw) weights and a block-float "
+        "dtype, found {} values of {} in {}",
+        weight.size(), dims.to_string(), data_type_name(wt));
   const WeightMatrix w(dims);
   std::vector<float> m(weight.size());
   w.each([&](uint64_t at, uint64_t mat) { m[mat] = weight[at]; });
@@ -583,12 +584,35 @@ Conv2dConfig explained_config(const Tensor& input, const Conv2dConfig& config) {
   return k;
 }
 
+// What explain_* and *_algorithms describe: the problem of a call with
+// these arguments (the explained call) and how its kernel was chosen.
+struct Explained {
+  Problem problem;
+  conv::ConvSelection selection;
+};
+
+template <class Params>
+StatusOr<Explained> explained_problem(const Tensor& input, const Params& p, const Conv2dConfig& config,
+                                      const Conv2dResidual* residual, const TensorSpec* whole) {
+  Explained e;
+  TS_ASSIGN_OR_RETURN(e.problem, conv::make_problem(input, p, config, residual, whole, &e.selection));
+  return e;
+}
+
+StatusOr<std::vector<std::string>> runnable(const StatusOr<Explained>& e) {
+  if (!e.ok()) return e.status();
+  std::vector<std::string> names;
+  for (conv::ConvAlgorithm a : e->selection.runnable)
+    names.emplace_back(conv::conv_algorithm_name(a));
+  return names;
+}
+
 template <class Params>
 StatusOr<std::string> explain_problem(const Tensor& input, const Params& p, const Conv2dConfig& config,
                                       const Conv2dResidual* residual, const TensorSpec* whole) {
-  conv::ConvSelection s;
-  TS_ASSIGN_OR_RETURN(const Problem pr, conv::make_problem(input, p, config, residual, whole, &s));
-  const std::string why = conv::explain(s);
+  TS_ASSIGN_OR_RETURN(const Explained e, explained_problem(input, p, config, residual, whole));
+  const Problem& pr = e.problem;
+  const std::string why = conv::explain(e.selection);
   const size_t first_line = why.find('\n');
   return fmt::format("{} for {}:{}->{}{}", why.substr(0, first_line), pr.g.descriptor, short_dtype_name(pr.input.dtype),
                      short_dtype_name(pr.output.dtype), first_line == std::string::npos ? "" : why.substr(first_line));
@@ -596,31 +620,80 @@ StatusOr<std::string> explain_problem(const Tensor& input, const Params& p, cons
 
 }  // namespace
 
-StatusOr<std::string> explain_conv2d(const Tensor& input, const Conv2dParams& p, const Conv2dConfig& config,
-                                     const Conv2dResidual* residual) {
+namespace {
+
+// The explained call's problem (explained_config) for conv2d's and
+// conv2d_concat's arguments, handed to `what` (explain_problem or the
+// runnable list).
+template <class What>
+auto conv2d_call(const Tensor& input, const Conv2dParams& p, const Conv2dConfig& config, const Conv2dResidual* residual,
+                 What what) -> decltype(what(input, config, residual, nullptr)) {
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "conv2d"));
   if (residual && !residual_fuses(input, p, *residual, config)) residual = nullptr;  // a separate add follows
-  return explain_problem(input, p, explained_config(input, config), residual, nullptr);
+  return what(input, explained_config(input, config), residual, nullptr);
 }
 
-StatusOr<std::string> explain_conv2d_concat(std::span<const Tensor> inputs, const Conv2dParams& p,
-                                            const Conv2dConfig& config) {
+template <class What>
+auto concat_call(std::span<const Tensor> inputs, const Conv2dParams& p, const Conv2dConfig& config, What what)
+    -> decltype(what(inputs[0], config, nullptr, nullptr)) {
   TS_ASSIGN_OR_RETURN(std::optional<FusedConcat> f, plan_concat(inputs, p, config));
-  if (f) return explain_problem(inputs[0], p, f->kernel, nullptr, &f->whole);
-  if (inputs.size() == 1) return explain_conv2d(inputs[0], p, config);
+  if (f) return what(inputs[0], f->kernel, nullptr, &f->whole);
+  if (inputs.size() == 1) return conv2d_call(inputs[0], p, config, nullptr, what);
   // Concatenated first: the conv reads the whole rows.
   const Tensor& first = inputs[0];
   std::vector<uint32_t> dims(first.shape().dims().begin(), first.shape().dims().end());
   dims.back() = p.in_channels;
   const TensorSpec whole{Shape(std::span<const uint32_t>(dims)), first.dtype(), Layout::ROW_MAJOR,
                          first.memory_config()};
-  return explain_problem(first, p, explained_config(first, config), nullptr, &whole);
+  return what(first, explained_config(first, config), nullptr, &whole);
+}
+
+template <class Params>
+auto explain_with(const Params& p) {
+  return [&p](const Tensor& x, const Conv2dConfig& c, const Conv2dResidual* r, const TensorSpec* whole) {
+    return explain_problem(x, p, c, r, whole);
+  };
+}
+template <class Params>
+auto list_with(const Params& p) {
+  return [&p](const Tensor& x, Conv2dConfig c, const Conv2dResidual* r, const TensorSpec* whole) {
+    c.algorithm.clear();  // what the selection would weigh, not the named one
+    return runnable(explained_problem(x, p, c, r, whole));
+  };
+}
+
+}  // namespace
+
+StatusOr<std::string> explain_conv2d(const Tensor& input, const Conv2dParams& p, const Conv2dConfig& config,
+                                     const Conv2dResidual* residual) {
+  return conv2d_call(input, p, config, residual, explain_with(p));
+}
+
+StatusOr<std::string> explain_conv2d_concat(std::span<const Tensor> inputs, const Conv2dParams& p,
+                                            const Conv2dConfig& config) {
+  return concat_call(inputs, p, config, explain_with(p));
 }
 
 StatusOr<std::string> explain_conv_transpose2d(const Tensor& input, const ConvTranspose2dParams& p,
                                                const Conv2dConfig& config) {
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "conv_transpose2d"));
-  return explain_problem(input, p, explained_config(input, config), nullptr, nullptr);
+  return explain_with(p)(input, explained_config(input, config), nullptr, nullptr);
+}
+
+StatusOr<std::vector<std::string>> conv2d_algorithms(const Tensor& input, const Conv2dParams& p,
+                                                     const Conv2dConfig& config, const Conv2dResidual* residual) {
+  return conv2d_call(input, p, config, residual, list_with(p));
+}
+
+StatusOr<std::vector<std::string>> conv2d_concat_algorithms(std::span<const Tensor> inputs, const Conv2dParams& p,
+                                                            const Conv2dConfig& config) {
+  return concat_call(inputs, p, config, list_with(p));
+}
+
+StatusOr<std::vector<std::string>> conv_transpose2d_algorithms(const Tensor& input, const ConvTranspose2dParams& p,
+                                                               const Conv2dConfig& config) {
+  TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "conv_transpose2d"));
+  return list_with(p)(input, explained_config(input, config), nullptr, nullptr);
 }
 
 std::string_view conv2d_slice_type_name(Conv2dSliceType t) {

@@ -89,6 +89,13 @@ struct Conv2dConfig {
   bool config_tensors_in_dram = false;  // kept for the original's configs; no effect on the CPU
   std::optional<Conv2dSliceConfig> slice_config;
   DeviceComputeKernelConfig compute_config;  // see compute_config.h
+  // The kernel to run, by name (conv2d_algorithms lists the ones that can
+  // run a problem); empty: conv2d's selection chooses (src/ops/conv/select.h,
+  // an ordered candidate list with measured thresholds). A Tessera knob the
+  // original lacks: the compiler's --select measured|predicted sets it per
+  // conv. conv2d fails with INVALID_ARGUMENT when the named kernel cannot
+  // run the problem.
+  std::string algorithm;
 
   // INVALID_ARGUMENT with the original's messages for contradictory knobs.
   Status validate() const;
@@ -183,6 +190,18 @@ StatusOr<std::string> explain_conv2d(const Tensor& input, const Conv2dParams& pa
                                      const Conv2dResidual* residual = nullptr);
 StatusOr<std::string> explain_conv2d_concat(std::span<const Tensor> inputs, const Conv2dParams& params,
                                             const Conv2dConfig& config = {});
+
+// The kernels that can run this call (the names Conv2dConfig::algorithm
+// takes): the one conv2d's selection chooses first, then the others the
+// selection declined only by a measured threshold, in its candidate order.
+// A named config.algorithm is ignored here. Errors: conv2d's for the same
+// arguments.
+StatusOr<std::vector<std::string>> conv2d_algorithms(const Tensor& input, const Conv2dParams& params,
+                                                     const Conv2dConfig& config = {},
+                                                     const Conv2dResidual* residual = nullptr);
+StatusOr<std::vector<std::string>> conv2d_concat_algorithms(std::span<const Tensor> inputs,
+                                                            const Conv2dParams& params,
+                                                            const Conv2dConfig& config = {});
 
 // The weights as the device computes with them: `weight` rounded to
 // `weights_dtype` the way preparation rounds it (and to bfloat16 when the

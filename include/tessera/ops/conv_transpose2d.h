@@ -58,6 +58,11 @@ StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const PreparedConv2
 StatusOr<std::string> explain_conv_transpose2d(const Tensor& input, const ConvTranspose2dParams& params,
                                                const Conv2dConfig& config = {});
 
+// As conv2d_algorithms (conv2d.h): the kernels that can run this call.
+StatusOr<std::vector<std::string>> conv_transpose2d_algorithms(const Tensor& input,
+                                                               const ConvTranspose2dParams& params,
+                                                               const Conv2dConfig& config = {});
+
 // As conv2d_rounds_input_to_bfloat16 (conv2d.h): kernels that equal their
 // stride, at LoFi on CPUs with AMX.
 bool conv_transpose2d_rounds_input_to_bfloat16(const ConvTranspose2dParams& params, const Conv2dConfig& config);

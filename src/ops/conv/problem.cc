@@ -136,9 +136,17 @@ StatusOr<Problem> problem(const Tensor& input_tensor, const Params& p, const Con
   }
   pr.fidelity = config.compute_config.math_fidelity;
   pr.residual = residual;
-  const ConvSelection chosen = select_conv_algorithm(pr, device, /*explain=*/selection != nullptr);
+  ConvSelection chosen;
+  if (config.algorithm.empty()) {
+    chosen = select_conv_algorithm(pr, device, /*explain=*/selection != nullptr);
+  } else {
+    TS_ASSIGN_OR_RETURN(chosen, select_named_conv_algorithm(pr, device, config.algorithm));
+  }
   pr.algorithm = chosen.algorithm;
-  if (selection) *selection = chosen;
+  if (selection) {
+    *selection = chosen;
+    selection->runnable = runnable_conv_algorithms(pr, device);
+  }
   // The keys name the algorithm: programs and packed weights serve only it.
   if (pr.winograd()) {
     pr.key += ":wino";
@@ -181,6 +189,9 @@ StatusOr<Problem> problem(const Tensor& input_tensor, const Params& p, const Con
     default:
       break;
   }
+  // A named algorithm may be one the selection never picks for this
+  // problem: its keys name it whatever the suffix above says.
+  if (chosen.forced) suffix += fmt::format(":as_{}", conv_algorithm_name(pr.algorithm));
   pr.key += suffix;
   pr.weights_key += suffix;
   return pr;

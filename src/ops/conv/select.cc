@@ -12,9 +12,18 @@ namespace tessera::conv {
 
 namespace {
 
-// nullptr: the candidate applies; otherwise why it declines.
-using Reason = const char*;
-constexpr Reason kApplies = nullptr;
+// Why a candidate declines a problem, or nothing when it applies. A limit
+// is what the kernel cannot run; a tuned decline is a measured preference
+// (a threshold of tuning.inc): the kernel can run the problem, and a
+// selection that ranks by prediction or measurement may still choose it.
+struct Reason {
+  const char* text = nullptr;
+  bool tuned = false;
+  explicit operator bool() const { return text != nullptr; }
+};
+constexpr Reason kApplies{};
+constexpr Reason limit(const char* why) { return {why, false}; }
+constexpr Reason tuned(const char* why) { return {why, true}; }
 
 bool is_1x1_unpadded(const Geometry& g) {
   return g.kh == 1 && g.kw == 1 && g.pad_t == 0 && g.pad_b == 0 && g.pad_l == 0 && g.pad_r == 0;
@@ -36,20 +45,21 @@ bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t k
 // MobileNetV2's layers); float32 stays on oneDNN's, 1.2-2x faster there.
 Reason depthwise(const Problem& pr, const Device&, const ConvTuning& t) {
   const Geometry& g = pr.g;
-  if (g.transposed) return "transposed";
-  if (g.groups != g.cin || g.cout != g.cin || g.groups < 2) return "not depthwise (groups == in == out channels)";
+  if (g.transposed) return limit("transposed");
+  if (g.groups != g.cin || g.cout != g.cin || g.groups < 2)
+    return limit("not depthwise (groups == in == out channels)");
   if (kernel_isa() == KernelIsa::kAvx2) {
-    if (!is_row_dtype(pr.input.dtype) || !is_row_dtype(pr.output.dtype)) return "rows not float32 / bfloat16";
+    if (!is_row_dtype(pr.input.dtype) || !is_row_dtype(pr.output.dtype)) return limit("rows not float32 / bfloat16");
     if (pr.input.dtype != DataType::BFLOAT16 && pr.output.dtype != DataType::BFLOAT16)
-      return "float32 rows on AVX2 (oneDNN's kernel is faster)";
+      return tuned("float32 rows on AVX2 (oneDNN's kernel is faster)");
     return kApplies;
   }
-  if (kernel_isa() != KernelIsa::kAvx512) return "needs AVX2 or AVX-512 kernels";
+  if (kernel_isa() != KernelIsa::kAvx512) return limit("needs AVX2 or AVX-512 kernels");
   if (pr.compute != DataType::FLOAT32 && pr.compute != DataType::BFLOAT16)
-    return "computes in neither float32 nor bfloat16";
+    return limit("computes in neither float32 nor bfloat16");
   const bool direct_stride1 = g.kw == 3 && g.dw == 1 && g.dh == 1 && g.sw == 1;
   if (!direct_stride1 && g.oh * g.ow > t.depthwise_max_pixels)
-    return "not 3 wide with stride 1, and the output is over depthwise_max_pixels";
+    return tuned("not 3 wide with stride 1, and the output is over depthwise_max_pixels");
   return kApplies;
 }
 
@@ -61,13 +71,14 @@ Reason depthwise(const Problem& pr, const Device&, const ConvTuning& t) {
 // and there also for bfloat16 rows (these CPUs compute them in float32).
 Reason winograd(const Problem& pr, const ConvTuning& t) {
   const Geometry& g = pr.g;
-  if (pr.fidelity == MathFidelity::HiFi4) return "math fidelity HiFi4 (Winograd rounds)";
-  if (g.cin < t.winograd_min_cin) return "fewer input channels than winograd_min_cin";
+  if (pr.fidelity == MathFidelity::HiFi4) return limit("math fidelity HiFi4 (Winograd rounds)");
+  if (g.cin < t.winograd_min_cin) return tuned("fewer input channels than winograd_min_cin");
   if (pr.compute != DataType::FLOAT32 && !(pr.compute == DataType::BFLOAT16 && kernel_isa() == KernelIsa::kAvx2))
-    return "computes in bfloat16";
+    return limit("computes in bfloat16");
   if (g.transposed || g.groups != 1 || g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.dh != 1 || g.dw != 1)
-    return "not a 3x3 stride-1 conv without groups or dilation";
-  if (pr.residual && kernel_isa() != KernelIsa::kAvx2) return "a fused residual (oneDNN's Winograd has no sum post-op)";
+    return limit("not a 3x3 stride-1 conv without groups or dilation");
+  if (pr.residual && kernel_isa() != KernelIsa::kAvx2)
+    return limit("a fused residual (oneDNN's Winograd has no sum post-op)");
   return kApplies;
 }
 
@@ -79,27 +90,29 @@ Reason winograd(const Problem& pr, const ConvTuning& t) {
 // 51-125 GFLOP/s per layer.
 Reason direct_avx2(const Problem& pr, const Device&, const ConvTuning&) {
   const Geometry& g = pr.g;
-  if (kernel_isa() != KernelIsa::kAvx2) return "for AVX2-only CPUs";
-  if (pr.output.layout != Layout::ROW_MAJOR) return "a tile output";
+  if (kernel_isa() != KernelIsa::kAvx2) return limit("for AVX2-only CPUs");
+  if (pr.output.layout != Layout::ROW_MAJOR) return limit("a tile output");
   if (!direct_avx2_shape(g.transposed, g.groups, g.kh, g.kw, g.cin, pr.compute, pr.output.dtype))
-    return "transposed, grouped, 1x1 (oneDNN's jit_1x1 is faster), over 7x7, under 16 input channels, or not "
-           "float32 / bfloat16 rows";
+    return limit(
+        "transposed, grouped, 1x1 (oneDNN's jit_1x1 is faster), over 7x7, under 16 input channels, or not "
+        "float32 / bfloat16 rows");
   return kApplies;
 }
 
 Reason winograd_avx2(const Problem& pr, const Device& d, const ConvTuning& t) {
-  if (Reason r = winograd(pr, t)) return r;
-  return direct_avx2(pr, d, t);
+  const Reason w = winograd(pr, t), direct = direct_avx2(pr, d, t);
+  if (direct && !direct.tuned) return direct;  // a limit outranks a tuned decline
+  return w ? w : direct;
 }
 
 // Upconvs whose kernel equals their stride on AVX2: oneDNN's gemm ran their
 // batched matmul rows at 50-85 GFLOP/s on the UNet's maps.
 Reason patch_avx2(const Problem& pr, const Device&, const ConvTuning&) {
-  if (kernel_isa() != KernelIsa::kAvx2) return "for AVX2-only CPUs";
-  if (pr.output.layout != Layout::ROW_MAJOR) return "a tile output";
-  if (pr.residual) return "a fused residual";
-  if (!patch_shape(pr.g)) return "not a transposed conv with kernel == stride";
-  if (!is_row_dtype(pr.compute) || !is_row_dtype(pr.output.dtype)) return "rows not float32 / bfloat16";
+  if (kernel_isa() != KernelIsa::kAvx2) return limit("for AVX2-only CPUs");
+  if (pr.output.layout != Layout::ROW_MAJOR) return limit("a tile output");
+  if (pr.residual) return limit("a fused residual");
+  if (!patch_shape(pr.g)) return limit("not a transposed conv with kernel == stride");
+  if (!is_row_dtype(pr.compute) || !is_row_dtype(pr.output.dtype)) return limit("rows not float32 / bfloat16");
   return kApplies;
 }
 
@@ -108,14 +121,14 @@ Reason patch_avx2(const Problem& pr, const Device&, const ConvTuning&) {
 // least; the UNet's 32 -> 1 head took 4.0 ms on oneDNN's brgconv_1x1.
 Reason narrow_avx512(const Problem& pr, const Device&, const ConvTuning&) {
   const Geometry& g = pr.g;
-  if (kernel_isa() != KernelIsa::kAvx512) return "needs AVX-512 kernels";
-  if (pr.output.layout != Layout::ROW_MAJOR) return "a tile output";
-  if (g.transposed || g.groups != 1) return "transposed or grouped";
-  if (!is_1x1_unpadded(g) || g.sh != 1 || g.sw != 1) return "not a 1x1 stride-1 conv without padding";
-  if (g.cout > cpu::avx512::kNarrowMaxCout) return "more output channels than kNarrowMaxCout";
+  if (kernel_isa() != KernelIsa::kAvx512) return limit("needs AVX-512 kernels");
+  if (pr.output.layout != Layout::ROW_MAJOR) return limit("a tile output");
+  if (g.transposed || g.groups != 1) return limit("transposed or grouped");
+  if (!is_1x1_unpadded(g) || g.sh != 1 || g.sw != 1) return limit("not a 1x1 stride-1 conv without padding");
+  if (g.cout > cpu::avx512::kNarrowMaxCout) return limit("more output channels than kNarrowMaxCout");
   if (!is_row_dtype(pr.compute) || !is_row_dtype(pr.output.dtype) ||
       (pr.residual && !is_row_dtype(pr.residual->tensor.dtype())))
-    return "rows not float32 / bfloat16";
+    return limit("rows not float32 / bfloat16");
   return kApplies;
 }
 
@@ -131,18 +144,19 @@ Reason onednn_winograd(const Problem& pr, const Device&, const ConvTuning& t) { 
 // larger outputs (each output costs few FMAs beside its residual read).
 Reason direct_avx512(const Problem& pr, const Device&, const ConvTuning& t) {
   const Geometry& g = pr.g;
-  if (kernel_isa() != KernelIsa::kAvx512) return "needs AVX-512 kernels";
-  if (pr.output.layout != Layout::ROW_MAJOR) return "a tile output";
-  if (g.transposed || g.groups != 1) return "transposed or grouped";
-  if (!is_1x1_unpadded(g) && (g.kh > 7 || g.kw > 7 || uint64_t{g.oh} * g.ow > t.direct512_max_map_pixels))
-    return "not 1x1 unpadded, and the map is over direct512_max_map_pixels (or the kernel over 7x7)";
+  if (kernel_isa() != KernelIsa::kAvx512) return limit("needs AVX-512 kernels");
+  if (pr.output.layout != Layout::ROW_MAJOR) return limit("a tile output");
+  if (g.transposed || g.groups != 1) return limit("transposed or grouped");
+  if (g.kh > 7 || g.kw > 7) return limit("a kernel over 7x7");
   if (pr.compute != DataType::FLOAT32 || pr.output.dtype != DataType::FLOAT32 ||
       (pr.residual && pr.residual->tensor.dtype() != DataType::FLOAT32))
-    return "not float32";
+    return limit("not float32");
+  if (!is_1x1_unpadded(g) && uint64_t{g.oh} * g.ow > t.direct512_max_map_pixels)
+    return tuned("not 1x1 unpadded, and the map is over direct512_max_map_pixels");
   const bool residual_1x1 = pr.residual && g.kh == 1 && g.kw == 1 && g.cin <= t.direct512_residual_max_cin;
   if (uint64_t{g.n} * g.oh * g.ow > (residual_1x1 ? t.direct512_max_residual_pixels : t.direct512_max_pixels))
-    return "the output is over direct512_max_pixels (direct512_max_residual_pixels with a 1x1 residual)";
-  if (weight_count(g) < t.direct512_min_weights) return "fewer weights than direct512_min_weights (they fit L2)";
+    return tuned("the output is over direct512_max_pixels (direct512_max_residual_pixels with a 1x1 residual)");
+  if (weight_count(g) < t.direct512_min_weights) return tuned("fewer weights than direct512_min_weights (they fit L2)");
   return kApplies;
 }
 
@@ -151,13 +165,13 @@ Reason direct_avx512(const Problem& pr, const Device&, const ConvTuning& t) {
 // 2.54-2.75 against 3.70-3.74 ms on oneDNN's batched matmul.
 Reason patch_avx512(const Problem& pr, const Device&, const ConvTuning& t) {
   const Geometry& g = pr.g;
-  if (kernel_isa() != KernelIsa::kAvx512) return "needs AVX-512 kernels";
-  if (pr.output.layout != Layout::ROW_MAJOR) return "a tile output";
-  if (!patch_shape(g)) return "not a transposed conv with kernel == stride";
-  if (g.cout % 16 != 0) return "output channels not a multiple of 16";
-  if (pr.compute != DataType::FLOAT32 || pr.output.dtype != DataType::FLOAT32) return "not float32";
-  if (pr.residual) return "a fused residual";
-  if (weight_count(g) < t.direct512_min_weights) return "fewer weights than direct512_min_weights";
+  if (kernel_isa() != KernelIsa::kAvx512) return limit("needs AVX-512 kernels");
+  if (pr.output.layout != Layout::ROW_MAJOR) return limit("a tile output");
+  if (!patch_shape(g)) return limit("not a transposed conv with kernel == stride");
+  if (g.cout % 16 != 0) return limit("output channels not a multiple of 16");
+  if (pr.compute != DataType::FLOAT32 || pr.output.dtype != DataType::FLOAT32) return limit("not float32");
+  if (pr.residual) return limit("a fused residual");
+  if (weight_count(g) < t.direct512_min_weights) return tuned("fewer weights than direct512_min_weights");
   return kApplies;
 }
 
@@ -168,16 +182,16 @@ Reason patch_avx512(const Problem& pr, const Device&, const ConvTuning& t) {
 // table's rows3x3_* entries; each was measured layer by layer, alternated.
 Reason rows3x3_avx512(const Problem& pr, const Device&, const ConvTuning& t) {
   const Geometry& g = pr.g;
-  if (kernel_isa() != KernelIsa::kAvx512) return "needs AVX-512 kernels";
-  if (pr.output.layout != Layout::ROW_MAJOR) return "a tile output";
-  if (g.transposed || g.groups != 1) return "transposed or grouped";
-  if (pr.residual) return "a fused residual";
+  if (kernel_isa() != KernelIsa::kAvx512) return limit("needs AVX-512 kernels");
+  if (pr.output.layout != Layout::ROW_MAJOR) return limit("a tile output");
+  if (g.transposed || g.groups != 1) return limit("transposed or grouped");
+  if (pr.residual) return limit("a fused residual");
   if (pr.compute != DataType::FLOAT32 || pr.input.dtype != DataType::FLOAT32 || pr.output.dtype != DataType::FLOAT32)
-    return "not float32";
+    return limit("not float32");
   if (g.kh != 3 || g.kw != 3 || g.sh != 1 || g.sw != 1 || g.dh != 1 || g.dw != 1 || g.pad_t != 1 || g.pad_b != 1 ||
       g.pad_l != 1 || g.pad_r != 1)
-    return "not a 3x3 stride-1 pad-1 conv";
-  if (g.cout % 32 != 0) return "output channels not a multiple of 32";
+    return limit("not a 3x3 stride-1 pad-1 conv");
+  if (g.cout % 32 != 0) return limit("output channels not a multiple of 32");
   const uint64_t pixels = uint64_t{g.oh} * g.ow;
   const uint32_t group = cpu::avx512::rows3x3_group_channels(g.cin, g.cout);
   const bool wide_cin = g.cin >= t.rows3x3_wide_min_cin && g.cin <= t.rows3x3_wide_max_cin;
@@ -191,7 +205,7 @@ Reason rows3x3_avx512(const Problem& pr, const Device&, const ConvTuning& t) {
       group == 32 && ((g.cin > 32 && g.cin <= t.rows3x3_max_cin && pixels >= t.rows3x3_pairs_min_pixels) ||
                       (g.cin >= t.rows3x3_deep_min_cin && g.cin <= t.rows3x3_deep_max_cin &&
                        pixels >= t.rows3x3_deep_min_pixels && pixels <= t.rows3x3_deep_max_pixels));
-  if (!quads && !pairs) return "channels and map outside the rows3x3_* ranges where it was measured faster";
+  if (!quads && !pairs) return tuned("channels and map outside the rows3x3_* ranges where it was measured faster");
   return kApplies;
 }
 
@@ -203,20 +217,20 @@ Reason rows3x3_avx512(const Problem& pr, const Device&, const ConvTuning& t) {
 // of its alignment.
 Reason amx_patch_1x1(const Problem& pr, const Device& device, const ConvTuning& t) {
   const Geometry& g = pr.g;
-  if (!on_amx(pr.kernel)) return "not a bfloat16 kernel on AMX";
-  if (!patch_shape(g)) return "not a transposed conv with kernel == stride";
-  if (g.w > t.amx_patch_max_width) return "input wider than amx_patch_max_width";
-  if (pr.residual || pr.output.layout != Layout::ROW_MAJOR) return "a fused residual or a tile output";
+  if (!on_amx(pr.kernel)) return limit("not a bfloat16 kernel on AMX");
+  if (!patch_shape(g)) return limit("not a transposed conv with kernel == stride");
+  if (g.w > t.amx_patch_max_width) return tuned("input wider than amx_patch_max_width");
+  if (pr.residual || pr.output.layout != Layout::ROW_MAJOR) return limit("a fused residual or a tile output");
   const uint64_t row_bytes = uint64_t{g.kw} * g.cout * element_size(pr.output.dtype);
   if (device.descriptor().num_dram_banks != 1 || row_bytes % device.alignment(BufferType::DRAM) != 0)
-    return "the device's DRAM rows are not dense (banks, alignment)";
+    return limit("the device's DRAM rows are not dense (banks, alignment)");
   return kApplies;
 }
 
 // Upconvs whose kernel equals their stride as a matmul per input row and
 // kernel row: oneDNN's deconvolution ran these at 2-45% of peak.
 Reason patch_matmul(const Problem& pr, const Device&, const ConvTuning&) {
-  if (!patch_shape(pr.g)) return "not a transposed conv with kernel == stride";
+  if (!patch_shape(pr.g)) return limit("not a transposed conv with kernel == stride");
   return kApplies;
 }
 
@@ -227,12 +241,13 @@ Reason patch_matmul(const Problem& pr, const Device&, const ConvTuning&) {
 // (batch 8, standalone; in the model 1.63-1.77 -> 1.28-1.39 ms).
 Reason onednn_padded_cout(const Problem& pr, const Device&, const ConvTuning& t) {
   const Geometry& g = pr.g;
-  if (kernel_isa() != KernelIsa::kAvx512 || cpu::select_float_math().fused == nullptr) return "needs AVX-512 kernels";
-  if (g.transposed || g.groups != 1) return "transposed or grouped";
-  if (!is_1x1_unpadded(g) || g.sh != 1 || g.sw != 1) return "not a 1x1 stride-1 conv without padding";
-  if (pr.kernel != DataType::FLOAT32 || pr.dst_dtype != DataType::FLOAT32) return "not float32";
-  if (g.cout % 16 == 0 || g.cout >= t.padded_cout_max)
-    return "output channels a multiple of 16, or padded_cout_max or more";
+  if (kernel_isa() != KernelIsa::kAvx512 || cpu::select_float_math().fused == nullptr)
+    return limit("needs AVX-512 kernels");
+  if (g.transposed || g.groups != 1) return limit("transposed or grouped");
+  if (!is_1x1_unpadded(g) || g.sh != 1 || g.sw != 1) return limit("not a 1x1 stride-1 conv without padding");
+  if (pr.kernel != DataType::FLOAT32 || pr.dst_dtype != DataType::FLOAT32) return limit("not float32");
+  if (g.cout % 16 == 0) return limit("output channels a multiple of 16 (nothing to pad)");
+  if (g.cout >= t.padded_cout_max) return tuned("padded_cout_max output channels or more");
   return kApplies;
 }
 
@@ -241,11 +256,11 @@ Reason onednn_padded_cout(const Problem& pr, const Device&, const ConvTuning& t)
 // as they store, as oneDNN's post-ops did (its swish-then-sum chain is slow
 // on AMX).
 Reason onednn_f32_rows(const Problem& pr, const Device&, const ConvTuning&) {
-  if (!pr.residual || !is_plain_silu(pr.g.activation)) return "no SiLU with a fused residual";
-  if (kernel_isa() != KernelIsa::kAvx512) return "needs AVX-512 kernels";
+  if (!pr.residual || !is_plain_silu(pr.g.activation)) return limit("no SiLU with a fused residual");
+  if (kernel_isa() != KernelIsa::kAvx512) return limit("needs AVX-512 kernels");
   if (pr.kernel != DataType::BFLOAT16 || pr.dst_dtype != DataType::BFLOAT16 || pr.output.dtype != DataType::BFLOAT16 ||
       pr.output.layout != Layout::ROW_MAJOR || !is_row_dtype(pr.residual->tensor.dtype()))
-    return "not bfloat16 rows on a bfloat16 kernel";
+    return limit("not bfloat16 rows on a bfloat16 kernel");
   return kApplies;
 }
 
@@ -263,7 +278,7 @@ Reason rows_with_one_stride(const Problem& pr, const Device& device) {
   const bool out = stages_densely(uint64_t{g.cout} * element_size(pr.output.dtype));
   const bool res = !pr.residual || stages_densely(uint64_t{g.cout} * element_size(pr.residual->tensor.dtype()));
   if (in && out && res) return kApplies;
-  return "rows under 4 bytes spread over DRAM banks (they cannot be staged densely)";
+  return limit("rows under 4 bytes spread over DRAM banks (they cannot be staged densely)");
 }
 
 struct Candidate {
@@ -283,6 +298,13 @@ constexpr Candidate kCandidates[] = {
     {ConvAlgorithm::kPatchMatmul, patch_matmul},      {ConvAlgorithm::kOnednnPaddedCout, onednn_padded_cout},
     {ConvAlgorithm::kOnednnF32Rows, onednn_f32_rows}, {ConvAlgorithm::kOnednn, onednn},
 };
+
+constexpr bool candidates_in_enum_order() {
+  for (size_t i = 0; i < std::size(kCandidates); ++i)
+    if (kCandidates[i].algorithm != static_cast<ConvAlgorithm>(i)) return false;
+  return true;
+}
+static_assert(candidates_in_enum_order(), "kCandidates lists the algorithms in TS_CONV_ALGORITHMS' order");
 
 constexpr std::string_view kNames[] = {
 #define TS_CONV_NAME(e, name, what) name,
@@ -331,25 +353,75 @@ bool is_onednn(ConvAlgorithm a) {
          a == ConvAlgorithm::kOnednnF32Rows;
 }
 
+namespace {
+Reason verdict(const Candidate& c, const Problem& problem, const Device& device, const ConvTuning& t) {
+  const Reason r = c.applies(problem, device, t);
+  if (r && !r.tuned) return r;
+  if (runs_own_direct_kernel(c.algorithm))
+    if (const Reason stride = rows_with_one_stride(problem, device)) return stride;
+  return r;
+}
+}  // namespace
+
 ConvSelection select_conv_algorithm(const Problem& problem, const Device& device, bool explain) {
   const ConvTuning& t = conv_tuning(kernel_isa());
   ConvSelection s;
   for (const Candidate& c : kCandidates) {
-    Reason r = c.applies(problem, device, t);
-    if (r == kApplies && runs_own_direct_kernel(c.algorithm)) r = rows_with_one_stride(problem, device);
-    if (r == kApplies) {
+    const Reason r = verdict(c, problem, device, t);
+    if (!r) {
       s.algorithm = c.algorithm;
       return s;
     }
-    if (explain) s.declined.push_back({c.algorithm, r});
+    if (explain) s.declined.push_back({c.algorithm, r.text, r.tuned});
   }
   return s;  // unreachable: the last candidate always applies
 }
 
+std::vector<ConvAlgorithm> runnable_conv_algorithms(const Problem& problem, const Device& device) {
+  const ConvTuning& t = conv_tuning(kernel_isa());
+  std::vector<ConvAlgorithm> out{select_conv_algorithm(problem, device).algorithm};
+  for (const Candidate& c : kCandidates) {
+    const Reason r = verdict(c, problem, device, t);
+    if ((!r || r.tuned) && c.algorithm != out.front()) out.push_back(c.algorithm);
+  }
+  return out;
+}
+
+StatusOr<ConvSelection> select_named_conv_algorithm(const Problem& problem, const Device& device,
+                                                    std::string_view name) {
+  const std::optional<ConvAlgorithm> a = parse_conv_algorithm(name);
+  if (!a) {
+    std::string names;
+    for (std::string_view n : kNames) names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
+    return invalid_argument_error("{}: unknown conv algorithm '{}'; expected one of: {}", problem.g.descriptor, name,
+                                  names);
+  }
+  const Candidate& c = kCandidates[static_cast<size_t>(*a)];
+  const Reason r = verdict(c, problem, device, conv_tuning(kernel_isa()));
+  if (r && !r.tuned) {
+    std::string runnable;
+    for (ConvAlgorithm x : runnable_conv_algorithms(problem, device))
+      runnable += fmt::format("{}{}", runnable.empty() ? "" : ", ", conv_algorithm_name(x));
+    return invalid_argument_error("{}: conv algorithm '{}' cannot run this conv ({}); the ones that can: {}",
+                                  problem.g.descriptor, name, r.text, runnable);
+  }
+  ConvSelection s;
+  s.algorithm = *a;
+  s.forced = true;
+  return s;
+}
+
+std::optional<ConvAlgorithm> parse_conv_algorithm(std::string_view name) {
+  for (size_t i = 0; i < std::size(kNames); ++i)
+    if (kNames[i] == name) return static_cast<ConvAlgorithm>(i);
+  return std::nullopt;
+}
+
 std::string explain(const ConvSelection& s) {
   std::string out(conv_algorithm_name(s.algorithm));
+  if (s.forced) out += " (Conv2dConfig::algorithm)";
   for (const ConvDecline& d : s.declined)
-    out += fmt::format("\n  declined {}: {}", conv_algorithm_name(d.algorithm), d.reason);
+    out += fmt::format("\n  declined {}: {}{}", conv_algorithm_name(d.algorithm), d.reason, d.tuned ? " (tuned)" : "");
   return out;
 }
 

@@ -12,16 +12,23 @@
 // (problem.cc's make_problem): execution, weight packing and the program and
 // weights keys. `tessera run --explain` prints each conv's selection.
 //
+// A decline is a limit (the kernel cannot run the problem) or tuned (a
+// threshold says another kernel was measured faster): runnable_conv_algorithms
+// lists the ones a ranking selection (conv2d.h's Conv2dConfig::algorithm,
+// set by the compiler's --select predicted|measured) may choose among.
+//
 // To add an algorithm: one TS_CONV_ALGORITHMS line here, one candidate entry
 // in select.cc at its place in the order, and its kernel in a file of its
 // own (src/ops/conv/README.md walks through one).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tessera/base/status.h"
 #include "tessera/device/device.h"
 #include "tessera/numerics/data_type.h"
 
@@ -64,16 +71,31 @@ struct Problem;
 struct ConvDecline {
   ConvAlgorithm algorithm;
   const char* reason;
+  bool tuned;  // a measured preference (tuning.inc), not a limit of the kernel
 };
 struct ConvSelection {
   ConvAlgorithm algorithm = ConvAlgorithm::kOnednn;
   std::vector<ConvDecline> declined;  // the candidates before it, in order (when explained)
+  bool forced = false;                // named by Conv2dConfig::algorithm
+  // runnable_conv_algorithms of the problem (when explained: make_problem
+  // fills it before the chosen algorithm changes the problem's rows).
+  std::vector<ConvAlgorithm> runnable;
 };
 
 // `problem`: everything but algorithm and cout_padded filled in. With
 // `explain`, the declines are kept too (an eager conv2d call asks without:
 // no allocation).
 ConvSelection select_conv_algorithm(const Problem& problem, const Device& device, bool explain = false);
+// The algorithms that can run `problem`: the selection's choice first, then
+// every later candidate declined only by a tuned threshold, in candidate
+// order. A selection by prediction or measurement ranks these.
+std::vector<ConvAlgorithm> runnable_conv_algorithms(const Problem& problem, const Device& device);
+// The algorithm named `name` (Conv2dConfig::algorithm). INVALID_ARGUMENT for
+// an unknown name (the names listed) or one that cannot run the problem
+// (its reason, and the ones that can).
+StatusOr<ConvSelection> select_named_conv_algorithm(const Problem& problem, const Device& device,
+                                                    std::string_view name);
+std::optional<ConvAlgorithm> parse_conv_algorithm(std::string_view name);
 
 // The algorithm, then one line per candidate before it:
 //   rows3x3_avx512
