@@ -24,23 +24,26 @@ std::string mib(uint64_t b) { return fmt::format("{:.2f} MiB", static_cast<doubl
 }  // namespace
 
 Status compile_command(const CompileRequest& r) {
-  if (!r.output.ends_with(".tsi")) return invalid_argument_error("-o {}: expected a file name ending in .tsi", r.output);
+  if (!r.output.ends_with(".tsi"))
+    return invalid_argument_error("-o {}: expected a file name ending in .tsi", r.output);
   TS_ASSIGN_OR_RETURN(auto device, open_device({.descriptor = r.target,
                                                 .l1_small_size = 16384,
                                                 .trace_region_size = 8 << 20,
                                                 .num_command_queues = 2,
                                                 .worker_threads = r.workers,
                                                 .pin_threads = r.pin}));
-  TS_ASSIGN_OR_RETURN(runtime::CompileOptions copts, compile_options_for(r.options));
+  ModelOptions options = r.options;
+  options.workers = static_cast<uint32_t>(std::max(r.workers, 0));
+  TS_ASSIGN_OR_RETURN(runtime::CompileOptions copts, compile_options_for(options));
   // An image's shapes are fixed: a dynamic dim past the batch needs --shape.
   TS_ASSIGN_OR_RETURN(const std::vector<DeclaredInput> declared, declared_inputs(r.model));
   for (size_t k = 0; k < declared.size(); ++k) {
     const auto& d = declared[k].dims;
     if ((k > 0 || r.options.input_shape.empty()) && std::find(d.begin() + (d.empty() ? 0 : 1), d.end(), -1) != d.end())
-      return invalid_argument_error("input '{}' has dynamic dims {}: an image is compiled for one shape; give it "
-                                    "with --shape{}",
-                                    declared[k].name, graph::dims_to_string(d),
-                                    k > 0 ? " (only the first input's can be given yet)" : "");
+      return invalid_argument_error(
+          "input '{}' has dynamic dims {}: an image is compiled for one shape; give it "
+          "with --shape{}",
+          declared[k].name, graph::dims_to_string(d), k > 0 ? " (only the first input's can be given yet)" : "");
   }
   double import_ms = 0;
   TS_ASSIGN_OR_RETURN(graph::Graph g, import_graph(r.model, r.options, &import_ms));
@@ -52,10 +55,11 @@ Status compile_command(const CompileRequest& r) {
   const image::ImageModel* models[] = {&m};
   TS_RETURN_IF_ERROR(image::write_image(r.output, header, models));
   const auto& rep = m.report;
-  std::printf("compiled '%s' for %s (%s kernels) in %.0f ms (import %.0f ms): %d device ops, %zu host fallback(s), "
-              "%.2f GFLOP per run\n",
-              name.c_str(), header.target.name.c_str(), header.kernel_isa.c_str(), compile_ms, import_ms,
-              rep.device_ops, rep.fallbacks.size(), rep.conv_flops * 1e-9);
+  std::printf(
+      "compiled '%s' for %s (%s kernels) in %.0f ms (import %.0f ms): %d device ops, %zu host fallback(s), "
+      "%.2f GFLOP per run\n",
+      name.c_str(), header.target.name.c_str(), header.kernel_isa.c_str(), compile_ms, import_ms, rep.device_ops,
+      rep.fallbacks.size(), rep.conv_flops * 1e-9);
   for (const auto& f : rep.fallbacks) std::printf("  host fallback: %s\n", f.c_str());
   std::printf("wrote %s: %s\n", r.output.c_str(), mib(std::filesystem::file_size(r.output)).c_str());
   return close_device(*device);
@@ -82,8 +86,8 @@ Status merge_command(const std::vector<std::string>& inputs, const std::string& 
     if (!header) {
       header = h;
     } else if (h.target.name != header->target.name || h.target.emulated != header->target.emulated) {
-      return invalid_argument_error("{} was compiled for {}, {} for {}: the models of an image share one target",
-                                    path, h.target.name, inputs[0], header->target.name);
+      return invalid_argument_error("{} was compiled for {}, {} for {}: the models of an image share one target", path,
+                                    h.target.name, inputs[0], header->target.name);
     }
     weights_before += img->info().weights_bytes;
     for (size_t i = 0; i < img->num_models(); ++i) {
@@ -91,8 +95,8 @@ Status merge_command(const std::vector<std::string>& inputs, const std::string& 
       for (image::PreparedBlob& b : m.prepared) b.owned.assign(b.mapped.begin(), b.mapped.end());  // img closes
       std::string name = m.name;
       for (int k = 2; names.count(name); ++k) name = fmt::format("{}_{}", m.name, k);
-      if (name != m.name) std::printf("%s: model '%s' renamed '%s' (the name was taken)\n", path.c_str(),
-                                      m.name.c_str(), name.c_str());
+      if (name != m.name)
+        std::printf("%s: model '%s' renamed '%s' (the name was taken)\n", path.c_str(), m.name.c_str(), name.c_str());
       m.name = name;
       names.insert(name);
       resident += m.resident_dram_bytes;
@@ -127,10 +131,11 @@ Status merge_command(const std::vector<std::string>& inputs, const std::string& 
   }
   std::printf("%-24s %14s %18s %12s  (of %s per bank)\n", "merged, all loaded", mib(resident).c_str(),
               mib(resident / banks).c_str(), mib(l1).c_str(), mib(t.dram_bank_size).c_str());
-  std::printf("merged %zu model(s) into %s: weights %s in the inputs, %s merged%s; activations come from the same "
-              "device memory for every model, as they run one at a time\n",
-              models.size(), output.c_str(), mib(weights_before).c_str(), mib(merged->info().weights_bytes).c_str(),
-              separate ? " (kept separate)" : " (identical arrays stored once)");
+  std::printf(
+      "merged %zu model(s) into %s: weights %s in the inputs, %s merged%s; activations come from the same "
+      "device memory for every model, as they run one at a time\n",
+      models.size(), output.c_str(), mib(weights_before).c_str(), mib(merged->info().weights_bytes).c_str(),
+      separate ? " (kept separate)" : " (identical arrays stored once)");
   return ok_status();
 }
 

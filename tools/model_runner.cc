@@ -1,11 +1,13 @@
 #include "model_runner.h"
 
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <sstream>
 
 #include "tessera/graph/shape_inference.h"
 #include "tessera/import/onnx.h"
+#include "tessera/perfmodel/conv_choosers.h"
 
 namespace tessera::tools {
 
@@ -40,6 +42,24 @@ StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& option
     if (m.empty() || m.size() > 6 || m.find_first_not_of("0123456789") != std::string::npos || std::stoul(m) == 0)
       return invalid_argument_error("--micro-batch '{}': expected auto, off or a positive number of images", m);
     c.micro_batch = static_cast<uint32_t>(std::stoul(m));
+  }
+  const std::optional<perfmodel::ConvSelect> select = perfmodel::parse_conv_select(options.select);
+  if (!select)
+    return invalid_argument_error("--select '{}': expected heuristic, measured or predicted", options.select);
+  if (*select != perfmodel::ConvSelect::kPredicted && !options.predictor.empty())
+    return invalid_argument_error("--predictor is read by --select predicted only (--select {})", options.select);
+  if (*select == perfmodel::ConvSelect::kMeasured) {
+    c.conv_chooser = perfmodel::measured_conv_chooser(
+        {.cache_path = options.select_cache.empty() ? perfmodel::default_conv_cache_path() : options.select_cache,
+         .workers = options.workers,
+         .verbose = options.select_verbose});
+  } else if (*select == perfmodel::ConvSelect::kPredicted) {
+    if (options.predictor.empty())
+      return invalid_argument_error("--select predicted needs --predictor MODEL.json (tessera train-predictor)");
+    TS_ASSIGN_OR_RETURN(auto predictor, perfmodel::Predictor::load(options.predictor));
+    for (const std::string& w : predictor->warnings())
+      std::fprintf(stderr, "warning: %s: %s\n", options.predictor.c_str(), w.c_str());
+    c.conv_chooser = perfmodel::predicted_conv_chooser(predictor, options.workers);
   }
   return c;
 }
@@ -86,10 +106,12 @@ StatusOr<LoadedModel> load_image_model(const std::string& path, Device& device, 
   if (options.micro_batch != defaults.micro_batch) asked.push_back("--micro-batch " + options.micro_batch);
   if (!options.input_shape.empty()) asked.push_back("--shape " + graph::dims_to_string(options.input_shape));
   if (!options.intermediates.empty()) asked.push_back("--save-intermediates");
+  if (options.select != defaults.select) asked.push_back("--select " + options.select);
   if (!asked.empty())
-    return invalid_argument_error("{} is a compiled image; its compile options are fixed ({} asked for): compile the "
-                                  "model again with them (tessera compile)",
-                                  path, fmt::format("{}", fmt::join(asked, ", ")));
+    return invalid_argument_error(
+        "{} is a compiled image; its compile options are fixed ({} asked for): compile the "
+        "model again with them (tessera compile)",
+        path, fmt::format("{}", fmt::join(asked, ", ")));
   LoadedModel r;
   r.from_image = true;
   auto t0 = std::chrono::steady_clock::now();
@@ -123,13 +145,14 @@ StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const 
   if (is_image_file(path)) return load_image_model(path, device, options);
   TS_ASSIGN_OR_RETURN(runtime::CompileOptions copts, compile_options_for(options));
   if (!options.model_name.empty())
-    return invalid_argument_error("--model {}: {} is an ONNX file with one model (--model picks a model of a "
-                                  "compiled image)",
-                                  options.model_name, path);
+    return invalid_argument_error(
+        "--model {}: {} is an ONNX file with one model (--model picks a model of a "
+        "compiled image)",
+        options.model_name, path);
   LoadedModel r;
   TS_ASSIGN_OR_RETURN(graph::Graph g, import_graph(path, options, &r.import_ms));
-  r.input_shape = Shape(std::span<const uint32_t>(std::vector<uint32_t>(g.value(g.inputs[0]).dims.begin(),
-                                                                        g.value(g.inputs[0]).dims.end())));
+  r.input_shape = Shape(std::span<const uint32_t>(
+      std::vector<uint32_t>(g.value(g.inputs[0]).dims.begin(), g.value(g.inputs[0]).dims.end())));
   const auto t0 = std::chrono::steady_clock::now();
   TS_ASSIGN_OR_RETURN(r.model, runtime::CompiledModel::compile(std::move(g), device, copts));
   r.compile_ms = ms_since(t0);
@@ -141,11 +164,16 @@ StatusOr<cnn::PipelineConfig> parse_pipeline_config(const std::string& text) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item == "trace") c.use_trace = true;
-    else if (item == "notrace") c.use_trace = false;
-    else if (item == "1cq") c.num_command_queues = 1;
-    else if (item == "2cq") c.num_command_queues = 2;
-    else if (item == "io") c.all_transfers_on_separate_command_queue = true;
+    if (item == "trace")
+      c.use_trace = true;
+    else if (item == "notrace")
+      c.use_trace = false;
+    else if (item == "1cq")
+      c.num_command_queues = 1;
+    else if (item == "2cq")
+      c.num_command_queues = 2;
+    else if (item == "io")
+      c.all_transfers_on_separate_command_queue = true;
     else if (!item.empty())
       return invalid_argument_error("--config item '{}': expected trace, notrace, 1cq, 2cq or io", item);
   }
@@ -171,7 +199,7 @@ StatusOr<std::vector<cnn::ModelOutput>> run_pipeline(runtime::CompiledModel& mod
   std::optional<MemoryConfig> dram_out;
   if (config.all_transfers_on_separate_command_queue) dram_out = DRAM_MEMORY_CONFIG;
   TS_ASSIGN_OR_RETURN(auto pipe, cnn::create_pipeline_from_config(config, model.pipeline_model(), device,
-                                                                   DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG, dram_out));
+                                                                  DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG, dram_out));
   TS_RETURN_IF_ERROR(pipe->compile(inputs[0]));
   TS_RETURN_IF_ERROR(pipe->enqueue(inputs));
   TS_ASSIGN_OR_RETURN(auto outs, pipe->pop_all());

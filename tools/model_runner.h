@@ -21,22 +21,31 @@ struct ModelOptions {
   std::vector<int64_t> input_shape;   // the first input's full shape, when given (dynamic H, W)
   std::map<std::string, std::vector<int64_t>> input_shapes;  // by input name (the files given); input_shape wins
   bool optimize = true;
-  std::string math_fidelity = "HiFi4";  // LoFi | HiFi2 | HiFi3 | HiFi4 (below HiFi4: Winograd 3x3 convs; LoFi on AMX: bfloat16 operands)
-  std::string micro_batch = "auto";     // auto | off | images per group (runtime::CompileOptions::micro_batch)
-  std::string model_name;               // a compiled image's model (empty: its only one)
+  std::string math_fidelity =
+      "HiFi4";  // LoFi | HiFi2 | HiFi3 | HiFi4 (below HiFi4: Winograd 3x3 convs; LoFi on AMX: bfloat16 operands)
+  std::string micro_batch = "auto";        // auto | off | images per group (runtime::CompileOptions::micro_batch)
+  std::string model_name;                  // a compiled image's model (empty: its only one)
   std::vector<std::string> intermediates;  // runtime::CompileOptions::intermediates_to_save
+  // How convs choose their kernels (perfmodel/conv_choosers.h): heuristic |
+  // measured (timed once, cached in `select_cache`, default
+  // default_conv_cache_path()) | predicted (the model file `predictor`).
+  std::string select = "heuristic";
+  std::string predictor, select_cache;
+  uint32_t workers = 0;  // the device's worker threads (the measured cache's machine key)
+  bool select_verbose = false;
 };
 
 // Whether `path` names a compiled image (.tsi) rather than an ONNX file.
 bool is_image_file(const std::string& path);
 
-// INVALID_ARGUMENT for an unknown precision, math fidelity or micro-batch setting.
+// INVALID_ARGUMENT for an unknown precision, math fidelity, micro-batch or
+// --select setting; a predictor file that does not load (its error).
 StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& options);
 
 struct LoadedModel {
   std::unique_ptr<runtime::CompiledModel> model;
   double import_ms = 0, compile_ms = 0;  // an image: reading and verifying it, lowering it
-  Shape input_shape;  // the first input's
+  Shape input_shape;                     // the first input's
   bool from_image = false;
   std::vector<std::string> notes;  // an image's load notes (image::LoadedModel::notes)
 };

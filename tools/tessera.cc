@@ -46,6 +46,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
+void add_select_options(CLI::App* s, std::string& select, std::string& predictor, std::string& cache) {
+  s->add_option("--select", select,
+                "how convs choose their kernels: heuristic (hand-set thresholds) | measured (each candidate timed "
+                "once at compile, cached per machine) | predicted (the op runtime predictor, --predictor)")
+      ->check(CLI::IsMember({"heuristic", "measured", "predicted"}));
+  s->add_option("--predictor", predictor, "--select predicted: the model file (tessera train-predictor)")
+      ->check(CLI::ExistingFile);
+  s->add_option("--select-cache", cache,
+                "--select measured: the cache file (default: $TESSERA_CACHE_DIR, $XDG_CACHE_HOME/tessera or "
+                "~/.cache/tessera, conv_choices.json)");
+}
+
 struct Common {
   std::string model, dtype = "float32", config = "trace,2cq", device, math_fidelity = "HiFi4";
   std::string model_name;  // --model: a merged image's model
@@ -58,6 +70,7 @@ struct Common {
   bool no_pin = false;
   std::vector<std::string> intermediates;  // run --save-intermediates
   std::string intermediates_dir;
+  std::string select = "heuristic", predictor, select_cache;  // ModelOptions'
 };
 
 StatusOr<ModelOptions> model_options(const Common& c) {
@@ -66,6 +79,11 @@ StatusOr<ModelOptions> model_options(const Common& c) {
   o.micro_batch = c.micro_batch;
   o.model_name = c.model_name;
   o.intermediates = c.intermediates;
+  o.select = c.select;
+  o.predictor = c.predictor;
+  o.select_cache = c.select_cache;
+  o.workers = static_cast<uint32_t>(std::max(c.workers, 0));
+  o.select_verbose = c.verbose;
   if (!c.shape.empty()) {
     std::stringstream ss(c.shape);
     std::string item;
@@ -88,9 +106,10 @@ StatusOr<std::string> device_for(const Common& c) {
   TS_ASSIGN_OR_RETURN(auto img, image::Image::open(c.model));
   const std::string& target = img->info().header.target.name;
   if (target != "cpu" && target != "wormhole_b0")
-    return invalid_argument_error("{} was compiled for '{}', a device from a descriptor file: give that file with "
-                                  "--device DESCRIPTOR.json",
-                                  c.model, target);
+    return invalid_argument_error(
+        "{} was compiled for '{}', a device from a descriptor file: give that file with "
+        "--device DESCRIPTOR.json",
+        c.model, target);
   return target;
 }
 
@@ -113,10 +132,11 @@ void print_report(const LoadedModel& m, const Common& c) {
                  c.dtype.c_str());
   const auto& r = m.model->report();
   for (const std::string& n : m.notes) std::printf("note: %s\n", n.c_str());
-  std::printf("%s in %.0f ms (%s %.0f ms): %d device ops, %zu host fallback(s), %d layout conversion(s), "
-              "%.2f GFLOP per run\n",
-              m.from_image ? "loaded" : "compiled", m.compile_ms, m.from_image ? "reading the image" : "import",
-              m.import_ms, r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
+  std::printf(
+      "%s in %.0f ms (%s %.0f ms): %d device ops, %zu host fallback(s), %d layout conversion(s), "
+      "%.2f GFLOP per run\n",
+      m.from_image ? "loaded" : "compiled", m.compile_ms, m.from_image ? "reading the image" : "import", m.import_ms,
+      r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
   for (const auto& f : r.fallbacks) std::printf("  host fallback: %s\n", f.c_str());
   size_t applied = 0;
   for (const auto& p : r.conv_plans) applied += p.find("(applied)") != std::string::npos;
@@ -480,7 +500,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   Common c;
   auto add_common = [&](CLI::App* s) {
-    s->add_option("model", c.model, "ONNX model file, or a compiled image (.tsi)")->required()->check(CLI::ExistingFile);
+    s->add_option("model", c.model, "ONNX model file, or a compiled image (.tsi)")
+        ->required()
+        ->check(CLI::ExistingFile);
     s->add_option("--model", c.model_name, "the model of a merged image to run");
     s->add_option("--dtype", c.dtype, "float32 | bfloat16 | bfloat8_b (weights; bfloat16 activations)")
         ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
@@ -492,6 +514,7 @@ int main(int argc, char** argv) {
     s->add_option("--micro-batch", c.micro_batch,
                   "auto | off | N: run the early layers N images at a time where the batch spills the cache");
     s->add_option("--shape", c.shape, "the input's shape, NxCxHxW (models with dynamic H, W)");
+    add_select_options(s, c.select, c.predictor, c.select_cache);
     s->add_option("--config", c.config, "pipeline: trace|notrace, 1cq|2cq, io (pipelined I/O)");
     s->add_option("--device", c.device,
                   "cpu | wormhole_b0 | DESCRIPTOR.json (an emulated device; default: an image's target, or cpu)")
@@ -514,9 +537,10 @@ int main(int argc, char** argv) {
       ->excludes(in_opt);
   run->add_option("--output", output, "write the output as .npy, or every output as .npz (keyed by output name)");
   run->add_option("--output-dir", output_dir, "write every output as NAME.npy in this directory");
-  auto* taps = run->add_option("--save-intermediates", c.intermediates,
-                               "tap the values of these names or ECMAScript regexes (repeatable): they are written "
-                               "beside the outputs, one NAME.npy each in --intermediates-dir (runs without the Pipeline)");
+  auto* taps =
+      run->add_option("--save-intermediates", c.intermediates,
+                      "tap the values of these names or ECMAScript regexes (repeatable): they are written "
+                      "beside the outputs, one NAME.npy each in --intermediates-dir (runs without the Pipeline)");
   run->add_option("--intermediates-dir", c.intermediates_dir, "where --save-intermediates writes the taps")
       ->needs(taps);
   taps->needs(run->get_option("--intermediates-dir"));
@@ -531,8 +555,9 @@ int main(int argc, char** argv) {
   std::string bench_input, bench_reference;
   bench->add_option("--input", bench_input, "frame 0 from this .npy (its shape sets the model's)")
       ->check(CLI::ExistingFile);
-  bench->add_option("--reference", bench_reference,
-                    "check frame 0's outputs against this .npy, .npz or directory (as run's --reference; PCC)")
+  bench
+      ->add_option("--reference", bench_reference,
+                   "check frame 0's outputs against this .npy, .npz or directory (as run's --reference; PCC)")
       ->check(CLI::ExistingPath);
   double interval_ms = 0;
   bench->add_option("--interval", interval_ms,
@@ -545,8 +570,9 @@ int main(int argc, char** argv) {
   compile->add_option("model", creq.model, "ONNX model file")->required()->check(CLI::ExistingFile);
   compile->add_option("-o,--output", creq.output, "the image to write (.tsi)")->required();
   compile->add_option("--name", creq.name, "the model's name in the image (default: the file's stem)");
-  compile->add_option("--target", creq.target,
-                      "cpu | wormhole_b0 | DESCRIPTOR.json: the device to compile for (emulated if absent)")
+  compile
+      ->add_option("--target", creq.target,
+                   "cpu | wormhole_b0 | DESCRIPTOR.json: the device to compile for (emulated if absent)")
       ->check(kDeviceName);
   compile->add_option("--dtype", creq.options.precision, "float32 | bfloat16 | bfloat8_b")
       ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
@@ -555,9 +581,11 @@ int main(int argc, char** argv) {
   compile->add_option("--math-fidelity", creq.options.math_fidelity, "HiFi4 | HiFi3 | HiFi2 | LoFi")
       ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
   compile->add_option("--micro-batch", creq.options.micro_batch, "auto | off | N");
-  compile->add_option("--workers", creq.workers,
-                      "the worker threads of the device that will run the image (prepared weights are packed per "
-                      "worker count; 0: one per physical core of this machine)")
+  add_select_options(compile, creq.options.select, creq.options.predictor, creq.options.select_cache);
+  compile
+      ->add_option("--workers", creq.workers,
+                   "the worker threads of the device that will run the image (prepared weights are packed per "
+                   "worker count; 0: one per physical core of this machine)")
       ->check(CLI::NonNegativeNumber);
   compile->add_flag("--portable", creq.portable,
                     "store the weight constants, not the weights packed for this CPU's kernels: the image loads on "

@@ -1,5 +1,13 @@
 #include "tessera/cnn/layers.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+
+#include "tessera/device/profiler.h"
+
 namespace tessera::cnn {
 
 namespace {
@@ -19,6 +27,32 @@ StatusOr<Conv2dResult> run(const Tensor& x, const PreparedConv2dWeights& w, cons
                            const Conv2dConfig& c, uint8_t cq) {
   return conv_transpose2d(x, w, p, c, cq);
 }
+// `call` run n + 1 times back to back under the profiler, the first untimed.
+StatusOr<TracedTimes> eager_kernel_times(Device& device, const std::function<Status()>& call, uint32_t n) {
+  TS_RETURN_IF_ERROR(enable_profiler(device));
+  Status status = read_profile(device).status();  // clears what came before
+  for (uint32_t i = 0; status.ok() && i <= n; ++i) status = call();
+  StatusOr<DeviceProfile> p = status.ok() ? read_profile(device) : StatusOr<DeviceProfile>(status);
+  TS_RETURN_IF_ERROR(disable_profiler(device));
+  if (!p.ok()) return p.status();
+  TracedTimes t{.launches = static_cast<uint32_t>(p->ops.size() / (n + 1))};
+  if (t.launches == 0 || p->ops.size() % (n + 1) != 0 || p->dropped)
+    return internal_error("{} calls made {} profiled launches ({} dropped)", n + 1, p->ops.size(), p->dropped);
+  for (size_t call_index = 1; call_index <= n; ++call_index) {
+    double sum = 0;
+    for (size_t k = call_index * t.launches; k < (call_index + 1) * t.launches; ++k)
+      sum += p->ops[k].duration_us() * 1e3;
+    t.ns.push_back(sum);
+  }
+  return t;
+}
+
+StatusOr<std::vector<std::string>> algorithms(const Tensor& x, const Conv2dParams& p, const Conv2dConfig& c) {
+  return conv2d_algorithms(x, p, c);
+}
+StatusOr<std::vector<std::string>> algorithms(const Tensor& x, const ConvTranspose2dParams& p, const Conv2dConfig& c) {
+  return conv_transpose2d_algorithms(x, p, c);
+}
 StatusOr<std::string> explain(const Tensor& x, const Conv2dParams& p, const Conv2dConfig& c) {
   return explain_conv2d(x, p, c);
 }
@@ -28,25 +62,122 @@ StatusOr<std::string> explain(const Tensor& x, const ConvTranspose2dParams& p, c
 }  // namespace
 
 template <class Params>
-template <class First, class Again, class Explain>
-StatusOr<Tensor> ConvLayer<Params>::prepared_once(First first, Again again, Explain explain) {
+void ConvLayer<Params>::set_prepared(PreparedConv2dWeights weights, std::string selection) {
+  if (const size_t at = weights.key.rfind(":as_"); at != std::string::npos)
+    config_.algorithm = weights.key.substr(at + 4);
+  prepared_ = std::move(weights);
+  selection_ = std::move(selection);
+}
+
+template <class Params>
+template <class First, class Again, class Explain, class Choose>
+StatusOr<Tensor> ConvLayer<Params>::prepared_once(First first, Again again, Explain explain, Choose choose) {
   if (prepared_) {
     TS_ASSIGN_OR_RETURN(Conv2dResult r, again(*prepared_));
     return r.output;
   }
+  if (chooser_ && config_.algorithm.empty()) TS_RETURN_IF_ERROR(choose());
   // The problem the call makes; a failure is the call's own, reported by it.
   StatusOr<std::string> why = explain();
   selection_ = why.ok() ? *why : "not explained: " + why.status().to_string();
+  if (!chosen_why_.empty()) selection_ += "\n  " + chosen_why_;
   TS_ASSIGN_OR_RETURN(Conv2dResult r, first());
   prepared_ = r.weights;
   return r.output;
 }
 
 template <class Params>
+template <class List, class Run>
+Status ConvLayer<Params>::choose(const TensorSpec& input, std::optional<TensorSpec> residual, uint8_t cq_id,
+                                 List algorithms, Run run) {
+  TS_ASSIGN_OR_RETURN(std::vector<std::string> algs, algorithms());
+  if (algs.size() < 2) return ok_status();
+  ConvChoice c;
+  if constexpr (std::is_same_v<Params, Conv2dParams>) {
+    c.op = "conv2d";
+    c.conv2d = &params_;
+  } else {
+    c.op = "conv_transpose2d";
+    c.conv_transpose2d = &params_;
+  }
+  c.input = input;
+  c.residual = residual;
+  c.config = &config_;
+  c.algorithms = algs;
+  c.key = fmt::format("{}:{}->{}:w{}:{}{}", params_.descriptor(), input.to_string(),
+                      data_type_name(config_.dtype.value_or(input.dtype)), data_type_name(config_.weights_dtype),
+                      math_fidelity_name(config_.compute_config.math_fidelity),
+                      residual ? "+" + residual->to_string() : std::string());
+  // Each candidate's weights are prepared once, on its first timing, and
+  // copied until the copies outgrow the shared cache (at most 16): the
+  // timed calls take them in turn, so each reads its weights cold, as a
+  // model does that streams every layer's weights once a run. Timed on
+  // one copy, kernels that read cold weights slowly looked fast (ResNet-50's
+  // 7x7 512 -> 512 convs: 0.34 ms on hot weights, slower in the model).
+  std::map<std::string, std::vector<PreparedConv2dWeights>> prepared;
+  c.time = [&](const std::string& algorithm, int runs) -> StatusOr<double> {
+    Conv2dConfig forced = config_;
+    if (algorithm != algs.front()) forced.algorithm = algorithm;
+    auto it = prepared.find(algorithm);
+    if (it == prepared.end()) {
+      TS_ASSIGN_OR_RETURN(Conv2dResult first, run(forced, nullptr));
+      std::vector<PreparedConv2dWeights> copies{first.weights};
+      Device& device = *first.weights.weight.device();
+      const uint64_t cache = device.descriptor().shared_cache_size ? device.descriptor().shared_cache_size : 32 << 20;
+      const uint64_t bytes = std::max<uint64_t>(first.weights.weight.spec().storage_bytes(), 1);
+      const uint64_t want = std::clamp<uint64_t>((cache * 3 / 2 + bytes - 1) / bytes, 1, 16);
+      if (want > 1) {
+        TS_ASSIGN_OR_RETURN(Tensor host, first.weights.weight.cpu());
+        for (uint64_t k = 1; k < want; ++k) {
+          TS_ASSIGN_OR_RETURN(Tensor w, to_device(host, device, first.weights.weight.memory_config()));
+          copies.push_back({first.weights.key, std::move(w), first.weights.bias});
+        }
+      }
+      it = prepared.emplace(algorithm, std::move(copies)).first;
+    }
+    const std::vector<PreparedConv2dWeights>& copies = it->second;
+    Device& device = *copies.front().weight.device();
+    // Kernel time from the device profiler, of the calls replayed in a
+    // trace as a model runs them: eager calls in a row measured oneDNN's
+    // 1x1 convs at up to twice their time in the model (the dispatching
+    // thread competes with the workers for the cores). A device without
+    // room for traces times the calls eagerly.
+    const auto call = [&]() -> Status {
+      for (const PreparedConv2dWeights& w : copies) TS_RETURN_IF_ERROR(run(forced, &w).status());
+      return ok_status();
+    };
+    const uint32_t n = static_cast<uint32_t>(std::max(runs, 1));
+    StatusOr<TracedTimes> t = traced_kernel_times(device, call, n, cq_id);
+    if (!t.ok() && t.status().code() == StatusCode::kResourceExhausted) t = eager_kernel_times(device, call, n);
+    if (!t.ok()) return t.status();
+    for (double& x : t->ns) x /= static_cast<double>(copies.size());
+    std::vector<double>& ns = t->ns;
+    std::nth_element(ns.begin(), ns.begin() + ns.size() / 2, ns.end());
+    return ns[ns.size() / 2];
+  };
+  TS_ASSIGN_OR_RETURN(ConvChosen chosen, chooser_(c));
+  if (std::find(algs.begin(), algs.end(), chosen.algorithm) == algs.end())
+    return invalid_argument_error("{}: the chooser answered '{}', which is not one of the kernels that can run it ({})",
+                                  c.key, chosen.algorithm, fmt::join(algs, ", "));
+  // The selection's own choice stays unnamed: its programs and prepared weights are the usual ones.
+  if (chosen.algorithm != algs.front()) config_.algorithm = chosen.algorithm;
+  chosen_why_ = std::move(chosen.why);
+  return ok_status();
+}
+
+template <class Params>
 StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, uint8_t cq_id) {
   return prepared_once([&] { return run(input, weight_, bias_, params_, config_, cq_id); },
                        [&](const PreparedConv2dWeights& w) { return run(input, w, params_, config_, cq_id); },
-                       [&] { return explain(input, params_, config_); });
+                       [&] { return explain(input, params_, config_); },
+                       [&] {
+                         return choose(
+                             input.spec(), std::nullopt, cq_id, [&] { return algorithms(input, params_, config_); },
+                             [&](const Conv2dConfig& c, const PreparedConv2dWeights* w) {
+                               return w ? run(input, *w, params_, c, cq_id)
+                                        : run(input, weight_, bias_, params_, c, cq_id);
+                             });
+                       });
 }
 
 template <class Params>
@@ -55,7 +186,18 @@ StatusOr<Tensor> ConvLayer<Params>::operator()(const Tensor& input, const Conv2d
   return prepared_once(
       [&] { return conv2d_with_residual(input, weight_, bias_, params_, residual, config_, cq_id); },
       [&](const PreparedConv2dWeights& w) { return conv2d_with_residual(input, w, params_, residual, config_, cq_id); },
-      [&] { return explain_conv2d(input, params_, config_, &residual); });
+      [&] { return explain_conv2d(input, params_, config_, &residual); },
+      [&] {
+        // Timed runs leave the residual as it is: they never write over it.
+        const Conv2dResidual kept{residual.tensor, residual.activation, false};
+        return choose(
+            input.spec(), residual.tensor.spec(), cq_id,
+            [&] { return conv2d_algorithms(input, params_, config_, &kept); },
+            [&](const Conv2dConfig& c, const PreparedConv2dWeights* w) {
+              return w ? conv2d_with_residual(input, *w, params_, kept, c, cq_id)
+                       : conv2d_with_residual(input, weight_, bias_, params_, kept, c, cq_id);
+            });
+      });
 }
 
 template <class Params>
@@ -64,7 +206,19 @@ StatusOr<Tensor> ConvLayer<Params>::operator()(std::span<const Tensor> inputs,
   return prepared_once(
       [&] { return conv2d_concat(inputs, weight_, bias_, params_, config_, cq_id); },
       [&](const PreparedConv2dWeights& w) { return conv2d_concat(inputs, w, params_, config_, cq_id); },
-      [&] { return explain_conv2d_concat(inputs, params_, config_); });
+      [&] { return explain_conv2d_concat(inputs, params_, config_); },
+      [&] {
+        TensorSpec whole = inputs.front().spec();
+        std::vector<uint32_t> dims(whole.shape.dims().begin(), whole.shape.dims().end());
+        dims.back() = params_.in_channels;
+        whole.shape = Shape(std::span<const uint32_t>(dims));
+        return choose(
+            whole, std::nullopt, cq_id, [&] { return conv2d_concat_algorithms(inputs, params_, config_); },
+            [&](const Conv2dConfig& c, const PreparedConv2dWeights* w) {
+              return w ? conv2d_concat(inputs, *w, params_, c, cq_id)
+                       : conv2d_concat(inputs, weight_, bias_, params_, c, cq_id);
+            });
+      });
 }
 
 template class ConvLayer<Conv2dParams>;

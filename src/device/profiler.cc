@@ -1,5 +1,6 @@
 #include "tessera/device/profiler.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -35,8 +36,8 @@ Status disable_profiler(Device& device) {
 StatusOr<DeviceProfile> read_profile(Device& device) {
   TS_RETURN_IF_ERROR(synchronize_device(device));
   ProfileSink& p = profile_sink(device);
-  if (!p.enabled.load()) return failed_precondition_error("read_profile: the profiler of device {} is not enabled",
-                                                          device.id());
+  if (!p.enabled.load())
+    return failed_precondition_error("read_profile: the profiler of device {} is not enabled", device.id());
   DeviceProfile out;
   const size_t n = std::min(p.next.load(), p.records.size());
   out.ops.reserve(n);
@@ -47,6 +48,36 @@ StatusOr<DeviceProfile> read_profile(Device& device) {
   out.dropped = p.dropped.exchange(0);
   p.next.store(0);
   return out;
+}
+
+StatusOr<TracedTimes> traced_kernel_times(Device& device, const std::function<Status()>& call, uint32_t replays,
+                                          uint8_t cq_id) {
+  if (replays == 0) return invalid_argument_error("traced_kernel_times: replays must be at least 1");
+  TS_RETURN_IF_ERROR(synchronize_device(device));
+  TS_ASSIGN_OR_RETURN(TraceId trace, begin_trace_capture(device, cq_id));
+  Status captured = call();
+  Status ended = end_trace_capture(device, trace, cq_id);
+  auto release = [&] { (void)release_trace(device, trace); };
+  if (!captured.ok() || !ended.ok()) {
+    release();
+    return captured.ok() ? ended : captured;
+  }
+  Status run = execute_trace(device, trace, cq_id, true);  // warm: caches and page tables as in steady state
+  if (run.ok()) run = enable_profiler(device, std::max<size_t>(1 << 14, size_t{replays} * 64));
+  for (uint32_t r = 0; run.ok() && r < replays; ++r) run = execute_trace(device, trace, cq_id, true);
+  StatusOr<DeviceProfile> profile = run.ok() ? read_profile(device) : StatusOr<DeviceProfile>(run);
+  (void)disable_profiler(device);
+  release();
+  if (!profile.ok()) return profile.status();
+  const size_t n = profile->ops.size();
+  if (n == 0 || n % replays != 0 || profile->dropped)
+    return internal_error("traced_kernel_times: {} launches recorded over {} replays ({} dropped)", n, replays,
+                          profile->dropped);
+  TracedTimes t{.ns = std::vector<double>(replays, 0.0), .launches = static_cast<uint32_t>(n / replays)};
+  for (size_t i = 0; i < n; ++i)
+    t.ns[i / t.launches] += static_cast<double>(profile->ops[i].end_ns - profile->ops[i].start_ns);
+  for (size_t i = 0; i < t.launches; ++i) t.kernels += (i ? " " : "") + profile->ops[i].kernel_name;
+  return t;
 }
 
 namespace {

@@ -264,17 +264,8 @@ StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device&
   m.resident_l1_bytes = device.memory_stats(BufferType::L1).allocated_bytes - l10;
   m.report = compiled->report();
   m.report.passes = std::move(passes);
-  // One run on zeros chooses each conv's kernel on this CPU.
-  std::vector<Tensor> zeros;
-  for (const auto& dims : compiled->input_shapes()) {
-    const std::vector<uint32_t> d(dims.begin(), dims.end());
-    const Shape shape{std::span<const uint32_t>(d)};
-    TS_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(std::vector<float>(shape.volume()), shape, DataType::FLOAT32));
-    TS_ASSIGN_OR_RETURN(Tensor x, to_device(host, device));
-    zeros.push_back(std::move(x));
-  }
-  TS_RETURN_IF_ERROR(compiled->run(zeros).status());
-  TS_RETURN_IF_ERROR(synchronize_device(device));
+  // One run on zeros chooses each conv's kernel on this CPU (compile ran it with a chooser).
+  if (!options.conv_chooser) TS_RETURN_IF_ERROR(compiled->prepare());
   for (const std::string& s : compiled->conv_selections()) m.conv_kernels.push_back(s.substr(0, s.find('\n')));
   const std::vector<runtime::PreparedLayer> prepared = compiled->prepared_weights();
   // The packed weights stay resident too.

@@ -18,10 +18,13 @@ DataType word_dtype(const OpQuery& q, std::string_view arg) {
 }
 
 // Words as categories: dtypes by their enum value, other words by their index here (+16).
-constexpr std::string_view kWords[] = {"identity", "relu",  "relu6",     "silu",        "gelu",
-                                       "sigmoid",  "tanh",  "hardswish", "hardsigmoid", "leaky_relu",
-                                       "mish",     "elu",   "gelu_tanh", "nearest",     "bilinear",
-                                       "LoFi",     "HiFi2", "HiFi3",     "HiFi4"};
+constexpr std::string_view kWords[] = {
+    "identity", "relu", "relu6", "silu", "gelu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "leaky_relu", "mish",
+    "elu", "gelu_tanh", "nearest", "bilinear", "LoFi", "HiFi2", "HiFi3", "HiFi4",
+    // conv kernels (src/ops/conv/select.h's names)
+    "auto", "depthwise", "winograd_avx2", "direct_avx2", "patch_transpose_avx2", "narrow_avx512", "onednn_winograd",
+    "direct_avx512", "patch_transpose_avx512", "rows3x3_avx512", "amx_patch_1x1", "patch_transpose_matmul",
+    "onednn_padded_cout", "onednn_f32_rows", "onednn"};
 float word_code(const std::string& w) {
   if (auto dt = parse_dtype_word(w)) return static_cast<float>(*dt);
   for (size_t i = 0; i < std::size(kWords); ++i)

@@ -74,6 +74,7 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
   auto conv_config = [&] {  // the weights and output dtypes; block-float outputs are tiles
     Conv2dConfig c{.weights_dtype = dtype_arg("weights_dtype"), .dtype = dtype_arg("dtype")};
     if (is_block_float(*c.dtype)) c.output_layout = Layout::TILE;
+    if (q.word("algorithm") != "auto") c.algorithm = q.word("algorithm");
     return c;
   };
   auto two = [&](std::string_view arg) { return std::array<uint32_t, 2>{u32(q.num(arg, 0)), u32(q.num(arg, 1))}; };
@@ -231,36 +232,16 @@ StatusOr<Measurement> measure_op(Device& device, const OpQuery& query, uint32_t 
   if (replays == 0) return invalid_argument_error("measure_op: replays must be at least 1");
   TS_ASSIGN_OR_RETURN(std::function<Status()> call, make_call(device, query));
   TS_RETURN_IF_ERROR(call());  // compiles its programs
-  TS_RETURN_IF_ERROR(synchronize_device(device));
-  TS_ASSIGN_OR_RETURN(TraceId trace, begin_trace_capture(device, 0));
-  Status captured = call();
-  Status ended = end_trace_capture(device, trace, 0);
-  auto release = [&] { (void)release_trace(device, trace); };
-  if (!captured.ok() || !ended.ok()) {
-    release();
-    return captured.ok() ? ended : captured;
-  }
-  Status run = execute_trace(device, trace, 0, true);  // warm: caches and page tables as in steady state
   // Short ops replay more often: at least `replays`, and about 5 ms of replays in all (at most 401).
+  TS_RETURN_IF_ERROR(synchronize_device(device));
   const auto t0 = std::chrono::steady_clock::now();
-  if (run.ok()) run = execute_trace(device, trace, 0, true);
+  TS_RETURN_IF_ERROR(call());
+  TS_RETURN_IF_ERROR(synchronize_device(device));
   const double once_ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   replays = std::clamp(static_cast<uint32_t>(5e6 / std::max(once_ns, 1.0)), replays, std::max(replays, 401u));
-  if (run.ok()) run = enable_profiler(device, 1 << 14);
-  for (uint32_t r = 0; run.ok() && r < replays; ++r) run = execute_trace(device, trace, 0, true);
-  StatusOr<DeviceProfile> profile = run.ok() ? read_profile(device) : StatusOr<DeviceProfile>(run);
-  (void)disable_profiler(device);
-  release();
-  if (!profile.ok()) return profile.status();
-  const size_t n = profile->ops.size();
-  if (n == 0 || n % replays != 0 || profile->dropped)
-    return internal_error("measure_op: {} launches recorded over {} replays ({} dropped)", n, replays,
-                          profile->dropped);
-  Measurement m{.replays = replays, .launches = static_cast<uint32_t>(n / replays)};
-  std::vector<double> t(replays, 0.0);
-  for (size_t i = 0; i < n; ++i)
-    t[i / m.launches] += static_cast<double>(profile->ops[i].end_ns - profile->ops[i].start_ns);
-  for (uint32_t i = 0; i < m.launches; ++i) m.kernels += (i ? " " : "") + profile->ops[i].kernel_name;
+  TS_ASSIGN_OR_RETURN(TracedTimes traced, traced_kernel_times(device, call, replays));
+  Measurement m{.replays = replays, .launches = traced.launches, .kernels = std::move(traced.kernels)};
+  std::vector<double>& t = traced.ns;
   std::sort(t.begin(), t.end());
   // The 20%-trimmed mean: as robust as the median to a preempted replay, and
   // finer than the clock's tick on launches of a few hundred nanoseconds.

@@ -29,6 +29,7 @@ constexpr ArgSpec kConvArgs[] = {
     {"dtype", W, 0, "\"same\"", "output dtype; default: the input's"},
     {"math_fidelity", W, 0, "\"HiFi4\"", "LoFi | HiFi2 | HiFi3 | HiFi4"},
     {"residual", N, 1, "0", "1: a skip connection of the output's shape, added by the kernel"},
+    {"algorithm", W, 0, "\"auto\"", "the kernel (conv2d_algorithms' names); auto: conv2d's selection"},
 };
 constexpr ArgSpec kConvTransposeArgs[] = {
     {"out_channels", N, 1, "", "output channels"},
@@ -41,6 +42,7 @@ constexpr ArgSpec kConvTransposeArgs[] = {
     {"activation", W, 0, "\"identity\"", ""},
     {"weights_dtype", W, 0, "\"same\"", ""},
     {"dtype", W, 0, "\"same\"", "output dtype"},
+    {"algorithm", W, 0, "\"auto\"", "the kernel (conv_transpose2d_algorithms' names)"},
 };
 constexpr ArgSpec kLinearArgs[] = {
     {"out_features", N, 1, "", "output features (the weight is out_features x in_features)"},

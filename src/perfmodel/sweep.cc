@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "tessera/base/cpu_features.h"
 #include "tessera/perfmodel/features.h"
 #include "tessera/perfmodel/measure.h"
 
@@ -34,6 +35,26 @@ json tensor(std::vector<uint32_t> shape, std::string_view dtype, std::string_vie
   return {{"logical_shape", shape}, {"dtype", dtype}, {"layout", layout}, {"memory_config", {{"buffer_type", buffer}}}};
 }
 const char* float_dtype(double u) { return u < 0.5 ? "FLOAT32" : "BFLOAT16"; }
+
+// A conv's kernel: half the points conv2d's own selection ("auto"), half
+// one kernel named among those this CPU's tier has (a shape the named one
+// cannot run is an invalid point, filtered by conv2d's own check), so that
+// the predictor learns each kernel's time beside the selection's.
+std::string conv_algorithm(double u, bool transposed) {
+  if (u < 0.5) return "auto";
+  const bool avx512 = kernel_isa() == KernelIsa::kAvx512, amx = avx512 && cpu_features().amx_bf16;
+  std::vector<std::string> names;
+  if (transposed) {
+    names = {"patch_transpose_matmul", "onednn", avx512 ? "patch_transpose_avx512" : "patch_transpose_avx2"};
+    if (amx) names.push_back("amx_patch_1x1");
+  } else if (avx512) {
+    names = {"depthwise",      "narrow_avx512",      "onednn_winograd", "direct_avx512",
+             "rows3x3_avx512", "onednn_padded_cout", "onednn_f32_rows", "onednn"};
+  } else {
+    names = {"depthwise", "winograd_avx2", "direct_avx2", "onednn_winograd", "onednn"};
+  }
+  return names[std::min(names.size() - 1, static_cast<size_t>((u - 0.5) * 2 * static_cast<double>(names.size())))];
+}
 
 // (N, C, H, W) with N*H*W*C at most `max_volume`, H and W log-uniform 4..256 (aspect up to 4:3 either way).
 std::vector<uint32_t> nchw(double un, double uc, double uh, double ua, uint32_t cmin, uint32_t cmax) {
@@ -67,7 +88,8 @@ json conv2d(U u) {
           {"activation", pick<const char*>(u[11], {"identity", "relu", "relu", "silu", "relu6"})},
           {"weights_dtype", u[12] < 0.8 ? "same" : "bfloat8_b"},
           {"residual", !depthwise && u[13] < 0.2 ? 1 : 0},
-          {"math_fidelity", pick<const char*>(u[14], {"HiFi4", "HiFi4", "HiFi4", "HiFi2", "LoFi"})}};
+          {"math_fidelity", pick<const char*>(u[14], {"HiFi4", "HiFi4", "HiFi4", "HiFi2", "LoFi"})},
+          {"algorithm", conv_algorithm(u[15], false)}};
 }
 // Decoder up-sampling: kernel == stride (UNet), 3x3 / 2 with output padding, 4x4 / 2 / 1 (DCGAN-style).
 json conv_transpose2d(U u) {
@@ -85,7 +107,8 @@ json conv_transpose2d(U u) {
           {"stride", {2, 2}},
           {"padding", {pad, pad}},
           {"output_padding", {out_pad, out_pad}},
-          {"activation", u[7] < 0.5 ? "identity" : "relu"}};
+          {"activation", u[7] < 0.5 ? "identity" : "relu"},
+          {"algorithm", conv_algorithm(u[8], true)}};
 }
 json linear(U u) {
   const uint32_t m = log_int(u[0], 1, 4096), k = log_int(u[1], 16, 4096), n = log_int(u[2], 16, 4096);
@@ -188,8 +211,8 @@ struct Space {
 // One space a line (clang-format would pack them two a line).
 // clang-format off
 constexpr Space kSpaces[] = {
-    {"conv2d", 4, 15, conv2d},
-    {"conv_transpose2d", 1, 8, conv_transpose2d},
+    {"conv2d", 4, 16, conv2d},
+    {"conv_transpose2d", 1, 9, conv_transpose2d},
     {"linear", 1, 5, linear},
     {"matmul", 1, 5, matmul},
     {"eltwise_unary", 4, 6, unary},

@@ -201,7 +201,30 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
   impl->release = plan_liveness(g, impl->fused_concats, impl->micro_batches);
   for (int o : g.outputs)
     if (g.is_constant(o)) TS_RETURN_IF_ERROR(impl->constant(o).status());
-  return std::unique_ptr<CompiledModel>(new CompiledModel(std::move(impl)));
+  auto model = std::unique_ptr<CompiledModel>(new CompiledModel(std::move(impl)));
+  if (options.conv_chooser) TS_RETURN_IF_ERROR(model->prepare());
+  return model;
+}
+
+Status CompiledModel::prepare() {
+  // Values spread like a normalized image's, not zeros: a chooser times
+  // kernels on the activations they make, and a net fed zeros may carry
+  // denormal values (slow on some kernels, not on others).
+  std::vector<Tensor> inputs;
+  uint32_t state = 0x9e3779b9u;
+  for (const Dims& dims : impl_->in_shapes) {
+    const Shape shape = to_shape(dims);
+    std::vector<float> v(shape.volume());
+    for (float& x : v) {
+      state = state * 1664525u + 1013904223u;  // a fixed-seed LCG: the same values every compile
+      x = static_cast<float>(state >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    }
+    TS_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(std::move(v), shape, DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(Tensor x, to_device(host, *impl_->device));
+    inputs.push_back(std::move(x));
+  }
+  TS_RETURN_IF_ERROR(run(inputs).status());
+  return synchronize_device(*impl_->device);
 }
 
 StatusOr<std::vector<Tensor>> CompiledModel::run(std::span<const Tensor> inputs, uint8_t cq_id) {

@@ -133,6 +133,7 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   convs.push_back(std::make_unique<cnn::DirectConv2d>(p, w, b, config));
   cnn::DirectConv2d* layer = convs.back().get();
   conv_layers.push_back({.node = n.name, .conv = layer});
+  if (opt.conv_chooser) layer->set_chooser(opt.conv_chooser);
   take_given_weights(n, *layer);
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
@@ -207,6 +208,7 @@ Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
   deconvs.push_back(std::make_unique<cnn::ConvTranspose2d>(p, w, b, config));
   cnn::ConvTranspose2d* layer = deconvs.back().get();
   conv_layers.push_back({.node = n.name, .deconv = layer});
+  if (opt.conv_chooser) layer->set_chooser(opt.conv_chooser);
   take_given_weights(n, *layer);
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;

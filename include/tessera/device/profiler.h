@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,7 @@ struct OpTiming {
   std::string key;          // the program's descriptor string
   std::string kernel_name;  // the kernel chosen for it
   uint8_t cq_id = 0;
-  bool traced = false;      // run by a trace replay
+  bool traced = false;               // run by a trace replay
   int64_t start_ns = 0, end_ns = 0;  // steady clock
   double duration_us() const { return static_cast<double>(end_ns - start_ns) / 1e3; }
 };
@@ -39,6 +40,21 @@ Status enable_profiler(Device& device, size_t capacity = 1 << 16);
 Status disable_profiler(Device& device);
 // Synchronizes the device, returns what was recorded since the last read and clears it.
 StatusOr<DeviceProfile> read_profile(Device& device);
+// The kernel time of `call` (ops it enqueues on queue `cq_id`) as a model
+// replays it: captured once as a trace, replayed once to warm caches and
+// page tables, then `replays` times with the profiler on, each replay to
+// completion. Run `call` once eagerly before (the programs it compiles and
+// the memory it first touches are no part of its time). The profiler is
+// off after (what it held is cleared). Errors: the call's, a capture's, or
+// INTERNAL when the replays recorded unevenly.
+struct TracedTimes {
+  std::vector<double> ns;  // each replay's launches' summed kernel time, in replay order
+  uint32_t launches = 0;   // per replay
+  std::string kernels;     // the launches' kernel names, space separated
+};
+StatusOr<TracedTimes> traced_kernel_times(Device& device, const std::function<Status()>& call, uint32_t replays,
+                                          uint8_t cq_id = 0);
+
 // Chrome trace event format: one complete event per launch, one row per queue; the event is named
 // after the kernel and its args carry the op descriptor ("op").
 Status write_chrome_trace(const DeviceProfile& profile, const std::string& path);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tessera/cnn/executor.h"
+#include "tessera/cnn/layers.h"
 #include "tessera/graph/graph.h"
 #include "tessera/graph/passes.h"
 #include "tessera/ops/compute_config.h"
@@ -81,6 +82,15 @@ struct CompileOptions {
   // outputs do (float32, NCHW, the graph's shapes). None: nothing is kept or
   // copied.
   std::vector<std::string> intermediates_to_save;
+  // How each conv chooses its kernel. Unset ("heuristic"): conv2d's own
+  // selection, an ordered candidate list with thresholds measured on
+  // particular machines (src/ops/conv/select.h). Set: the chooser ranks
+  // the kernels that can run each conv (cnn::ConvChoice), at the end of
+  // compile, on one run (prepare()); perfmodel/conv_choosers.h has
+  // choosers that measure each candidate once (cached per machine) or ask
+  // the op runtime predictor. Convs given prepared weights keep the kernel
+  // those were prepared for.
+  cnn::ConvChooser conv_chooser;
 };
 
 struct CompileReport {
@@ -138,6 +148,10 @@ class CompiledModel {
   // One device tensor per graph input, in order; INVALID_ARGUMENT when a
   // shape or dtype is not the compiled one.
   StatusOr<std::vector<Tensor>> run(std::span<const Tensor> inputs, uint8_t cq_id = 0);
+  // One run on fixed-seed values in [-1, 1), to completion: each conv chooses its kernel (asking
+  // CompileOptions::conv_chooser when set) and prepares its weights, which
+  // a first run would do otherwise. compile calls it when a chooser is set.
+  Status prepare();
   // run's outputs, and one tensor per intermediate_names() entry.
   struct Outputs {
     std::vector<Tensor> outputs, intermediates;

@@ -510,11 +510,7 @@ bool silu_before_own_residual(const Problem& pr, const ConvPlan& plan, const Ten
 StatusOr<Program> compile_onednn(const Device& device, const Problem& pr, const TensorAccess& src,
                                  const TensorAccess& dst, const TensorAccess* res) {
   // Primitives are built for the single thread that runs each shard.
-  struct SingleThread {
-    int saved = omp_get_max_threads();
-    SingleThread() { omp_set_num_threads(1); }
-    ~SingleThread() { omp_set_num_threads(saved); }
-  } single_thread;
+  const onednn::OmpSingleThread single_thread;
   auto plan = std::make_shared<ConvPlan>();
   if (pr.residual) {
     plan->residual = true;

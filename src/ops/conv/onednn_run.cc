@@ -280,6 +280,7 @@ StatusOr<Conv2dResult> onednn_with_weights(const Tensor& input, const Tensor& ro
     user = wb.data();
   }
   TS_RETURN_IF_ERROR(guard("packing the weights", [&] {
+    const onednn::OmpSingleThread single_thread;
     const memory::desc user_md = weights_user_desc(kg, pr.kernel);
     dnnl::stream stream(plan->engine);
     for (const ConvPlan::PackedSlice& ps : plan->packing) {
