@@ -39,5 +39,10 @@ if [ -n "$model" ]; then
   "$cli" predict "$model" --predictor predictor.json --explain | tee model.txt
   grep -Eq "predicted [0-9.]+ ms per batch of device kernels" model.txt
   grep -q "not modeled: Conv" model.txt
+  # --select predicted asks this model for each conv's kernels: it has no conv2d family, and says so.
+  ! "$cli" run "$model" --select predicted --predictor predictor.json 2> err.txt &&
+    grep -q "no model for op family 'conv2d'" err.txt
+  ! "$cli" run "$model" --select predicted 2> err.txt && grep -q "needs --predictor" err.txt
+  ! "$cli" run "$model" --predictor predictor.json 2> err.txt && grep -q "read by --select predicted only" err.txt
 fi
 echo "predictor round trip: ok"

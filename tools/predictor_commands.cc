@@ -86,8 +86,9 @@ PredictorCommands::PredictorCommands(CLI::App& app) : s_(std::make_unique<State>
   s.train->add_option("-o,--output", s.model, "the model file to write");
   s.train->add_option("--machine", s.train_options.machine_id, "the dataset's machine id (default: this machine)");
   s.train->add_option("--report", s.report, "also write the error tables (markdown) here");
-  s.train->add_option("--min-rows", s.train_options.min_rows,
-                      "families with fewer measured configurations are left out (named in the report)")
+  s.train
+      ->add_option("--min-rows", s.train_options.min_rows,
+                   "families with fewer measured configurations are left out (named in the report)")
       ->check(CLI::Range(8, 1 << 30));
   s.train->add_option("--test-csv", s.train_options.test_predictions_csv,
                       "measured and predicted time per held-out configuration (scripts/predictor_scatter.py plots it)");
@@ -168,6 +169,7 @@ Status cmd_sweep(const PredictorCommands::State& s) {
   const bool dry_run = s.dry_run;
   if (!s.models.empty()) {
     TS_ASSIGN_OR_RETURN(o.queries, model_queries_of(split_commas(s.models), s.model_options, s.sweep_options.workers));
+    o.queries = with_each_conv_algorithm(o.queries);  // what --select predicted ranks
     o.queries_source = "models:" + s.models;
   }
   if (dry_run) {

@@ -42,17 +42,7 @@ const char* float_dtype(double u) { return u < 0.5 ? "FLOAT32" : "BFLOAT16"; }
 // the predictor learns each kernel's time beside the selection's.
 std::string conv_algorithm(double u, bool transposed) {
   if (u < 0.5) return "auto";
-  const bool avx512 = kernel_isa() == KernelIsa::kAvx512, amx = avx512 && cpu_features().amx_bf16;
-  std::vector<std::string> names;
-  if (transposed) {
-    names = {"patch_transpose_matmul", "onednn", avx512 ? "patch_transpose_avx512" : "patch_transpose_avx2"};
-    if (amx) names.push_back("amx_patch_1x1");
-  } else if (avx512) {
-    names = {"depthwise",      "narrow_avx512",      "onednn_winograd", "direct_avx512",
-             "rows3x3_avx512", "onednn_padded_cout", "onednn_f32_rows", "onednn"};
-  } else {
-    names = {"depthwise", "winograd_avx2", "direct_avx2", "onednn_winograd", "onednn"};
-  }
+  const std::vector<std::string> names = conv_algorithms_of_this_tier(transposed);
   return names[std::min(names.size() - 1, static_cast<size_t>((u - 0.5) * 2 * static_cast<double>(names.size())))];
 }
 
@@ -244,6 +234,35 @@ StatusOr<OpQuery> point(const Space& space, U u) {
 }
 
 }  // namespace
+
+std::vector<std::string> conv_algorithms_of_this_tier(bool transposed) {
+  const bool avx512 = kernel_isa() == KernelIsa::kAvx512, amx = avx512 && cpu_features().amx_bf16;
+  std::vector<std::string> names;
+  if (transposed) {
+    names = {"patch_transpose_matmul", "onednn", avx512 ? "patch_transpose_avx512" : "patch_transpose_avx2"};
+    if (amx) names.push_back("amx_patch_1x1");
+  } else if (avx512) {
+    names = {"depthwise",      "narrow_avx512",      "onednn_winograd", "direct_avx512",
+             "rows3x3_avx512", "onednn_padded_cout", "onednn_f32_rows", "onednn"};
+  } else {
+    names = {"depthwise", "winograd_avx2", "direct_avx2", "onednn_winograd", "onednn"};
+  }
+  return names;
+}
+
+std::vector<OpQuery> with_each_conv_algorithm(const std::vector<OpQuery>& queries) {
+  std::vector<OpQuery> out;
+  for (const OpQuery& q : queries) {
+    out.push_back(q);
+    if (q.op != "conv2d" && q.op != "conv_transpose2d") continue;
+    for (const std::string& a : conv_algorithms_of_this_tier(q.op == "conv_transpose2d")) {
+      OpQuery named = q;
+      named.args["algorithm"].word = a;
+      if (!(named == q)) out.push_back(std::move(named));
+    }
+  }
+  return out;
+}
 
 std::vector<std::string> sweep_ops() {
   std::vector<std::string> v;

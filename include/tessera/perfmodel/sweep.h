@@ -57,6 +57,16 @@ struct SweepResult {
   MachineFingerprint machine;
 };
 
+// The conv kernels this CPU's tier has (src/ops/conv/select.h's names) for
+// conv2d, or conv_transpose2d when `transposed`: what the sweep names in a
+// conv query's "algorithm" beside "auto" (a shape a named kernel cannot run
+// is refused by conv2d's own check).
+std::vector<std::string> conv_algorithms_of_this_tier(bool transposed);
+// `queries` with every conv2d / conv_transpose2d query also asked once per
+// kernel of this tier: a model's convs measured on each kernel that can
+// run them, for the predicted selection (--select predicted).
+std::vector<OpQuery> with_each_conv_algorithm(const std::vector<OpQuery>& queries);
+
 // The ops with a sweep space, in table order.
 std::vector<std::string> sweep_ops();
 // `n` points of op's space from batch `batch` (deterministic): for tests and `tessera sweep --dry-run`.
