@@ -499,9 +499,12 @@ bool residual_fuses(const Tensor& input, const Conv2dParams& p, const Conv2dResi
 // Runs `run(&residual, config)` when the kernel can add the residual itself,
 // else `run(nullptr, config)` (float32 rows, see below) and one add with the
 // residual's activation.
+// `prepared_key`: the key of weights prepared before (they name whether
+// their call fused the residual), or null for host weights.
 template <class Run>
 StatusOr<Conv2dResult> with_residual(const Tensor& input, const Conv2dParams& p, const Conv2dResidual& residual,
-                                     const Conv2dConfig& config, uint8_t cq_id, Run run, bool may_widen = true) {
+                                     const Conv2dConfig& config, uint8_t cq_id, Run run,
+                                     const std::string* prepared_key = nullptr) {
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, "conv2d"));
   TS_RETURN_IF_ERROR(ops::require_device_tensor(residual.tensor, "conv2d", "residual"));
   TS_RETURN_IF_ERROR(p.validate());
@@ -511,7 +514,16 @@ StatusOr<Conv2dResult> with_residual(const Tensor& input, const Conv2dParams& p,
     return invalid_argument_error("conv2d: the residual has shape {}; expected the output's ({}, {}, {}, {})",
                                   residual.tensor.shape().to_string(), p.batch_size, p.output_height(),
                                   p.output_width(), p.out_channels);
-  if (residual_fuses(input, p, residual, config)) return run(&residual, config);
+  const bool may_widen =
+      !prepared_key || prepared_key->find(conv::weights_key_rows(DataType::FLOAT32)) != std::string::npos;
+  if (residual_fuses(input, p, residual, config) &&
+      (!prepared_key || prepared_key->find(":+residual") != std::string::npos)) {
+    // A kernel may still find it cannot add it (oneDNN's chain after an
+    // activation it lacks, where Tessera's own pass does not apply): then
+    // the add is separate, as below, and weights prepared here say so.
+    StatusOr<Conv2dResult> fused = run(&residual, config);
+    if (fused.ok() || fused.status().code() != StatusCode::kUnimplemented || prepared_key) return fused;
+  }
   const DataType in = input.dtype();
   const DataType out = config.dtype.value_or(is_block_float(in) ? DataType::BFLOAT16 : in);
   // A float32 residual on bfloat16 rows: the conv's rows stay float32 until
@@ -544,15 +556,14 @@ StatusOr<Conv2dResult> conv2d_with_residual(const Tensor& input, const PreparedC
                                             const Conv2dResidual& residual, const Conv2dConfig& config, uint8_t cq_id) {
   // Weights prepared by a call that left float32 rows for its add (see
   // with_residual) keep doing so; others, prepared for bfloat16 rows, add
-  // to those.
-  const bool wide_weights = w.key.find(conv::weights_key_rows(DataType::FLOAT32)) != std::string::npos;
+  // to those. Weights prepared without the residual add it separately.
   return with_residual(
       input, p, residual, config, cq_id,
       [&](const Conv2dResidual* fused, const Conv2dConfig& cfg) {
         return with_io(input, p, true, fused, cfg, cq_id,
                        [&](const Tensor& x, const Conv2dConfig& c) { return with_prepared(x, w, p, c, cq_id, fused); });
       },
-      wide_weights);
+      &w.key);
 }
 
 StatusOr<Conv2dResult> conv_transpose2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,

@@ -60,6 +60,8 @@ std::vector<Case> cases() {
       // bfloat16 rows, with a residual.
       {1, 12, 12, 64, 64, 3, 1, 1, bf, MathFidelity::HiFi4, true, UnaryOpType::SILU},
       {1, 8, 8, 96, 24, 1, 1, 1, bf},
+      // Grouped bfloat16 with SiLU then a residual: oneDNN's chain lacks it, and the add is separate.
+      {1, 29, 23, 8, 152, 7, 2, 4, bf, MathFidelity::HiFi2, true, UnaryOpType::SILU},
       // AVX2's direct kernel from 16 input channels, 2x2 to 7x7.
       {1, 15, 15, 16, 24, 2, 1, 1},
       {1, 12, 12, 24, 16, 7, 1, 1},

@@ -162,11 +162,17 @@ dnnl::primitive_desc make_pd(ConvPlan& plan, const Geometry& g, const memory::de
   // (0.292 against 0.278 ms and 0.296 against 0.306), so they stay fused.
   const bool own_silu = is_plain_silu(g.activation) && (!plan.residual || (plan.own_residual && !plan.chunked)) &&
                         kernel_isa() != KernelIsa::kScalar;
+  // Decided anew for each attempt's primitives: an earlier attempt's (with
+  // Tessera's own residual pass) is not this one's.
+  plan.post_activation.reset();
   if (own_silu || !onednn::append_activation(po, g.activation)) plan.post_activation = g.activation;
   if (plan.residual && !plan.own_residual) {
     // Tessera applies what oneDNN would run before the sum only on its own
     // pass over the residual (own_residual): conv2d fuses no residual after such an activation.
-    if (plan.post_activation) throw dnnl::error(dnnl_unimplemented, "an activation oneDNN lacks before the residual");
+    if (plan.post_activation) {
+      plan.residual_chain_missing = true;
+      throw dnnl::error(dnnl_unimplemented, "an activation oneDNN lacks before the residual");
+    }
     po.append_sum(1.f);
     plan.post_res_activation.reset();
     if (!onednn::append_activation(po, plan.res_activation)) plan.post_res_activation = plan.res_activation;
@@ -634,6 +640,9 @@ StatusOr<Program> compile_onednn(const Device& device, const Problem& pr, const 
     });
     if (built.ok()) break;
   }
+  if (!built.ok() && plan->residual_chain_missing)
+    return unimplemented_error("{}: oneDNN's kernels cannot add the residual after {} here", pr.g.descriptor,
+                               activation_name(pr.g.activation));
   TS_RETURN_IF_ERROR(built);
   Program prog;
   prog.kernel = onednn_conv_kernel;

@@ -59,6 +59,10 @@ struct ConvShard {
 // Everything compiled for one conv problem.
 struct ConvPlan {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  // An attempt needed an activation before the fused residual that oneDNN's
+  // chain lacks and Tessera's pass did not take (compile_onednn then says
+  // UNIMPLEMENTED, and conv2d adds the residual separately).
+  bool residual_chain_missing = false;
   std::vector<dnnl::primitive_desc> pds;  // convolution or deconvolution
   std::vector<dnnl::primitive> prims;
   std::vector<std::unique_ptr<ConvShard>> shards;
