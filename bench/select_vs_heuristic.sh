@@ -30,8 +30,11 @@ input_for() {  # the model's input at this batch, when prepare_models.sh made on
 ms() {  # ms MODEL MODE: the batch's ms
   local out t
   # shellcheck disable=SC2046  # --input FILE splits into two words
-  out=$(./build/release/tessera bench "$1" --batch "$b" --iterations "$reps" --select "$2" --select-cache "$cache" \
-        ${PREDICTOR:+--predictor "$PREDICTOR"} $(input_for "$1") 2>&1)
+  local extra=()
+  [ "$2" = measured ] && extra=(--select-cache "$cache")
+  [ "$2" = predicted ] && extra=(--predictor "$PREDICTOR")
+  out=$(./build/release/tessera bench "$1" --batch "$b" --iterations "$reps" --select "$2" "${extra[@]}" \
+        $(input_for "$1") 2>&1)
   if [ "$b" = 1 ]; then t=$(echo "$out" | awk '/latency: +p50/ {print $3}')
   else t=$(echo "$out" | awk '/end to end:/ {gsub(/\(/, "", $6); print $6}'); fi
   [ -n "$t" ] || { echo "$out" >&2; return 1; }
