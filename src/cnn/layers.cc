@@ -111,9 +111,10 @@ Status ConvLayer<Params>::choose(const TensorSpec& input, std::optional<TensorSp
   // Each candidate's weights are prepared once, on its first timing, and
   // copied until the copies outgrow the shared cache (at most 16): the
   // timed calls take them in turn, so each reads its weights cold, as a
-  // model does that streams every layer's weights once a run. Timed on
-  // one copy, kernels that read cold weights slowly looked fast (ResNet-50's
-  // 7x7 512 -> 512 convs: 0.34 ms on hot weights, slower in the model).
+  // model does that streams every layer's weights once a run. On one hot
+  // copy, ResNet-50's 7x7 512 -> 512 3x3 conv took 0.34 ms on rows3x3_avx512
+  // and 0.42 on the thresholds' direct_avx512 (1.24x); on cold copies 0.40
+  // and 0.44 (1.10x); the hot-copy choices made the model 1-5% slower.
   std::map<std::string, std::vector<PreparedConv2dWeights>> prepared;
   c.time = [&](const std::string& algorithm, int runs) -> StatusOr<double> {
     Conv2dConfig forced = config_;
@@ -138,10 +139,8 @@ Status ConvLayer<Params>::choose(const TensorSpec& input, std::optional<TensorSp
     const std::vector<PreparedConv2dWeights>& copies = it->second;
     Device& device = *copies.front().weight.device();
     // Kernel time from the device profiler, of the calls replayed in a
-    // trace as a model runs them: eager calls in a row measured oneDNN's
-    // 1x1 convs at up to twice their time in the model (the dispatching
-    // thread competes with the workers for the cores). A device without
-    // room for traces times the calls eagerly.
+    // trace as a traced model runs them (no host dispatch between
+    // launches). A device without room for traces times them eagerly.
     const auto call = [&]() -> Status {
       for (const PreparedConv2dWeights& w : copies) TS_RETURN_IF_ERROR(run(forced, &w).status());
       return ok_status();
