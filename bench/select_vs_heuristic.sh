@@ -3,7 +3,8 @@
 # against each conv's candidates measured once on this machine (--select
 # measured) and, with PREDICTOR set, ranked by the op runtime predictor
 # (--select predicted), alternating in rounds so that every mode sees the
-# same phases of the VM's drifting speed. The measured choices are cached
+# same phases of the VM's drifting speed (the order reversed every other
+# round). The measured choices are cached
 # first (one compile, not timed); each round then times REPS runs of each
 # mode: p50 latency at batch 1, ms per batch end to end at batch 8. The
 # last line per model: the median of each mode over the rounds, and the
@@ -42,10 +43,20 @@ ms() {  # ms MODEL MODE: the batch's ms
 }
 for m in "$@"; do
   ./build/release/tessera bench "$m" --batch "$b" --iterations 1 --select measured --select-cache "$cache" >/dev/null
+  # How many convs each mode moved off the thresholds' kernel (0: it times the same program as heuristic).
+  declare -A switched=()
+  for mode in "${modes[@]:1}"; do
+    extra=(--select-cache "$cache"); [ "$mode" = predicted ] && extra=(--predictor "$PREDICTOR")
+    switched[$mode]=$(./build/release/tessera run "$m" --batch "$b" --select "$mode" "${extra[@]}" --explain 2>&1 |
+                      grep -c "(Conv2dConfig::algorithm)" || true)
+  done
   declare -A times=() ratios=()
   for r in $(seq "$rounds"); do
     line="round $r:"
-    for mode in "${modes[@]}"; do
+    # Odd rounds in order, even rounds reversed: no mode always runs first.
+    order=("${modes[@]}")
+    if [ $((r % 2)) = 0 ]; then order=(); for ((i = ${#modes[@]} - 1; i >= 0; i--)); do order+=("${modes[$i]}"); done; fi
+    for mode in "${order[@]}"; do
       t=$(ms "$m" "$mode"); times[$mode]+="$t "; line+=" $mode $t ms"
     done
     h=$(echo "${times[heuristic]}" | awk '{print $NF}')
@@ -59,8 +70,8 @@ for m in "$@"; do
   summary="$(basename "$m" .onnx) batch $b, $rounds rounds of $reps: heuristic $(med ${times[heuristic]}) ms"
   for mode in "${modes[@]:1}"; do
     # shellcheck disable=SC2086
-    summary+=", $mode $(med ${times[$mode]}) ms (heuristic/$mode $(med ${ratios[$mode]}), range $(range ${ratios[$mode]}))"
+    summary+=", $mode $(med ${times[$mode]}) ms (${switched[$mode]} convs switched; heuristic/$mode $(med ${ratios[$mode]}), range $(range ${ratios[$mode]}))"
   done
   echo "$summary"
-  unset times ratios
+  unset times ratios switched
 done

@@ -11,6 +11,8 @@
 namespace tessera::cnn {
 
 namespace {
+// Output pixels up to which a timed conv reads copies of its weights (below).
+constexpr uint64_t kMaxColdPixels = 4096;
 StatusOr<Conv2dResult> run(const Tensor& x, const Tensor& w, const std::optional<Tensor>& b, const Conv2dParams& p,
                            const Conv2dConfig& c, uint8_t cq) {
   return conv2d(x, w, b, p, c, cq);
@@ -126,7 +128,11 @@ Status ConvLayer<Params>::choose(const TensorSpec& input, std::optional<TensorSp
       Device& device = *first.weights.weight.device();
       const uint64_t cache = device.descriptor().shared_cache_size ? device.descriptor().shared_cache_size : 32 << 20;
       const uint64_t bytes = std::max<uint64_t>(first.weights.weight.spec().storage_bytes(), 1);
-      const uint64_t want = std::clamp<uint64_t>((cache * 3 / 2 + bytes - 1) / bytes, 1, 16);
+      // Each weight is read once per output pixel: past kMaxColdPixels the
+      // compute hides a cold read, and copies would only lengthen the timing.
+      const uint64_t pixels = uint64_t{params_.batch_size} * params_.output_height() * params_.output_width();
+      const uint64_t want =
+          pixels > kMaxColdPixels ? 1 : std::clamp<uint64_t>((cache * 3 / 2 + bytes - 1) / bytes, 1, 16);
       if (want > 1) {
         TS_ASSIGN_OR_RETURN(Tensor host, first.weights.weight.cpu());
         for (uint64_t k = 1; k < want; ++k) {
@@ -145,7 +151,11 @@ Status ConvLayer<Params>::choose(const TensorSpec& input, std::optional<TensorSp
       for (const PreparedConv2dWeights& w : copies) TS_RETURN_IF_ERROR(run(forced, &w).status());
       return ok_status();
     };
-    const uint32_t n = static_cast<uint32_t>(std::max(runs, 1));
+    // About `runs` timed calls in all (at least two replays of the copies):
+    // sixteen copies of a long conv replayed five times each made a UNet's
+    // first measured compile take minutes.
+    const uint32_t n =
+        std::max<uint32_t>(2, static_cast<uint32_t>((std::max(runs, 1) + copies.size() - 1) / copies.size()));
     StatusOr<TracedTimes> t = traced_kernel_times(device, call, n, cq_id);
     if (!t.ok() && t.status().code() == StatusCode::kResourceExhausted) t = eager_kernel_times(device, call, n);
     if (!t.ok()) return t.status();

@@ -24,6 +24,7 @@ using nlohmann::json;
 constexpr std::string_view kSelectNames[] = {"heuristic", "measured", "predicted"};
 constexpr std::string_view kCacheFormat = "tessera-conv-choices";
 constexpr int kCacheVersion = 1;
+constexpr double kOneRoundNs = 2e6;
 
 // The facts a measured choice holds for: the same CPU and tier, worker
 // count and build (the kernels may have changed otherwise).
@@ -54,7 +55,7 @@ std::string listing(const cnn::ConvChoice& c, const std::vector<double>& ns) {
 struct Cache {
   std::mutex mu;
   std::string path, machine;
-  bool loaded = false;
+  bool loaded = false, warned = false;
   json doc;
 
   Status load() {
@@ -142,7 +143,9 @@ cnn::ConvChooser measured_conv_chooser(MeasuredChooserOptions options) {
     // falls on every candidate alike. Each keeps its best round's median.
     std::vector<double> ns(c.algorithms.size(), std::numeric_limits<double>::infinity());
     std::vector<std::string> failed;
-    for (int round = 0; round < options.rounds; ++round)
+    for (int round = 0; round < options.rounds; ++round) {
+      // Convs of milliseconds vary by far less than the margin: one round.
+      if (round == 1 && *std::min_element(ns.begin(), ns.end()) > kOneRoundNs) break;
       for (size_t i = 0; i < c.algorithms.size(); ++i) {
         if (round > 0 && !std::isfinite(ns[i])) continue;  // failed once: skipped
         StatusOr<double> t = c.time(c.algorithms[i], options.runs_per_round);
@@ -153,13 +156,19 @@ cnn::ConvChooser measured_conv_chooser(MeasuredChooserOptions options) {
         if (options.verbose) std::fprintf(stderr, "  round %d %s %.3f ms\n", round, c.algorithms[i].c_str(), *t / 1e6);
         ns[i] = std::min(ns[i], *t);
       }
+    }
     if (!std::isfinite(ns[0]))
       return internal_error("{}: the selection's own kernel failed to run: {}", c.key, fmt::join(failed, "; "));
     const size_t best = pick(ns, options.margin);
     std::string times = listing(c, ns);
     if (!failed.empty()) times += fmt::format("; failed: {}", fmt::join(failed, "; "));
-    TS_RETURN_IF_ERROR(
-        cache->store(c.key, json{{"algorithm", c.algorithms[best]}, {"times", times}, {"date", utc_now()}}));
+    // A cache that cannot be written costs a later compile its measuring, not this one its choice.
+    const Status stored =
+        cache->store(c.key, json{{"algorithm", c.algorithms[best]}, {"times", times}, {"date", utc_now()}});
+    if (!stored.ok() && !cache->warned) {
+      cache->warned = true;
+      std::fprintf(stderr, "warning: %s (the choices are kept for this process only)\n", stored.to_string().c_str());
+    }
     if (options.verbose)
       std::fprintf(stderr, "measured %s -> %s (%s)\n", c.key.c_str(), c.algorithms[best].c_str(), times.c_str());
     return cnn::ConvChosen{c.algorithms[best], "measured: " + times};

@@ -30,9 +30,10 @@ struct ConvChoice {
   // Names the problem (op, shapes, dtypes, memory configs, fidelity,
   // residual): equal keys are one choice on one machine.
   std::string key;
-  // Runs the call with `algorithm` once to prepare its weights, then
-  // replays it `runs` times in a trace (profiler.h's traced_kernel_times)
-  // and returns the median kernel time of one replay in nanoseconds. The
+  // Runs the call with `algorithm` once to prepare its weights, then about
+  // `runs` times in a trace (profiler.h's traced_kernel_times; on copies of
+  // the weights that outgrow the shared cache, taken in turn) and returns
+  // the median kernel time of one call in nanoseconds. The
   // profiler is off after (what it held is cleared). The layer's outputs
   // and residual are left as they were.
   std::function<StatusOr<double>(const std::string& algorithm, int runs)> time;

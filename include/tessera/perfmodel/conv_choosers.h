@@ -37,6 +37,7 @@ struct MeasuredChooserOptions {
   std::string cache_path;
   uint32_t workers = 0;  // the device's worker threads (0: its default), part of the machine's key
   int rounds = 3;        // candidates timed in turn, `runs_per_round` runs each; the best round's median kept
+                         // (one round when every candidate takes over 2 ms)
   int runs_per_round = 5;
   double margin = 0.03;
   bool verbose = false;  // one line per measured conv on stderr
@@ -45,8 +46,9 @@ struct MeasuredChooserOptions {
 // then "conv_choices.json".
 std::string default_conv_cache_path();
 // A cache file that cannot be read or parsed is an error when the first
-// conv asks (the file named, what was found); a candidate that fails to run
-// is skipped and named in the reason.
+// conv asks (the file named, what was found); one that cannot be written is
+// a warning on stderr. A candidate that fails to run is skipped and named
+// in the reason.
 cnn::ConvChooser measured_conv_chooser(MeasuredChooserOptions options);
 
 // The conv as a predictor query with "algorithm" set (op_query.h's conv2d /
