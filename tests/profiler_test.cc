@@ -59,10 +59,35 @@ TEST(Profiler, RecordsEagerAndReplayedLaunchesOnBothQueues) {
   ASSERT_OK(release_trace(*dev, tid));
 }
 
+// traced_kernel_times: each replay's launches summed, whether the trace fits
+// or (without a TRACE region) the calls run eagerly instead.
+TEST(Profiler, KernelTimesPerRunTracedOrEager) {
+  for (uint64_t region : {uint64_t{1} << 20, uint64_t{0}}) {
+    SCOPED_TRACE(region);
+    ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = region}));
+    Tensor h = testing::random_tensor(Shape{64, 64}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
+    ASSERT_OK_AND_ASSIGN(Tensor x, to_device(h, *dev));
+    const auto call = [&]() -> Status {
+      TS_RETURN_IF_ERROR(relu(x).status());
+      return unary(x, {UnaryOpType::SIGMOID}).status();
+    };
+    ASSERT_OK(call());  // compiled first, as the contract asks
+    ASSERT_OK_AND_ASSIGN(TracedTimes t, traced_kernel_times(*dev, call, 4));
+    EXPECT_EQ(t.ns.size(), 4u);
+    EXPECT_EQ(t.launches, 2u);
+    EXPECT_NE(t.kernels.find("relu"), std::string::npos) << t.kernels;
+    EXPECT_NE(t.kernels.find(" "), std::string::npos) << t.kernels;  // two names
+    for (double ns : t.ns) EXPECT_GT(ns, 0.0);
+    EXPECT_ERROR(read_profile(*dev), StatusCode::kFailedPrecondition, "not enabled");  // off after
+    EXPECT_ERROR(traced_kernel_times(*dev, call, 0).status(), StatusCode::kInvalidArgument, "at least 1");
+    ASSERT_OK(close_device(*dev));
+  }
+}
+
 TEST(Profiler, CountsWhatExceedsTheCapacity) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  ASSERT_OK_AND_ASSIGN(Tensor x, to_device(testing::random_tensor(Shape{32, 32}, DataType::FLOAT32,
-                                                                   Layout::ROW_MAJOR, 1), *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor x,
+                       to_device(testing::random_tensor(Shape{32, 32}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
   ASSERT_OK(enable_profiler(*dev, 4));
   for (int i = 0; i < 10; ++i) ASSERT_OK(relu(x).status());
   ASSERT_OK_AND_ASSIGN(DeviceProfile p, read_profile(*dev));

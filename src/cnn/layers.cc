@@ -29,26 +29,6 @@ StatusOr<Conv2dResult> run(const Tensor& x, const PreparedConv2dWeights& w, cons
                            const Conv2dConfig& c, uint8_t cq) {
   return conv_transpose2d(x, w, p, c, cq);
 }
-// `call` run n + 1 times back to back under the profiler, the first untimed.
-StatusOr<TracedTimes> eager_kernel_times(Device& device, const std::function<Status()>& call, uint32_t n) {
-  TS_RETURN_IF_ERROR(enable_profiler(device));
-  Status status = read_profile(device).status();  // clears what came before
-  for (uint32_t i = 0; status.ok() && i <= n; ++i) status = call();
-  StatusOr<DeviceProfile> p = status.ok() ? read_profile(device) : StatusOr<DeviceProfile>(status);
-  TS_RETURN_IF_ERROR(disable_profiler(device));
-  if (!p.ok()) return p.status();
-  TracedTimes t{.launches = static_cast<uint32_t>(p->ops.size() / (n + 1))};
-  if (t.launches == 0 || p->ops.size() % (n + 1) != 0 || p->dropped)
-    return internal_error("{} calls made {} profiled launches ({} dropped)", n + 1, p->ops.size(), p->dropped);
-  for (size_t call_index = 1; call_index <= n; ++call_index) {
-    double sum = 0;
-    for (size_t k = call_index * t.launches; k < (call_index + 1) * t.launches; ++k)
-      sum += p->ops[k].duration_us() * 1e3;
-    t.ns.push_back(sum);
-  }
-  return t;
-}
-
 StatusOr<std::vector<std::string>> algorithms(const Tensor& x, const Conv2dParams& p, const Conv2dConfig& c) {
   return conv2d_algorithms(x, p, c);
 }
@@ -145,8 +125,7 @@ Status ConvLayer<Params>::choose(const TensorSpec& input, std::optional<TensorSp
     const std::vector<PreparedConv2dWeights>& copies = it->second;
     Device& device = *copies.front().weight.device();
     // Kernel time from the device profiler, of the calls replayed in a
-    // trace as a traced model runs them (no host dispatch between
-    // launches). A device without room for traces times them eagerly.
+    // trace as a traced model runs them (no host dispatch between launches).
     const auto call = [&]() -> Status {
       for (const PreparedConv2dWeights& w : copies) TS_RETURN_IF_ERROR(run(forced, &w).status());
       return ok_status();
@@ -156,11 +135,9 @@ Status ConvLayer<Params>::choose(const TensorSpec& input, std::optional<TensorSp
     // first measured compile take minutes.
     const uint32_t n =
         std::max<uint32_t>(2, static_cast<uint32_t>((std::max(runs, 1) + copies.size() - 1) / copies.size()));
-    StatusOr<TracedTimes> t = traced_kernel_times(device, call, n, cq_id);
-    if (!t.ok() && t.status().code() == StatusCode::kResourceExhausted) t = eager_kernel_times(device, call, n);
-    if (!t.ok()) return t.status();
-    for (double& x : t->ns) x /= static_cast<double>(copies.size());
-    std::vector<double>& ns = t->ns;
+    TS_ASSIGN_OR_RETURN(TracedTimes t, traced_kernel_times(device, call, n, cq_id));
+    for (double& x : t.ns) x /= static_cast<double>(copies.size());
+    std::vector<double>& ns = t.ns;
     std::nth_element(ns.begin(), ns.begin() + ns.size() / 2, ns.end());
     return ns[ns.size() / 2];
   };

@@ -50,6 +50,34 @@ StatusOr<DeviceProfile> read_profile(Device& device) {
   return out;
 }
 
+namespace {
+
+// Each of `runs` equal runs' launches summed, from a profile of exactly those runs.
+StatusOr<TracedTimes> per_run_times(const StatusOr<DeviceProfile>& profile, uint32_t runs) {
+  if (!profile.ok()) return profile.status();
+  const size_t n = profile->ops.size();
+  if (n == 0 || n % runs != 0 || profile->dropped)
+    return internal_error("kernel times: {} launches recorded over {} runs ({} dropped)", n, runs, profile->dropped);
+  TracedTimes t{.ns = std::vector<double>(runs, 0.0), .launches = static_cast<uint32_t>(n / runs)};
+  for (size_t i = 0; i < n; ++i)
+    t.ns[i / t.launches] += static_cast<double>(profile->ops[i].end_ns - profile->ops[i].start_ns);
+  for (size_t i = 0; i < t.launches; ++i) t.kernels += (i ? " " : "") + profile->ops[i].kernel_name;
+  return t;
+}
+
+// Without room for a trace: `call` once untimed, then `runs` times back to back.
+StatusOr<TracedTimes> eager_kernel_times(Device& device, const std::function<Status()>& call, uint32_t runs) {
+  Status run = call();
+  if (run.ok()) run = synchronize_device(device);
+  if (run.ok()) run = enable_profiler(device, std::max<size_t>(1 << 14, size_t{runs} * 64));
+  for (uint32_t r = 0; run.ok() && r < runs; ++r) run = call();
+  StatusOr<DeviceProfile> profile = run.ok() ? read_profile(device) : StatusOr<DeviceProfile>(run);
+  (void)disable_profiler(device);
+  return per_run_times(profile, runs);
+}
+
+}  // namespace
+
 StatusOr<TracedTimes> traced_kernel_times(Device& device, const std::function<Status()>& call, uint32_t replays,
                                           uint8_t cq_id) {
   if (replays == 0) return invalid_argument_error("traced_kernel_times: replays must be at least 1");
@@ -60,6 +88,8 @@ StatusOr<TracedTimes> traced_kernel_times(Device& device, const std::function<St
   auto release = [&] { (void)release_trace(device, trace); };
   if (!captured.ok() || !ended.ok()) {
     release();
+    if (captured.ok() && ended.code() == StatusCode::kResourceExhausted)
+      return eager_kernel_times(device, call, replays);
     return captured.ok() ? ended : captured;
   }
   Status run = execute_trace(device, trace, cq_id, true);  // warm: caches and page tables as in steady state
@@ -68,16 +98,7 @@ StatusOr<TracedTimes> traced_kernel_times(Device& device, const std::function<St
   StatusOr<DeviceProfile> profile = run.ok() ? read_profile(device) : StatusOr<DeviceProfile>(run);
   (void)disable_profiler(device);
   release();
-  if (!profile.ok()) return profile.status();
-  const size_t n = profile->ops.size();
-  if (n == 0 || n % replays != 0 || profile->dropped)
-    return internal_error("traced_kernel_times: {} launches recorded over {} replays ({} dropped)", n, replays,
-                          profile->dropped);
-  TracedTimes t{.ns = std::vector<double>(replays, 0.0), .launches = static_cast<uint32_t>(n / replays)};
-  for (size_t i = 0; i < n; ++i)
-    t.ns[i / t.launches] += static_cast<double>(profile->ops[i].end_ns - profile->ops[i].start_ns);
-  for (size_t i = 0; i < t.launches; ++i) t.kernels += (i ? " " : "") + profile->ops[i].kernel_name;
-  return t;
+  return per_run_times(profile, replays);
 }
 
 namespace {

@@ -13,6 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/device/device.h"
+#include "tessera/perfmodel/dataset.h"
+#include "tessera/perfmodel/features.h"
+#include "tessera/perfmodel/sweep.h"
+#include "tessera/perfmodel/train.h"
 #include "tessera/runtime/compiled_model.h"
 #include "test_util.h"
 
@@ -117,6 +121,70 @@ TEST(ConvChoosers, MeasuredChoicesRunAndAreCachedPerMachine) {
                cache + ": expected a conv choice cache");
   std::filesystem::remove(cache);
   ASSERT_OK(close_device(*dev));
+}
+
+TEST(ConvChoosers, AnUnwritableCacheIsAWarning) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 16 << 20}));
+  runtime::CompileOptions measured;
+  measured.conv_chooser =
+      measured_conv_chooser({.cache_path = "/proc/tessera-no-such-dir/conv_choices.json", .rounds = 1});
+  ::testing::internal::CaptureStderr();
+  ASSERT_OK_AND_ASSIGN(ModelRun r, compile_and_run(*dev, measured));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("warning: "), std::string::npos) << err;
+  EXPECT_NE(err.find("kept for this process only"), std::string::npos) << err;
+  EXPECT_TRUE(any_contains(r.selections, "\n  measured: "));
+  ASSERT_OK(close_device(*dev));
+}
+
+// A predictor trained on a made-up law in which oneDNN's kernel takes a
+// third of any other's time: the predicted chooser runs it wherever it can.
+TEST(ConvChoosers, PredictedChoicesFollowThePredictor) {
+  const std::string db = temp_path("tessera_choosers.sqlite"), model = temp_path("tessera_choosers.json");
+  std::filesystem::remove(db);
+  {
+    ASSERT_OK_AND_ASSIGN(auto d, Dataset::open(db));
+    MachineFingerprint m = this_machine(2);
+    m.fma_gflops = 200, m.bf16_gflops = 400, m.dram_gbps = 20, m.cache_gbps = 200;
+    ASSERT_OK_AND_ASSIGN(const int64_t id, d->machine_id(m));
+    ASSERT_OK(d->begin());
+    for (uint64_t batch = 0; batch < 40; ++batch) {
+      ASSERT_OK_AND_ASSIGN(std::vector<OpQuery> queries, sample_space("conv2d", 16, batch));
+      for (const OpQuery& q : queries) {
+        const double t = (500 + op_cost(q).flops / 200) * (q.word("algorithm") == "onednn" ? 0.3 : 1.0);
+        ASSERT_OK(d->add({.machine_id = id,
+                          .commit = "test",
+                          .measured_at = utc_now(),
+                          .source = "law",
+                          .op = q.op,
+                          .family = "conv2d",
+                          .query = to_json(q),
+                          .time_ns = t,
+                          .min_ns = t,
+                          .max_ns = t,
+                          .run_a_ns = t,
+                          .run_b_ns = t,
+                          .passes = 2}));
+      }
+    }
+    ASSERT_OK(d->commit());
+    ASSERT_OK(train_predictor(*d, {.machine_id = id}, model).status());
+  }
+  ASSERT_OK_AND_ASSIGN(auto predictor, Predictor::load(model));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  runtime::CompileOptions predicted;
+  predicted.conv_chooser = predicted_conv_chooser(predictor, 2);
+  ASSERT_OK_AND_ASSIGN(ModelRun r, compile_and_run(*dev, predicted));
+  ASSERT_OK_AND_ASSIGN(ModelRun heuristic, compile_and_run(*dev, {}));
+  expect_close(r.out, heuristic.out);
+  for (const std::string& s : r.selections) {
+    if (s.find("\n  predicted: ") == std::string::npos) continue;  // one kernel only: nothing asked
+    EXPECT_NE(s.find(": onednn"), std::string::npos) << s;
+  }
+  EXPECT_TRUE(any_contains(r.selections, "\n  predicted: "));
+  ASSERT_OK(close_device(*dev));
+  std::filesystem::remove(db);
+  std::filesystem::remove(model);
 }
 
 TEST(ConvChoosers, TheChoiceIsWhatRunsAndBadAnswersAreErrors) {

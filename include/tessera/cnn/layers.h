@@ -19,6 +19,7 @@ namespace tessera::cnn {
 // One conv layer's choice of kernel, made on its first call when a chooser
 // is set (the compiler's --select measured|predicted): the kernels that can
 // run the call (conv2d_algorithms), what the call is, and a way to time one.
+// It points into the call: valid only while the chooser is being asked.
 struct ConvChoice {
   std::string_view op;                   // "conv2d" or "conv_transpose2d"
   const Conv2dParams* conv2d = nullptr;  // the op's params (one of the two)

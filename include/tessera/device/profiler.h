@@ -44,9 +44,11 @@ StatusOr<DeviceProfile> read_profile(Device& device);
 // replays it: captured once as a trace, replayed once to warm caches and
 // page tables, then `replays` times with the profiler on, each replay to
 // completion. Run `call` once eagerly before (the programs it compiles and
-// the memory it first touches are no part of its time). The profiler is
-// off after (what it held is cleared). Errors: the call's, a capture's, or
-// INTERNAL when the replays recorded unevenly.
+// the memory it first touches are no part of its time). A device without
+// room for the trace (resource exhausted) times `call` eagerly instead:
+// once untimed, then `replays` times back to back. The profiler is off
+// after (what it held is cleared). Errors: the call's, a capture's, or
+// INTERNAL when the runs recorded unevenly.
 struct TracedTimes {
   std::vector<double> ns;  // each replay's launches' summed kernel time, in replay order
   uint32_t launches = 0;   // per replay

@@ -28,7 +28,8 @@ struct Measurement {
   std::string kernels;    // the launches' kernel names, space-separated
 };
 
-// The device needs a TRACE region (open_device's trace_region_size; 64 MiB serves the sweeps' sizes).
+// The device wants a TRACE region (open_device's trace_region_size; 64 MiB serves the sweeps' sizes):
+// without room for the op's trace it is timed eagerly (profiler.h's traced_kernel_times).
 StatusOr<Measurement> measure_op(Device& device, const OpQuery& query, uint32_t replays = 9);
 
 }  // namespace tessera::perfmodel
