@@ -272,6 +272,28 @@ TEST(Image, LoadedModelRunsBitIdenticalToTheCompiledGraph) {
   }
 }
 
+// Per-op precision rules travel in the image: the loaded model's ops end
+// with the same formats and compute the same bits, portable or not.
+TEST(Image, PrecisionRulesRoundTrip) {
+  auto d = cpu();
+  CompileOptions o;
+  o.precision.amp_level = 1;
+  o.precision.rules = {{.op_type = "Gemm", .input_df = {{1, DataType::BFLOAT16}}},
+                       {.name_regex = "r1", .output_df = DataType::FLOAT32, .math_fidelity = MathFidelity::HiFi4}};
+  auto direct = CompiledModel::compile(small_graph(), *d, o).value();
+  for (const bool portable : {false, true}) {
+    auto img = Image::from_bytes(image_bytes(*d, o, "small", portable)).value();
+    EXPECT_EQ(runtime::precision_config_to_json(img->info().models[0].options.precision),
+              runtime::precision_config_to_json(o.precision));
+    auto loaded = load_model(*img, 0, *d);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    EXPECT_EQ(loaded->model->report().op_precisions, direct->report().op_precisions);
+    const std::vector<float> a = run(*direct, *d), b = run(*loaded->model, *d);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << portable;
+  }
+}
+
 // A portable image stores block-float conv weights as the tiles conv2d
 // rounds them through: at their own size, loading to the same outputs.
 TEST(Image, PortableBlockFloatWeightsAreStoredAsTiles) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -42,6 +43,20 @@ StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& option
     if (m.empty() || m.size() > 6 || m.find_first_not_of("0123456789") != std::string::npos || std::stoul(m) == 0)
       return invalid_argument_error("--micro-batch '{}': expected auto, off or a positive number of images", m);
     c.micro_batch = static_cast<uint32_t>(std::stoul(m));
+  }
+  if (!options.precision_config.empty()) {
+    std::ifstream f(options.precision_config);
+    std::stringstream text;
+    text << f.rdbuf();
+    if (!f) return not_found_error("--precision-config {}: cannot read the file", options.precision_config);
+    StatusOr<runtime::PrecisionConfig> p = runtime::parse_precision_config(text.str());
+    if (!p.ok())
+      return invalid_argument_error("--precision-config {}: {}", options.precision_config, p.status().message());
+    c.precision = std::move(*p);
+  }
+  if (options.amp_level >= 0) {
+    TS_RETURN_IF_ERROR(runtime::amp_level_defaults(options.amp_level).status());
+    c.precision.amp_level = options.amp_level;
   }
   const std::optional<perfmodel::ConvSelect> select = perfmodel::parse_conv_select(options.select);
   if (!select)
@@ -107,6 +122,8 @@ StatusOr<LoadedModel> load_image_model(const std::string& path, Device& device, 
   if (!options.input_shape.empty()) asked.push_back("--shape " + graph::dims_to_string(options.input_shape));
   if (!options.intermediates.empty()) asked.push_back("--save-intermediates");
   if (options.select != defaults.select) asked.push_back("--select " + options.select);
+  if (options.amp_level >= 0) asked.push_back(fmt::format("--amp-level {}", options.amp_level));
+  if (!options.precision_config.empty()) asked.push_back("--precision-config " + options.precision_config);
   if (!asked.empty())
     return invalid_argument_error(
         "{} is a compiled image; its compile options are fixed ({} asked for): compile the "
@@ -157,6 +174,40 @@ StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const 
   TS_ASSIGN_OR_RETURN(r.model, runtime::CompiledModel::compile(std::move(g), device, copts));
   r.compile_ms = ms_since(t0);
   return r;
+}
+
+Status shapes_from_inputs(const std::vector<DeclaredInput>& declared, const std::map<std::string, Tensor>& files,
+                          ModelOptions& options) {
+  for (size_t k = 0; k < declared.size(); ++k) {
+    const auto it = files.find(declared[k].name);
+    if (it == files.end() || (k == 0 && !options.input_shape.empty())) continue;
+    TS_RETURN_IF_ERROR(check_input_shape(declared[k], it->second.shape(), "--input for '" + declared[k].name + "'"));
+    std::vector<int64_t> dims(it->second.shape().dims().begin(), it->second.shape().dims().end());
+    if (k == 0) options.batch = dims[0];
+    options.input_shapes[declared[k].name] = std::move(dims);
+  }
+  return ok_status();
+}
+
+StatusOr<std::vector<Tensor>> host_inputs(const runtime::CompiledModel& model,
+                                          const std::map<std::string, Tensor>& files) {
+  const std::vector<std::string> names = model.input_names();
+  std::vector<Tensor> xs;
+  for (size_t k = 0; k < names.size(); ++k) {
+    const std::vector<int64_t>& dims = model.input_shapes().at(k);
+    const Shape want(std::span<const uint32_t>(std::vector<uint32_t>(dims.begin(), dims.end())));
+    const auto it = files.find(names[k]);
+    if (it == files.end()) {
+      xs.push_back(random_inputs(want, 1, static_cast<uint32_t>(k))[0]);
+      continue;
+    }
+    if (it->second.shape().volume() != want.volume())
+      return invalid_argument_error("--input for '{}': shape {}, the model takes {}", names[k],
+                                    it->second.shape().to_string(), want.to_string());
+    TS_ASSIGN_OR_RETURN(Tensor x, it->second.view(want));
+    xs.push_back(std::move(x));
+  }
+  return xs;
 }
 
 StatusOr<cnn::PipelineConfig> parse_pipeline_config(const std::string& text) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model_io.h"
 #include "tessera/cnn/pipeline.h"
 #include "tessera/image/image.h"
 #include "tessera/runtime/compiled_model.h"
@@ -31,6 +32,10 @@ struct ModelOptions {
   // default_conv_cache_path()) | predicted (the model file `predictor`).
   std::string select = "heuristic";
   std::string predictor, select_cache;
+  // Per-op precision (runtime/precision.h): an AMP level (-1: the config
+  // file's, else 0) and a rules file (--precision-config).
+  int amp_level = -1;
+  std::string precision_config;
   uint32_t workers = 0;  // the device's worker threads (the measured cache's machine key)
   bool select_verbose = false;
 };
@@ -39,7 +44,8 @@ struct ModelOptions {
 bool is_image_file(const std::string& path);
 
 // INVALID_ARGUMENT for an unknown precision, math fidelity, micro-batch or
-// --select setting; a predictor file that does not load (its error).
+// --select setting, a precision config that does not parse; a predictor or
+// precision config file that does not load (its error).
 StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& options);
 
 struct LoadedModel {
@@ -62,6 +68,16 @@ StatusOr<size_t> image_model_index(const image::Image& img, const std::string& n
 // model of a compiled image (.tsi), whose compile options are fixed:
 // INVALID_ARGUMENT when `options` asks for others.
 StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const ModelOptions& options);
+
+// The shapes the model leaves open (symbolic dims, the batch) from the input
+// files read for it (model_io.h's read_inputs): options.batch and
+// input_shapes (--shape in input_shape keeps the first input's).
+Status shapes_from_inputs(const std::vector<DeclaredInput>& declared, const std::map<std::string, Tensor>& files,
+                          ModelOptions& options);
+// One host float32 tensor per input of `model`: its file's, else fixed-seed
+// random values (random_inputs, seeded by the input's index).
+StatusOr<std::vector<Tensor>> host_inputs(const runtime::CompiledModel& model,
+                                          const std::map<std::string, Tensor>& files);
 
 // "trace,2cq" / "notrace,1cq" / "trace,2cq,io" (pipelined I/O) -> PipelineConfig.
 StatusOr<cnn::PipelineConfig> parse_pipeline_config(const std::string& text);

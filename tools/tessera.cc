@@ -8,6 +8,8 @@
 //   tessera compile MODEL.onnx -o MODEL.tsi [--target cpu|wormhole_b0] [--dtype ...] [--batch B] [--name N]
 //   tessera info MODEL.tsi [--json]
 //   tessera merge A.tsi B.tsi ... -o MERGED.tsi [--separate]
+//   tessera compare MODEL.onnx [--input X.npy] [--dtype ... | --amp-level N | --precision-config R.json]
+//                   [--threshold 0.999] [--csv F.csv] [--plot F.png]   (compare_command.h)
 //   tessera conformance [DIR] [--filter S] [--min-pass-rate R]
 //   tessera sweep | train-predictor | predict    (predictor_commands.h)
 //
@@ -30,6 +32,7 @@
 #include <sstream>
 #include <thread>
 
+#include "compare_command.h"
 #include "conformance.h"
 #include "image_commands.h"
 #include "model_io.h"
@@ -58,6 +61,17 @@ void add_select_options(CLI::App* s, std::string& select, std::string& predictor
                 "~/.cache/tessera, conv_choices.json)");
 }
 
+void add_precision_options(CLI::App* s, int& amp_level, std::string& config) {
+  s->add_option("--amp-level", amp_level,
+                "0 off | 1 bfloat16 activations, bfloat8_b conv/matmul weights, HiFi2 | 2 bfloat4_b weights, LoFi "
+                "(replaces --dtype and --math-fidelity; default: the --precision-config file's, else 0)")
+      ->check(CLI::Range(0, 2));
+  s->add_option("--precision-config", config,
+                "per-op formats and fidelity: a JSON file of configure_mixed_precision-style rules "
+                "(docs/precision.md)")
+      ->check(CLI::ExistingFile);
+}
+
 struct Common {
   std::string model, dtype = "float32", config = "trace,2cq", device, math_fidelity = "HiFi4";
   std::string model_name;  // --model: a merged image's model
@@ -71,6 +85,8 @@ struct Common {
   std::vector<std::string> intermediates;  // run --save-intermediates
   std::string intermediates_dir;
   std::string select = "heuristic", predictor, select_cache;  // ModelOptions'
+  int amp_level = -1;
+  std::string precision_config;
 };
 
 StatusOr<ModelOptions> model_options(const Common& c) {
@@ -84,6 +100,8 @@ StatusOr<ModelOptions> model_options(const Common& c) {
   o.select_cache = c.select_cache;
   o.workers = static_cast<uint32_t>(std::max(c.workers, 0));
   o.select_verbose = c.verbose;
+  o.amp_level = c.amp_level;
+  o.precision_config = c.precision_config;
   if (!c.shape.empty()) {
     std::stringstream ss(c.shape);
     std::string item;
@@ -160,10 +178,18 @@ void print_selections(const runtime::CompiledModel& model) {
     for (size_t at = l.find('\n'); at != std::string::npos; at = l.find('\n', at + 1)) l.insert(at + 1, "  ");
     std::printf("  %s\n", l.c_str());
   }
+  const runtime::CompileReport& r = model.report();
+  std::printf("op precision (%zu ops; the rule or AMP level that set a field in parentheses):\n",
+              r.op_precisions.size());
+  for (const std::string& l : r.op_precisions) std::printf("  %s\n", l.c_str());
+  for (const std::string& l : r.precision_notes) std::printf("  note: %s\n", l.c_str());
 }
 
-// The seeds' PCC rule: 0.999 in float32, 0.99 with bfloat16 activations.
-double pcc_threshold(const std::string& dtype) { return dtype == "float32" ? 0.999 : 0.99; }
+// The seeds' PCC rule: 0.999 in float32, 0.99 with bfloat16 activations
+// (or per-op precision, which may give ops bfloat16).
+double pcc_threshold(const Common& c) {
+  return c.dtype == "float32" && c.amp_level <= 0 && c.precision_config.empty() ? 0.999 : 0.99;
+}
 
 // Every input from `input_files` (model_io.h; random where none is given),
 // every output printed, written and checked. Single-input models run through
@@ -179,32 +205,11 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
   for (const std::string& n : notes) std::printf("%s\n", n.c_str());
   // A file's shape is the model's where the model leaves it open (symbolic
   // dims, the batch); --shape overrides the first input's.
-  for (size_t k = 0; k < declared.size(); ++k) {
-    const auto it = files.find(declared[k].name);
-    if (it == files.end() || (k == 0 && !mo.input_shape.empty())) continue;
-    TS_RETURN_IF_ERROR(check_input_shape(declared[k], it->second.shape(), "--input for '" + declared[k].name + "'"));
-    std::vector<int64_t> dims(it->second.shape().dims().begin(), it->second.shape().dims().end());
-    if (k == 0) mo.batch = dims[0];
-    mo.input_shapes[declared[k].name] = std::move(dims);
-  }
+  TS_RETURN_IF_ERROR(shapes_from_inputs(declared, files, mo));
   TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
   print_report(m, c);
-  const std::vector<std::string> in_names = m.model->input_names(), out_names = m.model->output_names();
-  std::vector<Tensor> xs;
-  for (size_t k = 0; k < in_names.size(); ++k) {
-    const std::vector<int64_t>& dims = m.model->input_shapes().at(k);
-    const Shape want(std::span<const uint32_t>(std::vector<uint32_t>(dims.begin(), dims.end())));
-    const auto it = files.find(in_names[k]);
-    if (it == files.end()) {
-      xs.push_back(random_inputs(want, 1, static_cast<uint32_t>(k))[0]);
-      continue;
-    }
-    if (it->second.shape().volume() != want.volume())
-      return invalid_argument_error("--input for '{}': shape {}, the model takes {}", in_names[k],
-                                    it->second.shape().to_string(), want.to_string());
-    TS_ASSIGN_OR_RETURN(Tensor x, it->second.view(want));
-    xs.push_back(std::move(x));
-  }
+  const std::vector<std::string> out_names = m.model->output_names();
+  TS_ASSIGN_OR_RETURN(std::vector<Tensor> xs, host_inputs(*m.model, files));
   const auto t0 = Clock::now();
   std::vector<Tensor> ys;
   if (!c.intermediates.empty()) {  // taps: through CompiledModel::run, which returns them
@@ -272,7 +277,7 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
   std::printf("1 run%s: %.0f ms\n", xs.size() == 1 && c.intermediates.empty() ? " through the pipeline" : "", ms);
   if (c.explain) print_selections(*m.model);
   TS_RETURN_IF_ERROR(write_outputs(output, output_dir, out_names, ys));
-  if (!reference.empty()) TS_RETURN_IF_ERROR(check_references(reference, out_names, ys, pcc_threshold(c.dtype)));
+  if (!reference.empty()) TS_RETURN_IF_ERROR(check_references(reference, out_names, ys, pcc_threshold(c)));
   return close_device(*device);
 }
 
@@ -438,7 +443,9 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   TS_RETURN_IF_ERROR(release_trace(*device, tid));
   const double frames = static_cast<double>(iterations) * static_cast<double>(m.input_shape[0]);
   // The fidelity when it is not the exact default (LoFi trades precision for speed: see --math-fidelity).
-  const std::string precision = c.math_fidelity == "HiFi4" ? c.dtype : c.dtype + " " + c.math_fidelity;
+  std::string precision = c.math_fidelity == "HiFi4" ? c.dtype : c.dtype + " " + c.math_fidelity;
+  if (c.amp_level >= 0) precision = fmt::format("AMP level {}", c.amp_level);
+  if (!c.precision_config.empty()) precision += " + " + c.precision_config;
   std::printf("%s  %s  batch %ld  %s  (%d iterations; pipeline compile %.0f ms)\n", c.model.c_str(), precision.c_str(),
               static_cast<long>(m.input_shape[0]),
               pc.use_trace ? (pc.num_command_queues == 2 ? "2 queues + trace" : "trace") : "no trace", iterations,
@@ -453,7 +460,7 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
               m.model->report().conv_flops / (device_ms / iterations) / 1e6);
   if (profile) TS_RETURN_IF_ERROR(print_profile(*profile, profile_replays, profile_path));
   if (!reference.empty())
-    TS_RETURN_IF_ERROR(check_references(reference, m.model->output_names(), out0, pcc_threshold(c.dtype)));
+    TS_RETURN_IF_ERROR(check_references(reference, m.model->output_names(), out0, pcc_threshold(c)));
   return close_device(*device);
 }
 
@@ -515,13 +522,16 @@ int main(int argc, char** argv) {
                   "auto | off | N: run the early layers N images at a time where the batch spills the cache");
     s->add_option("--shape", c.shape, "the input's shape, NxCxHxW (models with dynamic H, W)");
     add_select_options(s, c.select, c.predictor, c.select_cache);
+    add_precision_options(s, c.amp_level, c.precision_config);
     s->add_option("--config", c.config, "pipeline: trace|notrace, 1cq|2cq, io (pipelined I/O)");
     s->add_option("--device", c.device,
                   "cpu | wormhole_b0 | DESCRIPTOR.json (an emulated device; default: an image's target, or cpu)")
         ->check(kDeviceName);
     s->add_option("--workers", c.workers, "worker threads (0: one per physical core)");
     s->add_flag("--verbose", c.verbose, "list every conv's placement plan");
-    s->add_flag("--explain", c.explain, "list every conv's kernel and why the candidates before it declined");
+    s->add_flag("--explain", c.explain,
+                "list every conv's kernel and why the candidates before it declined, and every op's formats and "
+                "fidelity");
     s->add_flag("--no-pin", c.no_pin, "leave the device's threads to the OS (default: each pinned to its own core)");
   };
   std::vector<std::string> inputs;
@@ -582,6 +592,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
   compile->add_option("--micro-batch", creq.options.micro_batch, "auto | off | N");
   add_select_options(compile, creq.options.select, creq.options.predictor, creq.options.select_cache);
+  add_precision_options(compile, creq.options.amp_level, creq.options.precision_config);
   compile
       ->add_option("--workers", creq.workers,
                    "the worker threads of the device that will run the image (prepared weights are packed per "
@@ -612,6 +623,27 @@ int main(int argc, char** argv) {
   conf->add_option("--filter", filter, "only tests whose name contains this");
   conf->add_option("--min-pass-rate", min_rate, "exit non-zero below this pass rate (0..1)");
   conf->add_flag("--quiet", quiet, "print failures only");
+  CompareRequest creq2;
+  Common cmp;  // the precision options compare shares with run
+  auto* compare = app.add_subcommand(
+      "compare", "run MODEL at a precision and at float32 on the same input: PCC and error per op, a suggested rule");
+  compare->add_option("model", creq2.model, "ONNX model file")->required()->check(CLI::ExistingFile);
+  auto* cmp_in = compare->add_option("--input", creq2.inputs, "X.npy, NAME=X.npy or ALL.npz (as run's)");
+  bool cmp_random = false;
+  compare->add_flag("--random", cmp_random, "fixed-seed uniform [-1, 1) inputs (the default)")->excludes(cmp_in);
+  compare->add_option("--dtype", cmp.dtype, "float32 | bfloat16 | bfloat8_b (weights; bfloat16 activations)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
+  compare->add_option("--math-fidelity", cmp.math_fidelity, "HiFi4 | HiFi3 | HiFi2 | LoFi")
+      ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
+  add_precision_options(compare, cmp.amp_level, cmp.precision_config);
+  compare->add_option("--batch", cmp.batch, "batch size (fills the leading input dim)")->check(CLI::PositiveNumber);
+  compare->add_option("--shape", cmp.shape, "the input's shape, NxCxHxW (models with dynamic H, W)");
+  compare->add_option("--threshold", creq2.threshold, "mark the first op whose PCC is below this (default 0.999)")
+      ->check(CLI::Range(0.0, 1.0));
+  compare->add_option("--csv", creq2.csv, "write one row per op to this CSV file");
+  compare->add_option("--plot", creq2.plot, "draw PCC per op to this PNG (python3-matplotlib)");
+  compare->add_flag("!--no-check", creq2.check_suggestion, "do not run the model again with the suggested rule");
+  compare->add_option("--workers", creq2.workers, "worker threads (0: one per physical core)");
   PredictorCommands predictor(app);
   try {
     app.parse(argc, argv);
@@ -637,6 +669,11 @@ int main(int argc, char** argv) {
     s = info_command(info_path, info_json);
   else if (*merge)
     s = merge_command(merge_inputs, merge_output, merge_separate);
+  else if (*compare) {
+    auto o = model_options(cmp);
+    if (o.ok()) creq2.options = *o;
+    s = o.ok() ? compare_command(creq2).status() : o.status();
+  }
   else if (predictor.chosen())
     s = predictor.run();
   else

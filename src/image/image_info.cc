@@ -21,7 +21,8 @@ std::string options_line(const runtime::CompileOptions& o) {
   return fmt::format("activations {}, weights {}, math fidelity {}, micro-batch {}{}", data_type_name(o.dtype),
                      data_type_name(o.weights_dtype), math_fidelity_name(o.math_fidelity),
                      o.micro_batch ? (*o.micro_batch ? fmt::format("{} image(s)", *o.micro_batch) : "off") : "auto",
-                     o.allow_fallback ? "" : ", host fallbacks disallowed");
+                     o.allow_fallback ? "" : ", host fallbacks disallowed") +
+         (o.precision.empty() ? "" : ", precision " + runtime::precision_config_to_json(o.precision));
 }
 
 }  // namespace
@@ -126,7 +127,8 @@ std::string info_json(const ImageInfo& info) {
            {"weights_dtype", data_type_name(o.weights_dtype)},
            {"math_fidelity", math_fidelity_name(o.math_fidelity)},
            {"micro_batch", o.micro_batch ? json(*o.micro_batch) : json("auto")},
-           {"allow_fallback", o.allow_fallback}}},
+           {"allow_fallback", o.allow_fallback},
+           {"precision", json::parse(runtime::precision_config_to_json(o.precision))}}},
          {"inputs", ios(m.inputs)},
          {"outputs", ios(m.outputs)},
          {"op_counts", ops},

@@ -57,6 +57,11 @@ StatusOr<runtime::CompileOptions> options_of(const fb::Options* o, const std::st
   if (o->apply_conv_sharding() >= 0) c.apply_conv_sharding = o->apply_conv_sharding() != 0;
   if (o->micro_batch() >= 0) c.micro_batch = static_cast<uint32_t>(o->micro_batch());
   c.micro_batch_cache_bytes = o->micro_batch_cache_bytes();
+  if (o->precision()) {
+    StatusOr<runtime::PrecisionConfig> p = runtime::parse_precision_config(str(o->precision()));
+    if (!p.ok()) return damaged("model '{}': its precision rules do not parse: {}", model, p.status().message());
+    c.precision = std::move(*p);
+  }
   c.optimize = false;  // the stored graph is the passes' result
   return c;
 }

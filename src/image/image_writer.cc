@@ -113,7 +113,8 @@ class Writer {
   static std::vector<bool> rounded_weights(const graph::Graph& g, const runtime::CompileOptions& o) {
     std::vector<bool> out(g.values.size(), false);
     const bool bf = is_block_float(o.weights_dtype);
-    if (o.weights_dtype != DataType::BFLOAT16 && !bf) return out;
+    // (Per-op precision gives ops their own weights formats: all stay float32.)
+    if ((o.weights_dtype != DataType::BFLOAT16 && !bf) || !o.precision.empty()) return out;
     std::vector<int> readers(g.values.size(), 0), weight_reads(g.values.size(), 0);
     for (const graph::Node& n : g.nodes)
       for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -159,7 +160,8 @@ class Writer {
         fbb, fbb.CreateString(data_type_name(o.dtype)), fbb.CreateString(data_type_name(o.weights_dtype)),
         fbb.CreateString(math_fidelity_name(o.math_fidelity)), o.allow_fallback,
         static_cast<int8_t>(o.apply_conv_sharding ? *o.apply_conv_sharding : -1),
-        o.micro_batch ? static_cast<int32_t>(*o.micro_batch) : -1, o.micro_batch_cache_bytes);
+        o.micro_batch ? static_cast<int32_t>(*o.micro_batch) : -1, o.micro_batch_cache_bytes,
+        o.precision.empty() ? 0 : fbb.CreateString(runtime::precision_config_to_json(o.precision)));
   }
 
   Offset<fb::Report> report(const ImageModel& m) {

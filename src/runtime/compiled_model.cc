@@ -13,6 +13,7 @@
 #include "host_fallback.h"
 #include "lowering.h"
 #include "tessera/cnn/layers.h"
+#include "tessera/device/profiler.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/graph/shape_inference.h"
 #include "tessera/numerics/bfloat16.h"
@@ -41,6 +42,7 @@ std::string CompileReport::to_string() const {
   if (fallbacks.empty()) s += "no host fallbacks\n";
   for (const auto& f : fallbacks) s += fmt::format("host fallback: {}\n", f);
   for (const auto& m : micro_batches) s += fmt::format("micro-batched: {}\n", m);
+  for (const auto& n : precision_notes) s += fmt::format("precision: {}\n", n);
   if (!bfloat16_values.empty())
     s += fmt::format("{} value(s) kept in bfloat16 for readers that round them to it\n", bfloat16_values.size());
   return s;
@@ -86,7 +88,7 @@ Status CompiledModel::Impl::lower_fallback(const Node& n, const std::string& why
     TS_ASSIGN_OR_RETURN(std::vector<Tensor> ys, run_host_fallback(*device, fn, ins, cq));
     for (size_t k = 0; k < outs.size(); ++k) {
       Tensor y = ys[k];
-      const DataType want = bf16_values[static_cast<size_t>(outs[k])] ? DataType::BFLOAT16 : act_dtype();
+      const DataType want = planned_dtype(outs[k]);
       if (want != DataType::FLOAT32) {
         TS_ASSIGN_OR_RETURN(y, typecast(y, want, cq));
       }
@@ -113,6 +115,17 @@ Status CompiledModel::Impl::lower(size_t ni) {
   return (this->*traits->lower)(n);
 }
 
+Status CompiledModel::Impl::cast_to_planned(size_t node, Slots& s, uint8_t cq) {
+  for (int o : g.nodes[node].outputs) {
+    auto& t = s[static_cast<size_t>(o)];
+    // (Graph outputs no rule gave a format become float32 as they leave: run_with_intermediates.)
+    if (!t || g.value(o).type != graph::ElemType::FLOAT32 || t->dtype() == planned_dtype(o)) continue;
+    if (is_model_output(o) && !value_df[static_cast<size_t>(o)]) continue;
+    TS_ASSIGN_OR_RETURN(t, typecast(*t, planned_dtype(o), cq));
+  }
+  return ok_status();
+}
+
 Status CompiledModel::Impl::run_steps(size_t begin, size_t end, Slots& s, uint8_t cq, bool group) {
   step_cq = cq;
   for (size_t i = begin; i < end;) {
@@ -124,6 +137,8 @@ Status CompiledModel::Impl::run_steps(size_t begin, size_t end, Slots& s, uint8_
       continue;
     }
     Status st = steps[i](s, cq);
+    if (st.ok() && has_value_df) st = cast_to_planned(i, s, cq);
+    if (st.ok() && after_step) st = after_step(i);
     if (!st.ok()) return Status(st.code(), fmt::format("{}: {}", g.nodes[i].label(), st.message()));
     for (int v : release[i]) s[static_cast<size_t>(v)].reset();
     ++i;
@@ -145,14 +160,17 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
 StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Device& device,
                                                                 const CompileOptions& options,
                                                                 std::vector<PreparedLayer> prepared) {
-  if (options.dtype != DataType::FLOAT32 && options.dtype != DataType::BFLOAT16)
-    return invalid_argument_error("CompileOptions::dtype must be FLOAT32 or BFLOAT16, got {}",
-                                  data_type_name(options.dtype));
-  if (options.dtype == DataType::BFLOAT16 && options.weights_dtype == DataType::FLOAT32)
-    return invalid_argument_error("bfloat16 activations need bfloat16 or block-float weights, got float32 weights");
   auto impl = std::make_unique<Impl>();
-  impl->device = &device;
   impl->opt = options;
+  TS_ASSIGN_OR_RETURN(const std::optional<AmpDefaults> amp, amp_level_defaults(options.precision.amp_level));
+  if (amp) impl->opt.dtype = amp->dtype, impl->opt.weights_dtype = amp->weights_dtype,
+           impl->opt.math_fidelity = amp->math_fidelity;
+  const CompileOptions& o = impl->opt;
+  if (o.dtype != DataType::FLOAT32 && o.dtype != DataType::BFLOAT16)
+    return invalid_argument_error("CompileOptions::dtype must be FLOAT32 or BFLOAT16, got {}", data_type_name(o.dtype));
+  if (o.dtype == DataType::BFLOAT16 && o.weights_dtype == DataType::FLOAT32)
+    return invalid_argument_error("bfloat16 activations need bfloat16 or block-float weights, got float32 weights");
+  impl->device = &device;
   impl->id = next_model_id++;
   for (PreparedLayer& p : prepared) {
     if (!p.weights.weight.is_on_device() || p.weights.weight.device() != &device)
@@ -176,6 +194,7 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
   impl->constants.assign(g.values.size(), std::nullopt);
   impl->graph_input.assign(g.values.size(), false);
   for (int i : g.inputs) impl->graph_input[static_cast<size_t>(i)] = true;
+  TS_RETURN_IF_ERROR(impl->plan_op_precision());
   TS_RETURN_IF_ERROR(impl->plan_bfloat16_values());
   for (int i : g.inputs) {
     if (g.value(i).type != graph::ElemType::FLOAT32)
@@ -275,6 +294,34 @@ StatusOr<CompiledModel::Outputs> CompiledModel::run_with_intermediates(std::span
   return r;
 }
 
+StatusOr<std::vector<double>> CompiledModel::op_times_us(std::span<const Tensor> inputs, int runs) {
+  if (runs < 1) return invalid_argument_error("op_times_us: runs must be at least 1, got {}", runs);
+  Impl& m = *impl_;
+  TS_RETURN_IF_ERROR(run(inputs).status());  // first-run work (weights, programs) is no part of the times
+  std::vector<std::vector<double>> per(m.g.nodes.size(), std::vector<double>(static_cast<size_t>(runs), 0.0));
+  TS_RETURN_IF_ERROR(enable_profiler(*m.device));
+  int r = 0;
+  m.after_step = [&](size_t node) -> Status {
+    TS_ASSIGN_OR_RETURN(DeviceProfile p, read_profile(*m.device));
+    per[node][static_cast<size_t>(r)] += p.total_us();  // (a micro-batched node: summed over its groups)
+    return ok_status();
+  };
+  Status st = ok_status();
+  for (; r < runs && st.ok(); ++r) {
+    st = read_profile(*m.device).status();  // (drops the previous run's output conversions)
+    if (st.ok()) st = run(inputs).status();
+  }
+  m.after_step = nullptr;
+  TS_RETURN_IF_ERROR(disable_profiler(*m.device));
+  TS_RETURN_IF_ERROR(st);
+  std::vector<double> out;
+  for (auto& v : per) {
+    std::nth_element(v.begin(), v.begin() + runs / 2, v.end());
+    out.push_back(v[static_cast<size_t>(runs / 2)]);
+  }
+  return out;
+}
+
 cnn::Model CompiledModel::pipeline_model() {
   return [this](const Tensor& input) -> StatusOr<cnn::ModelOutput> {
     if (impl_->g.inputs.size() != 1)
@@ -307,6 +354,7 @@ std::vector<std::string> CompiledModel::intermediate_names() const {
   return r;
 }
 const CompileReport& CompiledModel::report() const { return impl_->report; }
+const std::vector<OpPrecision>& CompiledModel::op_precision() const { return impl_->op_precision; }
 void CompiledModel::set_pass_reports(std::vector<graph::PassReport> passes) {
   impl_->report.passes = std::move(passes);
 }

@@ -100,8 +100,9 @@ StatusOr<CompiledModel::Impl::ConvLayerInputs> CompiledModel::Impl::conv_layer_i
     }
   }
   report.conv_flops += per_run(lowering, flops);
-  in.config = Conv2dConfig{.weights_dtype = opt.weights_dtype, .dtype = out_dtype(n.outputs[0])};
-  in.config.compute_config.math_fidelity = opt.math_fidelity;
+  in.config = Conv2dConfig{.weights_dtype = op_precision[lowering].weights_df.value_or(opt.weights_dtype),
+                           .dtype = out_dtype(n.outputs[0])};
+  in.config.compute_config.math_fidelity = fidelity_of(lowering);
   return in;
 }
 
@@ -153,6 +154,9 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
       std::vector<Tensor> ins;
       for (int v : parts) {
         TS_ASSIGN_OR_RETURN(Tensor t, as_nhwc(s, v, cq, /*dense=*/true));
+        if (has_value_df && t.dtype() != planned_dtype(x)) {  // (as lower_concat does)
+          TS_ASSIGN_OR_RETURN(t, typecast(t, planned_dtype(x), cq));
+        }
         ins.push_back(std::move(t));
       }
       TS_ASSIGN_OR_RETURN(out, (*layer)(std::span<const Tensor>(ins), cq));

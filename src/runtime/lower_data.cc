@@ -64,6 +64,10 @@ Status CompiledModel::Impl::lower_concat(const Node& n) {
         continue;
       }
       TS_ASSIGN_OR_RETURN(Tensor t, out_nhwc ? as_nhwc(s, ins[k], cq) : plain(s, ins[k], cq));
+      // (Inputs of different dtypes, by precision rules: each in the result's.)
+      if (has_value_df && t.dtype() != planned_dtype(y)) {
+        TS_ASSIGN_OR_RETURN(t, typecast(t, planned_dtype(y), cq));
+      }
       ts.push_back(std::move(t));
     }
     // A graph output in a bfloat16 run leaves in float32, converted as it

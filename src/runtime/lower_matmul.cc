@@ -18,6 +18,7 @@ Status CompiledModel::Impl::lower_matmul(const Node& n) {
       per_run(lowering, 2ull * static_cast<uint64_t>(to_shape(dims(y)).volume()) * static_cast<uint64_t>(ad.back()));
   (void)bd;
   note_plain(a), note_plain(b);
+  const DeviceComputeKernelConfig ckc = compute_kernel_config();
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor ta, plain(s, a, cq));
     Tensor tb;
@@ -30,7 +31,7 @@ Status CompiledModel::Impl::lower_matmul(const Node& n) {
         Tensor out,
         matmul(
             ta, tb,
-            {.dtype = out_dtype(y), .activation = act, .compute_kernel_config = compute_kernel_config(), .cq_id = cq}));
+            {.dtype = out_dtype(y), .activation = act, .compute_kernel_config = ckc, .cq_id = cq}));
     return put_plain(s, y, out);
   });
   return ok_status();
@@ -67,13 +68,14 @@ Status CompiledModel::Impl::lower_gemm(const Node& n) {
   report.conv_flops +=
       per_run(lowering, 2ull * static_cast<uint64_t>(dims(y)[0] * nn) * static_cast<uint64_t>(dims(a)[1]));
   note_plain(a);
+  const DeviceComputeKernelConfig ckc = compute_kernel_config();
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor ta, plain(s, a, cq));
     TS_ASSIGN_OR_RETURN(Tensor out, linear(ta, weight, bias,
                                            {.transpose_b = trans_b,
                                             .dtype = out_dtype(y),
                                             .activation = act,
-                                            .compute_kernel_config = compute_kernel_config(),
+                                            .compute_kernel_config = ckc,
                                             .cq_id = cq}));
     if (full_c) {
       TS_ASSIGN_OR_RETURN(out, add(out, *full_c, {.cq_id = cq}));

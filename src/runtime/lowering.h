@@ -140,11 +140,16 @@ struct CompiledModel::Impl {
   // Graph outputs leave their producing kernel in float32 (one rounding
   // fewer than bfloat16 then a typecast); other values in the activation dtype.
   std::optional<DataType> out_dtype(int v) const {
+    if (value_df[static_cast<size_t>(v)]) return value_df[static_cast<size_t>(v)];
     if (bf16_values[static_cast<size_t>(v)]) return DataType::BFLOAT16;
-    // Float32 where a kernel may read a bfloat16 value (its output would follow its input).
-    if (act_dtype() == DataType::FLOAT32) return keeps_bf16_values ? std::optional(DataType::FLOAT32) : std::nullopt;
-    return is_model_output(v) ? std::optional(DataType::FLOAT32) : std::nullopt;
+    // Explicit where a kernel may read a value of another dtype (its output would follow its input).
+    const bool mixed = keeps_bf16_values || has_value_df;
+    if (act_dtype() == DataType::FLOAT32) return mixed ? std::optional(DataType::FLOAT32) : std::nullopt;
+    if (is_model_output(v)) return DataType::FLOAT32;
+    return mixed ? std::optional(act_dtype()) : std::nullopt;
   }
+  // The dtype value v has in its slot once its step ran.
+  DataType planned_dtype(int v) const { return out_dtype(v).value_or(act_dtype()); }
   // The graph's own outputs: g.outputs before the taps compile appended
   // (CompileOptions::intermediates_to_save). A tapped value keeps the dtype
   // its readers read, so tapping changes no result.
@@ -166,19 +171,31 @@ struct CompiledModel::Impl {
   std::vector<bool> bf16_values;
   bool keeps_bf16_values = false;  // any of them
   Status plan_bfloat16_values();   // plan_precision.cc
+  // Per node: its formats and fidelity (precision.h: the defaults, the AMP
+  // level, the rules); per value: the dtype a rule's output_df gave it. A
+  // step whose op writes another dtype (ops that follow their input's) is
+  // followed by a typecast to it (run_steps), when any rule set one.
+  std::vector<OpPrecision> op_precision;
+  std::vector<std::optional<DataType>> value_df;
+  bool has_value_df = false;
+  Status plan_op_precision();  // plan_precision.cc
+  MathFidelity fidelity_of(size_t node) const {
+    return op_precision[node].math_fidelity.value_or(opt.math_fidelity);
+  }
   bool rounds_input(const Node& n, size_t slot) const;
   StatusOr<Conv2dParams> conv_params(const Node& n) const;
   ConvTranspose2dParams conv_transpose_params(const Node& n, const graph::SpatialGeometry& geo) const;
-  // The math fidelity of matmuls and Gemms, as of convs (matmul.h: LoFi
+  // The math fidelity of the matmul or Gemm being lowered (call it at lowering, not in a step), as of convs (matmul.h: LoFi
   // computes float32 operands in bfloat16 on AMX CPUs).
-  DeviceComputeKernelConfig compute_kernel_config() const { return {.math_fidelity = opt.math_fidelity}; }
+  DeviceComputeKernelConfig compute_kernel_config() const { return {.math_fidelity = fidelity_of(lowering)}; }
 
   // ---- tensors in and out of slots (slots.cc)
 
   StatusOr<Tensor> upload(const HostTensor& h, const Dims& dims, DataType dtype);
-  // Constant matmul / linear weights: bfloat16 values in bfloat16 runs, kept
-  // in matmul_weights_dtype (float32 where the CPU multiplies bfloat16 in
-  // float32, so they are not converted on every call).
+  // Constant matmul / linear weights of the node being lowered, rounded to
+  // its weights format (op_precision): in a bfloat16 op kept in
+  // matmul_weights_dtype (float32 where the CPU multiplies bfloat16 in
+  // float32, so they are not converted on every call), else float32.
   StatusOr<Tensor> upload_weights(const HostTensor& h, const Dims& dims);
   // A constant value as a plain device tensor in the activation dtype.
   StatusOr<Tensor> constant(int v);
@@ -273,6 +290,10 @@ struct CompiledModel::Impl {
   // ---- running
   // Steps [begin, end); micro-batched runs group by group, unless `group` (a run's own steps, one group).
   Status run_steps(size_t begin, size_t end, Slots& s, uint8_t cq, bool group = false);
+  // Called after each step when set (op_times_us).
+  std::function<Status(size_t node)> after_step;
+  // Typecasts node's outputs that its kernel left in another dtype than planned_dtype.
+  Status cast_to_planned(size_t node, Slots& s, uint8_t cq);
   Status run_micro_batch(const MicroBatch& mb, Slots& s, uint8_t cq);
 };
 

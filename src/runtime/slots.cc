@@ -1,7 +1,10 @@
 // Values in and out of the steps' slots: constants uploaded once, layout
 // conversions between NCHW and NHWC, graph inputs converted to the
 // activation dtype as they are first read.
+#include <bit>
+
 #include "lowering.h"
+#include "tessera/numerics/block_float.h"
 
 namespace tessera::runtime {
 
@@ -13,13 +16,39 @@ StatusOr<Tensor> CompiledModel::Impl::upload(const HostTensor& h, const Dims& di
   return to_device(host, *device);
 }
 
+namespace {
+
+// Rounds row-major values through a block-float format: blocks of 16
+// consecutive elements along the last dim (as a tile's face rows hold
+// them), bit-exact with pack_bfp_tiles' element codec.
+void round_through_block_float(std::vector<float>& v, size_t cols, DataType df) {
+  const int bits = df == DataType::BFLOAT8_B ? kBfp8MantissaBits : kBfp4MantissaBits;
+  for (size_t row = 0; row < v.size(); row += cols)
+    for (size_t b = row; b < row + cols; b += 16) {
+      const size_t e = std::min(b + 16, row + cols);
+      uint32_t shared = 0;
+      for (size_t i = b; i < e; ++i) shared = std::max(shared, (std::bit_cast<uint32_t>(v[i]) >> 23) & 0xffu);
+      for (size_t i = b; i < e; ++i)
+        v[i] = std::bit_cast<float>(bfp_decode(bfp_encode(std::bit_cast<uint32_t>(v[i]), shared, bits), shared, bits));
+    }
+}
+
+}  // namespace
+
 StatusOr<Tensor> CompiledModel::Impl::upload_weights(const HostTensor& h, const Dims& dims) {
-  if (act_dtype() == DataType::FLOAT32) return upload(h, dims, DataType::FLOAT32);
-  const DataType wd = matmul_weights_dtype(DataType::BFLOAT16);
-  if (wd != DataType::FLOAT32) return upload(h, dims, wd);
+  const OpPrecision& p = op_precision[lowering];
+  const DataType df = p.weights_df.value_or(act_dtype());
+  if (df == DataType::FLOAT32) return upload(h, dims, DataType::FLOAT32);
   HostTensor rounded = h;
-  for (float& v : rounded.f) v = round_to_bfloat16(v);
-  return upload(rounded, dims, wd);
+  if (is_block_float(df))
+    round_through_block_float(rounded.f, static_cast<size_t>(dims.empty() ? 1 : dims.back()), df);
+  else
+    for (float& v : rounded.f) v = round_to_bfloat16(v);
+  // An op with a float32 input computes in float32, on the rounded values.
+  if (planned_dtype(g.nodes[lowering].inputs[0]) == DataType::FLOAT32)
+    return upload(rounded, dims, DataType::FLOAT32);
+  // (Block-float values are exact in bfloat16.)
+  return upload(rounded, dims, matmul_weights_dtype(DataType::BFLOAT16));
 }
 
 StatusOr<Tensor> CompiledModel::Impl::constant(int v) {

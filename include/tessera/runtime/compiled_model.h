@@ -33,6 +33,7 @@
 #include "tessera/graph/passes.h"
 #include "tessera/ops/compute_config.h"
 #include "tessera/ops/conv2d.h"
+#include "tessera/runtime/precision.h"
 #include "tessera/tensor/tensor.h"
 
 namespace tessera::runtime {
@@ -91,6 +92,10 @@ struct CompileOptions {
   // the op runtime predictor. Convs given prepared weights keep the kernel
   // those were prepared for.
   cnn::ConvChooser conv_chooser;
+  // Per-op formats and fidelity (runtime/precision.h): an AMP level, which
+  // replaces dtype, weights_dtype and math_fidelity above, then rules in
+  // order. CompileReport::op_precisions says what each op ended up with.
+  PrecisionConfig precision;
 };
 
 struct CompileReport {
@@ -107,6 +112,11 @@ struct CompileReport {
   // compute in bfloat16: the values kept in bfloat16 because every reader
   // rounds them to bfloat16 anyway (the same results, half the bytes).
   std::vector<std::string> bfloat16_values;
+  // Per op in execution order: "<node> (<op type>): " and OpPrecision's
+  // to_string (its formats, its fidelity, and the rule that set each).
+  std::vector<std::string> op_precisions;
+  // Rules that matched no op: "rule 2 (name_regex 'head.*') matched no op".
+  std::vector<std::string> precision_notes;
   std::string to_string() const;
 };
 
@@ -131,8 +141,9 @@ struct PreparedLayer {
 class CompiledModel {
  public:
   ~CompiledModel();
-  // Errors: INVALID_ARGUMENT for options that contradict each other or an
+  // Errors: INVALID_ARGUMENT for options that contradict each other, an
   // intermediates_to_save entry that is no valid regex or matches no value,
+  // or a bad precision rule (precision.h),
   // UNIMPLEMENTED naming the node for what can run neither on the device
   // nor as a fallback (or any fallback when allow_fallback is false).
   static StatusOr<std::unique_ptr<CompiledModel>> compile(graph::Graph graph, Device& device,
@@ -157,6 +168,12 @@ class CompiledModel {
     std::vector<Tensor> outputs, intermediates;
   };
   StatusOr<Outputs> run_with_intermediates(std::span<const Tensor> inputs, uint8_t cq_id = 0);
+  // Per node of graph() (execution order): its kernels' device time in
+  // microseconds, the median over `runs` eager runs of `inputs` with each
+  // step run to completion before the next (the profiler's kernel-only
+  // time: device/profiler.h). A diagnostic (tessera compare): it syncs
+  // after every step, which a traced run never does.
+  StatusOr<std::vector<double>> op_times_us(std::span<const Tensor> inputs, int runs = 3);
   // The values CompileOptions::intermediates_to_save matched, in graph order.
   std::vector<std::string> intermediate_names() const;
   // For the Pipeline: one-input models; the output is a tensor, or a list
@@ -168,6 +185,8 @@ class CompiledModel {
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
   const CompileReport& report() const;
+  // Per node of graph(): the formats and fidelity it computes with (precision.h).
+  const std::vector<OpPrecision>& op_precision() const;
   // The passes that ran on the graph before it was given to compile with
   // optimize = false (a loaded image's, image/image.h), for report().
   void set_pass_reports(std::vector<graph::PassReport> passes);
