@@ -272,11 +272,12 @@ TEST(Image, LoadedModelRunsBitIdenticalToTheCompiledGraph) {
   }
 }
 
-// Per-op precision rules travel in the image: the loaded model's ops end
-// with the same formats and compute the same bits, portable or not.
+// Per-op precision rules and the numerics travel in the image: the loaded
+// model's ops end with the same formats and compute the same bits, portable
+// or not.
 TEST(Image, PrecisionRulesRoundTrip) {
   auto d = cpu();
-  CompileOptions o;
+  CompileOptions o{.numerics = runtime::Numerics::kTt};
   o.precision.amp_level = 1;
   o.precision.rules = {{.op_type = "Gemm", .input_df = {{1, DataType::BFLOAT16}}},
                        {.name_regex = "r1", .output_df = DataType::FLOAT32, .math_fidelity = MathFidelity::HiFi4}};
@@ -285,6 +286,7 @@ TEST(Image, PrecisionRulesRoundTrip) {
     auto img = Image::from_bytes(image_bytes(*d, o, "small", portable)).value();
     EXPECT_EQ(runtime::precision_config_to_json(img->info().models[0].options.precision),
               runtime::precision_config_to_json(o.precision));
+    EXPECT_EQ(img->info().models[0].options.numerics, runtime::Numerics::kTt);
     auto loaded = load_model(*img, 0, *d);
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
     EXPECT_EQ(loaded->model->report().op_precisions, direct->report().op_precisions);

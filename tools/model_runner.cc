@@ -54,6 +54,9 @@ StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& option
       return invalid_argument_error("--precision-config {}: {}", options.precision_config, p.status().message());
     c.precision = std::move(*p);
   }
+  const std::optional<runtime::Numerics> numerics = runtime::parse_numerics(options.numerics);
+  if (!numerics) return invalid_argument_error("--numerics '{}': expected fast or tt", options.numerics);
+  c.numerics = *numerics;
   if (options.amp_level >= 0) {
     TS_RETURN_IF_ERROR(runtime::amp_level_defaults(options.amp_level).status());
     c.precision.amp_level = options.amp_level;
@@ -123,6 +126,7 @@ StatusOr<LoadedModel> load_image_model(const std::string& path, Device& device, 
   if (!options.intermediates.empty()) asked.push_back("--save-intermediates");
   if (options.select != defaults.select) asked.push_back("--select " + options.select);
   if (options.amp_level >= 0) asked.push_back(fmt::format("--amp-level {}", options.amp_level));
+  if (options.numerics != defaults.numerics) asked.push_back("--numerics " + options.numerics);
   if (!options.precision_config.empty()) asked.push_back("--precision-config " + options.precision_config);
   if (!asked.empty())
     return invalid_argument_error(

@@ -36,6 +36,7 @@ struct ModelOptions {
   // file's, else 0) and a rules file (--precision-config).
   int amp_level = -1;
   std::string precision_config;
+  std::string numerics = "fast";  // fast | tt (runtime::Numerics)
   uint32_t workers = 0;  // the device's worker threads (the measured cache's machine key)
   bool select_verbose = false;
 };

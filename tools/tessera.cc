@@ -61,7 +61,11 @@ void add_select_options(CLI::App* s, std::string& select, std::string& predictor
                 "~/.cache/tessera, conv_choices.json)");
 }
 
-void add_precision_options(CLI::App* s, int& amp_level, std::string& config) {
+void add_precision_options(CLI::App* s, int& amp_level, std::string& config, std::string& numerics) {
+  s->add_option("--numerics", numerics,
+                "fast (Tessera's kernels) | tt: convs and matmuls compute as the Wormhole matrix engine does "
+                "(truncated multiplies per fidelity phase, bfloat16 or float32 destination; a slower study mode)")
+      ->check(CLI::IsMember({"fast", "tt"}));
   s->add_option("--amp-level", amp_level,
                 "0 off | 1 bfloat16 activations, bfloat8_b conv/matmul weights, HiFi2 | 2 bfloat4_b weights, LoFi "
                 "(replaces --dtype and --math-fidelity; default: the --precision-config file's, else 0)")
@@ -87,6 +91,7 @@ struct Common {
   std::string select = "heuristic", predictor, select_cache;  // ModelOptions'
   int amp_level = -1;
   std::string precision_config;
+  std::string numerics = "fast";
 };
 
 StatusOr<ModelOptions> model_options(const Common& c) {
@@ -102,6 +107,7 @@ StatusOr<ModelOptions> model_options(const Common& c) {
   o.select_verbose = c.verbose;
   o.amp_level = c.amp_level;
   o.precision_config = c.precision_config;
+  o.numerics = c.numerics;
   if (!c.shape.empty()) {
     std::stringstream ss(c.shape);
     std::string item;
@@ -188,7 +194,8 @@ void print_selections(const runtime::CompiledModel& model) {
 // The seeds' PCC rule: 0.999 in float32, 0.99 with bfloat16 activations
 // (or per-op precision, which may give ops bfloat16).
 double pcc_threshold(const Common& c) {
-  return c.dtype == "float32" && c.amp_level <= 0 && c.precision_config.empty() ? 0.999 : 0.99;
+  return c.dtype == "float32" && c.amp_level <= 0 && c.precision_config.empty() && c.numerics == "fast" ? 0.999
+                                                                                                        : 0.99;
 }
 
 // Every input from `input_files` (model_io.h; random where none is given),
@@ -446,6 +453,7 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   std::string precision = c.math_fidelity == "HiFi4" ? c.dtype : c.dtype + " " + c.math_fidelity;
   if (c.amp_level >= 0) precision = fmt::format("AMP level {}", c.amp_level);
   if (!c.precision_config.empty()) precision += " + " + c.precision_config;
+  if (c.numerics != "fast") precision += ", numerics " + c.numerics;
   std::printf("%s  %s  batch %ld  %s  (%d iterations; pipeline compile %.0f ms)\n", c.model.c_str(), precision.c_str(),
               static_cast<long>(m.input_shape[0]),
               pc.use_trace ? (pc.num_command_queues == 2 ? "2 queues + trace" : "trace") : "no trace", iterations,
@@ -522,7 +530,7 @@ int main(int argc, char** argv) {
                   "auto | off | N: run the early layers N images at a time where the batch spills the cache");
     s->add_option("--shape", c.shape, "the input's shape, NxCxHxW (models with dynamic H, W)");
     add_select_options(s, c.select, c.predictor, c.select_cache);
-    add_precision_options(s, c.amp_level, c.precision_config);
+    add_precision_options(s, c.amp_level, c.precision_config, c.numerics);
     s->add_option("--config", c.config, "pipeline: trace|notrace, 1cq|2cq, io (pipelined I/O)");
     s->add_option("--device", c.device,
                   "cpu | wormhole_b0 | DESCRIPTOR.json (an emulated device; default: an image's target, or cpu)")
@@ -592,7 +600,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
   compile->add_option("--micro-batch", creq.options.micro_batch, "auto | off | N");
   add_select_options(compile, creq.options.select, creq.options.predictor, creq.options.select_cache);
-  add_precision_options(compile, creq.options.amp_level, creq.options.precision_config);
+  add_precision_options(compile, creq.options.amp_level, creq.options.precision_config, creq.options.numerics);
   compile
       ->add_option("--workers", creq.workers,
                    "the worker threads of the device that will run the image (prepared weights are packed per "
@@ -635,7 +643,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"float32", "bfloat16", "bfloat8_b"}));
   compare->add_option("--math-fidelity", cmp.math_fidelity, "HiFi4 | HiFi3 | HiFi2 | LoFi")
       ->check(CLI::IsMember({"LoFi", "HiFi2", "HiFi3", "HiFi4"}));
-  add_precision_options(compare, cmp.amp_level, cmp.precision_config);
+  add_precision_options(compare, cmp.amp_level, cmp.precision_config, cmp.numerics);
   compare->add_option("--batch", cmp.batch, "batch size (fills the leading input dim)")->check(CLI::PositiveNumber);
   compare->add_option("--shape", cmp.shape, "the input's shape, NxCxHxW (models with dynamic H, W)");
   compare->add_option("--threshold", creq2.threshold, "mark the first op whose PCC is below this (default 0.999)")

@@ -22,7 +22,8 @@ std::string options_line(const runtime::CompileOptions& o) {
                      data_type_name(o.weights_dtype), math_fidelity_name(o.math_fidelity),
                      o.micro_batch ? (*o.micro_batch ? fmt::format("{} image(s)", *o.micro_batch) : "off") : "auto",
                      o.allow_fallback ? "" : ", host fallbacks disallowed") +
-         (o.precision.empty() ? "" : ", precision " + runtime::precision_config_to_json(o.precision));
+         (o.precision.empty() ? "" : ", precision " + runtime::precision_config_to_json(o.precision)) +
+         (o.numerics == runtime::Numerics::kFast ? "" : ", numerics " + std::string(runtime::numerics_name(o.numerics)));
 }
 
 }  // namespace
@@ -128,7 +129,8 @@ std::string info_json(const ImageInfo& info) {
            {"math_fidelity", math_fidelity_name(o.math_fidelity)},
            {"micro_batch", o.micro_batch ? json(*o.micro_batch) : json("auto")},
            {"allow_fallback", o.allow_fallback},
-           {"precision", json::parse(runtime::precision_config_to_json(o.precision))}}},
+           {"precision", json::parse(runtime::precision_config_to_json(o.precision))},
+           {"numerics", runtime::numerics_name(o.numerics)}}},
          {"inputs", ios(m.inputs)},
          {"outputs", ios(m.outputs)},
          {"op_counts", ops},

@@ -62,6 +62,11 @@ StatusOr<runtime::CompileOptions> options_of(const fb::Options* o, const std::st
     if (!p.ok()) return damaged("model '{}': its precision rules do not parse: {}", model, p.status().message());
     c.precision = std::move(*p);
   }
+  if (o->numerics()) {
+    const auto n = runtime::parse_numerics(str(o->numerics()));
+    if (!n) return damaged("model '{}': unknown numerics '{}'", model, str(o->numerics()));
+    c.numerics = *n;
+  }
   c.optimize = false;  // the stored graph is the passes' result
   return c;
 }

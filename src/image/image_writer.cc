@@ -161,7 +161,8 @@ class Writer {
         fbb.CreateString(math_fidelity_name(o.math_fidelity)), o.allow_fallback,
         static_cast<int8_t>(o.apply_conv_sharding ? *o.apply_conv_sharding : -1),
         o.micro_batch ? static_cast<int32_t>(*o.micro_batch) : -1, o.micro_batch_cache_bytes,
-        o.precision.empty() ? 0 : fbb.CreateString(runtime::precision_config_to_json(o.precision)));
+        o.precision.empty() ? 0 : fbb.CreateString(runtime::precision_config_to_json(o.precision)),
+        o.numerics == runtime::Numerics::kFast ? 0 : fbb.CreateString(runtime::numerics_name(o.numerics)));
   }
 
   Offset<fb::Report> report(const ImageModel& m) {

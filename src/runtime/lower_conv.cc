@@ -115,6 +115,7 @@ void CompiledModel::Impl::take_given_weights(const Node& n, Layer& layer) {
 }
 
 Status CompiledModel::Impl::lower_conv(const Node& n) {
+  if (opt.numerics == Numerics::kTt) return lower_conv_tt(n, /*transposed=*/false);
   const int x = n.inputs[0], y = n.outputs[0];
   if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D convolution (the device kernel is 2-D)", rank(x) - 2));
   if (!g.is_constant(n.inputs[1])) return unimplemented_error("{}: the weight must be a constant", n.label());
@@ -182,6 +183,7 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
 }
 
 Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
+  if (opt.numerics == Numerics::kTt) return lower_conv_tt(n, /*transposed=*/true);
   const int x = n.inputs[0], y = n.outputs[0];
   if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D transposed convolution", rank(x) - 2));
   if (!g.is_constant(n.inputs[1])) return unimplemented_error("{}: the weight must be a constant", n.label());

@@ -4,6 +4,7 @@
 namespace tessera::runtime {
 
 Status CompiledModel::Impl::lower_matmul(const Node& n) {
+  if (opt.numerics == Numerics::kTt) return lower_matmul_tt(n);
   const int a = n.inputs[0], b = n.inputs[1], y = n.outputs[0];
   if (rank(a) < 2 || rank(b) < 2) return lower_fallback(n, "1-D operands");
   const auto act = activation_of(n);
@@ -38,6 +39,7 @@ Status CompiledModel::Impl::lower_matmul(const Node& n) {
 }
 
 Status CompiledModel::Impl::lower_gemm(const Node& n) {
+  if (opt.numerics == Numerics::kTt) return lower_matmul_tt(n);
   const int a = n.inputs[0], b = n.inputs[1], y = n.outputs[0];
   if (n.attr_int("transA", 0) || !g.is_constant(b) ||
       (n.inputs.size() > 2 && n.inputs[2] >= 0 && !g.is_constant(n.inputs[2])))

@@ -37,6 +37,7 @@
 #include "tessera/ops/eltwise.h"
 #include "tessera/ops/manipulation.h"
 #include "tessera/ops/matmul.h"
+#include "tessera/ops/matrix_engine.h"
 #include "tessera/ops/normalization.h"
 #include "tessera/ops/pool2d.h"
 #include "tessera/ops/upsample.h"
@@ -67,6 +68,10 @@ std::optional<UnaryWithParam> activation_of(const Node& n);
 // (taps.cc). INVALID_ARGUMENT naming a pattern that is invalid or matches
 // no value.
 Status add_taps(Graph& g, const std::vector<std::string>& patterns);
+// Rounds row-major values (rows of `cols`) to `df`: bfloat16, or a
+// block-float format in blocks of 16 along a row (as a tile's face rows
+// hold them), bit-exact with pack_bfp_tiles' element codec; float32 as is.
+void round_to_format(std::vector<float>& v, size_t cols, DataType df);
 // A unary node that runs on the device's unary kernel, or nullopt.
 std::optional<UnaryWithParam> device_unary(const Graph& g, const Node& n);
 
@@ -269,6 +274,10 @@ struct CompiledModel::Impl {
   Status lower_transpose(const Node& n);
   Status lower_slice_pad_split(const Node& n);
   Status lower_fallback(const Node& n, const std::string& why);  // compiled_model.cc
+  // Numerics::kTt (lower_tt.cc): convs and matmuls on the emulated matrix engine.
+  Status lower_conv_tt(const Node& n, bool transposed);
+  Status lower_matmul_tt(const Node& n);
+  MatrixEngineConfig engine_config() const;  // the node being lowered's
   // A device op whose attributes its kernel does not cover: a host fallback.
   Status not_covered(const Node& n) {
     --report.device_ops;

@@ -76,8 +76,9 @@ std::vector<bool> plan_bfloat16_values(const Graph& g, std::span<const MicroBatc
 
 Status CompiledModel::Impl::plan_bfloat16_values() {
   bf16_values.assign(g.values.size(), false);
-  // (Rules give ops their own weights and fidelity: the plan assumes the model's.)
-  if (!opt.precision.rules.empty()) return ok_status();
+  // (Rules give ops their own weights and fidelity: the plan assumes the
+  // model's; the emulated engine reads float32.)
+  if (!opt.precision.rules.empty() || opt.numerics == Numerics::kTt) return ok_status();
   Conv2dConfig config{.weights_dtype = opt.weights_dtype};
   config.compute_config.math_fidelity = opt.math_fidelity;
   if (act_dtype() == DataType::FLOAT32 && conv2d_may_round_input_to_bfloat16(config))
@@ -133,11 +134,17 @@ Status CompiledModel::Impl::plan_op_precision() {
                                       e.what());
       }
     }
-    for (const auto& [what, df] : {std::pair{"accumulate_df", r.accumulate_df}, {"intermediate_df", r.intermediate_df}})
-      if (df && *df != DataType::FLOAT32)
-        return invalid_argument_error(
-            "{}: {} {}: Tessera's kernels keep partial results in float32 (the only {} they take)", rule, what,
-            data_type_name(*df), what);
+    const bool tt = opt.numerics == Numerics::kTt;
+    if (r.intermediate_df && *r.intermediate_df != DataType::FLOAT32)
+      return invalid_argument_error(
+          "{}: intermediate_df {}: Tessera's kernels keep partial results in float32 (the only intermediate_df they "
+          "take)",
+          rule, data_type_name(*r.intermediate_df));
+    if (r.accumulate_df && *r.accumulate_df != DataType::FLOAT32 && !(tt && *r.accumulate_df == DataType::BFLOAT16))
+      return invalid_argument_error(
+          "{}: accumulate_df {}: {}", rule, data_type_name(*r.accumulate_df),
+          tt ? "the matrix engine accumulates in float32 or bfloat16"
+             : "Tessera's kernels keep partial results in float32 (bfloat16 with --numerics tt)");
     if (r.output_df && *r.output_df != DataType::FLOAT32 && *r.output_df != DataType::BFLOAT16)
       return invalid_argument_error("{}: output_df {}: activations are float32 or bfloat16", rule,
                                     data_type_name(*r.output_df));
@@ -169,6 +176,8 @@ Status CompiledModel::Impl::plan_op_precision() {
       p.weights_by = amp;
     }
     if (has_fidelity(n)) p.math_fidelity = opt.math_fidelity, p.fidelity_by = amp;
+    if (has_fidelity(n) && opt.numerics == Numerics::kTt)  // (the original's defaults: Float16_b in bfloat16 models)
+      p.accumulate_df = act_dtype() == DataType::FLOAT32 ? DataType::FLOAT32 : DataType::BFLOAT16;
     for (size_t i = 0; i < pc.rules.size(); ++i) {
       if (!matches(i, n)) continue;
       used[i] = true;
@@ -176,6 +185,7 @@ Status CompiledModel::Impl::plan_op_precision() {
       const std::string by = describe_rule(r, i);
       if (r.output_df) p.output_df = *r.output_df, p.output_by = by;
       if (r.math_fidelity && p.math_fidelity) p.math_fidelity = *r.math_fidelity, p.fidelity_by = by;
+      if (r.accumulate_df && p.accumulate_df) p.accumulate_df = *r.accumulate_df, p.accumulate_by = by;
       for (const auto& [k, df] : r.input_df) {
         if (k == 1 && p.weights_df) {
           p.weights_df = df, p.weights_by = by;

@@ -22,6 +22,13 @@ StatusOr<std::optional<AmpDefaults>> amp_level_defaults(int level) {
   }
 }
 
+std::string_view numerics_name(Numerics n) { return n == Numerics::kTt ? "tt" : "fast"; }
+std::optional<Numerics> parse_numerics(std::string_view name) {
+  if (name == "fast") return Numerics::kFast;
+  if (name == "tt") return Numerics::kTt;
+  return std::nullopt;
+}
+
 std::string describe_rule(const PrecisionRule& r, size_t index) {
   std::string what;
   if (!r.op_type.empty()) what += fmt::format("op_type {}", r.op_type);
@@ -127,6 +134,7 @@ std::string OpPrecision::to_string() const {
   std::string s = fmt::format("output {}{}", data_type_name(output_df), by(output_by));
   if (weights_df) s += fmt::format(", weights {}{}", data_type_name(*weights_df), by(weights_by));
   if (math_fidelity) s += fmt::format(", {}{}", math_fidelity_name(*math_fidelity), by(fidelity_by));
+  if (accumulate_df) s += fmt::format(", accumulate {}{}", data_type_name(*accumulate_df), by(accumulate_by));
   return s;
 }
 

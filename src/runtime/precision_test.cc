@@ -195,6 +195,36 @@ TEST(Precision, MatmulWeightsRoundThroughTheirFormat) {
   }
 }
 
+// Numerics::kTt: convs and the Gemm on the emulated matrix engine. Each
+// fidelity gives its own results; HiFi4 with a float32 destination is
+// float32 math on TF32 operands; the destination format is a rule's.
+TEST_F(PrecisionModel, MatrixEngineNumerics) {
+  ASSERT_OK_AND_ASSIGN(auto fast, compile({}));
+  const std::vector<float> want = run(*fast);
+  std::vector<std::vector<float>> ys;
+  for (MathFidelity f : {MathFidelity::LoFi, MathFidelity::HiFi2, MathFidelity::HiFi3, MathFidelity::HiFi4}) {
+    ASSERT_OK_AND_ASSIGN(auto m, compile({.math_fidelity = f, .numerics = Numerics::kTt}));
+    EXPECT_NE(line_of(*m, "Conv").find("accumulate float32"), std::string::npos) << line_of(*m, "Conv");
+    ys.push_back(run(*m));
+  }
+  for (size_t i = 0; i + 1 < ys.size(); ++i) EXPECT_NE(ys[i], ys[i + 1]) << i;
+  EXPECT_GE(pcc(want, ys[3]), 0.99999);
+  EXPECT_LT(pcc(want, ys[0]), pcc(want, ys[3]));
+  // A bfloat16 destination (the default of bfloat16 models there) moves the results.
+  CompileOptions bf{.numerics = Numerics::kTt};
+  bf.precision.rules = {{.op_type = "Conv", .accumulate_df = DataType::BFLOAT16}};
+  ASSERT_OK_AND_ASSIGN(auto m, compile(bf));
+  EXPECT_NE(line_of(*m, "Conv").find("accumulate bfloat16 (rule 1"), std::string::npos) << line_of(*m, "Conv");
+  EXPECT_NE(run(*m), ys[3]);
+  ASSERT_OK_AND_ASSIGN(
+      auto bf16,
+      compile({.dtype = DataType::BFLOAT16, .weights_dtype = DataType::BFLOAT8_B, .numerics = Numerics::kTt}));
+  EXPECT_NE(line_of(*bf16, "Gemm").find("accumulate bfloat16"), std::string::npos) << line_of(*bf16, "Gemm");
+  EXPECT_GE(pcc(want, run(*bf16)), 0.99);
+  EXPECT_EQ(parse_numerics("tt"), Numerics::kTt);
+  EXPECT_FALSE(parse_numerics("exact"));
+}
+
 TEST_F(PrecisionModel, BadRulesAreErrorsNamingTheRule) {
   auto error_of = [&](PrecisionConfig pc, DataType dtype = DataType::FLOAT32) {
     CompileOptions o{.dtype = dtype, .weights_dtype = dtype};
@@ -212,6 +242,13 @@ TEST_F(PrecisionModel, BadRulesAreErrorsNamingTheRule) {
   has(error_of({.rules = {{.output_df = DataType::BFLOAT8_B}}}),
       "output_df bfloat8_b: activations are float32 or bfloat16");
   has(error_of({.rules = {{.accumulate_df = DataType::BFLOAT16}}}), "accumulate_df bfloat16: Tessera's kernels");
+  {
+    CompileOptions o{.numerics = Numerics::kTt};
+    o.precision.rules = {{.accumulate_df = DataType::BFLOAT8_B}};
+    const auto m = compile(o);
+    ASSERT_FALSE(m.ok());
+    has(std::string(m.status().message()), "rule 1 (every op): accumulate_df bfloat8_b: the matrix engine");
+  }
   has(error_of({.rules = {{.intermediate_df = DataType::BFLOAT8_B}}}), "intermediate_df bfloat8_b");
   has(error_of({.rules = {{.op_type = "Conv", .input_df = {{0, DataType::BFLOAT16}}}}}),
       "rule 1 (op_type Conv): input_df[0] on Conv");

@@ -16,12 +16,10 @@ StatusOr<Tensor> CompiledModel::Impl::upload(const HostTensor& h, const Dims& di
   return to_device(host, *device);
 }
 
-namespace {
-
-// Rounds row-major values through a block-float format: blocks of 16
-// consecutive elements along the last dim (as a tile's face rows hold
-// them), bit-exact with pack_bfp_tiles' element codec.
-void round_through_block_float(std::vector<float>& v, size_t cols, DataType df) {
+void round_to_format(std::vector<float>& v, size_t cols, DataType df) {
+  if (df == DataType::BFLOAT16)
+    for (float& x : v) x = round_to_bfloat16(x);
+  if (!is_block_float(df)) return;
   const int bits = df == DataType::BFLOAT8_B ? kBfp8MantissaBits : kBfp4MantissaBits;
   for (size_t row = 0; row < v.size(); row += cols)
     for (size_t b = row; b < row + cols; b += 16) {
@@ -33,17 +31,12 @@ void round_through_block_float(std::vector<float>& v, size_t cols, DataType df) 
     }
 }
 
-}  // namespace
-
 StatusOr<Tensor> CompiledModel::Impl::upload_weights(const HostTensor& h, const Dims& dims) {
   const OpPrecision& p = op_precision[lowering];
   const DataType df = p.weights_df.value_or(act_dtype());
   if (df == DataType::FLOAT32) return upload(h, dims, DataType::FLOAT32);
   HostTensor rounded = h;
-  if (is_block_float(df))
-    round_through_block_float(rounded.f, static_cast<size_t>(dims.empty() ? 1 : dims.back()), df);
-  else
-    for (float& v : rounded.f) v = round_to_bfloat16(v);
+  round_to_format(rounded.f, static_cast<size_t>(dims.empty() ? 1 : dims.back()), df);
   // An op with a float32 input computes in float32, on the rounded values.
   if (planned_dtype(g.nodes[lowering].inputs[0]) == DataType::FLOAT32)
     return upload(rounded, dims, DataType::FLOAT32);

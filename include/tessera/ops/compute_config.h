@@ -4,8 +4,9 @@
 // Tessera's CPU kernels multiply exactly (bfloat16 and block-float operands
 // are exact in float32) and always accumulate in float32, which is the
 // original's best setting (HiFi4, fp32_dest_acc_en). LoFi's truncated
-// multiplies are not emulated: results are at least as accurate as the
-// original's for any fidelity. Below HiFi4 a float32 conv may trade
+// multiplies are not emulated on these kernels: results are at least as
+// accurate as the original's for any fidelity (matrix_engine.h emulates
+// them exactly, for studies: the compiler's Numerics::kTt). Below HiFi4 a float32 conv may trade
 // exactness for speed as the original does: HiFi2 and HiFi3 let 3x3
 // stride-1 convs run Winograd (relative error ~1e-5), and LoFi on CPUs
 // with AMX computes float32 convs, upconvs and matmuls (matmul.h's

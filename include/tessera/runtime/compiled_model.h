@@ -96,6 +96,11 @@ struct CompileOptions {
   // replaces dtype, weights_dtype and math_fidelity above, then rules in
   // order. CompileReport::op_precisions says what each op ended up with.
   PrecisionConfig precision;
+  // How convs and matmuls compute (precision.h): kTt emulates the Wormhole
+  // matrix engine's fidelity phases and destination format exactly
+  // (ops/matrix_engine.h); their kernels are then not Tessera's fast ones
+  // (no kernel selection, no conv_chooser, no prepared weights).
+  Numerics numerics = Numerics::kFast;
 };
 
 struct CompileReport {

@@ -31,7 +31,9 @@
 //                   bfloat16, bfloat8_b, bfloat4_b (block-float on Conv and
 //                   MatMul / Gemm weights);
 //   math_fidelity   of Conv, ConvTranspose, MatMul and Gemm (compute_config.h);
-//   accumulate_df,
+//   accumulate_df   float32; with Numerics::kTt also bfloat16 (the
+//                   matrix engine's destination register, fp32_dest_acc_en
+//                   off), which is its default in bfloat16 models there;
 //   intermediate_df float32 only: Tessera's kernels keep partial results in
 //                   float32, so a narrower request is an error, not ignored.
 // Bad rules (an unknown op type, an invalid regex, a format an op cannot
@@ -60,6 +62,15 @@
 #include "tessera/ops/compute_config.h"
 
 namespace tessera::runtime {
+
+// How convs and matmuls compute: Tessera's fast kernels (exact products,
+// float32 accumulation; the fidelity only picks faster kernels), or the
+// Wormhole matrix engine's numerics emulated exactly (ops/matrix_engine.h:
+// truncated multiplies per fidelity phase, bfloat16 or float32
+// destination), a study mode several times slower.
+enum class Numerics : uint8_t { kFast, kTt };
+std::string_view numerics_name(Numerics n);               // "fast", "tt"
+std::optional<Numerics> parse_numerics(std::string_view name);
 
 struct PrecisionRule {
   std::string op_type;     // empty: any op
@@ -100,7 +111,8 @@ struct OpPrecision {
   DataType output_df = DataType::FLOAT32;
   std::optional<DataType> weights_df;  // ops with weights (Conv, ConvTranspose, MatMul, Gemm with a constant operand 1)
   std::optional<MathFidelity> math_fidelity;  // convs and matmuls
-  std::string output_by, weights_by, fidelity_by;
+  std::optional<DataType> accumulate_df;      // convs and matmuls, with Numerics::kTt
+  std::string output_by, weights_by, fidelity_by, accumulate_by;
   std::string to_string() const;  // "output bfloat16, weights bfloat8_b (rule 1), HiFi2 (amp_level 1)"
 };
 
