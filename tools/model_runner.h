@@ -87,9 +87,11 @@ StatusOr<cnn::PipelineConfig> parse_pipeline_config(const std::string& text);
 std::vector<Tensor> random_inputs(const Shape& shape, int count, uint32_t seed = 0);
 
 // Runs host inputs through a Pipeline of `config` and returns host outputs
-// (float32) in input order.
+// (float32) in input order; a model with taps (intermediates_to_save) fills
+// `intermediates` from the Pipeline's intermediates queue, per input.
 StatusOr<std::vector<cnn::ModelOutput>> run_pipeline(runtime::CompiledModel& model, Device& device,
                                                      const cnn::PipelineConfig& config,
-                                                     const std::vector<Tensor>& inputs);
+                                                     const std::vector<Tensor>& inputs,
+                                                     std::vector<std::vector<Tensor>>* intermediates = nullptr);
 
 }  // namespace tessera::tools

@@ -194,8 +194,7 @@ void print_selections(const runtime::CompiledModel& model) {
 // The seeds' PCC rule: 0.999 in float32, 0.99 with bfloat16 activations
 // (or per-op precision, which may give ops bfloat16).
 double pcc_threshold(const Common& c) {
-  return c.dtype == "float32" && c.amp_level <= 0 && c.precision_config.empty() && c.numerics == "fast" ? 0.999
-                                                                                                        : 0.99;
+  return c.dtype == "float32" && c.amp_level <= 0 && c.precision_config.empty() && c.numerics == "fast" ? 0.999 : 0.99;
 }
 
 // Every input from `input_files` (model_io.h; random where none is given),
@@ -219,7 +218,7 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
   TS_ASSIGN_OR_RETURN(std::vector<Tensor> xs, host_inputs(*m.model, files));
   const auto t0 = Clock::now();
   std::vector<Tensor> ys;
-  if (!c.intermediates.empty()) {  // taps: through CompiledModel::run, which returns them
+  if (!c.intermediates.empty() && xs.size() != 1) {  // taps of a model with several inputs: CompiledModel::run
     std::vector<Tensor> on_device;
     for (const Tensor& x : xs) {
       TS_ASSIGN_OR_RETURN(Tensor d, to_device(x, *device));
@@ -239,12 +238,17 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
     TS_RETURN_IF_ERROR(write_outputs("", c.intermediates_dir, m.model->intermediate_names(), taps));
   } else if (xs.size() == 1) {
     TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
-    TS_ASSIGN_OR_RETURN(auto outs, run_pipeline(*m.model, *device, pc, {xs[0]}));
+    std::vector<std::vector<Tensor>> taps;  // the Pipeline's intermediates queue
+    TS_ASSIGN_OR_RETURN(auto outs, run_pipeline(*m.model, *device, pc, {xs[0]}, &taps));
     const cnn::ModelOutput& o = outs[0];
     if (o.is_tensor()) {
       ys.push_back(*o.tensor);
     } else {
       for (const auto& e : o.list) ys.push_back(*e.tensor);
+    }
+    if (!c.intermediates.empty()) {
+      std::printf("%zu intermediate(s) tapped (the Pipeline's intermediates queue)\n", taps[0].size());
+      TS_RETURN_IF_ERROR(write_outputs("", c.intermediates_dir, m.model->intermediate_names(), taps[0]));
     }
   } else {
     std::vector<Tensor> on_device;
@@ -555,10 +559,10 @@ int main(int argc, char** argv) {
       ->excludes(in_opt);
   run->add_option("--output", output, "write the output as .npy, or every output as .npz (keyed by output name)");
   run->add_option("--output-dir", output_dir, "write every output as NAME.npy in this directory");
-  auto* taps =
-      run->add_option("--save-intermediates", c.intermediates,
-                      "tap the values of these names or ECMAScript regexes (repeatable): they are written "
-                      "beside the outputs, one NAME.npy each in --intermediates-dir (runs without the Pipeline)");
+  auto* taps = run->add_option(
+      "--save-intermediates", c.intermediates,
+      "tap the values of these names or ECMAScript regexes (repeatable): they are written "
+      "beside the outputs, one NAME.npy each in --intermediates-dir (the Pipeline's intermediates queue)");
   run->add_option("--intermediates-dir", c.intermediates_dir, "where --save-intermediates writes the taps")
       ->needs(taps);
   taps->needs(run->get_option("--intermediates-dir"));
@@ -681,8 +685,7 @@ int main(int argc, char** argv) {
     auto o = model_options(cmp);
     if (o.ok()) creq2.options = *o;
     s = o.ok() ? compare_command(creq2).status() : o.status();
-  }
-  else if (predictor.chosen())
+  } else if (predictor.chosen())
     s = predictor.run();
   else
     s = cmd_conformance(dir, filter, min_rate, quiet);

@@ -173,8 +173,8 @@ class TracedModelExecutor final : public TracedBase {
     deallocate_if_allocated(l1, false);
     schema_ = schema_of(compile_output_);
     TS_ASSIGN_OR_RETURN(Tensor captured_l1, prepare_l1_input(host));  // outside the trace
-    TS_RETURN_IF_ERROR(capture(captured_l1,
-                               "L1 input tensor address mismatch: trace captured {}, but persistent tensor allocated at {}"));
+    TS_RETURN_IF_ERROR(capture(
+        captured_l1, "L1 input tensor address mismatch: trace captured {}, but persistent tensor allocated at {}"));
     TS_ASSIGN_OR_RETURN(input_address_, l1_input_.buffer_address());
     return synchronize_device(device_);
   }
@@ -290,8 +290,8 @@ class MultiCQTracedModelOverlappedInputExecutor final : public TracedBase {
 // output resharded into a persistent DRAM tensor that cq 1 reads.
 class MultiCQTracedModelPipelinedIOExecutor final : public TracedBase {
  public:
-  MultiCQTracedModelPipelinedIOExecutor(Model model, Device& device, MemoryConfig dram_config,
-                                        MemoryConfig l1_config, MemoryConfig dram_output_config)
+  MultiCQTracedModelPipelinedIOExecutor(Model model, Device& device, MemoryConfig dram_config, MemoryConfig l1_config,
+                                        MemoryConfig dram_output_config)
       : TracedBase(std::move(model), device, std::move(dram_config), std::move(l1_config)),
         dram_output_config_(std::move(dram_output_config)) {}
   uint8_t read_cq() const override { return kCq1; }
@@ -309,19 +309,16 @@ class MultiCQTracedModelPipelinedIOExecutor final : public TracedBase {
     TS_ASSIGN_OR_RETURN(Tensor l1, reshard(dram_input_, l1_config_, std::nullopt, kCq0));
     TS_ASSIGN_OR_RETURN(first_op_event_, record_event(device_, kCq0));
     TS_ASSIGN_OR_RETURN(compile_output_, model_(l1));
-    if (!compile_output_.is_tensor())
-      return invalid_argument_error("MultiCQTracedModelPipelinedIOExecutor does not support multiple outputs.");
-    if (compile_output_.tensor->layout() != Layout::ROW_MAJOR)
-      return invalid_argument_error("MultiCQTracedModelPipelinedIOExecutor: the model output must be ROW_MAJOR (the "
-                                    "persistent DRAM output is), found {}",
-                                    compile_output_.tensor->spec().to_string());
+    // (The original supports one output only; Tessera keeps a persistent
+    // DRAM tensor per output, which a sharded config cannot describe.)
+    if (!compile_output_.is_tensor() && dram_output_config_.is_sharded())
+      return invalid_argument_error(
+          "MultiCQTracedModelPipelinedIOExecutor: a model with several outputs needs an interleaved "
+          "dram_output_memory_config (a sharded one describes one output's shape)");
     schema_ = schema_of(compile_output_);
-    TS_ASSIGN_OR_RETURN(dram_output_, allocate_tensor_on_device({compile_output_.tensor->shape(),
-                                                                  compile_output_.tensor->dtype(), Layout::ROW_MAJOR,
-                                                                  dram_output_config_},
-                                                                 device_));
+    TS_ASSIGN_OR_RETURN(dram_output_, allocate_like(compile_output_));
     TS_RETURN_IF_ERROR(wait_for_event(kCq0, read_event_));
-    TS_RETURN_IF_ERROR(reshard(*compile_output_.tensor, dram_output_config_, dram_output_, kCq0).status());
+    TS_RETURN_IF_ERROR(reshard_into(compile_output_, dram_output_));
     TS_ASSIGN_OR_RETURN(last_op_event_, record_event(device_, kCq0));
     deallocate_if_allocated(l1, false);
     // Captured run.
@@ -359,8 +356,33 @@ class MultiCQTracedModelPipelinedIOExecutor final : public TracedBase {
     TS_ASSIGN_OR_RETURN(first_op_event_, record_event(device_, kCq0));
     TS_RETURN_IF_ERROR(execute_trace(device_, *trace_id_, kCq0, false));
     TS_RETURN_IF_ERROR(wait_for_event(kCq0, read_event_));
-    TS_RETURN_IF_ERROR(reshard(*output_.tensor, dram_output_config_, dram_output_, kCq0).status());
+    TS_RETURN_IF_ERROR(reshard_into(output_, dram_output_));
     TS_ASSIGN_OR_RETURN(last_op_event_, record_event(device_, kCq0));
+    return ok_status();
+  }
+  // A persistent DRAM tensor per output, the outputs' nesting kept.
+  StatusOr<ModelOutput> allocate_like(const ModelOutput& o) {
+    if (!o.is_tensor()) {
+      std::vector<ModelOutput> list;
+      for (const ModelOutput& e : o.list) {
+        TS_ASSIGN_OR_RETURN(ModelOutput d, allocate_like(e));
+        list.push_back(std::move(d));
+      }
+      return ModelOutput::of(std::move(list));
+    }
+    if (o.tensor->layout() != Layout::ROW_MAJOR)
+      return invalid_argument_error(
+          "MultiCQTracedModelPipelinedIOExecutor: the model output must be ROW_MAJOR (the "
+          "persistent DRAM output is), found {}",
+          o.tensor->spec().to_string());
+    TS_ASSIGN_OR_RETURN(Tensor t,
+                        allocate_tensor_on_device(
+                            {o.tensor->shape(), o.tensor->dtype(), Layout::ROW_MAJOR, dram_output_config_}, device_));
+    return ModelOutput::of(std::move(t));
+  }
+  Status reshard_into(const ModelOutput& src, const ModelOutput& dst) {
+    if (src.is_tensor()) return reshard(*src.tensor, dram_output_config_, *dst.tensor, kCq0).status();
+    for (size_t k = 0; k < src.list.size(); ++k) TS_RETURN_IF_ERROR(reshard_into(src.list[k], dst.list[k]));
     return ok_status();
   }
   // The read of output i goes on cq 1 after the model's last op; the
@@ -368,13 +390,13 @@ class MultiCQTracedModelPipelinedIOExecutor final : public TracedBase {
   // reshard into the DRAM output cannot overwrite it first.
   Status read_output(size_t index, const OutputSink& sink) {
     TS_RETURN_IF_ERROR(wait_for_event(kCq1, last_op_event_));
-    TS_RETURN_IF_ERROR(sink(index, ModelOutput::of(dram_output_)));
+    TS_RETURN_IF_ERROR(sink(index, dram_output_));
     TS_ASSIGN_OR_RETURN(read_event_, record_event(device_, kCq1));
     return ok_status();
   }
 
   MemoryConfig dram_output_config_;
-  Tensor dram_output_;
+  ModelOutput dram_output_;
   Event first_op_event_, write_event_, last_op_event_, read_event_;
 };
 

@@ -1,5 +1,7 @@
 #include "tessera/cnn/pipeline.h"
 
+#include <fmt/format.h>
+
 namespace tessera::cnn {
 
 namespace {
@@ -76,7 +78,32 @@ Status Pipeline::preallocate_output_tensors_on_host(size_t n) {
 
 StatusOr<std::vector<ModelOutput>> Pipeline::pop_all() {
   TS_RETURN_IF_ERROR(synchronize_device(executor_->device()));
-  return output_tensors_;
+  if (!split_intermediates_) return output_tensors_;
+  std::vector<ModelOutput> outs;
+  for (const ModelOutput& o : output_tensors_) {
+    if (o.is_tensor() || o.list.size() != 2)
+      return invalid_argument_error(
+          "split_intermediates: the model's output must be the list [outputs, intermediates], found {}",
+          o.is_tensor() ? "a tensor" : fmt::format("a list of {}", o.list.size()));
+    outs.push_back(o.list[0]);
+  }
+  return outs;
+}
+
+StatusOr<std::vector<std::vector<Tensor>>> Pipeline::pop_intermediates() {
+  if (!split_intermediates_)
+    return failed_precondition_error("pop_intermediates: the Pipeline keeps no intermediates (split_intermediates)");
+  TS_RETURN_IF_ERROR(synchronize_device(executor_->device()));
+  std::vector<std::vector<Tensor>> out;
+  for (const ModelOutput& o : output_tensors_) {
+    if (o.is_tensor() || o.list.size() != 2 || o.list[1].is_tensor())
+      return invalid_argument_error(
+          "split_intermediates: the model's output must be the list [outputs, intermediates]");
+    std::vector<Tensor> taps;
+    for (const ModelOutput& t : o.list[1].list) taps.push_back(*t.tensor);
+    out.push_back(std::move(taps));
+  }
+  return out;
 }
 
 Status Pipeline::cleanup() { return executor_->cleanup(); }
@@ -90,8 +117,9 @@ StatusOr<std::unique_ptr<Pipeline>> create_pipeline_from_config(const PipelineCo
     if (config.use_trace) {
       // The original's wording, a copy slip included: it is raised for the one-queue traced case.
       if (!dram_input)
-        return invalid_argument_error("dram_input_memory_config must be provided when using trace "
-                                      "all_transfers_on_separate_command_queue=True.");
+        return invalid_argument_error(
+            "dram_input_memory_config must be provided when using trace "
+            "all_transfers_on_separate_command_queue=True.");
       ex = make_traced_model_executor(std::move(model), device, *dram_input, l1_config);
     } else {
       ex = make_model_executor(std::move(model), device, l1_config);
@@ -108,8 +136,9 @@ StatusOr<std::unique_ptr<Pipeline>> create_pipeline_from_config(const PipelineCo
       ex = make_multi_cq_model_overlapped_input_executor(std::move(model), device, *dram_input, l1_config);
     } else if (config.all_transfers_on_separate_command_queue) {
       if (!dram_output)
-        return invalid_argument_error("dram_output_memory_config must be provided when "
-                                      "all_transfers_on_separate_command_queue=True.");
+        return invalid_argument_error(
+            "dram_output_memory_config must be provided when "
+            "all_transfers_on_separate_command_queue=True.");
       // As the original, dram_input is not checked here; without it allocation fails at compile.
       if (!dram_input)
         return invalid_argument_error("dram_input_memory_config must be provided when using multi-CQ executor");
@@ -126,8 +155,7 @@ StatusOr<std::unique_ptr<Pipeline>> create_pipeline_from_config(const PipelineCo
   return std::make_unique<Pipeline>(std::move(ex));
 }
 
-StatusOr<MemoryConfig> get_memory_config_for_persistent_dram_tensor(const Shape& shape,
-                                                                    TensorMemoryLayout strategy,
+StatusOr<MemoryConfig> get_memory_config_for_persistent_dram_tensor(const Shape& shape, TensorMemoryLayout strategy,
                                                                     CoreCoord dram_grid_size) {
   if (shape.rank() < 2) return invalid_argument_error("Shape must be 2D or higher (was {})", shape.to_string());
   if (dram_grid_size.y != 1)
@@ -140,13 +168,15 @@ StatusOr<MemoryConfig> get_memory_config_for_persistent_dram_tensor(const Shape&
   };
   if (strategy == TensorMemoryLayout::WIDTH_SHARDED) {
     const uint32_t n = even_banks(shape[-1]);
-    return MemoryConfig{TensorMemoryLayout::WIDTH_SHARDED, BufferType::DRAM,
-                        ShardSpec{CoreRange({0, 0}, {n - 1, 0}), {shape[-2], shape[-1] / n}, ShardOrientation::ROW_MAJOR}};
+    return MemoryConfig{
+        TensorMemoryLayout::WIDTH_SHARDED, BufferType::DRAM,
+        ShardSpec{CoreRange({0, 0}, {n - 1, 0}), {shape[-2], shape[-1] / n}, ShardOrientation::ROW_MAJOR}};
   }
   if (strategy == TensorMemoryLayout::HEIGHT_SHARDED) {
     const uint32_t n = even_banks(shape[-2]);
-    return MemoryConfig{TensorMemoryLayout::HEIGHT_SHARDED, BufferType::DRAM,
-                        ShardSpec{CoreRange({0, 0}, {n - 1, 0}), {shape[-2] / n, shape[-1]}, ShardOrientation::ROW_MAJOR}};
+    return MemoryConfig{
+        TensorMemoryLayout::HEIGHT_SHARDED, BufferType::DRAM,
+        ShardSpec{CoreRange({0, 0}, {n - 1, 0}), {shape[-2] / n, shape[-1]}, ShardOrientation::ROW_MAJOR}};
   }
   return invalid_argument_error("Unsupported shard strategy: {}", memory_layout_name(strategy));
 }

@@ -327,11 +327,19 @@ cnn::Model CompiledModel::pipeline_model() {
     if (impl_->g.inputs.size() != 1)
       return invalid_argument_error("the Pipeline feeds one input; the model takes {}", impl_->g.inputs.size());
     const Tensor in[] = {input};
-    TS_ASSIGN_OR_RETURN(std::vector<Tensor> outs, run(in));
-    if (outs.size() == 1) return cnn::ModelOutput::of(outs[0]);
-    std::vector<cnn::ModelOutput> list;
-    for (auto& t : outs) list.push_back(cnn::ModelOutput::of(t));
-    return cnn::ModelOutput::of(std::move(list));
+    TS_ASSIGN_OR_RETURN(Outputs outs, run_with_intermediates(in));
+    cnn::ModelOutput main;
+    if (outs.outputs.size() == 1) {
+      main = cnn::ModelOutput::of(outs.outputs[0]);
+    } else {
+      std::vector<cnn::ModelOutput> list;
+      for (auto& t : outs.outputs) list.push_back(cnn::ModelOutput::of(t));
+      main = cnn::ModelOutput::of(std::move(list));
+    }
+    if (impl_->g.outputs.size() == impl_->num_outputs) return main;
+    std::vector<cnn::ModelOutput> taps;
+    for (auto& t : outs.intermediates) taps.push_back(cnn::ModelOutput::of(t));
+    return cnn::ModelOutput::of({std::move(main), cnn::ModelOutput::of(std::move(taps))});
   };
 }
 

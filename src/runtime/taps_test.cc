@@ -4,6 +4,7 @@
 // output bit; bad patterns are errors naming them.
 #include "graph_reference.h"
 #include "onnx_model_builder.h"
+#include "tessera/cnn/pipeline.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/import/onnx.h"
 #include "tessera/runtime/compiled_model.h"
@@ -32,7 +33,8 @@ TEST(Taps, ReturnTheValuesAndChangeNoOutput) {
   const graph::HostTensor x = graph::HostTensor::floats(xd, random_values(2 * 3 * 16 * 16, 5, 1.0f));
   const auto want = all_values(g, x);
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.num_command_queues = 2}));
-  const Tensor in[] = {to_device(Tensor::from_vector(x.f, Shape{2, 3, 16, 16}, DataType::FLOAT32).value(), *dev).value()};
+  const Tensor in[] = {
+      to_device(Tensor::from_vector(x.f, Shape{2, 3, 16, 16}, DataType::FLOAT32).value(), *dev).value()};
   for (const DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
     const CompileOptions plain{.dtype = dt, .weights_dtype = dt};
     ASSERT_OK_AND_ASSIGN(auto untapped, CompiledModel::compile(g, *dev, plain));
@@ -72,12 +74,69 @@ TEST(Taps, KeepValuesThePassesWouldFuse) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(g, *dev, {.intermediates_to_save = {"c1", "r[0-9]"}}));
   EXPECT_EQ(m->intermediate_names(), (std::vector<std::string>{"c1", "r1"}));
-  const Tensor in[] = {to_device(Tensor::from_vector(x.f, Shape{1, 3, 16, 16}, DataType::FLOAT32).value(), *dev).value()};
+  const Tensor in[] = {
+      to_device(Tensor::from_vector(x.f, Shape{1, 3, 16, 16}, DataType::FLOAT32).value(), *dev).value()};
   ASSERT_OK_AND_ASSIGN(CompiledModel::Outputs out, m->run_with_intermediates(in));
   ASSERT_EQ(out.intermediates.size(), 2u);
   EXPECT_EQ(out.intermediates[0].shape(), (Shape{1, 8, 16, 16}));
   EXPECT_GE(pcc(host(out.intermediates[0]), want.at("c1").f), 0.99999);
   EXPECT_GE(pcc(host(out.intermediates[1]), want.at("r1").f), 0.99999);
+}
+
+// Through the Pipeline: every executor's intermediates queue returns each
+// input's taps, in input order, bit-identical to run_with_intermediates.
+TEST(Taps, ThroughEveryPipelineExecutor) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn(1).bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev,
+                       open_device({.l1_small_size = 16384, .trace_region_size = 1 << 20, .num_command_queues = 2}));
+  for (const DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+    ASSERT_OK_AND_ASSIGN(auto m,
+                         CompiledModel::compile(
+                             g, *dev, {.dtype = dt, .weights_dtype = dt, .intermediates_to_save = {"c1", "r1", "mp"}}));
+    std::vector<Tensor> xs;
+    std::vector<CompiledModel::Outputs> want;
+    for (uint32_t i = 0; i < 3; ++i) {
+      xs.push_back(Tensor::from_vector(random_values(3 * 16 * 16, 20 + i, 1.0f), Shape{1, 3, 16, 16}, DataType::FLOAT32)
+                       .value());
+      const Tensor in[] = {to_device(xs.back(), *dev).value()};
+      ASSERT_OK_AND_ASSIGN(CompiledModel::Outputs o, m->run_with_intermediates(in));
+      want.push_back(std::move(o));
+    }
+    for (const cnn::PipelineConfig config :
+         {cnn::PipelineConfig{.use_trace = false, .num_command_queues = 1},
+          cnn::PipelineConfig{.use_trace = true, .num_command_queues = 1},
+          cnn::PipelineConfig{.use_trace = false, .num_command_queues = 2},
+          cnn::PipelineConfig{.use_trace = true, .num_command_queues = 2},
+          cnn::PipelineConfig{
+              .use_trace = true, .num_command_queues = 2, .all_transfers_on_separate_command_queue = true}}) {
+      const std::optional<MemoryConfig> dram_out =
+          config.all_transfers_on_separate_command_queue ? std::optional(DRAM_MEMORY_CONFIG) : std::nullopt;
+      ASSERT_OK_AND_ASSIGN(auto pipe,
+                           cnn::create_pipeline_from_config(config, m->pipeline_model(), *dev, DRAM_MEMORY_CONFIG,
+                                                            DRAM_MEMORY_CONFIG, dram_out));
+      pipe->split_intermediates(true);
+      ASSERT_OK(pipe->compile(xs[0]));
+      ASSERT_OK(pipe->enqueue(xs));
+      ASSERT_OK_AND_ASSIGN(auto outs, pipe->pop_all());
+      ASSERT_OK_AND_ASSIGN(auto taps, pipe->pop_intermediates());
+      ASSERT_EQ(outs.size(), 3u);
+      ASSERT_EQ(taps.size(), 3u);
+      for (size_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(outs[i].list.size(), want[i].outputs.size()) << config.to_string();
+        for (size_t k = 0; k < want[i].outputs.size(); ++k)
+          EXPECT_EQ(host(*outs[i].list[k].tensor), host(want[i].outputs[k])) << config.to_string();
+        ASSERT_EQ(taps[i].size(), 3u);
+        for (size_t k = 0; k < 3; ++k)
+          EXPECT_EQ(host(taps[i][k]), host(want[i].intermediates[k])) << config.to_string() << " tap " << k;
+      }
+      ASSERT_OK(pipe->cleanup());
+    }
+  }
+  // A Pipeline that keeps no intermediates says so.
+  ASSERT_OK_AND_ASSIGN(auto plain, CompiledModel::compile(g, *dev, {}));
+  ASSERT_OK_AND_ASSIGN(auto pipe, cnn::create_pipeline_from_config({.use_trace = false, .num_command_queues = 1},
+                                                                   plain->pipeline_model(), *dev, DRAM_MEMORY_CONFIG));
+  EXPECT_EQ(pipe->pop_intermediates().status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(Taps, BadPatternsAreErrorsNamingThem) {

@@ -23,7 +23,9 @@
 // output tensor, read before the next replay overwrites it: on the same
 // queue (cq 0), or, for pipelined I/O, through events. Unlike the original,
 // the pipelined executor records its read-done event after the output read
-// is enqueued (see the reference's hazard note).
+// is enqueued (see the reference's hazard note), and takes models with
+// several outputs (a persistent DRAM output each; the dram output config
+// must then be interleaved), where the original takes one.
 #pragma once
 
 #include <functional>

@@ -49,6 +49,13 @@ class Pipeline {
   // input order. With preallocated slots these are the same host tensors
   // (same storage) every time.
   StatusOr<std::vector<ModelOutput>> pop_all();
+  // Intermediates (the original's intermediates queue): for a model whose
+  // output is the list [outputs, taps] (runtime::CompiledModel's
+  // pipeline_model with intermediates_to_save), split_intermediates(true)
+  // makes pop_all return the outputs alone and pop_intermediates each
+  // input's taps, in input order. Set it before compile.
+  void split_intermediates(bool on) { split_intermediates_ = on; }
+  StatusOr<std::vector<std::vector<Tensor>>> pop_intermediates();
   Status cleanup();
 
   const std::optional<OutputSchema>& output_schema() const { return output_schema_; }
@@ -58,6 +65,7 @@ class Pipeline {
   std::unique_ptr<Executor> executor_;
   std::vector<ModelOutput> output_tensors_;
   bool preallocated_ = false;
+  bool split_intermediates_ = false;
   std::optional<OutputSchema> output_schema_;
 };
 

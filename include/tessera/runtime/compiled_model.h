@@ -182,7 +182,10 @@ class CompiledModel {
   // The values CompileOptions::intermediates_to_save matched, in graph order.
   std::vector<std::string> intermediate_names() const;
   // For the Pipeline: one-input models; the output is a tensor, or a list
-  // when the graph has several outputs.
+  // when the graph has several outputs. With intermediates_to_save, the list
+  // [that, taps] (taps: a list, in intermediate_names() order), which a
+  // Pipeline with split_intermediates(true) splits into its outputs and its
+  // intermediates queue.
   cnn::Model pipeline_model();
 
   const std::vector<std::vector<int64_t>>& input_shapes() const;
