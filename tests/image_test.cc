@@ -216,8 +216,11 @@ TEST(Image, ShortPreparedWeightsAreRefusedByTheirKernel) {
     auto img = Image::from_bytes(serialize_image(header_for(*d), ms).value()).value();
     auto loaded = load_model(*img, 0, *d);
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-    Tensor x = to_device(Tensor::from_vector(std::vector<float>(3 * 16 * 16, 0.5f), Shape{1, 3, 16, 16},
-                                             DataType::FLOAT32).value(), *d).value();
+    Tensor x =
+        to_device(
+            Tensor::from_vector(std::vector<float>(3 * 16 * 16, 0.5f), Shape{1, 3, 16, 16}, DataType::FLOAT32).value(),
+            *d)
+            .value();
     const Tensor in[] = {x};
     const Status s = loaded->model->run(in).status();
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << b.node << ": " << s.to_string();
@@ -300,13 +303,13 @@ TEST(Image, PrecisionRulesRoundTrip) {
 // rounds them through: at their own size, loading to the same outputs.
 TEST(Image, PortableBlockFloatWeightsAreStoredAsTiles) {
   auto d = cpu();
-  for (DataType wt : {DataType::BFLOAT8_B, DataType::BFLOAT4_B}) {
+  for (DataType wt : {DataType::BFLOAT8_B, DataType::BFLOAT4_B, DataType::BFLOAT2_B}) {
     CompileOptions o{.dtype = DataType::BFLOAT16, .weights_dtype = wt};
     auto direct = CompiledModel::compile(small_graph(), *d, o).value();
     auto img = Image::from_bytes(image_bytes(*d, o, "small", /*portable=*/true)).value();
     const auto& bytes = img->info().models[0].weight_bytes;
-    const auto stored = std::find_if(bytes.begin(), bytes.end(),
-                                     [&](const auto& b) { return b.first == (wt == DataType::BFLOAT8_B ? "bfloat8_b" : "bfloat4_b"); });
+    const auto stored =
+        std::find_if(bytes.begin(), bytes.end(), [&](const auto& b) { return b.first == data_type_name(wt); });
     ASSERT_NE(stored, bytes.end()) << data_type_name(wt);
     auto loaded = load_model(*img, 0, *d);
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
@@ -324,7 +327,8 @@ TEST(Image, IdenticalWeightsAreStoredOnce) {
   const ImageModel* two[] = {&a, &b};
   const auto single = Image::from_bytes(serialize_image(header_for(*d), one).value()).value();
   const auto merged = Image::from_bytes(serialize_image(header_for(*d), two).value()).value();
-  const auto separate = Image::from_bytes(serialize_image(header_for(*d), two, {.dedup_weights = false}).value()).value();
+  const auto separate =
+      Image::from_bytes(serialize_image(header_for(*d), two, {.dedup_weights = false}).value()).value();
   EXPECT_EQ(merged->info().weights_bytes, single->info().weights_bytes);
   EXPECT_GT(separate->info().weights_bytes, single->info().weights_bytes);
   ASSERT_EQ(merged->num_models(), 2u);
@@ -372,8 +376,9 @@ TEST(Image, DamagedFilesAreClearErrors) {
     format::Preamble q = p;
     q.format_major = kFormatMajor + 1;
     set_preamble(b, q);
-    expect(b, StatusCode::kFailedPrecondition, fmt::format("image format {}.0, this Tessera reads formats {}.x to {}.x",
-                                                            kFormatMajor + 1, kOldestFormatMajor, kFormatMajor));
+    expect(b, StatusCode::kFailedPrecondition,
+           fmt::format("image format {}.0, this Tessera reads formats {}.x to {}.x", kFormatMajor + 1,
+                       kOldestFormatMajor, kFormatMajor));
     q = p;
     q.format_minor = kFormatMinor + 3;
     set_preamble(b, q);
@@ -427,12 +432,12 @@ TEST(Image, InfoNamesWhatTheImageHolds) {
   auto d = cpu();
   auto img = Image::from_bytes(image_bytes(*d)).value();
   const std::string text = info_text(img->info()), json = info_json(img->info());
-  for (const char* want : {"image format 2.0", "target: cpu", "prepared weights: 3 conv(s)", "model 'small'", "input  'x' float32 [1,3,16,16]",
-                           "Conv 3", "constants:", "device memory once loaded: DRAM",
+  for (const char* want : {"image format 2.0", "target: cpu", "prepared weights: 3 conv(s)", "model 'small'",
+                           "input  'x' float32 [1,3,16,16]", "Conv 3", "constants:", "device memory once loaded: DRAM",
                            "conv kernels on the compiling CPU: "})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
-  for (const char* want :
-       {"\"format_version\": \"2.0\"", "\"prepared_layers\": 3", "\"name\": \"small\"", "\"shape\": [", "\"op_counts\"", "\"conv_kernels\": [\n"})
+  for (const char* want : {"\"format_version\": \"2.0\"", "\"prepared_layers\": 3", "\"name\": \"small\"",
+                           "\"shape\": [", "\"op_counts\"", "\"conv_kernels\": [\n"})
     EXPECT_NE(json.find(want), std::string::npos) << want << "\n" << json;
 }
 

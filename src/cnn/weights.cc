@@ -1,6 +1,7 @@
 #include "tessera/cnn/weights.h"
 
 #include "tessera/numerics/bfloat16.h"
+#include "tessera/numerics/float16.h"
 
 #include <zip.h>
 

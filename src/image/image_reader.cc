@@ -15,9 +15,9 @@
 #include "image_generated.h"
 #include "tessera/base/aligned.h"
 #include "tessera/graph/shape_inference.h"
+#include "tessera/image/image.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/ops/conv2d_weights.h"
-#include "tessera/image/image.h"
 
 namespace tessera::image {
 
@@ -106,14 +106,26 @@ DeviceDescriptor target_of(const fb::Target* t) {
 
 const char* storage_name(fb::Storage s) {
   switch (s) {
-    case fb::Storage::FLOAT32: return "float32";
-    case fb::Storage::INT64: return "int64";
-    case fb::Storage::BFLOAT16: return "bfloat16";
-    case fb::Storage::PREPARED: return "prepared";
-    case fb::Storage::BFLOAT8_B: return "bfloat8_b";
-    case fb::Storage::BFLOAT4_B: return "bfloat4_b";
+    case fb::Storage::FLOAT32:
+      return "float32";
+    case fb::Storage::INT64:
+      return "int64";
+    case fb::Storage::BFLOAT16:
+      return "bfloat16";
+    case fb::Storage::PREPARED:
+      return "prepared";
+    case fb::Storage::BFLOAT8_B:
+      return "bfloat8_b";
+    case fb::Storage::BFLOAT4_B:
+      return "bfloat4_b";
+    case fb::Storage::BFLOAT2_B:
+      return "bfloat2_b";
   }
   return "unknown";
+}
+
+bool is_block_storage(fb::Storage s) {
+  return s == fb::Storage::BFLOAT8_B || s == fb::Storage::BFLOAT4_B || s == fb::Storage::BFLOAT2_B;
 }
 
 // Checks a tensor reference against the weights section: a known storage
@@ -139,8 +151,10 @@ std::optional<TensorSpec> block_float_tiles(const fb::Tensor* t) {
   }
   if (rows > (uint64_t{1} << 30)) return std::nullopt;
   return TensorSpec{Shape{1, 1, static_cast<uint32_t>(rows), static_cast<uint32_t>(t->dims()->Get(0))},
-                    t->storage() == fb::Storage::BFLOAT8_B ? DataType::BFLOAT8_B : DataType::BFLOAT4_B, Layout::TILE,
-                    DRAM_MEMORY_CONFIG};
+                    t->storage() == fb::Storage::BFLOAT8_B   ? DataType::BFLOAT8_B
+                    : t->storage() == fb::Storage::BFLOAT4_B ? DataType::BFLOAT4_B
+                                                             : DataType::BFLOAT2_B,
+                    Layout::TILE, DRAM_MEMORY_CONFIG};
 }
 
 Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::string& what, bool prepared_ok = false) {
@@ -157,7 +171,7 @@ Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::stri
       return damaged("{}: a constant stored as prepared weights where only a value's float32 constant may be", what);
     return ok_status();
   }
-  if (t->storage() == fb::Storage::BFLOAT8_B || t->storage() == fb::Storage::BFLOAT4_B) {
+  if (is_block_storage(t->storage())) {
     const std::optional<TensorSpec> tiles = block_float_tiles(t);
     if (!tiles || t->type() != fb::ElemType::FLOAT32)
       return damaged("{}: block-float storage for {} elements of dims {}, expected a conv weight's 4 dims", what,
@@ -198,7 +212,7 @@ graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> we
   h.dims = vec(t->dims());
   const uint8_t* p = weights.data() + t->offset();
   if (t->storage() == fb::Storage::PREPARED) return h;  // dims only: prepared weights serve its readers
-  if (t->storage() == fb::Storage::BFLOAT8_B || t->storage() == fb::Storage::BFLOAT4_B) {
+  if (is_block_storage(t->storage())) {
     const TensorSpec spec = *block_float_tiles(t);  // checked by check_tensor
     Tensor tiles = allocate_tensor_on_host(spec);
     std::memcpy(tiles.host_data(), p, t->bytes());
@@ -322,8 +336,8 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
     return invalid_argument_error("not a Tessera image: expected the magic bytes 'TSIMAGE\\x1a', found '{}'",
                                   fmt::format("{:02x}", fmt::join(std::span(file.data(), 8), " ")));
   if (format::preamble_crc(p) != p.preamble_crc)
-    return damaged("section 'preamble': CRC-32 {:08x} recorded, {:08x} computed (the file is damaged)",
-                   p.preamble_crc, format::preamble_crc(p));
+    return damaged("section 'preamble': CRC-32 {:08x} recorded, {:08x} computed (the file is damaged)", p.preamble_crc,
+                   format::preamble_crc(p));
   if (p.format_major < kOldestFormatMajor || p.format_major > kFormatMajor)
     return failed_precondition_error(
         "image format {}.{}, this Tessera reads formats {}.x to {}.x (images of another major version must be "
@@ -337,11 +351,11 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
     return damaged("section 'meta': {} bytes at offset {} past the end of the {}-byte file (truncated?)", p.meta_bytes,
                    p.meta_offset, size);
   if (p.weights_offset % format::kWeightsAlignment != 0 || p.weights_offset < p.meta_offset + p.meta_bytes ||
-      p.weights_offset > size ||
-      p.weights_bytes > size - p.weights_offset)
-    return damaged("section 'weights': {} bytes at offset {} (a multiple of 4096) do not fit the {}-byte file after the metadata "
-                   "(truncated?)",
-                   p.weights_bytes, p.weights_offset, size);
+      p.weights_offset > size || p.weights_bytes > size - p.weights_offset)
+    return damaged(
+        "section 'weights': {} bytes at offset {} (a multiple of 4096) do not fit the {}-byte file after the metadata "
+        "(truncated?)",
+        p.weights_bytes, p.weights_offset, size);
   auto img = std::unique_ptr<Image>(new Image());
   img->meta_ = file.subspan(p.meta_offset, p.meta_bytes);
   img->weights_ = file.subspan(p.weights_offset, p.weights_bytes);
@@ -405,12 +419,12 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
         if (ids)
           for (int id : *ids)
             if (id < -1 || id >= nv)
-              return damaged("model '{}': node '{}' refers to value {}, the graph has {}", mi.name, str(n->name()),
-                             id, nv);
+              return damaged("model '{}': node '{}' refers to value {}, the graph has {}", mi.name, str(n->name()), id,
+                             nv);
       if (n->attrs())
         for (const fb::Attribute* a : *n->attrs()) {
-          if (!aligned(a->ints())) return damaged("model '{}': node '{}' has a misaligned attribute", mi.name,
-                                                  str(n->name()));
+          if (!aligned(a->ints()))
+            return damaged("model '{}': node '{}' has a misaligned attribute", mi.name, str(n->name()));
           if (a->t()) TS_RETURN_IF_ERROR(count(a->t(), fmt::format("node '{}' attribute", str(n->name())), false));
         }
     }
@@ -528,9 +542,8 @@ StatusOr<ImageModel> Image::model(size_t index) const {
   };
   for (const graph::Node& n : g.nodes)
     for (size_t k = 0; k < n.inputs.size(); ++k)
-      if (elided(n.inputs[k]) &&
-          ((k != 1 && k != 2) || (n.op_type != "Conv" && n.op_type != "ConvTranspose") ||
-           !prepared.contains(n.name) || n.inputs[0] < 0 || g.is_constant(n.inputs[0])))
+      if (elided(n.inputs[k]) && ((k != 1 && k != 2) || (n.op_type != "Conv" && n.op_type != "ConvTranspose") ||
+                                  !prepared.contains(n.name) || n.inputs[0] < 0 || g.is_constant(n.inputs[0])))
         return damaged("model '{}': {} reads '{}', whose values only prepared conv weights hold", out.name, n.label(),
                        g.values[static_cast<size_t>(n.inputs[k])].name);
   for (int o : g.outputs)

@@ -1,5 +1,6 @@
 // Writing compiled images: the models' graphs and options into the
 // FlatBuffers metadata (image.fbs), their constants into the weights section.
+#include <dnnl.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,7 +12,6 @@
 
 #include "image_format.h"
 #include "image_generated.h"
-#include <dnnl.h>
 #include "tessera/base/cpu_features.h"
 #include "tessera/device/device.h"
 #include "tessera/image/image.h"
@@ -80,8 +80,10 @@ class Writer {
         const uint64_t n = tiles->spec().storage_bytes();
         const uint64_t at = blob(tiles->host_data(), n);
         return fb::CreateTensor(fbb, fb::ElemType::FLOAT32, fbb.CreateVector(t.dims),
-                                *rounded == DataType::BFLOAT8_B ? fb::Storage::BFLOAT8_B : fb::Storage::BFLOAT4_B, at,
-                                n);
+                                *rounded == DataType::BFLOAT8_B   ? fb::Storage::BFLOAT8_B
+                                : *rounded == DataType::BFLOAT4_B ? fb::Storage::BFLOAT4_B
+                                                                  : fb::Storage::BFLOAT2_B,
+                                at, n);
       }  // (not a conv weight's dims: stored as float32 below)
     }
     if (f && rounded == DataType::BFLOAT16) {
@@ -179,10 +181,9 @@ class Writer {
     const uint64_t at = blob(b.data(), b.size(), format::kWeightsAlignment);
     const std::vector<int64_t> dims(p.spec.shape.dims().begin(), p.spec.shape.dims().end());
     const auto bt = tensor(p.bias);
-    return fb::CreatePreparedWeights(fbb, fbb.CreateString(p.node), fbb.CreateString(p.key),
-                                     fbb.CreateString(p.selection), fbb.CreateVector(dims),
-                                     fbb.CreateString(data_type_name(p.spec.dtype)),
-                                     fbb.CreateString(layout_name(p.spec.layout)), at, b.size(), bt);
+    return fb::CreatePreparedWeights(
+        fbb, fbb.CreateString(p.node), fbb.CreateString(p.key), fbb.CreateString(p.selection), fbb.CreateVector(dims),
+        fbb.CreateString(data_type_name(p.spec.dtype)), fbb.CreateString(layout_name(p.spec.layout)), at, b.size(), bt);
   }
 
   Offset<fb::Model> model(const ImageModel& m) {
@@ -208,8 +209,10 @@ class Writer {
       for (size_t k = 0; k < n.inputs.size(); ++k)
         if (n.inputs[k] >= 0) {
           const size_t v = static_cast<size_t>(n.inputs[k]);
-          if ((k == 1 || k == 2) && prepared.contains(n.name)) out[v] = true;
-          else other_reader[v] = true;
+          if ((k == 1 || k == 2) && prepared.contains(n.name))
+            out[v] = true;
+          else
+            other_reader[v] = true;
         }
     for (int o : g.outputs) other_reader[static_cast<size_t>(o)] = true;
     for (size_t v = 0; v < out.size(); ++v) out[v] = out[v] && !other_reader[v] && g.values[v].constant;
@@ -219,10 +222,9 @@ class Writer {
   Offset<fb::Target> target(const DeviceDescriptor& d) {
     std::vector<Offset<fb::CoreCoord>> disabled;
     for (const CoreCoord& c : d.disabled_cores) disabled.push_back(fb::CreateCoreCoord(fbb, c.x, c.y));
-    return fb::CreateTarget(fbb, fbb.CreateString(d.name), d.grid.x, d.grid.y, d.l1_size_per_core,
-                            d.shared_cache_size, d.num_dram_banks, d.dram_bank_size, d.l1_alignment, d.dram_alignment,
-                            d.dram_page_alignment, fbb.CreateString(d.isa), fbb.CreateVector(disabled), d.host_cores,
-                            d.emulated);
+    return fb::CreateTarget(fbb, fbb.CreateString(d.name), d.grid.x, d.grid.y, d.l1_size_per_core, d.shared_cache_size,
+                            d.num_dram_banks, d.dram_bank_size, d.l1_alignment, d.dram_alignment, d.dram_page_alignment,
+                            fbb.CreateString(d.isa), fbb.CreateVector(disabled), d.host_cores, d.emulated);
   }
 
   bool dedup_;
@@ -251,8 +253,9 @@ std::string prepared_weights_key(const Device& device) {
 StatusOr<ImageModel> compile_model(std::string name, graph::Graph graph, Device& device,
                                    const runtime::CompileOptions& options, bool portable) {
   if (!options.intermediates_to_save.empty())
-    return invalid_argument_error("an image returns its model's outputs; intermediates_to_save (taps) are not stored: "
-                                  "compile the model itself with them");
+    return invalid_argument_error(
+        "an image returns its model's outputs; intermediates_to_save (taps) are not stored: "
+        "compile the model itself with them");
   ImageModel m;
   m.name = std::move(name);
   m.options = options;

@@ -7,15 +7,6 @@
 
 namespace tessera {
 
-float float16_to_float(uint16_t h) {
-  const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);
-  else if (exp == 31) v = man ? std::nanf("") : INFINITY;
-  else v = std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
-  return sign ? -v : v;
-}
-
 void float_to_bfloat16(const float* src, uint16_t* dst, size_t n) {
   if (avx512_kernels_enabled()) return avx512::float_to_bfloat16(src, dst, n);
   if (kernel_isa() == KernelIsa::kAvx2) return avx2::float_to_bfloat16(src, dst, n);

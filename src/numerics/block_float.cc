@@ -39,8 +39,16 @@ uint32_t bfp_decode(uint8_t value, uint32_t shared_exponent, int w) {
   return (sign << 31) | (exp << 23) | (m << (23 - (w - 1)));
 }
 
+int bfp_mantissa_bits(DataType f) {
+  return f == DataType::BFLOAT8_B   ? kBfp8MantissaBits
+         : f == DataType::BFLOAT4_B ? kBfp4MantissaBits
+                                    : kBfp2MantissaBits;
+}
+
 namespace {
-int mantissa_bits(DataType f) { return f == DataType::BFLOAT8_B ? kBfp8MantissaBits : kBfp4MantissaBits; }
+int mantissa_bits(DataType f) { return bfp_mantissa_bits(f); }
+// Elements per data byte and their bit width: 1 x 8, 2 x 4 or 4 x 2.
+int per_byte(int w) { return 8 / (w + 1); }
 }  // namespace
 
 void pack_bfp_tiles_reference(const float* src, std::byte* dst, size_t num_tiles, DataType format) {
@@ -60,13 +68,9 @@ void pack_bfp_tiles_reference(const float* src, std::byte* dst, size_t num_tiles
       for (int i = 0; i < 16; ++i) {
         const int k = b * 16 + i;
         uint8_t v = bfp_encode(std::bit_cast<uint32_t>(s[k]), shared, w);
-        if (w == kBfp8MantissaBits) {
-          data[k] = v;
-        } else if (k % 2 == 0) {
-          data[k / 2] = v;
-        } else {
-          data[k / 2] = static_cast<uint8_t>(data[k / 2] | (v << 4));
-        }
+        const int n = per_byte(w), bits = w + 1;
+        if (k % n == 0) data[k / n] = 0;
+        data[k / n] = static_cast<uint8_t>(data[k / n] | (v << (bits * (k % n))));
       }
     }
   }
@@ -79,19 +83,22 @@ void unpack_bfp_tiles_reference(const std::byte* src, float* dst, size_t num_til
     const auto* exps = reinterpret_cast<const uint8_t*>(src + t * tile_bytes);
     const uint8_t* data = exps + 64;
     for (int k = 0; k < 1024; ++k) {
-      uint8_t v = w == kBfp8MantissaBits ? data[k] : static_cast<uint8_t>((data[k / 2] >> (4 * (k % 2))) & 0xf);
+      const int n = per_byte(w), bits = w + 1;
+      const auto v = static_cast<uint8_t>((data[k / n] >> (bits * (k % n))) & ((1u << bits) - 1));
       dst[t * kTileElements + k] = std::bit_cast<float>(bfp_decode(v, exps[k / 16], w));
     }
   }
 }
 
 void pack_bfp_tiles(const float* src, std::byte* dst, size_t num_tiles, DataType format) {
-  if (avx512_kernels_enabled()) return avx512::pack_bfp_tiles(src, dst, num_tiles, mantissa_bits(format));
+  if (avx512_kernels_enabled() && format != DataType::BFLOAT2_B)
+    return avx512::pack_bfp_tiles(src, dst, num_tiles, mantissa_bits(format));
   pack_bfp_tiles_reference(src, dst, num_tiles, format);
 }
 
 void unpack_bfp_tiles(const std::byte* src, float* dst, size_t num_tiles, DataType format) {
-  if (avx512_kernels_enabled()) return avx512::unpack_bfp_tiles(src, dst, num_tiles, mantissa_bits(format));
+  if (avx512_kernels_enabled() && format != DataType::BFLOAT2_B)
+    return avx512::unpack_bfp_tiles(src, dst, num_tiles, mantissa_bits(format));
   unpack_bfp_tiles_reference(src, dst, num_tiles, format);
 }
 

@@ -22,9 +22,13 @@ float bfp8_roundtrip(float x, uint8_t* encoded) {
 // The four rounding cases of the original's own tests: 64 + fraction with the
 // element's exponent as the shared exponent.
 TEST(BlockFloat, MantissaRoundingMatchesOriginal) {
-  struct Case { float in; uint8_t mant; float out; };
-  for (Case c : {Case{64.75f, 0x41, 65.0f}, Case{65.25f, 0x41, 65.0f}, Case{64.5f, 0x40, 64.0f},
-                 Case{65.5f, 0x42, 66.0f}}) {
+  struct Case {
+    float in;
+    uint8_t mant;
+    float out;
+  };
+  for (Case c :
+       {Case{64.75f, 0x41, 65.0f}, Case{65.25f, 0x41, 65.0f}, Case{64.5f, 0x40, 64.0f}, Case{65.5f, 0x42, 66.0f}}) {
     uint8_t e;
     EXPECT_EQ(bfp8_roundtrip(c.in, &e), c.out) << c.in;
     EXPECT_EQ(e, c.mant) << c.in;
@@ -58,8 +62,9 @@ std::vector<float> random_tiles(size_t tiles, uint32_t seed, bool specials) {
   for (size_t i = 0; i < v.size(); ++i) {
     v[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 20) - 10);
     if (specials && rng() % 16 == 0) {
-      const float pool[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, std::bit_cast<float>(0x00000007u),
-                            std::bit_cast<float>(0x7f7fffffu), 64.5f, 65.5f};
+      const float pool[] = {
+          0.0f,  -0.0f, INFINITY, -INFINITY, NAN, std::bit_cast<float>(0x00000007u), std::bit_cast<float>(0x7f7fffffu),
+          64.5f, 65.5f};
       v[i] = pool[rng() % 9];
     }
   }
@@ -80,17 +85,21 @@ TEST(BlockFloat, TileImageLayout) {
   EXPECT_EQ(u8(16), 129);
   EXPECT_EQ(u8(63), 126);
   EXPECT_EQ(u8(2), 0);
-  EXPECT_EQ(u8(64 + 0), 64);            // 1.0 = 64/64
-  EXPECT_EQ(u8(64 + 16), 0x80 | 64);    // -2.0
+  EXPECT_EQ(u8(64 + 0), 64);          // 1.0 = 64/64
+  EXPECT_EQ(u8(64 + 16), 0x80 | 64);  // -2.0
   EXPECT_EQ(u8(64 + 1023), 64);
   std::vector<std::byte> img4(576);
   pack_bfp_tiles_reference(tile.data(), img4.data(), 1, DataType::BFLOAT4_B);
-  EXPECT_EQ(static_cast<uint8_t>(img4[64]), 0x04);         // element 0 low nibble = m 4
-  EXPECT_EQ(static_cast<uint8_t>(img4[64 + 8]), 0x0c);     // element 16: sign|4
-  EXPECT_EQ(static_cast<uint8_t>(img4[64 + 511]), 0x40);   // element 1023 high nibble
+  EXPECT_EQ(static_cast<uint8_t>(img4[64]), 0x04);        // element 0 low nibble = m 4
+  EXPECT_EQ(static_cast<uint8_t>(img4[64 + 8]), 0x0c);    // element 16: sign|4
+  EXPECT_EQ(static_cast<uint8_t>(img4[64 + 511]), 0x40);  // element 1023 high nibble
 }
 
 class BlockFloatFormats : public ::testing::TestWithParam<DataType> {};
+
+const char* short_dtype_name_for_test(DataType t) {
+  return t == DataType::BFLOAT8_B ? "bfp8" : t == DataType::BFLOAT4_B ? "bfp4" : "bfp2";
+}
 
 TEST_P(BlockFloatFormats, FastMatchesReferenceBitForBit) {
   DataType f = GetParam();
@@ -112,7 +121,7 @@ TEST_P(BlockFloatFormats, FastMatchesReferenceBitForBit) {
 
 TEST_P(BlockFloatFormats, RoundTripErrorIsBoundedByTheBlockMaximum) {
   DataType f = GetParam();
-  const int w = f == DataType::BFLOAT8_B ? 7 : 3;
+  const int w = bfp_mantissa_bits(f);
   auto src = random_tiles(4, 3, false);
   std::vector<std::byte> img(4 * tile_size_bytes(f));
   pack_bfp_tiles(src.data(), img.data(), 4, f);
@@ -131,12 +140,50 @@ TEST_P(BlockFloatFormats, RoundTripErrorIsBoundedByTheBlockMaximum) {
   EXPECT_EQ(img, img2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, BlockFloatFormats, ::testing::Values(DataType::BFLOAT8_B, DataType::BFLOAT4_B),
-                         [](const auto& info) { return std::string(info.param == DataType::BFLOAT8_B ? "bfp8" : "bfp4"); });
+INSTANTIATE_TEST_SUITE_P(Formats, BlockFloatFormats,
+                         ::testing::Values(DataType::BFLOAT8_B, DataType::BFLOAT4_B, DataType::BFLOAT2_B),
+                         [](const auto& info) { return std::string(short_dtype_name_for_test(info.param)); });
+
+// bfloat2_b: a sign and a 1-bit magnitude, so each element is 0 or +-2^(E-127)
+// of its block's shared exponent E; rounding to nearest, ties to even.
+TEST(BlockFloat, Bfloat2bRoundsToZeroOrTheBlockScale) {
+  auto enc = [](float x, uint32_t shared) { return bfp_encode(std::bit_cast<uint32_t>(x), shared, kBfp2MantissaBits); };
+  EXPECT_EQ(enc(1.0f, 127), 1);
+  EXPECT_EQ(enc(1.49f, 127), 1);
+  EXPECT_EQ(enc(1.99f, 127), 1);  // rounds to 2, saturates at 1 (the exponent is never bumped)
+  EXPECT_EQ(enc(-1.0f, 127), 3);  // sign | 1
+  EXPECT_EQ(enc(0.75f, 127), 1);  // 0.75 of the scale rounds up
+  EXPECT_EQ(enc(0.5f, 127), 0);   // half: ties to even (0)
+  EXPECT_EQ(enc(-0.5f, 127), 0);  // a zero magnitude drops the sign
+  EXPECT_EQ(enc(0.3f, 127), 0);
+  EXPECT_EQ(std::bit_cast<float>(bfp_decode(1, 127, kBfp2MantissaBits)), 1.0f);
+  EXPECT_EQ(std::bit_cast<float>(bfp_decode(3, 130, kBfp2MantissaBits)), -8.0f);
+  EXPECT_EQ(std::bit_cast<float>(bfp_decode(0, 130, kBfp2MantissaBits)), 0.0f);
+  // Tile image: 64 exponent bytes, then four 2-bit elements per byte, the earliest lowest.
+  std::vector<float> tile(1024, 0.0f);
+  tile[0] = 1.0f, tile[1] = -1.0f, tile[3] = 1.0f, tile[16] = -2.0f, tile[1023] = 0.5f;
+  std::vector<std::byte> img(tile_size_bytes(DataType::BFLOAT2_B));
+  ASSERT_EQ(img.size(), 320u);
+  pack_bfp_tiles(tile.data(), img.data(), 1, DataType::BFLOAT2_B);
+  auto u8 = [&](size_t i) { return static_cast<uint8_t>(img[i]); };
+  EXPECT_EQ(u8(0), 127);
+  EXPECT_EQ(u8(1), 128);
+  EXPECT_EQ(u8(64 + 0), 0b01'00'11'01);    // elements 0..3: 1, sign|1, 0, 1
+  EXPECT_EQ(u8(64 + 4), 0b11);             // element 16: -2.0
+  EXPECT_EQ(u8(64 + 255), 0b01'00'00'00);  // element 1023 in the top pair
+  std::vector<float> back(1024);
+  unpack_bfp_tiles(img.data(), back.data(), 1, DataType::BFLOAT2_B);
+  EXPECT_EQ(back[0], 1.0f);
+  EXPECT_EQ(back[1], -1.0f);
+  EXPECT_EQ(back[16], -2.0f);
+  EXPECT_EQ(back[1023], 0.5f);
+}
 
 TEST(BlockFloat, TileSizes) {
   EXPECT_EQ(tile_size_bytes(DataType::BFLOAT8_B), 1088u);
   EXPECT_EQ(tile_size_bytes(DataType::BFLOAT4_B), 576u);
+  EXPECT_EQ(tile_size_bytes(DataType::BFLOAT2_B), 320u);
+  EXPECT_EQ(tile_size_bytes(DataType::FLOAT16), 2048u);
   EXPECT_EQ(tile_size_bytes(DataType::BFLOAT16), 2048u);
 }
 

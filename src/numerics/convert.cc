@@ -6,6 +6,7 @@
 
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/numerics/block_float.h"
+#include "tessera/numerics/float16.h"
 
 namespace tessera {
 
@@ -68,7 +69,10 @@ void convert_to_float(const std::byte* src, DataType t, float* dst, size_t n) {
   switch (t) {
     case DataType::FLOAT32: std::memcpy(dst, src, n * 4); break;
     case DataType::BFLOAT16: bfloat16_to_float(reinterpret_cast<const uint16_t*>(src), dst, n); break;
-    case DataType::BFLOAT8_B: case DataType::BFLOAT4_B: unpack_bfp_tiles(src, dst, n / kTileElements, t); break;
+    case DataType::FLOAT16: float16_to_float(reinterpret_cast<const uint16_t*>(src), dst, n); break;
+    case DataType::BFLOAT8_B: case DataType::BFLOAT4_B: case DataType::BFLOAT2_B:
+      unpack_bfp_tiles(src, dst, n / kTileElements, t);
+      break;
     case DataType::UINT8: ints_to_float<uint8_t>(src, dst, n); break;
     case DataType::UINT16: ints_to_float<uint16_t>(src, dst, n); break;
     case DataType::UINT32: ints_to_float<uint32_t>(src, dst, n); break;
@@ -80,7 +84,10 @@ void convert_from_float(const float* src, std::byte* dst, DataType t, size_t n) 
   switch (t) {
     case DataType::FLOAT32: std::memcpy(dst, src, n * 4); break;
     case DataType::BFLOAT16: float_to_bfloat16(src, reinterpret_cast<uint16_t*>(dst), n); break;
-    case DataType::BFLOAT8_B: case DataType::BFLOAT4_B: pack_bfp_tiles(src, dst, n / kTileElements, t); break;
+    case DataType::FLOAT16: float_to_float16(src, reinterpret_cast<uint16_t*>(dst), n); break;
+    case DataType::BFLOAT8_B: case DataType::BFLOAT4_B: case DataType::BFLOAT2_B:
+      pack_bfp_tiles(src, dst, n / kTileElements, t);
+      break;
     case DataType::UINT8: float_to_ints<uint8_t>(src, dst, t, n); break;
     case DataType::UINT16: float_to_ints<uint16_t>(src, dst, t, n); break;
     case DataType::UINT32: float_to_ints<uint32_t>(src, dst, t, n); break;

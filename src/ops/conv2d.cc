@@ -9,6 +9,7 @@
 #include "op_common.h"
 #include "tessera/base/cpu_features.h"
 #include "tessera/numerics/bfloat16.h"
+#include "tessera/numerics/float16.h"
 #include "tessera/ops/conv2d_l1.h"
 #include "tessera/ops/conv2d_weights.h"
 #include "tessera/ops/conv_transpose2d.h"
@@ -80,6 +81,8 @@ StatusOr<Tensor> round_conv2d_weights(const Tensor& weight, const Conv2dParams& 
   TS_ASSIGN_OR_RETURN(std::vector<float> v, weight.to_vector());
   if (wt == DataType::BFLOAT16) {
     for (float& x : v) x = round_to_bfloat16(x);
+  } else if (wt == DataType::FLOAT16) {
+    for (float& x : v) x = round_to_float16(x);
   } else if (is_block_float(wt)) {
     TS_ASSIGN_OR_RETURN(Tensor tiles, conv2d_weight_tiles(v, expected, wt));
     TS_ASSIGN_OR_RETURN(v, conv2d_weights_from_tiles(tiles, expected));
@@ -299,6 +302,10 @@ StatusOr<Conv2dResult> with_io(const Tensor& input, const Params& p, bool bias, 
   TS_RETURN_IF_ERROR(ops::require_device_tensor(input, op));
   const DataType in_dt = input.dtype();
   const DataType out_dt = config.dtype.value_or(is_block_float(in_dt) ? DataType::BFLOAT16 : in_dt);
+  if (in_dt == DataType::FLOAT16 || out_dt == DataType::FLOAT16)
+    return unimplemented_error("{}: float16 activations (in {}, out {}): the kernels read and write float32 or "
+                               "bfloat16; typecast to one of them (float16 weights are taken)",
+                               op, data_type_name(in_dt), data_type_name(out_dt));
   if (is_block_float(out_dt) && config.output_layout != Layout::TILE)
     return invalid_argument_error("{}: a {} output needs output_layout TILE (block-float tensors are tiles)", op,
                                   data_type_name(out_dt));

@@ -12,6 +12,7 @@
 #include "tessera/device/device.h"
 #include "tessera/device/profiler.h"
 #include "tessera/numerics/bfloat16.h"
+#include "tessera/numerics/float16.h"
 #include "tessera/ops/data_movement.h"
 #include "tessera/ops/manipulation.h"
 #include "tessera/ops/reference.h"
@@ -329,11 +330,23 @@ TEST(Conv2d, DepthwiseOwnKernel) {
 TEST(Conv2d, BlockFloatWeights) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   for (const Case& c : {kCases[0], kCases[1], kCases[5]}) {
-    for (DataType w : {DataType::BFLOAT8_B, DataType::BFLOAT4_B}) {
+    for (DataType w : {DataType::BFLOAT8_B, DataType::BFLOAT4_B, DataType::BFLOAT2_B, DataType::FLOAT16}) {
       check_case(*dev, c, DataType::BFLOAT16, w, DRAM_MEMORY_CONFIG);
       check_case(*dev, c, DataType::FLOAT32, w, DRAM_MEMORY_CONFIG);
     }
   }
+  // float16 weights are rounded to nearest even half precision, no more.
+  const Conv2dParams p = to_params(kCases[0]);
+  const std::vector<float> wv = testing::random_values(16 * 8 * 9, 5, 3.0f);
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(wv, Shape{16, 8, 3, 3}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor r, round_conv2d_weights(w, p, DataType::FLOAT16, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> rv, r.to_vector());
+  size_t moved = 0;
+  for (size_t i = 0; i < wv.size(); ++i) {
+    EXPECT_EQ(rv[i], round_to_float16(wv[i])) << i;
+    moved += rv[i] != wv[i];
+  }
+  EXPECT_GT(moved, wv.size() / 2);
 }
 
 // NaN and infinities in the input reach the output as the reference's
@@ -344,17 +357,17 @@ TEST(Conv2d, BlockFloatWeights) {
 TEST(Conv2d, NanAndInfinityPropagateThroughEveryActivation) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({.worker_threads = 2}));
   const Case shapes[] = {
-      {1, 20, 20, 16, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},    // oneDNN (rows3x3 / direct on some tiers)
-      {1, 14, 14, 64, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}},    // 1x1
-      {1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}},   // depthwise
-      {1, 20, 24, 32, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}},     // narrow head
-      {1, 4, 4, 1024, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}},   // direct (AVX-512)
+      {1, 20, 20, 16, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},   // oneDNN (rows3x3 / direct on some tiers)
+      {1, 14, 14, 64, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}},   // 1x1
+      {1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}},  // depthwise
+      {1, 20, 24, 32, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}},    // narrow head
+      {1, 4, 4, 1024, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}},  // direct (AVX-512)
   };
-  const UnaryOpType acts[] = {UnaryOpType::IDENTITY, UnaryOpType::RELU,    UnaryOpType::RELU6,
-                              UnaryOpType::SILU,     UnaryOpType::SIGMOID, UnaryOpType::TANH,
-                              UnaryOpType::GELU,     UnaryOpType::HARDSWISH, UnaryOpType::HARDSIGMOID,
-                              UnaryOpType::LEAKY_RELU, UnaryOpType::MISH,    UnaryOpType::ELU,
-                              UnaryOpType::ERF,      UnaryOpType::NEG,     UnaryOpType::ABS,
+  const UnaryOpType acts[] = {UnaryOpType::IDENTITY,   UnaryOpType::RELU,      UnaryOpType::RELU6,
+                              UnaryOpType::SILU,       UnaryOpType::SIGMOID,   UnaryOpType::TANH,
+                              UnaryOpType::GELU,       UnaryOpType::HARDSWISH, UnaryOpType::HARDSIGMOID,
+                              UnaryOpType::LEAKY_RELU, UnaryOpType::MISH,      UnaryOpType::ELU,
+                              UnaryOpType::ERF,        UnaryOpType::NEG,       UnaryOpType::ABS,
                               UnaryOpType::RECIPROCAL, UnaryOpType::GELU_TANH};
   const KernelIsa native = kernel_isa();
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2}) {
@@ -388,7 +401,8 @@ TEST(Conv2d, NanAndInfinityPropagateThroughEveryActivation) {
           ASSERT_OK_AND_ASSIGN(Tensor dres, to_device(res, *dev));
           Conv2dResult r;
           if (residual) {
-            ASSERT_OK_AND_ASSIGN(r, conv2d_with_residual(dx, w, std::nullopt, p, Conv2dResidual{dres, p.activation, false}));
+            ASSERT_OK_AND_ASSIGN(
+                r, conv2d_with_residual(dx, w, std::nullopt, p, Conv2dResidual{dres, p.activation, false}));
           } else {
             ASSERT_OK_AND_ASSIGN(r, conv2d(dx, w, std::nullopt, p));
           }
@@ -401,7 +415,7 @@ TEST(Conv2d, NanAndInfinityPropagateThroughEveryActivation) {
           ASSERT_EQ(got.size(), ref.size());
           int bad = 0;
           for (size_t i = 0; i < ref.size() && bad < 3; ++i) {
-            const bool same = std::isnan(ref[i]) ? std::isnan(got[i])
+            const bool same = std::isnan(ref[i])   ? std::isnan(got[i])
                               : std::isinf(ref[i]) ? got[i] == ref[i]
                                                    : std::isfinite(got[i]);
             if (!same) {
@@ -643,6 +657,12 @@ TEST(Conv2d, Errors) {
   ASSERT_OK_AND_ASSIGN(Tensor flat, dx.view(Shape{1, 1, 99, 8}));
   ASSERT_OK_AND_ASSIGN(Tensor flat_tiles, to_layout(flat, Layout::TILE));
   ASSERT_OK(conv2d(flat_tiles, w, std::nullopt, p).status());
+  // float16 activations (float16 weights are taken: BlockFloatWeights).
+  ASSERT_OK_AND_ASSIGN(Tensor half, typecast(dx, DataType::FLOAT16));
+  EXPECT_ERROR(conv2d(half, w, std::nullopt, p), StatusCode::kUnimplemented,
+               "conv2d: float16 activations (in float16, out float16)");
+  EXPECT_ERROR(conv2d(dx, w, std::nullopt, p, {.dtype = DataType::FLOAT16}), StatusCode::kUnimplemented,
+               "typecast to one of them");
 }
 
 // The residual form against reference conv + add + activation on the host,

@@ -16,9 +16,10 @@ using cpu::EltwiseOp;
 Status check_float_input(const Tensor& t, std::string_view op, std::string_view name) {
   TS_RETURN_IF_ERROR(ops::require_device_tensor(t, op, name));
   if (!is_floating(t.dtype()))
-    return invalid_argument_error("{}: expected {} to have a floating dtype (float32, bfloat16, bfloat8_b, bfloat4_b), "
-                                  "found {}",
-                                  op, name, data_type_name(t.dtype()));
+    return invalid_argument_error(
+        "{}: expected {} to have a floating dtype (float32, bfloat16, float16, bfloat8_b, bfloat4_b, bfloat2_b), "
+        "found {}",
+        op, name, data_type_name(t.dtype()));
   return ok_status();
 }
 
@@ -69,16 +70,16 @@ StatusOr<Tensor> run_eltwise(EltwiseOp op, std::string_view name, const Tensor& 
 
   // A unary's name is its activation's: the key (and the profile) names it once.
   const std::string what = op == EltwiseOp::kUnary ? activation_name(act) : std::string(name) + activation_suffix(act);
-  std::string key = fmt::format("{}:{}{}->{}:{}{}{}", what, a.spec().to_string(),
-                                b ? "," + b->spec().to_string() : std::string(), short_dtype_name(out_type),
-                                args.math.isa, args.flat ? ":flat" : "", b_scalar ? ":scalar" : "");
+  std::string key =
+      fmt::format("{}:{}{}->{}:{}{}{}", what, a.spec().to_string(), b ? "," + b->spec().to_string() : std::string(),
+                  short_dtype_name(out_type), args.math.isa, args.flat ? ":flat" : "", b_scalar ? ":scalar" : "");
   auto compile = [&]() -> StatusOr<Program> {
     Program p;
     p.kernel = cpu::select_eltwise_kernel(args, name, &p.kernel_name);
     p.num_tasks = args.num_pages;
-    p.grain = ops::default_grain(device, args.num_pages,
-                                 a.spec().storage_bytes() * (b ? 2 : 1) + out_spec.storage_bytes(),
-                                 min_chunk_bytes(args.activation, {args.a_type, args.b_type, out_type}));
+    p.grain =
+        ops::default_grain(device, args.num_pages, a.spec().storage_bytes() * (b ? 2 : 1) + out_spec.storage_bytes(),
+                           min_chunk_bytes(args.activation, {args.a_type, args.b_type, out_type}));
     return p;
   };
   TS_RETURN_IF_ERROR(ops::launch(device, cq_id, key, compile, args));
@@ -93,10 +94,10 @@ StatusOr<Tensor> run_broadcast(std::string_view name, const Tensor& a, const Ten
   if (shape.rank() - 1 > cpu::BroadcastArgs::kMaxLead)
     return invalid_argument_error("{}: broadcasting supports rank <= {}, found {}", name,
                                   cpu::BroadcastArgs::kMaxLead + 1, shape.rank());
-  MemoryConfig mc = a.shape() == shape   ? a.memory_config()
-                    : b.shape() == shape ? b.memory_config()
-                                         : MemoryConfig{TensorMemoryLayout::INTERLEAVED,
-                                                        a.memory_config().buffer_type, std::nullopt};
+  MemoryConfig mc = a.shape() == shape ? a.memory_config()
+                    : b.shape() == shape
+                        ? b.memory_config()
+                        : MemoryConfig{TensorMemoryLayout::INTERLEAVED, a.memory_config().buffer_type, std::nullopt};
   if (p.memory_config) {
     if (p.memory_config->is_sharded())
       return unimplemented_error("{}: a broadcast output must be interleaved, found {}", name,
@@ -189,9 +190,7 @@ StatusOr<Tensor> unary(const Tensor& input, const UnaryWithParam& act, const Elt
   return run_eltwise(EltwiseOp::kUnary, name, input, nullptr, out, BinaryOpType::ADD, act, p.cq_id);
 }
 
-StatusOr<Tensor> relu(const Tensor& input, const EltwiseParams& p) {
-  return unary(input, {UnaryOpType::RELU}, p);
-}
+StatusOr<Tensor> relu(const Tensor& input, const EltwiseParams& p) { return unary(input, {UnaryOpType::RELU}, p); }
 
 StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const EltwiseParams& p) {
   const std::string name(binary_op_name(op));
@@ -205,8 +204,9 @@ StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const
       (!p.memory_config || *p.memory_config == a.memory_config()))
     return run_eltwise(EltwiseOp::kBinary, name, a, &b, out, op, p.activation.value_or(UnaryWithParam{}), p.cq_id);
   if (a.shape() == b.shape() && a.layout() == Layout::TILE)
-    return invalid_argument_error("{}: TILE operands must have the same shape, layout and memory config, found {} and {}",
-                                  name, a.spec().to_string(), b.spec().to_string());
+    return invalid_argument_error(
+        "{}: TILE operands must have the same shape, layout and memory config, found {} and {}", name,
+        a.spec().to_string(), b.spec().to_string());
   StatusOr<Shape> shape = broadcast_shapes(a.shape(), b.shape());
   if (!shape.ok()) return shape.status().annotate(name);
   // One operand a single row-major element (a scalar scale or shift): the
@@ -216,7 +216,9 @@ StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const
            (t.dtype() == DataType::FLOAT32 || t.dtype() == DataType::BFLOAT16);
   };
   const bool commutes = op == BinaryOpType::ADD || op == BinaryOpType::MUL;
-  const Tensor* full = scalar(b) && a.shape() == *shape ? &a : commutes && scalar(a) && b.shape() == *shape ? &b : nullptr;
+  const Tensor* full = scalar(b) && a.shape() == *shape               ? &a
+                       : commutes && scalar(a) && b.shape() == *shape ? &b
+                                                                      : nullptr;
   if (full && full->layout() == Layout::ROW_MAJOR && (!p.memory_config || *p.memory_config == full->memory_config()))
     return run_eltwise(EltwiseOp::kBinary, name, *full, full == &a ? &b : &a, out, op,
                        p.activation.value_or(UnaryWithParam{}), p.cq_id, /*b_scalar=*/true);

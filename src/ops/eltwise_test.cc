@@ -15,7 +15,8 @@
 namespace tessera {
 namespace {
 
-const DataType kFloatTypes[] = {DataType::FLOAT32, DataType::BFLOAT16, DataType::BFLOAT8_B, DataType::BFLOAT4_B};
+const DataType kFloatTypes[] = {DataType::FLOAT32,   DataType::BFLOAT16,  DataType::FLOAT16,
+                                DataType::BFLOAT8_B, DataType::BFLOAT4_B, DataType::BFLOAT2_B};
 
 struct OpCase {
   std::string name;
@@ -29,8 +30,8 @@ void check_against_reference(Device& dev, const std::vector<testing::NamedConfig
   Tensor hb = testing::random_tensor(shape, b_type, layout, 2);
   ASSERT_OK_AND_ASSIGN(Tensor expected, op.reference_op(ha, hb));
   for (const auto& c : configs) {
-    SCOPED_TRACE(fmt::format("{} {} {} {} {}", op.name, shape.to_string(), data_type_name(a_type),
-                             layout_name(layout), c.name));
+    SCOPED_TRACE(
+        fmt::format("{} {} {} {} {}", op.name, shape.to_string(), data_type_name(a_type), layout_name(layout), c.name));
     auto da = to_device(ha, dev, c.config);
     ASSERT_TRUE(da.ok()) << da.status().to_string();
     ASSERT_OK_AND_ASSIGN(Tensor db, to_device(hb, dev, c.config));
@@ -63,8 +64,8 @@ TEST(Eltwise, MatchesReferenceOnEveryMemoryConfig) {
         for (Layout layout : {Layout::ROW_MAJOR, Layout::TILE}) {
           if ((is_block_float(in) || is_block_float(out)) && layout == Layout::ROW_MAJOR) continue;
           for (const auto& op : op_cases(out))
-            check_against_reference(*dev, configs, Shape{2, 64, 64}, in, in == DataType::FLOAT32 ? DataType::BFLOAT16 : in,
-                                    layout, op);
+            check_against_reference(*dev, configs, Shape{2, 64, 64}, in,
+                                    in == DataType::FLOAT32 ? DataType::BFLOAT16 : in, layout, op);
         }
   }
   set_avx512_kernels_enabled(true);
@@ -92,7 +93,7 @@ TEST(Eltwise, WormholeShardings) {
 TEST(Eltwise, SpecialValues) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   std::vector<float> v = {-1.0f, -0.0f, 0.0f, 2.5f, NAN, -NAN, INFINITY, -INFINITY, 1e-40f, -1e-40f, 3.0e38f, -7.0f};
-  for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+  for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16, DataType::FLOAT16}) {
     ASSERT_OK_AND_ASSIGN(Tensor h, Tensor::from_vector(v, Shape{12}, dt));
     ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
     ASSERT_OK_AND_ASSIGN(Tensor r, relu(d));
@@ -120,9 +121,9 @@ TEST(Eltwise, SpecialValues) {
 // take each path.
 TEST(Eltwise, RoundsToBfloat16LikeTheReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  const uint32_t odd[] = {0x3f808000, 0x3f818000, 0xbf808000, 0x3f80c000, 0x7f7fffff, 0xff7fffff, 0x7f7f7fff,
-                          0x7f800001, 0xff800001, 0x7fc00001, 0x7fbfffff, 0x00000001, 0x807fffff, 0x007fffff,
-                          0x00008000, 0x00018000, 0x80000000, 0x7f800000};
+  const uint32_t odd[] = {0x3f808000, 0x3f818000, 0xbf808000, 0x3f80c000, 0x7f7fffff, 0xff7fffff,
+                          0x7f7f7fff, 0x7f800001, 0xff800001, 0x7fc00001, 0x7fbfffff, 0x00000001,
+                          0x807fffff, 0x007fffff, 0x00008000, 0x00018000, 0x80000000, 0x7f800000};
   std::vector<float> v(100);
   for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i)) * 300.0f;
   for (size_t k = 0; k < std::size(odd); ++k) std::memcpy(&v[(k * 37) % 64], &odd[k], sizeof(float));
@@ -168,17 +169,17 @@ TEST(Eltwise, Errors) {
   Tensor h = testing::random_tensor(Shape{32, 32}, DataType::FLOAT32, Layout::TILE, 1);
   EXPECT_ERROR(relu(h), StatusCode::kInvalidArgument, "must be a device tensor, found a host tensor");
   ASSERT_OK_AND_ASSIGN(Tensor a, to_device(h, *dev));
-  ASSERT_OK_AND_ASSIGN(Tensor b, to_device(testing::random_tensor(Shape{32, 64}, DataType::FLOAT32, Layout::TILE, 1),
-                                           *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor b,
+                       to_device(testing::random_tensor(Shape{32, 64}, DataType::FLOAT32, Layout::TILE, 1), *dev));
   EXPECT_ERROR(add(a, b), StatusCode::kInvalidArgument, "add: shapes [32,32] and [32,64] do not broadcast");
-  ASSERT_OK_AND_ASSIGN(Tensor row, to_device(testing::random_tensor(Shape{1, 32}, DataType::FLOAT32, Layout::TILE, 1),
-                                             *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor row,
+                       to_device(testing::random_tensor(Shape{1, 32}, DataType::FLOAT32, Layout::TILE, 1), *dev));
   EXPECT_ERROR(add(a, row), StatusCode::kUnimplemented, "broadcasting needs ROW_MAJOR operands");
-  ASSERT_OK_AND_ASSIGN(Tensor i, to_device(testing::random_tensor(Shape{32, 32}, DataType::INT32, Layout::TILE, 1),
-                                           *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor i,
+                       to_device(testing::random_tensor(Shape{32, 32}, DataType::INT32, Layout::TILE, 1), *dev));
   EXPECT_ERROR(relu(i), StatusCode::kInvalidArgument, "expected input to have a floating dtype");
-  ASSERT_OK_AND_ASSIGN(Tensor rm, to_device(testing::random_tensor(Shape{4, 4}, DataType::FLOAT32,
-                                                                    Layout::ROW_MAJOR, 1), *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor rm,
+                       to_device(testing::random_tensor(Shape{4, 4}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
   EXPECT_ERROR(typecast(rm, DataType::BFLOAT8_B), StatusCode::kInvalidArgument, "requires TILE layout");
   deallocate(a, true);
   EXPECT_ERROR(relu(a), StatusCode::kFailedPrecondition, "has been deallocated");

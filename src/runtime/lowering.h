@@ -68,7 +68,7 @@ std::optional<UnaryWithParam> activation_of(const Node& n);
 // (taps.cc). INVALID_ARGUMENT naming a pattern that is invalid or matches
 // no value.
 Status add_taps(Graph& g, const std::vector<std::string>& patterns);
-// Rounds row-major values (rows of `cols`) to `df`: bfloat16, or a
+// Rounds row-major values (rows of `cols`) to `df`: bfloat16, float16, or a
 // block-float format in blocks of 16 along a row (as a tile's face rows
 // hold them), bit-exact with pack_bfp_tiles' element codec; float32 as is.
 void round_to_format(std::vector<float>& v, size_t cols, DataType df);

@@ -185,8 +185,10 @@ TEST(Precision, MatmulWeightsRoundThroughTheirFormat) {
   const Tensor in[] = {to_device(Tensor::from_vector({1.0f}, Shape{1, 1}, DataType::FLOAT32).value(), *dev).value()};
   for (const auto& [df, want] : {std::pair{DataType::FLOAT32, 1.0f / 256},
                                  {DataType::BFLOAT16, 1.0f / 256},
+                                 {DataType::FLOAT16, 1.0f / 256},
                                  {DataType::BFLOAT8_B, 0.0f},
-                                 {DataType::BFLOAT4_B, 0.0f}}) {
+                                 {DataType::BFLOAT4_B, 0.0f},
+                                 {DataType::BFLOAT2_B, 0.0f}}) {
     CompileOptions o;
     o.precision.rules = {{.op_type = "MatMul", .input_df = {{1, df}}}};
     ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(g, *dev, o));

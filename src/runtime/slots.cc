@@ -5,6 +5,7 @@
 
 #include "lowering.h"
 #include "tessera/numerics/block_float.h"
+#include "tessera/numerics/float16.h"
 
 namespace tessera::runtime {
 
@@ -19,8 +20,10 @@ StatusOr<Tensor> CompiledModel::Impl::upload(const HostTensor& h, const Dims& di
 void round_to_format(std::vector<float>& v, size_t cols, DataType df) {
   if (df == DataType::BFLOAT16)
     for (float& x : v) x = round_to_bfloat16(x);
+  if (df == DataType::FLOAT16)
+    for (float& x : v) x = round_to_float16(x);
   if (!is_block_float(df)) return;
-  const int bits = df == DataType::BFLOAT8_B ? kBfp8MantissaBits : kBfp4MantissaBits;
+  const int bits = bfp_mantissa_bits(df);
   for (size_t row = 0; row < v.size(); row += cols)
     for (size_t b = row; b < row + cols; b += 16) {
       const size_t e = std::min(b + 16, row + cols);

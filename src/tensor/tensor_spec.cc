@@ -12,6 +12,8 @@ std::string_view short_dtype_name(DataType t) {
     case DataType::UINT32: return "u32";
     case DataType::BFLOAT8_B: return "bfp8";
     case DataType::BFLOAT4_B: return "bfp4";
+    case DataType::BFLOAT2_B: return "bfp2";
+    case DataType::FLOAT16: return "f16";
     case DataType::UINT8: return "u8";
     case DataType::UINT16: return "u16";
     case DataType::INT32: return "i32";

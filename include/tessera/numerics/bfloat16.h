@@ -25,8 +25,6 @@ inline float bfloat16_to_float(uint16_t b) { return std::bit_cast<float>(static_
 // Rounds a float to the nearest bfloat16 value, returned as float.
 inline float round_to_bfloat16(float f) { return bfloat16_to_float(float_to_bfloat16(f)); }
 
-// IEEE half (float16) -> float, exact (files carry float16 weights).
-float float16_to_float(uint16_t h);
 
 void float_to_bfloat16(const float* src, uint16_t* dst, size_t n);
 void bfloat16_to_float(const uint16_t* src, float* dst, size_t n);

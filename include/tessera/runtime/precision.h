@@ -28,8 +28,7 @@
 //   input_df        per operand index; for a constant operand of Conv,
 //                   ConvTranspose, MatMul or Gemm (index 1: the weights)
 //                   the format its values are rounded to: float32,
-//                   bfloat16, bfloat8_b, bfloat4_b (block-float on Conv and
-//                   MatMul / Gemm weights);
+//                   bfloat16, float16, bfloat8_b, bfloat4_b, bfloat2_b;
 //   math_fidelity   of Conv, ConvTranspose, MatMul and Gemm (compute_config.h);
 //   accumulate_df   float32; with Numerics::kTt also bfloat16 (the
 //                   matrix engine's destination register, fp32_dest_acc_en

@@ -10,6 +10,7 @@
 #include "tessera/graph/host_eval.h"
 #include "tessera/import/onnx.h"
 #include "tessera/numerics/bfloat16.h"
+#include "tessera/numerics/float16.h"
 
 namespace tessera::importer {
 namespace {
