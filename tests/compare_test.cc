@@ -45,12 +45,11 @@ TEST(Compare, OneRowPerOpAndASuggestionThatParses) {
             "time_share");
   EXPECT_GE(res.ops, 5u);
   ASSERT_TRUE(res.first_under);  // bfloat8_b is never that close
-  ASSERT_TRUE(res.picked);
-  EXPECT_EQ(*res.picked, *res.first_under);
+  ASSERT_TRUE(res.picked);        // the best of the ops tried, which raised the final PCC
   ASSERT_OK_AND_ASSIGN(runtime::PrecisionConfig c, runtime::parse_precision_config(res.suggestion));
   ASSERT_EQ(c.rules.size(), 1u);
   ASSERT_TRUE(res.final_pcc_with_suggestion);
-  EXPECT_GE(*res.final_pcc_with_suggestion, res.final_pcc);
+  EXPECT_GT(*res.final_pcc_with_suggestion, res.final_pcc);
   // An image is refused: compare compiles the model twice.
   CompareRequest img{.model = (dir / "m.tsi").string()};
   EXPECT_FALSE(compare_command(img).ok());

@@ -24,6 +24,8 @@ std::string regex_escape(const std::string& name) {
 
 namespace {
 
+constexpr size_t kCandidates = 3;  // ops tried for a suggestion (each one compile and run)
+
 struct Row {
   std::string node, op_type, value;
   std::vector<std::string> inputs;  // the values it reads that an op made
@@ -214,45 +216,62 @@ StatusOr<CompareResult> compare_command(const CompareRequest& req) {
     if (req.csv.empty()) std::filesystem::remove(csv);
     std::printf("plot: %s\n", req.plot.c_str());
   }
-  // The op to widen: the first under the threshold; when none is, the one
-  // that loses the most PCC of those a rule can widen.
-  std::optional<size_t> pick = first_under;
-  if (!pick) {
-    for (size_t i = 0; i < rows.size(); ++i)
-      if (widening_rule(rows[i]) && (!pick || rows[i].loss > rows[*pick].loss)) pick = i;
-    if (!pick) {
-      std::printf("every op is at or above PCC %g and computes in its widest formats: nothing to suggest\n",
-                  req.threshold);
-      TS_RETURN_IF_ERROR(close_device(*device));
-      return result;
-    }
-    std::printf("every op is at or above PCC %g; the op that loses the most (%.2e): %zu '%s'\n", req.threshold,
-                rows[*pick].loss, *pick, rows[*pick].node.c_str());
-  }
-  const Row& r = rows[*pick];
-  const std::optional<runtime::PrecisionRule> rule = widening_rule(r);
-  if (!rule) {
-    std::printf(
-        "'%s' already computes as wide as its input allows (%s): its error comes from the ops before it; "
-        "widen those (--precision-config)\n",
-        r.node.c_str(), r.precision.to_string().c_str());
+  // Candidates to widen, in order: the first op under the threshold, then
+  // the ops that lose the most PCC (where error enters), of those a rule can
+  // widen. With check_suggestion each is tried (one compile and run each)
+  // and the one that raises the final PCC most is suggested.
+  std::vector<size_t> candidates;
+  if (first_under && widening_rule(rows[*first_under])) candidates.push_back(*first_under);
+  if (first_under && !widening_rule(rows[*first_under]))
+    std::printf("'%s' computes as wide as its input allows (%s): its error comes from the ops before it\n",
+                rows[*first_under].node.c_str(), rows[*first_under].precision.to_string().c_str());
+  std::vector<size_t> by_loss;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (widening_rule(rows[i])) by_loss.push_back(i);
+  std::stable_sort(by_loss.begin(), by_loss.end(), [&](size_t a, size_t b) { return rows[a].loss > rows[b].loss; });
+  for (size_t i : by_loss)
+    if (candidates.size() < (req.check_suggestion ? kCandidates : 1) &&
+        std::find(candidates.begin(), candidates.end(), i) == candidates.end())
+      candidates.push_back(i);
+  if (candidates.empty()) {
+    std::printf("every op computes in its widest formats: nothing to suggest\n");
     TS_RETURN_IF_ERROR(close_device(*device));
     return result;
   }
-  runtime::PrecisionConfig suggested = test_opt.precision;
-  suggested.rules.push_back(*rule);
-  result.picked = pick;
-  result.suggestion = runtime::precision_config_to_json(suggested);
-  std::printf("suggested (keeps '%s' wider; save as rules.json, then --precision-config rules.json):\n  %s\n",
-              r.node.c_str(), result.suggestion.c_str());
+  auto config_with = [&](size_t i) {
+    runtime::PrecisionConfig c = test_opt.precision;
+    c.rules.push_back(*widening_rule(rows[i]));
+    return c;
+  };
+  size_t best = candidates[0];
   if (req.check_suggestion) {
-    runtime::CompileOptions with = test_opt;
-    with.precision = suggested;
-    TS_ASSIGN_OR_RETURN(Compiled c, compile_and_run(g, *device, with, {}, xs));
-    const double pcc_after = final_pcc(golden.outputs.outputs, c.outputs.outputs);
-    std::printf("with the suggested rule: final PCC %.6f (was %.6f)\n", pcc_after, pcc_before);
-    result.final_pcc_with_suggestion = pcc_after;
+    std::printf("trying a wider rule for %zu op(s):\n", candidates.size());
+    double best_pcc = -2;
+    for (size_t i : candidates) {
+      runtime::CompileOptions with = test_opt;
+      with.precision = config_with(i);
+      TS_ASSIGN_OR_RETURN(Compiled c, compile_and_run(g, *device, with, {}, xs));
+      const double p = final_pcc(golden.outputs.outputs, c.outputs.outputs);
+      std::printf("  %4zu '%s' (%s, lost %.2e): final PCC %.6f\n", i, rows[i].node.c_str(),
+                  first_under == i ? "first under the threshold" : "loses the most", rows[i].loss, p);
+      if (p > best_pcc) best_pcc = p, best = i;
+    }
+    result.final_pcc_with_suggestion = best_pcc;
+    if (best_pcc <= pcc_before) {
+      std::printf(
+          "none raises the final PCC (%.6f): the error is spread over many ops; widen a whole kind (e.g. "
+          "--amp-level 1, or a rule by op_type)\n",
+          pcc_before);
+      TS_RETURN_IF_ERROR(close_device(*device));
+      return result;
+    }
   }
+  result.picked = best;
+  result.suggestion = runtime::precision_config_to_json(config_with(best));
+  std::printf("suggested (keeps '%s' wider; save as rules.json, then --precision-config rules.json):\n  %s\n",
+              rows[best].node.c_str(), result.suggestion.c_str());
+  if (result.final_pcc_with_suggestion)
+    std::printf("with the suggested rule: final PCC %.6f (was %.6f)\n", *result.final_pcc_with_suggestion, pcc_before);
   TS_RETURN_IF_ERROR(close_device(*device));
   return result;
 }

@@ -36,8 +36,8 @@ struct CompareResult {
   size_t ops = 0;                                   // rows
   std::optional<size_t> first_under, picked;        // row indexes: the op marked, the op widened
   double final_pcc = 0;                             // the outputs' (worst) PCC against float32
-  std::optional<double> final_pcc_with_suggestion;  // check_suggestion's
-  std::string suggestion;                           // the precision config JSON suggested ("" : none)
+  std::optional<double> final_pcc_with_suggestion;  // the best candidate's (check_suggestion)
+  std::string suggestion;  // the precision config JSON suggested ("": none, or none raised the final PCC)
 };
 StatusOr<CompareResult> compare_command(const CompareRequest& request);
 
