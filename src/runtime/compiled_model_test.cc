@@ -570,11 +570,12 @@ TEST(CompiledModel, PowByIntegerConstantsRunsOnTheDevice) {
   }
 }
 
-// Reductions of a 4-D value over its spatial axes or its channels run on
-// the device (lower_reduce: pools and a 1x1 conv, with |x|, x * x, sqrt and
+// Reductions of a 4-D value over any of its channel and spatial axes run on
+// the device (lower_reduce: pools over the reduced spatial axes, then a 1x1
+// conv of ones or a max pool across channels, with |x|, x * x, sqrt and
 // negation around them), keepdims or not, against the host reference; over
-// other axes, and Max / Min over channels, they stay host fallbacks.
-TEST(CompiledModel, ReductionsOverSpatialAxesOrChannelsRunOnTheDevice) {
+// the batch axis, or every axis, they stay host fallbacks.
+TEST(CompiledModel, ReductionsOverChannelAndSpatialAxesRunOnTheDevice) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   struct C {
     std::string op;
@@ -582,13 +583,12 @@ TEST(CompiledModel, ReductionsOverSpatialAxesOrChannelsRunOnTheDevice) {
     int64_t keepdims;
     size_t fallbacks;
   };
-  std::vector<C> cases = {{"ReduceMean", {1, 2, 3}, 1, 1}, {"ReduceMax", {1}, 1, 1}, {"ReduceSum", {0}, 0, 1}};
-  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMin"})
-    for (int64_t keep : {1, 0}) {
-      cases.push_back({op, {2, 3}, keep, 0});
-      cases.push_back({op, {-2, -1}, keep, 0});
-      if (std::string(op) != "ReduceMax" && std::string(op) != "ReduceMin") cases.push_back({op, {1}, keep, 0});
-    }
+  std::vector<C> cases = {{"ReduceMean", {0, 1, 2, 3}, 1, 1}, {"ReduceMax", {0}, 1, 1}, {"ReduceSum", {0}, 0, 1}};
+  for (const char* op :
+       {"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMin"})
+    for (int64_t keep : {1, 0})
+      for (std::vector<int64_t> axes : {std::vector<int64_t>{2, 3}, {-2, -1}, {1}, {2}, {3}, {1, 2}, {1, 3}, {1, 2, 3}})
+        cases.push_back({op, axes, keep, 0});
   for (const C& c : cases) {
     SCOPED_TRACE(fmt::format("{} axes ({}) keepdims {}", c.op, fmt::join(c.axes, ","), c.keepdims));
     testing_onnx::ModelBuilder b(13);
@@ -613,6 +613,12 @@ TEST(CompiledModel, ReductionsOverSpatialAxesOrChannelsRunOnTheDevice) {
     ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
     EXPECT_EQ(outs[0].shape().volume(), static_cast<uint64_t>(graph::dims_volume(want[0].dims)));
     expect_close(outs[0], want[0], 0.99999, 1e-5);
+    // bfloat16 activations: the same ops, within bfloat16's rounding.
+    ASSERT_OK_AND_ASSIGN(
+        auto bf, CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT16, .weights_dtype = DataType::BFLOAT16}));
+    EXPECT_EQ(bf->report().fallbacks.size(), c.fallbacks);
+    ASSERT_OK_AND_ASSIGN(auto bf_outs, bf->run(xs));
+    expect_close(bf_outs[0], want[0], 0.999, 0.05);
   }
 }
 

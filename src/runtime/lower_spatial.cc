@@ -120,6 +120,12 @@ Status CompiledModel::Impl::lower_global_avg_pool(const Node& n) {
 // with |x| or x * x before (L1; SumSquare, L2) and sqrt after (L2, fused
 // into the scale or the conv). Max / Min over channels and other axes stay
 // host fallbacks.
+// Reductions of a 4-D value over any of its channel and spatial axes (not
+// the batch), in its NHWC storage: the spatial part by a pool whose window
+// spans the reduced axes (max_pool2d for Max / Min, avg_pool2d for the
+// sums), then the channel part by a 1x1 conv of ones (the sums) or a max
+// pool over each pixel's channels (Max / Min); |x|, x * x or -x before, the
+// scale, sqrt or negation after.
 Status CompiledModel::Impl::lower_reduce(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
   const std::string& op = n.op_type;
@@ -134,71 +140,91 @@ Status CompiledModel::Impl::lower_reduce(const Node& n) {
   if (axes.empty()) return not_covered(n);  // all axes (or none, with noop_with_empty_axes)
   for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
   std::sort(axes.begin(), axes.end());
-  const bool spatial = axes == std::vector<int64_t>{2, 3}, channels = axes == std::vector<int64_t>{1};
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  if (axes.front() < 1 || axes.back() > 3) return not_covered(n);  // the batch axis (or out of range)
+  const auto has = [&](int64_t a) { return std::find(axes.begin(), axes.end(), a) != axes.end(); };
+  const bool over_c = has(1), over_h = has(2), over_w = has(3);
   const bool extreme = op == "ReduceMax" || op == "ReduceMin";
-  if (!spatial && !(channels && !extreme)) return not_covered(n);
   const bool keep = n.attr_int("keepdims", 1) != 0;
   const Dims& xd = dims(x);
   const auto nn = static_cast<uint32_t>(xd[0]), c = static_cast<uint32_t>(xd[1]), h = static_cast<uint32_t>(xd[2]),
              w = static_cast<uint32_t>(xd[3]);
+  const uint32_t oh = over_h ? 1 : h, ow = over_w ? 1 : w, oc = over_c ? 1 : c;
   // Before: |x| (L1) or x * x (SumSquare, L2); Min negates.
   const bool square = op == "ReduceSumSquare" || op == "ReduceL2", l2 = op == "ReduceL2";
   std::optional<UnaryWithParam> pre;
   if (op == "ReduceL1") pre = UnaryWithParam{UnaryOpType::ABS};
   if (op == "ReduceMin") pre = UnaryWithParam{UnaryOpType::NEG};
   const bool mean = op == "ReduceMean";
-  note_nhwc(x);
-  if (channels) {
-    Conv2dParams p{.batch_size = nn, .input_height = h, .input_width = w, .in_channels = c, .out_channels = 1,
-                   .kernel_size = {1, 1}};
-    if (l2) p.activation = UnaryWithParam{UnaryOpType::SQRT};
-    const std::vector<float> ones(c, mean ? 1.0f / static_cast<float>(c) : 1.0f);
-    TS_ASSIGN_OR_RETURN(Tensor wt, Tensor::from_vector(ones, Shape{1, c, 1, 1}, DataType::FLOAT32));
-    Conv2dConfig config{.dtype = out_dtype(y)};
-    config.compute_config.math_fidelity = opt.math_fidelity;
-    convs.push_back(std::make_unique<cnn::DirectConv2d>(p, wt, std::nullopt, config));
-    cnn::DirectConv2d* layer = convs.back().get();
-    report.conv_flops += per_run(lowering, p.flops());
-    if (keep) nhwc[static_cast<size_t>(y)] = true;  // (N, H, W, 1): the bytes of (N, 1, H, W)
-    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
-      TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq, /*dense=*/true));
-      if (square) {
-        TS_ASSIGN_OR_RETURN(in, mul(in, in, {.cq_id = cq}));
-      } else if (pre) {
-        TS_ASSIGN_OR_RETURN(in, unary(in, *pre, {.cq_id = cq}));
-      }
-      TS_ASSIGN_OR_RETURN(Tensor out, (*layer)(in, cq));
-      return keep ? put_nhwc(s, y, out) : put_plain(s, y, out);
-    });
-    return ok_status();
-  }
-  // Spatial. After: the sums scale the mean by H * W (L2: sqrt(H * W * mean) =
-  // sqrt(mean) * sqrt(H * W), one op); Min negates back.
-  const auto area = static_cast<float>(uint64_t{h} * w);
+  // After: the spatial pool averages, so the sums scale by the pooled area
+  // (L2: sqrt(area * s) = sqrt(s) * sqrt(area), one op); Min negates back.
+  const auto area = static_cast<float>(uint64_t{h / oh} * (w / ow));
   std::optional<UnaryWithParam> post;
-  if (op == "ReduceSum" || op == "ReduceSumSquare" || op == "ReduceL1") post = UnaryWithParam{.scale = area};
+  if (!mean && !extreme && area != 1.0f) post = UnaryWithParam{.scale = area};
   if (l2) post = UnaryWithParam{.op = UnaryOpType::SQRT, .scale = std::sqrt(area)};
   if (op == "ReduceMin") post = UnaryWithParam{UnaryOpType::NEG};
-  const Pool2dParams whole{.batch_size = nn, .input_height = h, .input_width = w, .channels = c,
-                           .kernel_size = {h, w}, .stride = {h, w}};
-  if (keep) nhwc[static_cast<size_t>(y)] = true;  // (N, 1, 1, C): the bytes of (N, C, 1, 1)
+  const bool pool_spatial = over_h || over_w;
+  const Pool2dParams spatial{.batch_size = nn,
+                             .input_height = h,
+                             .input_width = w,
+                             .channels = c,
+                             .kernel_size = {h / oh, w / ow},
+                             .stride = {h / oh, w / ow}};
+  const uint32_t pixels = nn * oh * ow;
+  const Pool2dParams across_c{.batch_size = 1,
+                              .input_height = pixels,
+                              .input_width = c,
+                              .channels = 1,
+                              .kernel_size = {1, c},
+                              .stride = {1, c}};
+  cnn::DirectConv2d* sum_c = nullptr;  // the channel sums: a 1x1 conv of ones
+  if (over_c && !extreme) {
+    Conv2dParams p{.batch_size = nn,
+                   .input_height = oh,
+                   .input_width = ow,
+                   .in_channels = c,
+                   .out_channels = 1,
+                   .kernel_size = {1, 1}};
+    const std::vector<float> ones(c, mean ? 1.0f / static_cast<float>(c) : 1.0f);
+    TS_ASSIGN_OR_RETURN(Tensor wt, Tensor::from_vector(ones, Shape{1, c, 1, 1}, DataType::FLOAT32));
+    Conv2dConfig config{.dtype = post ? std::nullopt : out_dtype(y)};
+    config.compute_config.math_fidelity = opt.math_fidelity;
+    convs.push_back(std::make_unique<cnn::DirectConv2d>(p, wt, std::nullopt, config));
+    sum_c = convs.back().get();
+    report.conv_flops += per_run(lowering, p.flops());
+  }
+  note_nhwc(x);
+  // The result in NHWC storage is (N, OH, OW, OC): the graph's value with
+  // keepdims; without it, the same bytes unless both channels and a spatial
+  // axis remain (then it moves to NCHW first).
+  const bool moves = !keep && oc > 1 && oh * ow > 1;
+  if (keep) nhwc[static_cast<size_t>(y)] = true;
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
-    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor t, as_nhwc(s, x, cq, /*dense=*/!pool_spatial));
     if (square) {
-      TS_ASSIGN_OR_RETURN(in, mul(in, in, {.cq_id = cq}));
+      TS_ASSIGN_OR_RETURN(t, mul(t, t, {.cq_id = cq}));
     } else if (pre) {
-      TS_ASSIGN_OR_RETURN(in, unary(in, *pre, {.cq_id = cq}));
+      TS_ASSIGN_OR_RETURN(t, unary(t, *pre, {.cq_id = cq}));
     }
-    Tensor out;
-    if (extreme) {
-      TS_ASSIGN_OR_RETURN(out, max_pool2d(in, whole, cq));
-    } else {
-      TS_ASSIGN_OR_RETURN(out, global_avg_pool2d(in, cq));
+    if (pool_spatial) {
+      TS_ASSIGN_OR_RETURN(t, extreme ? max_pool2d(t, spatial, cq) : avg_pool2d(t, spatial, cq));
+    }
+    if (sum_c) {
+      TS_ASSIGN_OR_RETURN(t, reshape(t, Shape{nn, oh, ow, c}));
+      TS_ASSIGN_OR_RETURN(t, (*sum_c)(t, cq));
+    } else if (over_c) {
+      TS_ASSIGN_OR_RETURN(t, reshape(t, Shape{1, pixels, c, 1}));
+      TS_ASSIGN_OR_RETURN(t, max_pool2d(t, across_c, cq));
     }
     if (post) {
-      TS_ASSIGN_OR_RETURN(out, unary(out, *post, {.cq_id = cq}));
+      TS_ASSIGN_OR_RETURN(t, unary(t, *post, {.dtype = out_dtype(y), .cq_id = cq}));
     }
-    return keep ? put_nhwc(s, y, out) : put_plain(s, y, out);
+    if (keep) return put_nhwc(s, y, t);
+    if (moves) {
+      TS_ASSIGN_OR_RETURN(t, reshape(t, Shape{nn, oh, ow, oc}));
+      TS_ASSIGN_OR_RETURN(t, permute(t, kNhwcToNchwPerm, {.cq_id = cq}));
+    }
+    return put_plain(s, y, t);
   });
   return ok_status();
 }
@@ -242,8 +268,10 @@ Status CompiledModel::Impl::lower_instance_norm(const Node& n) {
   if (rank(x) != 4 || n.inputs.size() != 3 || n.outputs.size() != 1) return not_covered(n);
   std::array<Tensor, 2> affine;  // scale, B: C values each
   for (size_t k = 0; k < 2; ++k) {
-    if (!g.is_constant(n.inputs[k + 1])) return unimplemented_error("{}: input {} must be a constant", n.label(), k + 1);
-    TS_ASSIGN_OR_RETURN(affine[k], upload(*g.value(n.inputs[k + 1]).constant, dims(n.inputs[k + 1]), DataType::FLOAT32));
+    if (!g.is_constant(n.inputs[k + 1]))
+      return unimplemented_error("{}: input {} must be a constant", n.label(), k + 1);
+    TS_ASSIGN_OR_RETURN(affine[k],
+                        upload(*g.value(n.inputs[k + 1]).constant, dims(n.inputs[k + 1]), DataType::FLOAT32));
   }
   const float eps = n.attr_float("epsilon", 1e-5f);
   const uint32_t channels = static_cast<uint32_t>(dims(x)[1]);
@@ -251,8 +279,8 @@ Status CompiledModel::Impl::lower_instance_norm(const Node& n) {
   nhwc[static_cast<size_t>(y)] = true;
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
-    TS_ASSIGN_OR_RETURN(Tensor out,
-                        group_norm(in, channels, {.epsilon = eps, .weight = affine[0], .bias = affine[1], .cq_id = cq}));
+    TS_ASSIGN_OR_RETURN(
+        Tensor out, group_norm(in, channels, {.epsilon = eps, .weight = affine[0], .bias = affine[1], .cq_id = cq}));
     return put(s, y, out);
   });
   return ok_status();

@@ -84,54 +84,29 @@ int main(int argc, char** argv) {
   }
   for (const std::string& f : args->files) seeds.push_back(f);
   // Fragments a mutation may splice in: the values the parsers branch on.
-  const char* tokens[] = {"-1",
-                          "0",
-                          "1e30",
-                          "4294967296",
-                          "1.5",
-                          "null",
-                          "[]",
-                          "{}",
-                          "\"\"",
-                          "\"TILE\"",
-                          "\"bfloat8_b\"",
-                          "\"L1\"",
-                          "\"HEIGHT_SHARDED\"",
-                          "[1,2,3,4,5,6,7,8,9]",
-                          "16777217",
-                          "true",
-                          "\"same\"",
-                          "NaN",
-                          "\"relu\"",
-                          "[0,1]"};
-  std::mt19937 rng(args->seed);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(args->seconds);
-  uint64_t runs = 0;
-  while (std::chrono::steady_clock::now() < end) {
-    std::string m = seeds[rng() % seeds.size()];
-    const int edits = 1 + static_cast<int>(rng() % 4);
-    for (int e = 0; e < edits && !m.empty(); ++e) {
-      const size_t at = rng() % m.size();
-      switch (rng() % 5) {
-        case 0:
-          m[at] = static_cast<char>(rng());
-          break;
-        case 1:
-          m.resize(at);
-          break;
-        case 2:
-          m.erase(at, std::min<size_t>(rng() % 16, m.size() - at));
-          break;
-        default: {  // a number, array or word where one stood
-          size_t stop = at;
-          while (stop < m.size() && m[stop] != ',' && m[stop] != '}' && m[stop] != ']') ++stop;
-          m.replace(at, stop - at, tokens[rng() % std::size(tokens)]);
-        }
-      }
-    }
+  const std::vector<std::string> tokens = {"-1",
+                                           "0",
+                                           "1e30",
+                                           "4294967296",
+                                           "1.5",
+                                           "null",
+                                           "[]",
+                                           "{}",
+                                           "\"\"",
+                                           "\"TILE\"",
+                                           "\"bfloat8_b\"",
+                                           "\"L1\"",
+                                           "\"HEIGHT_SHARDED\"",
+                                           "[1,2,3,4,5,6,7,8,9]",
+                                           "16777217",
+                                           "true",
+                                           "\"same\"",
+                                           "NaN",
+                                           "\"relu\"",
+                                           "[0,1]"};
+  const uint64_t runs = tessera::fuzz::mutate_text(*args, seeds, tokens, [](const std::string& m) {
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(m.data()), m.size());
-    ++runs;
-  }
+  });
   std::printf("fuzz_op_query: %llu inputs in %.0f s, no crash\n", static_cast<unsigned long long>(runs), args->seconds);
   return 0;
 }
