@@ -534,12 +534,13 @@ TEST(CompiledModel, WrittenOutLayerNormFusesIntoOneDeviceOp) {
   }
 }
 
-// Pow by the constants 1, 2, -1 (bit for bit C's pow: a copy, x * x, 1 / x),
-// 3 and -2 (two roundings) runs on the device; by 0.5 it stays a host
-// fallback. Zeros from the Relu give pow's infinities.
-TEST(CompiledModel, PowByIntegerConstantsRunsOnTheDevice) {
+// Pow by the constants 1, 2, -1 and 0.5 (bit for bit C's pow: a copy,
+// x * x, 1 / x, sqrt(x + 0)), 3, 4, -2 and -0.5 (two roundings) runs on the
+// device; by 1.5 it stays a host fallback. Zeros from the Relu give pow's
+// infinities.
+TEST(CompiledModel, PowByCommonConstantsRunsOnTheDevice) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  for (float exponent : {2.0f, 1.0f, -1.0f, 3.0f, -2.0f, 0.5f}) {
+  for (float exponent : {2.0f, 1.0f, -1.0f, 3.0f, -2.0f, 0.5f, -0.5f, 4.0f, 1.5f}) {
     SCOPED_TRACE(exponent);
     testing_onnx::ModelBuilder b(13);
     b.input("x", {2, 4, 3, 5});
@@ -551,11 +552,11 @@ TEST(CompiledModel, PowByIntegerConstantsRunsOnTheDevice) {
     const graph::HostTensor x = input_for({2, 4, 3, 5}, 5);
     const auto want = reference(g, x);
     ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
-    EXPECT_EQ(model->report().fallbacks.size(), exponent == 0.5f ? 1u : 0u) << model->report().to_string();
+    EXPECT_EQ(model->report().fallbacks.size(), exponent == 1.5f ? 1u : 0u) << model->report().to_string();
     const Tensor xs[] = {device_input(x, *dev)};
     ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
     ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
-    if (exponent == 3.0f || exponent == -2.0f) {
+    if (exponent == 3.0f || exponent == -2.0f || exponent == 4.0f || exponent == -0.5f) {
       ASSERT_EQ(got.size(), want[0].f.size());
       for (size_t k = 0; k < got.size(); ++k) {
         const float w = want[0].f[k];
@@ -567,6 +568,31 @@ TEST(CompiledModel, PowByIntegerConstantsRunsOnTheDevice) {
     } else {
       EXPECT_EQ(got, want[0].f);
     }
+  }
+  // The special values: -0 gives +0, as C's pow (the reference) does; -inf
+  // gives NaN, as PyTorch's pow(x, 0.5) (a square root) does, where C's
+  // gives +inf.
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {1, 8});
+  b.initializer("e", {}, {0.5f});
+  b.node("Pow", {"x", "e"}, {"y"});
+  b.output("y");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  const graph::HostTensor x =
+      graph::HostTensor::floats({1, 8}, {-0.0f, 0.0f, 4.0f, -4.0f, INFINITY, -INFINITY, NAN, 1e-40f});
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  const Tensor xs[] = {device_input(x, *dev)};
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
+  EXPECT_TRUE(std::isnan(got[5]));
+  for (size_t k = 0; k < got.size(); ++k) {
+    if (k == 5) continue;
+    if (std::isnan(want[0].f[k])) {
+      EXPECT_TRUE(std::isnan(got[k])) << k;
+      continue;
+    }
+    EXPECT_EQ(std::bit_cast<uint32_t>(got[k]), std::bit_cast<uint32_t>(want[0].f[k])) << k;
   }
 }
 

@@ -82,13 +82,30 @@ Status CompiledModel::Impl::lower_pow(const Node& n) {
     square.inputs = {x, x};
     return lower_binary(square, BinaryOpType::MUL);
   }
-  if (p != 1.0 && p != 3.0 && p != -1.0 && p != -2.0) return not_covered(n);
+  if (p != 1.0 && p != 3.0 && p != 4.0 && p != -1.0 && p != -2.0 && p != 0.5 && p != -0.5) return not_covered(n);
   nhwc[static_cast<size_t>(y)] = nhwc[static_cast<size_t>(x)];
+  // x ** +-0.5: sqrt(x + 0), so that -0 gives +0 as C's pow does (sqrt keeps
+  // the sign of zero); the add and the sqrt are one launch. -inf gives NaN,
+  // as PyTorch's pow(x, 0.5) does (C's pow gives +inf).
+  std::optional<Tensor> zero;
+  if (p == 0.5 || p == -0.5) {
+    TS_ASSIGN_OR_RETURN(zero, upload(HostTensor::floats({1}, {0.0f}), {1}, DataType::FLOAT32));
+  }
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
     const EltwiseParams ep{.dtype = out_dtype(y), .cq_id = cq};
     Tensor out;
-    if (p == 1.0) {
+    if (zero) {
+      const EltwiseParams root{
+          .dtype = p > 0 ? out_dtype(y) : std::nullopt, .activation = UnaryWithParam{UnaryOpType::SQRT}, .cq_id = cq};
+      TS_ASSIGN_OR_RETURN(out, add(in, *zero, root));
+      if (p < 0) {
+        TS_ASSIGN_OR_RETURN(out, unary(out, {UnaryOpType::RECIPROCAL}, ep));
+      }
+    } else if (p == 4.0) {
+      TS_ASSIGN_OR_RETURN(Tensor sq, mul(in, in, {.cq_id = cq}));
+      TS_ASSIGN_OR_RETURN(out, mul(sq, sq, ep));
+    } else if (p == 1.0) {
       TS_ASSIGN_OR_RETURN(out, unary(in, {UnaryOpType::IDENTITY}, ep));
     } else if (p == -1.0) {
       TS_ASSIGN_OR_RETURN(out, unary(in, {UnaryOpType::RECIPROCAL}, ep));
