@@ -90,10 +90,6 @@ Status CompiledModel::Impl::plan_bfloat16_values() {
   return ok_status();
 }
 
-}  // namespace tessera::runtime
-
-namespace tessera::runtime {
-
 namespace {
 
 bool has_weights(const Graph& g, const Node& n) {
@@ -164,6 +160,8 @@ Status CompiledModel::Impl::plan_op_precision() {
   value_df.assign(g.values.size(), std::nullopt);
   bf16_values.assign(g.values.size(), false);  // (plan_bfloat16_values runs after)
   std::vector<bool> used(pc.rules.size(), false);
+  // Per rule: whether its math_fidelity / accumulate_df reached an op that has one.
+  std::vector<bool> fidelity_used(pc.rules.size(), false), accumulate_used(pc.rules.size(), false);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     OpPrecision& p = op_precision[ni];
@@ -184,8 +182,10 @@ Status CompiledModel::Impl::plan_op_precision() {
       const PrecisionRule& r = pc.rules[i];
       const std::string by = describe_rule(r, i);
       if (r.output_df) p.output_df = *r.output_df, p.output_by = by;
-      if (r.math_fidelity && p.math_fidelity) p.math_fidelity = *r.math_fidelity, p.fidelity_by = by;
-      if (r.accumulate_df && p.accumulate_df) p.accumulate_df = *r.accumulate_df, p.accumulate_by = by;
+      if (r.math_fidelity && p.math_fidelity)
+        p.math_fidelity = *r.math_fidelity, p.fidelity_by = by, fidelity_used[i] = true;
+      if (r.accumulate_df && p.accumulate_df)
+        p.accumulate_df = *r.accumulate_df, p.accumulate_by = by, accumulate_used[i] = true;
       for (const auto& [k, df] : r.input_df) {
         if (k == 1 && p.weights_df) {
           p.weights_df = df, p.weights_by = by;
@@ -214,8 +214,23 @@ Status CompiledModel::Impl::plan_op_precision() {
           "float32 (output_df on the op that makes it) or use bfloat16 weights",
           p.weights_by, n.label(), g.value(n.inputs[0]).name);
   }
-  for (size_t i = 0; i < pc.rules.size(); ++i)
-    if (!used[i]) report.precision_notes.push_back(fmt::format("{} matched no op", describe_rule(pc.rules[i], i)));
+  for (size_t i = 0; i < pc.rules.size(); ++i) {
+    const PrecisionRule& r = pc.rules[i];
+    if (!used[i]) {
+      report.precision_notes.push_back(fmt::format("{} matched no op", describe_rule(r, i)));
+      continue;
+    }
+    // Fields no matched op takes are said, not dropped in silence.
+    if (r.math_fidelity && !fidelity_used[i])
+      report.precision_notes.push_back(fmt::format(
+          "{}: math_fidelity reached no op (only Conv, ConvTranspose, MatMul and Gemm have one)", describe_rule(r, i)));
+    if (r.accumulate_df && !accumulate_used[i])
+      report.precision_notes.push_back(
+          fmt::format("{}: accumulate_df reached no op ({})", describe_rule(r, i),
+                      opt.numerics == Numerics::kTt
+                          ? "only Conv, ConvTranspose, MatMul and Gemm have one"
+                          : "Tessera's kernels accumulate in float32; the format is a --numerics tt one"));
+  }
   for (size_t ni = 0; ni < g.nodes.size(); ++ni)
     report.op_precisions.push_back(
         fmt::format("{} ({}): {}", g.nodes[ni].name, g.nodes[ni].op_type, op_precision[ni].to_string()));

@@ -123,6 +123,18 @@ TEST_F(PrecisionModel, ReportsWhatEachOpEndedUpWithAndWhichRuleSetIt) {
       << gemm;
   ASSERT_EQ(m->report().precision_notes.size(), 1u);
   EXPECT_EQ(m->report().precision_notes[0], "rule 3 (name_regex 'no_such_op') matched no op");
+  // A field no matched op takes is said.
+  CompileOptions pool{.numerics = Numerics::kFast};
+  pool.precision.rules = {{.op_type = "MaxPool", .math_fidelity = MathFidelity::LoFi},
+                          {.op_type = "Conv", .accumulate_df = DataType::FLOAT32}};
+  ASSERT_OK_AND_ASSIGN(auto pm, compile(pool));
+  ASSERT_EQ(pm->report().precision_notes.size(), 2u);
+  EXPECT_EQ(
+      pm->report().precision_notes[0],
+      "rule 1 (op_type MaxPool): math_fidelity reached no op (only Conv, ConvTranspose, MatMul and Gemm have one)");
+  EXPECT_NE(
+      pm->report().precision_notes[1].find("accumulate_df reached no op (Tessera's kernels accumulate in float32"),
+      std::string::npos);
   // AMP level 1 is bfloat16 activations with bfloat8_b weights: the same
   // results as those options given directly at HiFi2.
   ASSERT_OK_AND_ASSIGN(auto amp, compile({.precision = {.amp_level = 1}}));
