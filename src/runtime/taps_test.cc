@@ -139,6 +139,30 @@ TEST(Taps, ThroughEveryPipelineExecutor) {
   EXPECT_EQ(pipe->pop_intermediates().status().code(), StatusCode::kFailedPrecondition);
 }
 
+// op_times_us: a kernel time per node of the compiled graph, eager, each
+// step to completion; the convs take time, a bad run count is an error.
+TEST(CompiledModel, OpTimesPerNode) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn(1).bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(g, *dev, {}));
+  const Tensor in[] = {
+      to_device(
+          Tensor::from_vector(random_values(3 * 16 * 16, 3, 1.0f), Shape{1, 3, 16, 16}, DataType::FLOAT32).value(),
+          *dev)
+          .value()};
+  ASSERT_OK_AND_ASSIGN(std::vector<double> t, m->op_times_us(in, 3));
+  ASSERT_EQ(t.size(), m->graph().nodes.size());
+  for (size_t i = 0; i < t.size(); ++i) {
+    EXPECT_GE(t[i], 0.0) << i;
+    if (m->graph().nodes[i].op_type == "Conv") {
+      EXPECT_GT(t[i], 0.0) << m->graph().nodes[i].name;
+    }
+  }
+  EXPECT_EQ(m->op_times_us(in, 0).status().code(), StatusCode::kInvalidArgument);
+  // The model runs as before afterwards (the profiler is off again).
+  ASSERT_OK(m->run(in).status());
+}
+
 TEST(Taps, BadPatternsAreErrorsNamingThem) {
   ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn(1).bytes()));
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
