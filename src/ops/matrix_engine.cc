@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "matrix_engine_internal.h"
 #include "op_common.h"
+#include "tessera/base/cpu_features.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/tensor/access.h"
 
@@ -153,6 +155,18 @@ void write_row(const TensorAccess& a, uint32_t r, const float* v) {
   }
 }
 
+// partial[j] += b[k] * w[k * N + j] over a half of K: the ISA's loop
+// (matrix_engine_internal.h), or this one.
+void accumulate(const float* b, const float* w, uint32_t k0, uint32_t k1, uint32_t n, float* partial) {
+  if (avx512_kernels_enabled()) return avx512::engine_accumulate(b, w, k0, k1, n, partial);
+  if (kernel_isa() == KernelIsa::kAvx2) return avx2::engine_accumulate(b, w, k0, k1, n, partial);
+  for (uint32_t k = k0; k < k1; ++k) {
+    const float bk = b[k];
+    const float* wk = w + size_t{k} * n;
+    for (uint32_t j = 0; j < n; ++j) partial[j] += bk * wk[j];
+  }
+}
+
 // One output row: every group's K gathered into SrcB parts, then the
 // engine's phases over the tiles of K, then the epilogue.
 void compute_row(const Args& args, uint32_t r, std::vector<float>& scratch) {
@@ -198,11 +212,7 @@ void compute_row(const Args& args, uint32_t r, std::vector<float>& scratch) {
         const float* w = (ph & 1) ? w_lo : w_hi;
         for (uint32_t h = p.tile_starts[ti]; h < p.tile_starts[ti + 1]; ++h) {
           std::fill(partial, partial + N, 0.0f);
-          for (uint32_t k = p.halves[h].first; k < p.halves[h].second; ++k) {
-            const float bk = b[k];
-            const float* wk = w + size_t{k} * N;
-            for (uint32_t j = 0; j < N; ++j) partial[j] += bk * wk[j];
-          }
+          accumulate(b, w, p.halves[h].first, p.halves[h].second, N, partial);
           if (p.config.fp32_dest_acc_en)
             for (uint32_t j = 0; j < N; ++j) dst[j] += partial[j];
           else

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 
+#include "tessera/base/cpu_features.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/ops/reference.h"
 #include "test_util.h"
@@ -83,28 +84,45 @@ Tensor dev(Device& d, const std::vector<float>& v, Shape s) {
 std::vector<float> host(const Tensor& t) { return t.cpu().value().to_vector().value(); }
 
 // A conv whose taps hold 32 channels (so K's tiles are the oracle's) is
-// bit-exact with matrix_engine_dot over its K in (tap, channel) order.
-TEST(MatrixEngine, ConvIsTheOracleBitForBit) {
+// bit-exact with matrix_engine_dot over its K in (tap, channel) order, on
+// every ISA's inner loop.
+class MatrixEngineIsa : public ::testing::TestWithParam<KernelIsa> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == KernelIsa::kScalar) set_avx512_kernels_enabled(false);
+    set_kernel_isa_limit(GetParam());
+    if (kernel_isa() != GetParam()) GTEST_SKIP() << kernel_isa_name(GetParam()) << " is not on this CPU";
+  }
+  void TearDown() override {
+    set_avx512_kernels_enabled(true);
+    set_kernel_isa_limit(KernelIsa::kAvx512);
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Isa, MatrixEngineIsa,
+                         ::testing::Values(KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar),
+                         [](const auto& info) { return std::string(kernel_isa_name(info.param)); });
+
+TEST_P(MatrixEngineIsa, ConvIsTheOracleBitForBit) {
   ASSERT_OK_AND_ASSIGN(auto d, open_device({}));
   Conv2dParams p{.batch_size = 1,
                  .input_height = 5,
                  .input_width = 4,
                  .in_channels = 32,
-                 .out_channels = 3,
+                 .out_channels = 37,
                  .kernel_size = {3, 3},
                  .stride = {2, 1}};
   p = p.with_padding(1, 1);
   const std::vector<float> x = testing::random_values(5 * 4 * 32, 7, 1.0f),
-                           w = testing::random_values(3 * 32 * 9, 8, 0.5f);
+                           w = testing::random_values(37 * 32 * 9, 8, 0.5f);
   for (MathFidelity f : kAll)
     for (bool fp32 : {false, true}) {
       ASSERT_OK_AND_ASSIGN(auto op, MatrixEngineOp::conv2d(p, w, {}, {.math_fidelity = f, .fp32_dest_acc_en = fp32}));
       ASSERT_OK_AND_ASSIGN(Tensor y, (*op)(dev(*d, x, Shape{1, 5, 4, 32}), std::nullopt, {}, 0));
       const std::vector<float> got = host(y);
-      ASSERT_EQ(got.size(), size_t{p.output_height()} * p.output_width() * 3);
+      ASSERT_EQ(got.size(), size_t{p.output_height()} * p.output_width() * 37);
       for (uint32_t oy = 0; oy < p.output_height(); ++oy)
         for (uint32_t ox = 0; ox < p.output_width(); ++ox)
-          for (uint32_t co = 0; co < 3; ++co) {
+          for (uint32_t co = 0; co < 37; ++co) {
             std::vector<float> bk, ak;
             for (uint32_t ky = 0; ky < 3; ++ky)
               for (uint32_t kx = 0; kx < 3; ++kx)
@@ -115,7 +133,7 @@ TEST(MatrixEngine, ConvIsTheOracleBitForBit) {
                   ak.push_back(w[((co * 32 + c) * 3 + ky) * 3 + kx]);
                 }
             const float want = matrix_engine_dot(bk.data(), ak.data(), bk.size(), f, fp32);
-            EXPECT_EQ(got[(oy * p.output_width() + ox) * 3 + co], want) << math_fidelity_name(f) << fp32;
+            EXPECT_EQ(got[(oy * p.output_width() + ox) * 37 + co], want) << math_fidelity_name(f) << fp32;
           }
     }
 }
