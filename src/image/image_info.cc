@@ -17,13 +17,25 @@ std::string io_line(const IoInfo& io) {
   return fmt::format("'{}' {} {}", io.name, io.dtype, graph::dims_to_string(io.dims));
 }
 
-std::string options_line(const runtime::CompileOptions& o) {
+// The options with an AMP level's dtypes and fidelity in place of the ones
+// it replaces (runtime/precision.h): what the model runs with.
+runtime::CompileOptions effective(const runtime::CompileOptions& given) {
+  runtime::CompileOptions o = given;
+  const StatusOr<std::optional<runtime::AmpDefaults>> amp = runtime::amp_level_defaults(given.precision.amp_level);
+  if (amp.ok() && *amp)
+    o.dtype = (*amp)->dtype, o.weights_dtype = (*amp)->weights_dtype, o.math_fidelity = (*amp)->math_fidelity;
+  return o;
+}
+
+std::string options_line(const runtime::CompileOptions& given) {
+  const runtime::CompileOptions o = effective(given);
   return fmt::format("activations {}, weights {}, math fidelity {}, micro-batch {}{}", data_type_name(o.dtype),
                      data_type_name(o.weights_dtype), math_fidelity_name(o.math_fidelity),
                      o.micro_batch ? (*o.micro_batch ? fmt::format("{} image(s)", *o.micro_batch) : "off") : "auto",
                      o.allow_fallback ? "" : ", host fallbacks disallowed") +
          (o.precision.empty() ? "" : ", precision " + runtime::precision_config_to_json(o.precision)) +
-         (o.numerics == runtime::Numerics::kFast ? "" : ", numerics " + std::string(runtime::numerics_name(o.numerics)));
+         (o.numerics == runtime::Numerics::kFast ? ""
+                                                 : ", numerics " + std::string(runtime::numerics_name(o.numerics)));
 }
 
 }  // namespace
@@ -37,8 +49,8 @@ std::string info_text(const ImageInfo& info) {
   s += fmt::format("target: {}{}: {}x{} cores, {} B L1 per core, {} DRAM bank(s) of {}\n", t.name,
                    t.emulated ? " (emulated)" : "", t.grid.x, t.grid.y, t.l1_size_per_core, t.num_dram_banks,
                    mib(t.dram_bank_size));
-  s += fmt::format("kernels chosen for: {} on {} ({})\n", h.kernel_isa, h.cpu_model.empty() ? "an unknown CPU" : h.cpu_model,
-                   h.cpu_features);
+  s += fmt::format("kernels chosen for: {} on {} ({})\n", h.kernel_isa,
+                   h.cpu_model.empty() ? "an unknown CPU" : h.cpu_model, h.cpu_features);
   s += fmt::format("file: {} (metadata {}, weights {})\n", mib(info.file_bytes), mib(info.meta_bytes),
                    mib(info.weights_bytes));
   for (const ModelInfo& m : info.models) {
@@ -50,8 +62,9 @@ std::string info_text(const ImageInfo& info) {
     std::string ops;
     for (const auto& [op, n] : m.op_counts) nodes += n, ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", op, n);
     s += fmt::format("  {} nodes: {}\n", nodes, ops);
-    s += fmt::format("  compiled: {} device op(s), {} host fallback(s), {} layout conversion(s), {:.2f} GFLOP per run\n",
-                     r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
+    s +=
+        fmt::format("  compiled: {} device op(s), {} host fallback(s), {} layout conversion(s), {:.2f} GFLOP per run\n",
+                    r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
     for (const auto& f : r.fallbacks) s += fmt::format("    host fallback: {}\n", f);
     std::string passes;
     for (const auto& p : r.passes)
@@ -120,7 +133,7 @@ std::string info_json(const ImageInfo& info) {
     for (const auto& [op, n] : m.op_counts) ops[op] = n;
     for (const auto& [dtype, b] : m.weight_bytes) weights[dtype] = b;
     for (const auto& p : r.passes) passes[p.pass] = p.rewrites;
-    const runtime::CompileOptions& o = m.options;
+    const runtime::CompileOptions o = effective(m.options);
     j["models"].push_back(
         {{"name", m.name},
          {"options",
