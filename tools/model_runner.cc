@@ -140,6 +140,7 @@ StatusOr<LoadedModel> load_image_model(const std::string& path, Device& device, 
   TS_ASSIGN_OR_RETURN(const size_t index, image_model_index(*img, options.model_name));
   r.import_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
+  r.image_options = img->info().models[index].options;
   TS_ASSIGN_OR_RETURN(image::LoadedModel m, image::load_model(*img, index, device));
   r.compile_ms = ms_since(t0);
   r.model = std::move(m.model);

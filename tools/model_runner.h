@@ -37,7 +37,7 @@ struct ModelOptions {
   int amp_level = -1;
   std::string precision_config;
   std::string numerics = "fast";  // fast | tt (runtime::Numerics)
-  uint32_t workers = 0;  // the device's worker threads (the measured cache's machine key)
+  uint32_t workers = 0;           // the device's worker threads (the measured cache's machine key)
   bool select_verbose = false;
 };
 
@@ -54,7 +54,8 @@ struct LoadedModel {
   double import_ms = 0, compile_ms = 0;  // an image: reading and verifying it, lowering it
   Shape input_shape;                     // the first input's
   bool from_image = false;
-  std::vector<std::string> notes;  // an image's load notes (image::LoadedModel::notes)
+  std::vector<std::string> notes;                        // an image's load notes (image::LoadedModel::notes)
+  std::optional<runtime::CompileOptions> image_options;  // an image's: the options it was compiled with
 };
 
 // Imports the ONNX file at `path` with the batch and shapes of `options`

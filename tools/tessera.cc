@@ -192,8 +192,15 @@ void print_selections(const runtime::CompiledModel& model) {
 }
 
 // The seeds' PCC rule: 0.999 in float32, 0.99 with bfloat16 activations
-// (or per-op precision, which may give ops bfloat16).
-double pcc_threshold(const Common& c) {
+// (or per-op precision, which may give ops bfloat16, or the original's
+// numerics) — as asked on the command line, or as a compiled image was.
+double pcc_threshold(const Common& c, const LoadedModel& m) {
+  if (m.image_options) {
+    const runtime::CompileOptions& o = *m.image_options;
+    const bool exact = o.dtype == DataType::FLOAT32 && o.weights_dtype == DataType::FLOAT32 && o.precision.empty() &&
+                       o.numerics == runtime::Numerics::kFast && o.math_fidelity == MathFidelity::HiFi4;
+    return exact ? 0.999 : 0.99;
+  }
   return c.dtype == "float32" && c.amp_level <= 0 && c.precision_config.empty() && c.numerics == "fast" ? 0.999 : 0.99;
 }
 
@@ -288,7 +295,7 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
   std::printf("1 run%s: %.0f ms\n", xs.size() == 1 && c.intermediates.empty() ? " through the pipeline" : "", ms);
   if (c.explain) print_selections(*m.model);
   TS_RETURN_IF_ERROR(write_outputs(output, output_dir, out_names, ys));
-  if (!reference.empty()) TS_RETURN_IF_ERROR(check_references(reference, out_names, ys, pcc_threshold(c)));
+  if (!reference.empty()) TS_RETURN_IF_ERROR(check_references(reference, out_names, ys, pcc_threshold(c, m)));
   return close_device(*device);
 }
 
@@ -472,7 +479,7 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
               m.model->report().conv_flops / (device_ms / iterations) / 1e6);
   if (profile) TS_RETURN_IF_ERROR(print_profile(*profile, profile_replays, profile_path));
   if (!reference.empty())
-    TS_RETURN_IF_ERROR(check_references(reference, m.model->output_names(), out0, pcc_threshold(c)));
+    TS_RETURN_IF_ERROR(check_references(reference, m.model->output_names(), out0, pcc_threshold(c, m)));
   return close_device(*device);
 }
 
