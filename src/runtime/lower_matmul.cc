@@ -52,7 +52,7 @@ Status CompiledModel::Impl::lower_gemm(const Node& n) {
     scaled = *g.value(b).constant;
     for (float& v : scaled->f) v *= alpha;
   }
-  TS_ASSIGN_OR_RETURN(Tensor weight, upload_weights(scaled ? *scaled : *g.value(b).constant, dims(b)));
+  TS_ASSIGN_OR_RETURN(Tensor weight, upload_weights(scaled ? *scaled : *g.value(b).constant, dims(b), trans_b));
   const int64_t nn = dims(y)[1];
   std::optional<Tensor> bias;
   std::optional<Tensor> full_c;  // C that is not one row broadcast (rare)

@@ -201,7 +201,9 @@ struct CompiledModel::Impl {
   // its weights format (op_precision): in a bfloat16 op kept in
   // matmul_weights_dtype (float32 where the CPU multiplies bfloat16 in
   // float32, so they are not converted on every call), else float32.
-  StatusOr<Tensor> upload_weights(const HostTensor& h, const Dims& dims);
+  // `transposed`: a Gemm's transB weights, (N, K): block-float blocks run
+  // along N all the same (the matrix engine emulation's layout too).
+  StatusOr<Tensor> upload_weights(const HostTensor& h, const Dims& dims, bool transposed = false);
   // A constant value as a plain device tensor in the activation dtype.
   StatusOr<Tensor> constant(int v);
   // A host constant permuted to NHWC for a rank-4 broadcast against an NHWC

@@ -209,6 +209,27 @@ TEST(Precision, MatmulWeightsRoundThroughTheirFormat) {
   }
 }
 
+// A Gemm's transB weights (N, K) round as the B they are: blocks along N,
+// on the fast path as under --numerics tt.
+TEST(Precision, GemmTransposedWeightsRoundAlongTheirRows) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("a", {1, 1});
+  b.initializer("w", {2, 1}, {1.0f, 1.0f / 256});  // (N, K): B's one row is (1, 1/256)
+  auto* fc = b.node("Gemm", {"a", "w"}, {"y"});
+  b.i(fc, "transB", 1);
+  b.output("y");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Tensor in[] = {to_device(Tensor::from_vector({1.0f}, Shape{1, 1}, DataType::FLOAT32).value(), *dev).value()};
+  for (const Numerics n : {Numerics::kFast, Numerics::kTt}) {
+    CompileOptions o{.numerics = n};
+    o.precision.rules = {{.op_type = "Gemm", .input_df = {{1, DataType::BFLOAT8_B}}}};
+    ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(g, *dev, o));
+    ASSERT_OK_AND_ASSIGN(auto y, m->run(in));
+    EXPECT_EQ(host(y[0]), (std::vector<float>{1.0f, 0.0f})) << numerics_name(n);
+  }
+}
+
 // Numerics::kTt: convs and the Gemm on the emulated matrix engine. Each
 // fidelity gives its own results; HiFi4 with a float32 destination is
 // float32 math on TF32 operands; the destination format is a rule's.

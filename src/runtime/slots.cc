@@ -34,15 +34,24 @@ void round_to_format(std::vector<float>& v, size_t cols, DataType df) {
     }
 }
 
-StatusOr<Tensor> CompiledModel::Impl::upload_weights(const HostTensor& h, const Dims& dims) {
+StatusOr<Tensor> CompiledModel::Impl::upload_weights(const HostTensor& h, const Dims& dims, bool transposed) {
   const OpPrecision& p = op_precision[lowering];
   const DataType df = p.weights_df.value_or(act_dtype());
   if (df == DataType::FLOAT32) return upload(h, dims, DataType::FLOAT32);
   HostTensor rounded = h;
-  round_to_format(rounded.f, static_cast<size_t>(dims.empty() ? 1 : dims.back()), df);
+  const size_t cols = static_cast<size_t>(dims.empty() ? 1 : dims.back()), rows = rounded.f.size() / cols;
+  if (!transposed || !is_block_float(df) || dims.size() != 2) {
+    round_to_format(rounded.f, cols, df);
+  } else {  // (N, K) held for (K, N): the blocks run along N, as for any B
+    std::vector<float> kn(rounded.f.size());
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) kn[c * rows + r] = rounded.f[r * cols + c];
+    round_to_format(kn, rows, df);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) rounded.f[r * cols + c] = kn[c * rows + r];
+  }
   // An op with a float32 input computes in float32, on the rounded values.
-  if (planned_dtype(g.nodes[lowering].inputs[0]) == DataType::FLOAT32)
-    return upload(rounded, dims, DataType::FLOAT32);
+  if (planned_dtype(g.nodes[lowering].inputs[0]) == DataType::FLOAT32) return upload(rounded, dims, DataType::FLOAT32);
   // (Block-float values are exact in bfloat16.)
   return upload(rounded, dims, matmul_weights_dtype(DataType::BFLOAT16));
 }
