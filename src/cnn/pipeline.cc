@@ -76,15 +76,27 @@ Status Pipeline::preallocate_output_tensors_on_host(size_t n) {
   return ok_status();
 }
 
+namespace {
+
+// An output a split_intermediates Pipeline can split: [outputs, taps], the taps a list.
+Status check_split(const ModelOutput& o) {
+  if (o.is_tensor() || o.list.size() != 2 || o.list[1].is_tensor())
+    return invalid_argument_error(
+        "split_intermediates: the model's output must be the list [outputs, intermediates], found {}",
+        o.is_tensor()        ? "a tensor"
+        : o.list.size() != 2 ? fmt::format("a list of {}", o.list.size())
+                             : "a list whose second entry is a tensor (a model of two outputs and no taps?)");
+  return ok_status();
+}
+
+}  // namespace
+
 StatusOr<std::vector<ModelOutput>> Pipeline::pop_all() {
   TS_RETURN_IF_ERROR(synchronize_device(executor_->device()));
   if (!split_intermediates_) return output_tensors_;
   std::vector<ModelOutput> outs;
   for (const ModelOutput& o : output_tensors_) {
-    if (o.is_tensor() || o.list.size() != 2)
-      return invalid_argument_error(
-          "split_intermediates: the model's output must be the list [outputs, intermediates], found {}",
-          o.is_tensor() ? "a tensor" : fmt::format("a list of {}", o.list.size()));
+    TS_RETURN_IF_ERROR(check_split(o));
     outs.push_back(o.list[0]);
   }
   return outs;
@@ -96,9 +108,7 @@ StatusOr<std::vector<std::vector<Tensor>>> Pipeline::pop_intermediates() {
   TS_RETURN_IF_ERROR(synchronize_device(executor_->device()));
   std::vector<std::vector<Tensor>> out;
   for (const ModelOutput& o : output_tensors_) {
-    if (o.is_tensor() || o.list.size() != 2 || o.list[1].is_tensor())
-      return invalid_argument_error(
-          "split_intermediates: the model's output must be the list [outputs, intermediates]");
+    TS_RETURN_IF_ERROR(check_split(o));
     std::vector<Tensor> taps;
     for (const ModelOutput& t : o.list[1].list) taps.push_back(*t.tensor);
     out.push_back(std::move(taps));

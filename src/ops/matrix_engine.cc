@@ -241,20 +241,24 @@ Status engine_kernel(const void* raw, uint32_t begin, uint32_t end) {
   return ok_status();
 }
 
-std::vector<float> dest_bias(const std::vector<float>& bias, uint32_t n, const MatrixEngineConfig& c) {
-  std::vector<float> out(n, 0.0f);
-  for (uint32_t i = 0; i < n && i < bias.size(); ++i)
-    out[i] = c.fp32_dest_acc_en ? bias[i] : round_to_bfloat16(bias[i]);
-  return out;
-}
-
-std::string config_key(const MatrixEngineConfig& c) {
-  return fmt::format("{}:{}", math_fidelity_name(c.math_fidelity), c.fp32_dest_acc_en ? "fp32dest" : "bf16dest");
-}
-
-uint64_t next_id() {
-  static std::atomic<uint64_t> id{1};
-  return id++;
+// What every factory ends with: the weights, (group, k, cout_g), split into
+// their SrcA parts, the bias in the destination format, the epilogue, K cut
+// into halves and tiles, and a program key of its own.
+std::shared_ptr<const MatrixEngineOp> finish(std::shared_ptr<MatrixEngineOp::Plan> plan,
+                                             const std::vector<float>& w_gkn, const std::vector<float>& bias,
+                                             std::optional<UnaryWithParam> activation, const MatrixEngineConfig& config,
+                                             std::string_view op) {
+  static std::atomic<uint64_t> next_id{1};
+  MatrixEngineOp::Plan& e = *plan;
+  e.config = config, e.phases = fidelity_phases(config.math_fidelity);
+  e.split_weights(w_gkn);
+  e.bias.assign(e.out_c, 0.0f);
+  for (uint32_t i = 0; i < e.out_c && i < bias.size(); ++i) e.bias[i] = e.dest(bias[i]);
+  if (activation && !activation->is_identity()) e.activation = activation;
+  e.cut_k();
+  e.key = fmt::format("matrix_engine_{}#{}:{}:{}", op, next_id++, math_fidelity_name(config.math_fidelity),
+                      config.fp32_dest_acc_en ? "fp32dest" : "bf16dest");
+  return std::make_shared<const MatrixEngineOp>(std::move(plan));
 }
 
 }  // namespace
@@ -282,13 +286,7 @@ StatusOr<std::shared_ptr<const MatrixEngineOp>> MatrixEngineOp::conv2d(const Con
         for (uint32_t t = 0; t < e.taps; ++t)
           w[(size_t{g} * e.k + t * e.cin_g + c) * e.cout_g + j] =
               weights[((size_t{g} * e.cout_g + j) * e.cin_g + c) * e.taps + t];
-  e.split_weights(w);
-  e.bias = dest_bias(bias, e.out_c, config);
-  if (!p.activation.is_identity()) e.activation = p.activation;
-  e.config = config, e.phases = fidelity_phases(config.math_fidelity);
-  e.cut_k();
-  e.key = fmt::format("matrix_engine_conv2d#{}:{}", next_id(), config_key(config));
-  return std::make_shared<const MatrixEngineOp>(plan);
+  return finish(std::move(plan), w, bias, p.activation, config, "conv2d");
 }
 
 StatusOr<std::shared_ptr<const MatrixEngineOp>> MatrixEngineOp::conv_transpose2d(
@@ -318,13 +316,7 @@ StatusOr<std::shared_ptr<const MatrixEngineOp>> MatrixEngineOp::conv_transpose2d
           w[(size_t{g} * e.k + t * e.cin_g + c) * e.cout_g + j] =
               weights[((size_t{g} * e.cin_g + c) * e.cout_g + j) * e.taps + ky * e.kw + kx];
         }
-  e.split_weights(w);
-  e.bias = dest_bias(bias, out_c, config);
-  if (activation && !activation->is_identity()) e.activation = activation;
-  e.config = config, e.phases = fidelity_phases(config.math_fidelity);
-  e.cut_k();
-  e.key = fmt::format("matrix_engine_conv_transpose2d#{}:{}", next_id(), config_key(config));
-  return std::make_shared<const MatrixEngineOp>(plan);
+  return finish(std::move(plan), w, bias, activation, config, "conv_transpose2d");
 }
 
 StatusOr<std::shared_ptr<const MatrixEngineOp>> MatrixEngineOp::matmul(uint32_t m, uint32_t k, uint32_t n,
@@ -339,13 +331,7 @@ StatusOr<std::shared_ptr<const MatrixEngineOp>> MatrixEngineOp::matmul(uint32_t 
   Plan& e = *plan;
   e.kind = Plan::Kind::kMatmul;
   e.batch = m, e.in_c = k, e.out_c = n, e.cin_g = k, e.cout_g = n, e.k = k;
-  e.split_weights(weights);
-  e.bias = dest_bias(bias, n, config);
-  if (activation && !activation->is_identity()) e.activation = activation;
-  e.config = config, e.phases = fidelity_phases(config.math_fidelity);
-  e.cut_k();
-  e.key = fmt::format("matrix_engine_matmul#{}:{}", next_id(), config_key(config));
-  return std::make_shared<const MatrixEngineOp>(plan);
+  return finish(std::move(plan), weights, bias, activation, config, "matmul");
 }
 
 StatusOr<Tensor> MatrixEngineOp::operator()(const Tensor& input, const std::optional<Tensor>& residual,

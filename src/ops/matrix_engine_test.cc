@@ -227,6 +227,14 @@ TEST(MatrixEngine, BadShapesAreErrors) {
   ASSERT_OK_AND_ASSIGN(auto op, MatrixEngineOp::matmul(2, 3, 4, std::vector<float>(12), {}, std::nullopt, {}));
   const auto r = (*op)(dev(*d, std::vector<float>(5), Shape{5}), std::nullopt, {}, 0);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  // A residual of the wrong size; a transposed conv whose channels its groups do not divide.
+  const auto bad_res =
+      (*op)(dev(*d, std::vector<float>(6), Shape{2, 3}), dev(*d, std::vector<float>(7), Shape{7}), {}, 0);
+  EXPECT_EQ(bad_res.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_res.status().message().find("the residual must be float32 with 8 values"), std::string::npos);
+  const auto t = MatrixEngineOp::conv_transpose2d(1, 2, 2, 3, 4, 4, 4, 2, {2, 2}, {2, 2}, {0, 0}, {1, 1},
+                                                  std::vector<float>(3 * 2 * 4), {}, std::nullopt, {});
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -146,7 +146,6 @@ Status CompiledModel::Impl::run_steps(size_t begin, size_t end, Slots& s, uint8_
   return ok_status();
 }
 
-
 // ------------------------------------------------------------------ CompiledModel
 
 CompiledModel::CompiledModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -163,8 +162,9 @@ StatusOr<std::unique_ptr<CompiledModel>> CompiledModel::compile(Graph graph, Dev
   auto impl = std::make_unique<Impl>();
   impl->opt = options;
   TS_ASSIGN_OR_RETURN(const std::optional<AmpDefaults> amp, amp_level_defaults(options.precision.amp_level));
-  if (amp) impl->opt.dtype = amp->dtype, impl->opt.weights_dtype = amp->weights_dtype,
-           impl->opt.math_fidelity = amp->math_fidelity;
+  if (amp)
+    impl->opt.dtype = amp->dtype, impl->opt.weights_dtype = amp->weights_dtype,
+    impl->opt.math_fidelity = amp->math_fidelity;
   const CompileOptions& o = impl->opt;
   if (o.dtype != DataType::FLOAT32 && o.dtype != DataType::BFLOAT16)
     return invalid_argument_error("CompileOptions::dtype must be FLOAT32 or BFLOAT16, got {}", data_type_name(o.dtype));

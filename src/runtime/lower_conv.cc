@@ -127,9 +127,7 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   const int res = n.inputs.size() > 3 ? n.inputs[3] : -1;
   UnaryWithParam res_act;
   if (res >= 0) {
-    auto op = parse_unary_op(n.attr_string("tessera_residual_activation", "identity"));
-    if (!op) return internal_error("{}: unknown residual activation", n.label());
-    res_act = {*op, n.attr_float("tessera_residual_activation_param", 0.0f)};
+    TS_ASSIGN_OR_RETURN(res_act, residual_activation_of(n));
     note_nhwc(res);
   }
   convs.push_back(std::make_unique<cnn::DirectConv2d>(p, w, b, config));

@@ -61,9 +61,7 @@ Status CompiledModel::Impl::lower_conv_tt(const Node& n, bool transposed) {
   const int res = !transposed && n.inputs.size() > 3 ? n.inputs[3] : -1;
   UnaryWithParam res_act;
   if (res >= 0) {
-    auto rop = parse_unary_op(n.attr_string("tessera_residual_activation", "identity"));
-    if (!rop) return internal_error("{}: unknown residual activation", n.label());
-    res_act = {*rop, n.attr_float("tessera_residual_activation_param", 0.0f)};
+    TS_ASSIGN_OR_RETURN(res_act, residual_activation_of(n));
     note_nhwc(res);
   }
   note_nhwc(x);

@@ -63,6 +63,10 @@ inline constexpr int kNhwcToNchwPerm[4] = {0, 3, 1, 2};
 
 // The activation the passes fused into `n` (tessera_activation), if any.
 std::optional<UnaryWithParam> activation_of(const Node& n);
+// The activation after a conv's fused residual add
+// (tessera_residual_activation; identity without one); INTERNAL for a name
+// the passes never write.
+StatusOr<UnaryWithParam> residual_activation_of(const Node& n);
 // Appends the values `patterns` name (value names, or ECMAScript regexes
 // over whole names) to the graph's outputs, where the passes keep them
 // (taps.cc). INVALID_ARGUMENT naming a pattern that is invalid or matches
@@ -184,14 +188,12 @@ struct CompiledModel::Impl {
   std::vector<std::optional<DataType>> value_df;
   bool has_value_df = false;
   Status plan_op_precision();  // plan_precision.cc
-  MathFidelity fidelity_of(size_t node) const {
-    return op_precision[node].math_fidelity.value_or(opt.math_fidelity);
-  }
+  MathFidelity fidelity_of(size_t node) const { return op_precision[node].math_fidelity.value_or(opt.math_fidelity); }
   bool rounds_input(const Node& n, size_t slot) const;
   StatusOr<Conv2dParams> conv_params(const Node& n) const;
   ConvTranspose2dParams conv_transpose_params(const Node& n, const graph::SpatialGeometry& geo) const;
-  // The math fidelity of the matmul or Gemm being lowered (call it at lowering, not in a step), as of convs (matmul.h: LoFi
-  // computes float32 operands in bfloat16 on AMX CPUs).
+  // The math fidelity of the matmul or Gemm being lowered (call it at lowering, not in a step), as of convs (matmul.h:
+  // LoFi computes float32 operands in bfloat16 on AMX CPUs).
   DeviceComputeKernelConfig compute_kernel_config() const { return {.math_fidelity = fidelity_of(lowering)}; }
 
   // ---- tensors in and out of slots (slots.cc)

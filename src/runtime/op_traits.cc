@@ -114,6 +114,12 @@ std::optional<UnaryWithParam> activation_of(const Node& n) {
                         n.attr_float("tessera_activation_scale", 1.0f), n.attr_float("tessera_activation_shift", 0.0f)};
 }
 
+StatusOr<UnaryWithParam> residual_activation_of(const Node& n) {
+  auto op = parse_unary_op(n.attr_string("tessera_residual_activation", "identity"));
+  if (!op) return internal_error("{}: unknown residual activation", n.label());
+  return UnaryWithParam{*op, n.attr_float("tessera_residual_activation_param", 0.0f)};
+}
+
 std::optional<UnaryWithParam> device_unary(const Graph& g, const Node& n) {
   float param = 0;
   const std::string name = graph::fusable_activation(g, n, &param);

@@ -92,13 +92,12 @@ Status CompiledModel::Impl::plan_bfloat16_values() {
 
 namespace {
 
-bool has_weights(const Graph& g, const Node& n) {
-  const bool family =
-      n.op_type == "Conv" || n.op_type == "ConvTranspose" || n.op_type == "MatMul" || n.op_type == "Gemm";
-  return family && n.inputs.size() > 1 && g.is_constant(n.inputs[1]);
-}
+// Convs and matmuls: a math fidelity, and weights when operand 1 is a constant.
 bool has_fidelity(const Node& n) {
   return n.op_type == "Conv" || n.op_type == "ConvTranspose" || n.op_type == "MatMul" || n.op_type == "Gemm";
+}
+bool has_weights(const Graph& g, const Node& n) {
+  return has_fidelity(n) && n.inputs.size() > 1 && g.is_constant(n.inputs[1]);
 }
 bool iequal(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {

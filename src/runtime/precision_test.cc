@@ -209,6 +209,22 @@ TEST(Precision, MatmulWeightsRoundThroughTheirFormat) {
   }
 }
 
+// Under --numerics tt a matmul the emulation does not cover (a run-time B)
+// runs as a host fallback, reported as such.
+TEST(Precision, MatrixEngineFallbacksAreReported) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("a", {2, 3});
+  b.input("bt", {3, 4});
+  b.node("MatMul", {"a", "bt"}, {"y"});
+  b.output("y");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto m, CompiledModel::compile(g, *dev, {.numerics = Numerics::kTt}));
+  ASSERT_EQ(m->report().fallbacks.size(), 1u);
+  EXPECT_NE(m->report().fallbacks[0].find("a matmul the emulated matrix engine does not cover"), std::string::npos)
+      << m->report().fallbacks[0];
+}
+
 // A Gemm's transB weights (N, K) round as the B they are: blocks along N,
 // on the fast path as under --numerics tt.
 TEST(Precision, GemmTransposedWeightsRoundAlongTheirRows) {

@@ -137,6 +137,16 @@ TEST(Taps, ThroughEveryPipelineExecutor) {
   ASSERT_OK_AND_ASSIGN(auto pipe, cnn::create_pipeline_from_config({.use_trace = false, .num_command_queues = 1},
                                                                    plain->pipeline_model(), *dev, DRAM_MEMORY_CONFIG));
   EXPECT_EQ(pipe->pop_intermediates().status().code(), StatusCode::kFailedPrecondition);
+  // Splitting the output of a model that has no taps (two outputs here) is an error, not a guess.
+  pipe->split_intermediates(true);
+  const Tensor x =
+      Tensor::from_vector(random_values(3 * 16 * 16, 9, 1.0f), Shape{1, 3, 16, 16}, DataType::FLOAT32).value();
+  ASSERT_OK(pipe->compile(x));
+  const Tensor xs[] = {x, x};
+  ASSERT_OK(pipe->enqueue(xs));
+  EXPECT_ERROR(pipe->pop_all(), StatusCode::kInvalidArgument, "a model of two outputs and no taps?");
+  EXPECT_ERROR(pipe->pop_intermediates(), StatusCode::kInvalidArgument, "the model's output must be the list");
+  ASSERT_OK(pipe->cleanup());
 }
 
 // op_times_us: a kernel time per node of the compiled graph, eager, each
