@@ -63,7 +63,7 @@ void check(const Case& c, int batch, const std::string& precision, double min_pc
   if (precision == "float32") {
     EXPECT_TRUE(m.model->report().fallbacks.empty()) << m.model->report().to_string();
   }
-  ASSERT_OK_AND_ASSIGN(auto outs, run_pipeline(*m.model, *dev, {.use_trace = true, .num_command_queues = 2}, {x}));
+  ASSERT_OK_AND_ASSIGN(auto outs, run_pipeline(*m.model, *dev, {.use_trace = true, .num_command_queues = 2}, {{x}}));
   ASSERT_EQ(outs.size(), 1u);
   ASSERT_TRUE(outs[0].is_tensor());
   ASSERT_OK_AND_ASSIGN(cnn::PccResult p, cnn::comp_pcc(want, *outs[0].tensor, min_pcc));

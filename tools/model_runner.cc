@@ -250,17 +250,17 @@ std::vector<Tensor> random_inputs(const Shape& shape, int count, uint32_t seed) 
 
 StatusOr<std::vector<cnn::ModelOutput>> run_pipeline(runtime::CompiledModel& model, Device& device,
                                                      const cnn::PipelineConfig& config,
-                                                     const std::vector<Tensor>& inputs,
+                                                     const std::vector<cnn::Frame>& frames,
                                                      std::vector<std::vector<Tensor>>* intermediates) {
-  if (inputs.empty()) return invalid_argument_error("no inputs to run");
+  if (frames.empty()) return invalid_argument_error("no inputs to run");
   std::optional<MemoryConfig> dram_out;
   if (config.all_transfers_on_separate_command_queue) dram_out = DRAM_MEMORY_CONFIG;
   TS_ASSIGN_OR_RETURN(auto pipe, cnn::create_pipeline_from_config(config, model.pipeline_model(), device,
                                                                   DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG, dram_out));
   const bool taps = !model.intermediate_names().empty();
   pipe->split_intermediates(taps);
-  TS_RETURN_IF_ERROR(pipe->compile(inputs[0]));
-  TS_RETURN_IF_ERROR(pipe->enqueue(inputs));
+  TS_RETURN_IF_ERROR(pipe->compile(frames[0]));
+  TS_RETURN_IF_ERROR(pipe->enqueue(std::span<const cnn::Frame>(frames)));
   TS_ASSIGN_OR_RETURN(auto outs, pipe->pop_all());
   if (taps && intermediates) {
     TS_ASSIGN_OR_RETURN(*intermediates, pipe->pop_intermediates());

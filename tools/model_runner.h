@@ -92,7 +92,7 @@ std::vector<Tensor> random_inputs(const Shape& shape, int count, uint32_t seed =
 // `intermediates` from the Pipeline's intermediates queue, per input.
 StatusOr<std::vector<cnn::ModelOutput>> run_pipeline(runtime::CompiledModel& model, Device& device,
                                                      const cnn::PipelineConfig& config,
-                                                     const std::vector<Tensor>& inputs,
+                                                     const std::vector<cnn::Frame>& frames,
                                                      std::vector<std::vector<Tensor>>* intermediates = nullptr);
 
 }  // namespace tessera::tools

@@ -205,8 +205,8 @@ double pcc_threshold(const Common& c, const LoadedModel& m) {
 }
 
 // Every input from `input_files` (model_io.h; random where none is given),
-// every output printed, written and checked. Single-input models run through
-// the Pipeline; others through CompiledModel::run.
+// every output printed, written and checked; one frame (every input) through
+// the Pipeline.
 Status cmd_run(const Common& c, const std::vector<std::string>& input_files, const std::string& output,
                const std::string& output_dir, const std::string& reference) {
   TS_ASSIGN_OR_RETURN(auto device, open(c));
@@ -225,28 +225,10 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
   TS_ASSIGN_OR_RETURN(std::vector<Tensor> xs, host_inputs(*m.model, files));
   const auto t0 = Clock::now();
   std::vector<Tensor> ys;
-  if (!c.intermediates.empty() && xs.size() != 1) {  // taps of a model with several inputs: CompiledModel::run
-    std::vector<Tensor> on_device;
-    for (const Tensor& x : xs) {
-      TS_ASSIGN_OR_RETURN(Tensor d, to_device(x, *device));
-      on_device.push_back(std::move(d));
-    }
-    TS_ASSIGN_OR_RETURN(runtime::CompiledModel::Outputs outs, m.model->run_with_intermediates(on_device));
-    for (const Tensor& y : outs.outputs) {
-      TS_ASSIGN_OR_RETURN(Tensor h, y.cpu());
-      ys.push_back(std::move(h));
-    }
-    std::vector<Tensor> taps;
-    for (const Tensor& t : outs.intermediates) {
-      TS_ASSIGN_OR_RETURN(Tensor h, t.cpu());
-      taps.push_back(std::move(h));
-    }
-    std::printf("%zu intermediate(s) tapped\n", taps.size());
-    TS_RETURN_IF_ERROR(write_outputs("", c.intermediates_dir, m.model->intermediate_names(), taps));
-  } else if (xs.size() == 1) {
+  {
     TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
     std::vector<std::vector<Tensor>> taps;  // the Pipeline's intermediates queue
-    TS_ASSIGN_OR_RETURN(auto outs, run_pipeline(*m.model, *device, pc, {xs[0]}, &taps));
+    TS_ASSIGN_OR_RETURN(auto outs, run_pipeline(*m.model, *device, pc, {xs}, &taps));
     const cnn::ModelOutput& o = outs[0];
     if (o.is_tensor()) {
       ys.push_back(*o.tensor);
@@ -256,17 +238,6 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
     if (!c.intermediates.empty()) {
       std::printf("%zu intermediate(s) tapped (the Pipeline's intermediates queue)\n", taps[0].size());
       TS_RETURN_IF_ERROR(write_outputs("", c.intermediates_dir, m.model->intermediate_names(), taps[0]));
-    }
-  } else {
-    std::vector<Tensor> on_device;
-    for (const Tensor& x : xs) {
-      TS_ASSIGN_OR_RETURN(Tensor d, to_device(x, *device));
-      on_device.push_back(std::move(d));
-    }
-    TS_ASSIGN_OR_RETURN(std::vector<Tensor> outs, m.model->run(on_device));
-    for (const Tensor& y : outs) {
-      TS_ASSIGN_OR_RETURN(Tensor h, y.cpu());
-      ys.push_back(std::move(h));
     }
   }
   const double ms = ms_since(t0);
@@ -292,7 +263,7 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
                 ys[k].shape().to_string().c_str(), lo, hi, sum / static_cast<double>(v.size() - nan),
                 nan ? fmt::format(" ({} NaN)", nan).c_str() : "");
   }
-  std::printf("1 run%s: %.0f ms\n", xs.size() == 1 && c.intermediates.empty() ? " through the pipeline" : "", ms);
+  std::printf("1 run through the pipeline: %.0f ms\n", ms);
   if (c.explain) print_selections(*m.model);
   TS_RETURN_IF_ERROR(write_outputs(output, output_dir, out_names, ys));
   if (!reference.empty()) TS_RETURN_IF_ERROR(check_references(reference, out_names, ys, pcc_threshold(c, m)));
@@ -372,33 +343,31 @@ Status print_profile(const DeviceProfile& p, int replays, const std::string& pat
   return ok_status();
 }
 
-Status cmd_bench(const Common& c, int iterations, const std::string& input, const std::string& reference,
-                 const std::string& profile_path, double interval_ms) {
+Status cmd_bench(const Common& c, int iterations, const std::vector<std::string>& input_files,
+                 const std::string& reference, const std::string& profile_path, double interval_ms) {
   if (iterations < 1) return invalid_argument_error("--iterations {}: expected at least 1", iterations);
   if (!(interval_ms >= 0) || interval_ms > 60000)
     return invalid_argument_error("--interval {}: expected milliseconds in 0..60000", interval_ms);
   TS_ASSIGN_OR_RETURN(auto device, open(c));
   TS_ASSIGN_OR_RETURN(ModelOptions mo, model_options(c));
-  std::optional<Tensor> first;  // --input: frame 0 (the others random)
-  if (!input.empty()) {
-    TS_ASSIGN_OR_RETURN(Tensor x, cnn::load_npy(input));
-    if (mo.input_shape.empty()) {
-      for (uint32_t d : x.shape().dims()) mo.input_shape.push_back(d);
-      mo.batch = mo.input_shape[0];
-    }
-    first = x;
-  }
+  // --input: frame 0's inputs (as run's; the others, and inputs without a file, random).
+  TS_ASSIGN_OR_RETURN(const std::vector<DeclaredInput> declared, declared_inputs(c.model, c.model_name));
+  std::vector<std::string> notes;
+  using InputFiles = std::map<std::string, Tensor>;
+  TS_ASSIGN_OR_RETURN(InputFiles files, read_inputs(input_files, declared, &notes));
+  for (const std::string& n : notes) std::printf("%s\n", n.c_str());
+  TS_RETURN_IF_ERROR(shapes_from_inputs(declared, files, mo));
   TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
   print_report(m, c);
   TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
   std::optional<MemoryConfig> dram_out;
   if (pc.all_transfers_on_separate_command_queue) dram_out = DRAM_MEMORY_CONFIG;
-  std::vector<Tensor> inputs = random_inputs(m.input_shape, iterations);
-  if (first) {
-    if (first->shape().volume() != m.input_shape.volume())
-      return invalid_argument_error("--input {}: shape {}, the model takes {}", input, first->shape().to_string(),
-                                    m.input_shape.to_string());
-    TS_ASSIGN_OR_RETURN(inputs[0], first->view(m.input_shape));
+  std::vector<cnn::Frame> inputs(static_cast<size_t>(iterations));
+  TS_ASSIGN_OR_RETURN(inputs[0], host_inputs(*m.model, files));
+  for (size_t k = 0; k < inputs[0].size(); ++k) {
+    const std::vector<Tensor> xs =
+        random_inputs(inputs[0][k].shape(), iterations - 1, static_cast<uint32_t>(1000 * (k + 1)));
+    for (size_t i = 1; i < inputs.size(); ++i) inputs[i].push_back(xs[i - 1]);
   }
   TS_ASSIGN_OR_RETURN(auto pipe, cnn::create_pipeline_from_config(pc, m.model->pipeline_model(), *device,
                                                                   DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG, dram_out));
@@ -410,22 +379,27 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   // Latency: one frame at a time, enqueue to outputs on the host; with
   // --interval, each frame starts that long after the last one started (a
   // camera's frame rate), the device idle in between.
+  // (Pipelined I/O overlaps one frame's transfers with the next frame's
+  // replay and so takes at least two frames per enqueue: no latency.)
+  const bool latency = !pc.all_transfers_on_separate_command_queue;
+  if (!latency && iterations < 2)
+    return invalid_argument_error("--config io: pipelined I/O needs at least 2 iterations, found {}", iterations);
   std::vector<double> lat;
-  Progress lp("latency", iterations);
+  Progress lp("latency", latency ? iterations : 0);
   auto next = Clock::now();
-  for (int i = 0; i < iterations; ++i) {
+  for (int i = 0; latency && i < iterations; ++i) {
     if (interval_ms > 0) std::this_thread::sleep_until(next);
     next = Clock::now() +
            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(interval_ms));
     t0 = Clock::now();
-    TS_RETURN_IF_ERROR(pipe->enqueue(std::span<const Tensor>(&inputs[static_cast<size_t>(i)], 1)));
+    TS_RETURN_IF_ERROR(pipe->enqueue(std::span<const cnn::Frame>(&inputs[static_cast<size_t>(i)], 1)));
     TS_RETURN_IF_ERROR(pipe->pop_all().status());
     lat.push_back(ms_since(t0));
     lp.update(i + 1);
   }
   // Throughput: every frame enqueued at once, writes overlapping compute.
   t0 = Clock::now();
-  TS_RETURN_IF_ERROR(pipe->enqueue(inputs));
+  TS_RETURN_IF_ERROR(pipe->enqueue(std::span<const cnn::Frame>(inputs)));
   TS_ASSIGN_OR_RETURN(auto outs, pipe->pop_all());
   const double e2e_ms = ms_since(t0);
   std::vector<Tensor> out0;  // frame 0's outputs, for --reference
@@ -434,9 +408,12 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
     if (o.is_tensor()) out0.push_back(*o.tensor);
   TS_RETURN_IF_ERROR(pipe->cleanup());
   // Device only: the model captured once and replayed back to back.
-  TS_ASSIGN_OR_RETURN(Tensor x, to_device(inputs[0], *device));
+  std::vector<Tensor> xs;
+  for (const Tensor& h : inputs[0]) {
+    TS_ASSIGN_OR_RETURN(Tensor x, to_device(h, *device));
+    xs.push_back(std::move(x));
+  }
   TS_ASSIGN_OR_RETURN(TraceId tid, begin_trace_capture(*device, 0));
-  const Tensor xs[] = {x};
   auto captured = m.model->run(xs);
   TS_RETURN_IF_ERROR(end_trace_capture(*device, tid, 0));
   TS_RETURN_IF_ERROR(captured.status());
@@ -472,8 +449,11 @@ Status cmd_bench(const Common& c, int iterations, const std::string& input, cons
   std::printf("  end to end:  %8.2f FPS (%.2f ms per batch)\n", frames / e2e_ms * 1e3, e2e_ms / iterations);
   const std::string pace =
       interval_ms > 0 ? fmt::format("one batch every {:g} ms", interval_ms) : "one batch at a time";
-  std::printf("  latency:     p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  (%s)\n", percentile(lat, 50), percentile(lat, 90),
-              percentile(lat, 99), pace.c_str());
+  if (latency)
+    std::printf("  latency:     p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  (%s)\n", percentile(lat, 50),
+                percentile(lat, 90), percentile(lat, 99), pace.c_str());
+  else
+    std::printf("  latency:     not measured (pipelined I/O runs two frames or more per enqueue)\n");
   std::printf("  device only: %8.2f FPS (%.2f ms per batch, trace replays back to back; %.0f GFLOP/s)\n",
               frames / device_ms * 1e3, device_ms / iterations,
               m.model->report().conv_flops / (device_ms / iterations) / 1e6);
@@ -581,9 +561,11 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "end-to-end FPS, latency percentiles and device-only FPS");
   add_common(bench);
   bench->add_option("--iterations", iterations, "frames (batches) to time");
-  std::string bench_input, bench_reference;
-  bench->add_option("--input", bench_input, "frame 0 from this .npy (its shape sets the model's)")
-      ->check(CLI::ExistingFile);
+  std::vector<std::string> bench_inputs;
+  std::string bench_reference;
+  bench->add_option("--input", bench_inputs,
+                    "frame 0's inputs, as run's --input (X.npy, NAME=X.npy or ALL.npz; their shapes set the model's); "
+                    "the other frames and inputs without a file are random");
   bench
       ->add_option("--reference", bench_reference,
                    "check frame 0's outputs against this .npy, .npz or directory (as run's --reference; PCC)")
@@ -673,7 +655,7 @@ int main(int argc, char** argv) {
   if (*run)
     s = cmd_run(c, inputs, output, output_dir, reference);
   else if (*bench)
-    s = cmd_bench(c, iterations, bench_input, bench_reference, profile_path, interval_ms);
+    s = cmd_bench(c, iterations, bench_inputs, bench_reference, profile_path, interval_ms);
   else if (*compile) {
     Common cc;
     cc.shape = compile_shape;

@@ -45,21 +45,31 @@ std::string PipelineConfig::to_string() const {
 
 Pipeline::Pipeline(std::unique_ptr<Executor> executor) : executor_(std::move(executor)) {}
 
-Status Pipeline::compile(const Tensor& host_input) {
-  TS_RETURN_IF_ERROR(executor_->compile(host_input));
+Status Pipeline::compile(const Tensor& host_input) { return compile(Frame{host_input}); }
+
+Status Pipeline::compile(const Frame& host_frame) {
+  TS_RETURN_IF_ERROR(executor_->compile(host_frame));
   TS_ASSIGN_OR_RETURN(output_schema_, executor_->output_schema());
   return ok_status();
 }
 
 Status Pipeline::enqueue(std::span<const Tensor> host_inputs) {
-  for (const Tensor& t : host_inputs)
-    if (t.storage_type() != StorageType::HOST) return invalid_argument_error("All input tensors must be on host");
-  if (preallocated_ && host_inputs.size() > output_tensors_.size())
+  std::vector<Frame> frames;
+  frames.reserve(host_inputs.size());
+  for (const Tensor& t : host_inputs) frames.push_back({t});
+  return enqueue(std::span<const Frame>(frames));
+}
+
+Status Pipeline::enqueue(std::span<const Frame> host_frames) {
+  for (const Frame& f : host_frames)
+    for (const Tensor& t : f)
+      if (t.storage_type() != StorageType::HOST) return invalid_argument_error("All input tensors must be on host");
+  if (preallocated_ && host_frames.size() > output_tensors_.size())
     return invalid_argument_error("Number of inputs ({}) exceeds the number of pre-allocated output slots ({}).",
-                                  host_inputs.size(), output_tensors_.size());
+                                  host_frames.size(), output_tensors_.size());
   if (!preallocated_) output_tensors_.clear();
   const uint8_t cq = executor_->read_cq();
-  return executor_->execute(host_inputs, [&](size_t i, const ModelOutput& device_out) -> Status {
+  return executor_->execute(host_frames, [&](size_t i, const ModelOutput& device_out) -> Status {
     if (preallocated_) return read_into(device_out, output_tensors_[i], cq);
     TS_ASSIGN_OR_RETURN(ModelOutput host, read_new(device_out, cq));
     output_tensors_.push_back(std::move(host));
@@ -119,6 +129,14 @@ StatusOr<std::vector<std::vector<Tensor>>> Pipeline::pop_intermediates() {
 Status Pipeline::cleanup() { return executor_->cleanup(); }
 
 StatusOr<std::unique_ptr<Pipeline>> create_pipeline_from_config(const PipelineConfig& config, Model model,
+                                                                Device& device, const MemoryConfig& l1_config,
+                                                                const std::optional<MemoryConfig>& dram_input,
+                                                                const std::optional<MemoryConfig>& dram_output) {
+  return create_pipeline_from_config(config, as_multi_input(std::move(model)), device, l1_config, dram_input,
+                                     dram_output);
+}
+
+StatusOr<std::unique_ptr<Pipeline>> create_pipeline_from_config(const PipelineConfig& config, MultiInputModel model,
                                                                 Device& device, const MemoryConfig& l1_config,
                                                                 const std::optional<MemoryConfig>& dram_input,
                                                                 const std::optional<MemoryConfig>& dram_output) {

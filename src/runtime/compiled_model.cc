@@ -322,11 +322,11 @@ StatusOr<std::vector<double>> CompiledModel::op_times_us(std::span<const Tensor>
   return out;
 }
 
-cnn::Model CompiledModel::pipeline_model() {
-  return [this](const Tensor& input) -> StatusOr<cnn::ModelOutput> {
-    if (impl_->g.inputs.size() != 1)
-      return invalid_argument_error("the Pipeline feeds one input; the model takes {}", impl_->g.inputs.size());
-    const Tensor in[] = {input};
+cnn::MultiInputModel CompiledModel::pipeline_model() {
+  return [this](std::span<const Tensor> in) -> StatusOr<cnn::ModelOutput> {
+    if (in.size() != impl_->g.inputs.size())
+      return invalid_argument_error("a frame of {} input tensor(s); the model takes {} ({})", in.size(),
+                                    impl_->g.inputs.size(), fmt::join(input_names(), ", "));
     TS_ASSIGN_OR_RETURN(Outputs outs, run_with_intermediates(in));
     cnn::ModelOutput main;
     if (outs.outputs.size() == 1) {

@@ -15,8 +15,7 @@ struct InferenceQueue::PipelineState {
 InferenceQueue::InferenceQueue(CompiledModel& model, Device& device, Options options)
     : model_(model), device_(device), options_(options) {}
 
-StatusOr<std::unique_ptr<InferenceQueue>> InferenceQueue::start(CompiledModel& model, Device& device,
-                                                                 Options options) {
+StatusOr<std::unique_ptr<InferenceQueue>> InferenceQueue::start(CompiledModel& model, Device& device, Options options) {
   if (options.capacity == 0) return invalid_argument_error("InferenceQueue: capacity 0; expected at least 1");
   auto q = std::unique_ptr<InferenceQueue>(new InferenceQueue(model, device, options));
   q->thread_ = std::thread([p = q.get()] { p->loop(); });
@@ -101,21 +100,22 @@ InferenceQueue::Output InferenceQueue::run_one(uint64_t index, std::vector<Tenso
     pipeline_.reset();  // a failed run may leave the pipeline mid-frame: a fresh one for the next sample
     return std::move(out);
   };
-  if (inputs.size() == 1 && options_.use_pipeline) {
+  if (options_.use_pipeline) {
     if (!pipeline_) {
       pipeline_ = std::make_unique<PipelineState>();
-      auto pipe = cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2},
-                                                   model_.pipeline_model(), device_, DRAM_MEMORY_CONFIG,
-                                                   DRAM_MEMORY_CONFIG);
+      auto pipe =
+          cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2}, model_.pipeline_model(),
+                                           device_, DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG);
       if (!pipe.ok()) return fail(pipe.status());
       pipeline_->pipe = std::move(pipe).value();
     }
     cnn::Pipeline& p = *pipeline_->pipe;
     if (!pipeline_->compiled) {
-      if (Status s = p.compile(inputs[0]); !s.ok()) return fail(s);
+      if (Status s = p.compile(inputs); !s.ok()) return fail(s);
       pipeline_->compiled = true;
     }
-    if (Status s = p.enqueue(std::span<const Tensor>(inputs.data(), 1)); !s.ok()) return fail(s);
+    const cnn::Frame frame[] = {inputs};
+    if (Status s = p.enqueue(std::span<const cnn::Frame>(frame)); !s.ok()) return fail(s);
     auto outs = p.pop_all();
     if (!outs.ok()) return fail(outs.status());
     const cnn::ModelOutput& o = (*outs)[0];
@@ -149,8 +149,7 @@ void InferenceQueue::loop() {
       // memory); once stopping, it drains what was pushed regardless.
       can_run_.wait(lock, [&] {
         return (!inputs_.empty() && (outputs_.size() < options_.capacity || stopping_)) ||
-               (stopping_ && inputs_.empty()) ||
-               (options_.input_count && completed_ >= options_.input_count);
+               (stopping_ && inputs_.empty()) || (options_.input_count && completed_ >= options_.input_count);
       });
       if (inputs_.empty() || (options_.input_count && completed_ >= options_.input_count)) break;
       sample = std::move(inputs_.front());

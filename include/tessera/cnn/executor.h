@@ -26,6 +26,12 @@
 // is enqueued (see the reference's hazard note), and takes models with
 // several outputs (a persistent DRAM output each; the dram output config
 // must then be interleaved), where the original takes one.
+//
+// Several inputs: where the original feeds one tensor per frame, a Tessera
+// frame is the model's inputs in order (a MultiInputModel), each with its
+// own persistent DRAM and L1 input, written, resharded and captured in turn;
+// the memory configs apply to every input (interleaved configs for inputs
+// of different shapes).
 #pragma once
 
 #include <functional>
@@ -50,6 +56,13 @@ struct ModelOutput {
 
 // A model: the device L1 input tensor in, a tensor or nested list out.
 using Model = std::function<StatusOr<ModelOutput>(const Tensor& l1_input)>;
+// A model of several inputs: the device L1 inputs in, in the model's order.
+using MultiInputModel = std::function<StatusOr<ModelOutput>(std::span<const Tensor> l1_inputs)>;
+// A frame: one run's host inputs, in the model's input order.
+using Frame = std::vector<Tensor>;
+
+// `model` as a MultiInputModel of one input (INVALID_ARGUMENT for a frame of another size).
+MultiInputModel as_multi_input(Model model);
 
 // (shape, dtype, layout) per leaf, with the output's nesting.
 struct OutputSchema {
@@ -67,8 +80,10 @@ using OutputSink = std::function<Status(size_t index, const ModelOutput& output)
 class Executor {
  public:
   virtual ~Executor() = default;
-  virtual Status compile(const Tensor& host_input) = 0;
-  virtual Status execute(std::span<const Tensor> host_inputs, const OutputSink& sink) = 0;
+  // The compile run(s) on one frame; every later frame must match its
+  // tensors' count and specs.
+  virtual Status compile(std::span<const Tensor> host_frame) = 0;
+  virtual Status execute(std::span<const Frame> host_frames, const OutputSink& sink) = 0;
   virtual Status cleanup() = 0;
   // The queue outputs are read on.
   virtual uint8_t read_cq() const = 0;
@@ -77,16 +92,18 @@ class Executor {
   virtual Device& device() const = 0;
 };
 
-std::unique_ptr<Executor> make_model_executor(Model model, Device& device, MemoryConfig l1_input_memory_config);
-std::unique_ptr<Executor> make_traced_model_executor(Model model, Device& device, MemoryConfig dram_input_memory_config,
+std::unique_ptr<Executor> make_model_executor(MultiInputModel model, Device& device,
+                                              MemoryConfig l1_input_memory_config);
+std::unique_ptr<Executor> make_traced_model_executor(MultiInputModel model, Device& device,
+                                                     MemoryConfig dram_input_memory_config,
                                                      MemoryConfig l1_input_memory_config);
-std::unique_ptr<Executor> make_multi_cq_model_overlapped_input_executor(Model model, Device& device,
+std::unique_ptr<Executor> make_multi_cq_model_overlapped_input_executor(MultiInputModel model, Device& device,
                                                                         MemoryConfig dram_input_memory_config,
                                                                         MemoryConfig l1_input_memory_config);
-std::unique_ptr<Executor> make_multi_cq_traced_model_overlapped_input_executor(Model model, Device& device,
+std::unique_ptr<Executor> make_multi_cq_traced_model_overlapped_input_executor(MultiInputModel model, Device& device,
                                                                                MemoryConfig dram_input_memory_config,
                                                                                MemoryConfig l1_input_memory_config);
-std::unique_ptr<Executor> make_multi_cq_traced_model_pipelined_io_executor(Model model, Device& device,
+std::unique_ptr<Executor> make_multi_cq_traced_model_pipelined_io_executor(MultiInputModel model, Device& device,
                                                                            MemoryConfig dram_input_memory_config,
                                                                            MemoryConfig l1_input_memory_config,
                                                                            MemoryConfig dram_output_memory_config);

@@ -10,6 +10,10 @@
 //   TS_ASSIGN_OR_RETURN(auto outputs, pipe->pop_all());
 //   TS_RETURN_IF_ERROR(pipe->cleanup());
 //
+// A model of several inputs (a MultiInputModel, e.g. CompiledModel's
+// pipeline_model) takes frames instead: compile(frame), enqueue(frames),
+// each frame the model's host inputs in order.
+//
 // Executor selection and its errors follow the original (reference section
 // 1.2): 1 queue -> traced or plain; 2 queues -> overlapped input (traced or
 // not) or, with all_transfers_on_separate_command_queue, pipelined I/O
@@ -39,10 +43,13 @@ class Pipeline {
  public:
   explicit Pipeline(std::unique_ptr<Executor> executor);
 
-  Status compile(const Tensor& host_input);
+  Status compile(const Tensor& host_input);  // a frame of one input
+  Status compile(const Frame& host_frame);
   // Host tensors only ("All input tensors must be on host"). Enqueues the
-  // writes, replays and reads of every input; results are valid after pop_all.
+  // writes, replays and reads of every input (one frame each) or frame;
+  // results are valid after pop_all.
   Status enqueue(std::span<const Tensor> host_inputs);
+  Status enqueue(std::span<const Frame> host_frames);
   // Host output slots reused by every later enqueue (needs compile()).
   Status preallocate_output_tensors_on_host(size_t n);
   // Synchronises the device and returns the outputs of the last enqueue, in
@@ -69,6 +76,11 @@ class Pipeline {
   std::optional<OutputSchema> output_schema_;
 };
 
+StatusOr<std::unique_ptr<Pipeline>> create_pipeline_from_config(
+    const PipelineConfig& config, MultiInputModel model, Device& device, const MemoryConfig& l1_input_memory_config,
+    const std::optional<MemoryConfig>& dram_input_memory_config = std::nullopt,
+    const std::optional<MemoryConfig>& dram_output_memory_config = std::nullopt);
+// A model of one input.
 StatusOr<std::unique_ptr<Pipeline>> create_pipeline_from_config(
     const PipelineConfig& config, Model model, Device& device, const MemoryConfig& l1_input_memory_config,
     const std::optional<MemoryConfig>& dram_input_memory_config = std::nullopt,

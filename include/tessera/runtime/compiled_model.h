@@ -3,7 +3,7 @@
 //   TS_ASSIGN_OR_RETURN(auto g, importer::import_onnx("resnet50.onnx"));
 //   TS_ASSIGN_OR_RETURN(auto model, runtime::CompiledModel::compile(std::move(g), *device, {}));
 //   TS_ASSIGN_OR_RETURN(auto outs, model->run({device_input}));        // or:
-//   cnn::Model m = model->pipeline_model();                            // for the Pipeline
+//   cnn::MultiInputModel m = model->pipeline_model();                  // for the Pipeline
 //
 // Compile runs the passes (graph/passes.h), assigns layouts (4D images
 // live as NHWC on the device; an NCHW view is made only where an op needs
@@ -181,12 +181,13 @@ class CompiledModel {
   StatusOr<std::vector<double>> op_times_us(std::span<const Tensor> inputs, int runs = 3);
   // The values CompileOptions::intermediates_to_save matched, in graph order.
   std::vector<std::string> intermediate_names() const;
-  // For the Pipeline: one-input models; the output is a tensor, or a list
-  // when the graph has several outputs. With intermediates_to_save, the list
+  // For the Pipeline: each frame is the model's inputs in input_names()
+  // order; the output is a tensor, or a list when the graph has several
+  // outputs. With intermediates_to_save, the list
   // [that, taps] (taps: a list, in intermediate_names() order), which a
   // Pipeline with split_intermediates(true) splits into its outputs and its
   // intermediates queue.
-  cnn::Model pipeline_model();
+  cnn::MultiInputModel pipeline_model();
 
   const std::vector<std::vector<int64_t>>& input_shapes() const;
   const std::vector<std::vector<int64_t>>& output_shapes() const;

@@ -9,9 +9,9 @@
 //   if (!out.status.ok()) ...                            // this sample's error, never lost
 //   TS_RETURN_IF_ERROR(q->stop());                       // runs what was pushed, then joins
 //
-// A one-input model runs through the traced two-queue Pipeline (the input
-// written on queue 1 while queue 0 replays the trace); a model with several
-// inputs through CompiledModel::run. A sample that fails yields an Output
+// Each sample (all of the model's inputs) runs through the traced two-queue
+// Pipeline as one frame (its inputs written on queue 1 while queue 0
+// replays the trace). A sample that fails yields an Output
 // with its error and the loop goes on with the next (the Pipeline rebuilt).
 // push blocks while `capacity` samples wait; pop blocks until an output is
 // ready, and returns OUT_OF_RANGE once the loop has finished (input_count
@@ -37,7 +37,7 @@ class InferenceQueue {
   struct Options {
     uint64_t input_count = 1;  // samples the loop runs before it finishes; 0: until stop()
     size_t capacity = 16;      // samples waiting before push blocks
-    bool use_pipeline = true;  // one-input models: the traced two-queue Pipeline (false: CompiledModel::run)
+    bool use_pipeline = true;  // the traced two-queue Pipeline (false: CompiledModel::run)
   };
   struct Output {
     uint64_t index = 0;           // the sample's position in push order, from 0
