@@ -7,11 +7,11 @@
 namespace tessera {
 
 namespace {
-constexpr std::string_view kNames[] = {"identity", "relu", "relu6",      "silu",       "gelu",        "sigmoid",
-                                       "tanh",     "leaky_relu", "hardswish", "hardsigmoid", "mish", "exp",
-                                       "sqrt",     "elu",  "erf",        "neg",        "abs",         "reciprocal",
-                                       "gelu_tanh"};
-static_assert(std::size(kNames) == static_cast<size_t>(UnaryOpType::GELU_TANH) + 1);
+constexpr std::string_view kNames[] = {"identity",  "relu",       "relu6",     "silu",        "gelu", "sigmoid",
+                                       "tanh",      "leaky_relu", "hardswish", "hardsigmoid", "mish", "exp",
+                                       "sqrt",      "elu",        "erf",       "neg",         "abs",  "reciprocal",
+                                       "gelu_tanh", "log",        "pow"};
+static_assert(std::size(kNames) == static_cast<size_t>(UnaryOpType::POW) + 1);
 }  // namespace
 
 std::string_view unary_op_name(UnaryOpType op) { return kNames[static_cast<int>(op)]; }
@@ -32,14 +32,19 @@ bool is_transcendental(UnaryOpType op) {
     case UnaryOpType::EXP:
     case UnaryOpType::ELU:
     case UnaryOpType::ERF:
-    case UnaryOpType::GELU_TANH: return true;
-    default: return false;
+    case UnaryOpType::GELU_TANH:
+    case UnaryOpType::LOG:
+    case UnaryOpType::POW:
+      return true;
+    default:
+      return false;
   }
 }
 
 std::string activation_name(const UnaryWithParam& a) {
   std::string s(unary_op_name(a.op));
-  if (a.op == UnaryOpType::LEAKY_RELU || a.op == UnaryOpType::ELU) s += fmt::format("({})", a.param);
+  if (a.op == UnaryOpType::LEAKY_RELU || a.op == UnaryOpType::ELU || a.op == UnaryOpType::POW)
+    s += fmt::format("({})", a.param);
   if (a.has_affine()) s += fmt::format("*{}+{}", a.scale, a.shift);
   return s;
 }
@@ -48,26 +53,49 @@ namespace {
 
 double apply_plain(const UnaryWithParam& a, double x) {
   switch (a.op) {
-    case UnaryOpType::IDENTITY: return x;
-    case UnaryOpType::RELU: return x < 0 ? 0 : x;
-    case UnaryOpType::RELU6: return x < 0 ? 0 : x > 6 ? 6 : x;
-    case UnaryOpType::SILU: return x / (1 + std::exp(-x));
-    case UnaryOpType::GELU: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    case UnaryOpType::SIGMOID: return 1 / (1 + std::exp(-x));
-    case UnaryOpType::TANH: return std::tanh(x);
-    case UnaryOpType::LEAKY_RELU: return x >= 0 ? x : a.param * x;
-    case UnaryOpType::HARDSWISH: return x * std::fmin(std::fmax(x + 3, 0.0), 6.0) / 6;
+    case UnaryOpType::IDENTITY:
+      return x;
+    case UnaryOpType::RELU:
+      return x < 0 ? 0 : x;
+    case UnaryOpType::RELU6:
+      return x < 0 ? 0 : x > 6 ? 6 : x;
+    case UnaryOpType::SILU:
+      return x / (1 + std::exp(-x));
+    case UnaryOpType::GELU:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case UnaryOpType::SIGMOID:
+      return 1 / (1 + std::exp(-x));
+    case UnaryOpType::TANH:
+      return std::tanh(x);
+    case UnaryOpType::LEAKY_RELU:
+      return x >= 0 ? x : a.param * x;
+    case UnaryOpType::HARDSWISH:
+      return x * std::fmin(std::fmax(x + 3, 0.0), 6.0) / 6;
     // fmin / fmax drop a NaN operand; ONNX and PyTorch keep it.
-    case UnaryOpType::HARDSIGMOID: return std::isnan(x) ? x : std::fmin(std::fmax(x / 6 + 0.5, 0.0), 1.0);
-    case UnaryOpType::MISH: return x * std::tanh(std::log1p(std::exp(x)));
-    case UnaryOpType::EXP: return std::exp(x);
-    case UnaryOpType::SQRT: return std::sqrt(x);
-    case UnaryOpType::ELU: return x < 0 ? a.param * std::expm1(x) : x;
-    case UnaryOpType::ERF: return std::erf(x);
-    case UnaryOpType::NEG: return -x;
-    case UnaryOpType::ABS: return std::fabs(x);
-    case UnaryOpType::RECIPROCAL: return 1 / x;
-    case UnaryOpType::GELU_TANH: return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case UnaryOpType::HARDSIGMOID:
+      return std::isnan(x) ? x : std::fmin(std::fmax(x / 6 + 0.5, 0.0), 1.0);
+    case UnaryOpType::MISH:
+      return x * std::tanh(std::log1p(std::exp(x)));
+    case UnaryOpType::EXP:
+      return std::exp(x);
+    case UnaryOpType::SQRT:
+      return std::sqrt(x);
+    case UnaryOpType::ELU:
+      return x < 0 ? a.param * std::expm1(x) : x;
+    case UnaryOpType::ERF:
+      return std::erf(x);
+    case UnaryOpType::NEG:
+      return -x;
+    case UnaryOpType::ABS:
+      return std::fabs(x);
+    case UnaryOpType::RECIPROCAL:
+      return 1 / x;
+    case UnaryOpType::GELU_TANH:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case UnaryOpType::LOG:
+      return std::log(x);
+    case UnaryOpType::POW:
+      return std::pow(x, double{a.param});
   }
   return x;
 }

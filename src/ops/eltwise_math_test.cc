@@ -6,14 +6,15 @@
 // (arithmetic, relu, relu6, leaky_relu, sqrt) match bit for bit; the AVX-512
 // and AVX2 transcendental activations are within 1e-6 + 1e-6 |ref| in
 // float32 and within one bfloat16 ulp (2^-7 |ref| + 1e-6) in bfloat16.
+#include <bit>
 #include <cmath>
 #include <limits>
 
 #include "tessera/base/cpu_features.h"
+#include "tessera/device/profiler.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/ops/eltwise.h"
 #include "tessera/ops/reference.h"
-#include "tessera/device/profiler.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -30,8 +31,10 @@ bool exact_op(UnaryOpType op) {
     case UnaryOpType::SQRT:
     case UnaryOpType::NEG:
     case UnaryOpType::ABS:
-    case UnaryOpType::RECIPROCAL: return true;
-    default: return false;
+    case UnaryOpType::RECIPROCAL:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -46,9 +49,12 @@ void expect_close(const Tensor& got, const Tensor& want, bool exact, DataType dt
 
 std::vector<UnaryWithParam> all_activations() {
   std::vector<UnaryWithParam> v;
-  for (int i = 0; i <= static_cast<int>(UnaryOpType::GELU_TANH); ++i) {
+  for (int i = 0; i <= static_cast<int>(UnaryOpType::POW); ++i) {
     const auto op = static_cast<UnaryOpType>(i);
-    v.push_back({op, op == UnaryOpType::LEAKY_RELU ? 0.01f : op == UnaryOpType::ELU ? 1.5f : 0.0f});
+    v.push_back({op, op == UnaryOpType::LEAKY_RELU ? 0.01f
+                     : op == UnaryOpType::ELU      ? 1.5f
+                     : op == UnaryOpType::POW      ? 2.5f
+                                                   : 0.0f});
   }
   return v;
 }
@@ -93,9 +99,17 @@ TEST(Unary, EveryActivationMatchesReference) {
 TEST(Unary, SigmoidFamilyAtExtremes) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> v = {-inf, -1000.0f, -104.0f, -100.0f, -88.5f, -88.2f, -87.5f, -87.2f, -20.0f, -1e-3f, -0.0f,
-                          0.0f, 1e-3f,    20.0f,   87.2f,   87.5f,  88.2f,  88.5f,  100.0f, 1000.0f, inf,
-                          std::numeric_limits<float>::quiet_NaN()};
+  std::vector<float> v = {-inf,    -1000.0f,
+                          -104.0f, -100.0f,
+                          -88.5f,  -88.2f,
+                          -87.5f,  -87.2f,
+                          -20.0f,  -1e-3f,
+                          -0.0f,   0.0f,
+                          1e-3f,   20.0f,
+                          87.2f,   87.5f,
+                          88.2f,   88.5f,
+                          100.0f,  1000.0f,
+                          inf,     std::numeric_limits<float>::quiet_NaN()};
   v.resize(32, 0.5f);
   for (KernelIsa isa : kIsas) {
     set_kernel_isa_limit(isa);
@@ -114,6 +128,56 @@ TEST(Unary, SigmoidFamilyAtExtremes) {
           EXPECT_EQ(got[i], ref[i]) << "x = " << v[i];
         } else {
           EXPECT_NEAR(got[i], ref[i], 1e-6 + 1e-6 * std::fabs(ref[i])) << "x = " << v[i];
+        }
+      }
+    }
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
+// log and pow (by exponents of every kind: odd, even and negative integers,
+// fractions, 0) on C's special values and edges: zeros of both signs,
+// infinities, NaN, denormals, 1, negatives, and results past float32's
+// range; NaN where C's pow / log give NaN, the same infinities and zeros
+// (signs included), else within (|p ln|x|| + 4) 2^-23 of the reference.
+TEST(Unary, LogAndPowAtTheEdges) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v = {0.0f,       -0.0f,      inf,      -inf,    std::numeric_limits<float>::quiet_NaN(),
+                          1.0f,       -1.0f,      1e-40f,   -3e-39f, 1.17e-38f,
+                          2.0f,       -2.0f,      0.5f,     -0.5f,   3.0f,
+                          -3.0f,      1e20f,      -1e20f,   1e-20f,  -1e-20f,
+                          1.0000001f, 0.9999999f, 123.456f, 7e-5f};
+  for (int i = 0; i < 40; ++i)
+    v.push_back(std::ldexp(1.0f + 0.37f * static_cast<float>(i % 7), i - 20) * (i % 3 ? 1 : -1));
+  const size_t n = v.size();
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
+    for (UnaryWithParam act : {UnaryWithParam{UnaryOpType::LOG}, UnaryWithParam{UnaryOpType::POW, 3.0f},
+                               UnaryWithParam{UnaryOpType::POW, 6.0f}, UnaryWithParam{UnaryOpType::POW, -3.0f},
+                               UnaryWithParam{UnaryOpType::POW, 1.5f}, UnaryWithParam{UnaryOpType::POW, -0.25f},
+                               UnaryWithParam{UnaryOpType::POW, 1.0f / 3}, UnaryWithParam{UnaryOpType::POW, 0.0f},
+                               UnaryWithParam{UnaryOpType::POW, 7.5f}, UnaryWithParam{UnaryOpType::POW, -5.0f}}) {
+      SCOPED_TRACE(fmt::format("{} isa={}", activation_name(act), kernel_isa_name(kernel_isa())));
+      Tensor h = Tensor::from_vector(v, Shape{1, static_cast<uint32_t>(n)}, DataType::FLOAT32).value();
+      ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor y, unary(d, act));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, y.cpu().value().to_vector());
+      for (size_t i = 0; i < n; ++i) {
+        const double x = v[i];
+        const double want = act.op == UnaryOpType::LOG ? std::log(x) : std::pow(x, double{act.param});
+        const float w = static_cast<float>(want);
+        if (std::isnan(w)) {
+          EXPECT_TRUE(std::isnan(got[i])) << "x = " << v[i] << ": " << got[i];
+        } else if (std::isinf(w) || w == 0.0f) {
+          EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(w)) << "x = " << v[i] << ": " << got[i];
+        } else {
+          const double lnx = std::fabs(std::log(std::fabs(x)));
+          const double bound = act.op == UnaryOpType::LOG ? 2e-7 * std::fabs(want) + 1e-7 * (lnx == 0 ? 1 : 0)
+                               : act.param == 0           ? 0
+                                                : (std::fabs(act.param) * lnx + 4) * 0x1p-23 * std::fabs(want);
+          // (A denormal result keeps fewer bits: one ulp of the smallest normal.)
+          EXPECT_NEAR(got[i], want, bound + 0x1p-149 * 2) << "x = " << v[i];
         }
       }
     }
@@ -146,10 +210,12 @@ TEST(Unary, EveryBfloat16ValueThroughEachTranscendental) {
       int failures = 0;
       for (size_t i = 0; i < v.size() && failures < 10; ++i) {
         bool ok;
-        if (std::isnan(ref[i])) ok = std::isnan(got[i]);
+        if (std::isnan(ref[i]))
+          ok = std::isnan(got[i]);
         else if (std::isinf(ref[i]) || std::isinf(got[i]))
           ok = got[i] == ref[i] || std::fabs(std::isinf(got[i]) ? ref[i] : got[i]) >= max_bf16;
-        else ok = std::fabs(got[i] - ref[i]) <= 1e-6 + std::ldexp(std::fabs(ref[i]), -7);
+        else
+          ok = std::fabs(got[i] - ref[i]) <= 1e-6 + std::ldexp(std::fabs(ref[i]), -7);
         if (!ok) ++failures;
         EXPECT_TRUE(ok) << "x = " << v[i] << ": " << got[i] << " against " << ref[i];
       }
@@ -211,8 +277,8 @@ TEST(Unary, NanPropagatesThroughEveryActivation) {
   for (KernelIsa isa : kIsas) {
     set_kernel_isa_limit(isa);
     for (const UnaryWithParam& act : all_activations()) {
-      ASSERT_OK_AND_ASSIGN(Tensor d, to_device(Tensor::from_vector({NAN, 1.0f}, Shape{2}, DataType::FLOAT32).value(),
-                                               *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor d,
+                           to_device(Tensor::from_vector({NAN, 1.0f}, Shape{2}, DataType::FLOAT32).value(), *dev));
       ASSERT_OK_AND_ASSIGN(Tensor y, unary(d, act));
       EXPECT_TRUE(std::isnan(y.cpu().value().to_vector().value()[0]))
           << unary_op_name(act.op) << " " << kernel_isa_name(kernel_isa());
@@ -230,7 +296,8 @@ TEST(Binary, SameShapeEveryOpDtypeAndConfig) {
     set_kernel_isa_limit(isa);
     const bool vector = kernel_isa() != KernelIsa::kScalar;
     for (BinaryOpType op : kBinaryOps)
-      for (UnaryWithParam act : {UnaryWithParam{}, UnaryWithParam{UnaryOpType::RELU}, UnaryWithParam{UnaryOpType::SILU}})
+      for (UnaryWithParam act :
+           {UnaryWithParam{}, UnaryWithParam{UnaryOpType::RELU}, UnaryWithParam{UnaryOpType::SILU}})
         for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16, DataType::BFLOAT4_B})
           for (Layout layout : {Layout::ROW_MAJOR, Layout::TILE}) {
             if (is_block_float(dt) && layout == Layout::ROW_MAJOR) continue;
@@ -260,11 +327,17 @@ TEST(Binary, BroadcastingMatchesReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   ASSERT_OK_AND_ASSIGN(auto wh, open_device({.descriptor = "wormhole_b0"}));
   const BroadcastCase cases[] = {
-      {Shape{2, 3, 5, 7}, Shape{7}},          {Shape{2, 3, 5, 7}, Shape{1, 3, 1, 7}}, {Shape{1, 1, 6, 16}, Shape{1, 1, 1, 16}},
-      {Shape{4, 1, 9}, Shape{1, 5, 1}},       {Shape{2, 3, 5, 7}, Shape{2, 3, 5, 1}}, {Shape{1}, Shape{3, 4}},
-      {Shape{1, 1, 37, 1100}, Shape{1100}},   {Shape{3, 1}, Shape{1, 1, 2, 3, 4}},
+      {Shape{2, 3, 5, 7}, Shape{7}},
+      {Shape{2, 3, 5, 7}, Shape{1, 3, 1, 7}},
+      {Shape{1, 1, 6, 16}, Shape{1, 1, 1, 16}},
+      {Shape{4, 1, 9}, Shape{1, 5, 1}},
+      {Shape{2, 3, 5, 7}, Shape{2, 3, 5, 1}},
+      {Shape{1}, Shape{3, 4}},
+      {Shape{1, 1, 37, 1100}, Shape{1100}},
+      {Shape{3, 1}, Shape{1, 1, 2, 3, 4}},
       // A scalar operand (the same-shape kernel over the other's pages).
-      {Shape{2, 3, 5, 7}, Shape{1}},          {Shape{1, 1, 300, 1}, Shape{1, 1, 1, 1}},
+      {Shape{2, 3, 5, 7}, Shape{1}},
+      {Shape{1, 1, 300, 1}, Shape{1, 1, 1, 1}},
       {Shape{1, 1, 300, 300}, Shape{1, 1}},
   };
   for (KernelIsa isa : kIsas) {
@@ -305,9 +378,11 @@ TEST(Binary, BroadcastRowKernel) {
                                                  {Shape{1, 30, 40, 1}, "any_mul_broadcast__avx512"}};
   for (const auto& [bs, name] : cases) {
     ASSERT_OK(enable_profiler(*dev));
-    ASSERT_OK_AND_ASSIGN(Tensor a, to_device(testing::random_tensor(Shape{1, 30, 40, 24}, DataType::FLOAT32,
-                                                                    Layout::ROW_MAJOR, 5), *dev));
-    ASSERT_OK_AND_ASSIGN(Tensor b, to_device(testing::random_tensor(bs, DataType::FLOAT32, Layout::ROW_MAJOR, 6), *dev));
+    ASSERT_OK_AND_ASSIGN(
+        Tensor a,
+        to_device(testing::random_tensor(Shape{1, 30, 40, 24}, DataType::FLOAT32, Layout::ROW_MAJOR, 5), *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor b,
+                         to_device(testing::random_tensor(bs, DataType::FLOAT32, Layout::ROW_MAJOR, 6), *dev));
     ASSERT_OK(mul(a, b).status());
     ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
     ASSERT_EQ(prof.ops.size(), 1u);
@@ -325,8 +400,8 @@ TEST(Binary, BroadcastIntoShardedOperand) {
   const Shape act_shape{1, 1, 96, 64};
   Tensor ha = testing::random_tensor(act_shape, DataType::BFLOAT16, Layout::ROW_MAJOR, 5);
   Tensor hb = testing::random_tensor(Shape{1, 1, 1, 64}, DataType::BFLOAT16, Layout::ROW_MAJOR, 6);
-  MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
-                                     CoreRange({0, 0}, {2, 0}), 32, 64);
+  MemoryConfig hs =
+      testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1, CoreRange({0, 0}, {2, 0}), 32, 64);
   ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *wh, hs));
   ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *wh, L1_MEMORY_CONFIG));
   ASSERT_OK_AND_ASSIGN(Tensor y, mul(a, b));
@@ -347,14 +422,15 @@ TEST(Binary, Errors) {
   ASSERT_OK_AND_ASSIGN(auto other, open_device({}));
   Tensor h = testing::random_tensor(Shape{4, 8}, DataType::FLOAT32, Layout::ROW_MAJOR, 1);
   ASSERT_OK_AND_ASSIGN(Tensor a, to_device(h, *dev));
-  ASSERT_OK_AND_ASSIGN(Tensor b, to_device(testing::random_tensor(Shape{8}, DataType::FLOAT32, Layout::ROW_MAJOR, 1),
-                                           *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor b,
+                       to_device(testing::random_tensor(Shape{8}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
   ASSERT_OK_AND_ASSIGN(Tensor c, to_device(h, *other));
   EXPECT_ERROR(sub(a, c), StatusCode::kInvalidArgument, "sub: a and b are on different devices");
   EXPECT_ERROR(div(a, h), StatusCode::kInvalidArgument, "div: b must be a device tensor");
-  MemoryConfig hs = testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1,
-                                     CoreRange({0, 0}, {0, 0}), 4, 8);
-  EXPECT_ERROR(mul(a, b, {.memory_config = hs}), StatusCode::kUnimplemented, "mul: a broadcast output must be interleaved");
+  MemoryConfig hs =
+      testing::sharded(TensorMemoryLayout::HEIGHT_SHARDED, BufferType::L1, CoreRange({0, 0}, {0, 0}), 4, 8);
+  EXPECT_ERROR(mul(a, b, {.memory_config = hs}), StatusCode::kUnimplemented,
+               "mul: a broadcast output must be interleaved");
   EXPECT_ERROR(add(a, b, {.dtype = DataType::INT32}), StatusCode::kInvalidArgument,
                "add: expected a floating output dtype, found int32");
   EXPECT_ERROR(unary(a, {UnaryOpType::EXP}, {.dtype = DataType::UINT8}), StatusCode::kInvalidArgument,

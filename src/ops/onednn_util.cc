@@ -51,7 +51,9 @@ bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {
     case UnaryOpType::GELU_TANH: po.append_eltwise(1.f, A::eltwise_gelu_tanh, 0.f, 0.f); return true;
     // No erf in oneDNN 2.6's eltwise; its pow(x, -1) is not 1 / x rounded once.
     case UnaryOpType::ERF:
-    case UnaryOpType::RECIPROCAL: return false;
+    case UnaryOpType::RECIPROCAL:
+    case UnaryOpType::LOG:  // (Tessera's own log and pow, for the same results on every path)
+    case UnaryOpType::POW: return false;
   }
   return false;
 }

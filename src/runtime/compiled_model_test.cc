@@ -535,12 +535,12 @@ TEST(CompiledModel, WrittenOutLayerNormFusesIntoOneDeviceOp) {
 }
 
 // Pow by the constants 1, 2, -1 and 0.5 (bit for bit C's pow: a copy,
-// x * x, 1 / x, sqrt(x + 0)), 3, 4, -2 and -0.5 (two roundings) runs on the
-// device; by 1.5 it stays a host fallback. Zeros from the Relu give pow's
+// x * x, 1 / x, sqrt(x + 0)), 3, 4, -2 and -0.5 (two roundings), and 1.5,
+// -2.5 (e^(p ln x)) runs on the device. Zeros from the Relu give pow's
 // infinities.
 TEST(CompiledModel, PowByCommonConstantsRunsOnTheDevice) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  for (float exponent : {2.0f, 1.0f, -1.0f, 3.0f, -2.0f, 0.5f, -0.5f, 4.0f, 1.5f}) {
+  for (float exponent : {2.0f, 1.0f, -1.0f, 3.0f, -2.0f, 0.5f, -0.5f, 4.0f, 1.5f, -2.5f}) {
     SCOPED_TRACE(exponent);
     testing_onnx::ModelBuilder b(13);
     b.input("x", {2, 4, 3, 5});
@@ -552,18 +552,22 @@ TEST(CompiledModel, PowByCommonConstantsRunsOnTheDevice) {
     const graph::HostTensor x = input_for({2, 4, 3, 5}, 5);
     const auto want = reference(g, x);
     ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
-    EXPECT_EQ(model->report().fallbacks.size(), exponent == 1.5f ? 1u : 0u) << model->report().to_string();
+    EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
     const Tensor xs[] = {device_input(x, *dev)};
     ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
     ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
-    if (exponent == 3.0f || exponent == -2.0f || exponent == 4.0f || exponent == -0.5f) {
+    if (exponent == 3.0f || exponent == -2.0f || exponent == 4.0f || exponent == -0.5f || exponent == 1.5f ||
+        exponent == -2.5f) {
       ASSERT_EQ(got.size(), want[0].f.size());
+      const bool general = exponent == 1.5f || exponent == -2.5f;
       for (size_t k = 0; k < got.size(); ++k) {
         const float w = want[0].f[k];
-        if (std::isinf(w))
+        // (e^(p ln x): within (|p ln x| + 4) 2^-23, and p ln x = ln w.)
+        const double rel = general ? (std::fabs(std::log(std::fabs(w))) + 4) * 0x1p-23 : 2e-7;
+        if (std::isinf(w) || w == 0.0f)
           EXPECT_EQ(got[k], w) << k;
         else
-          EXPECT_NEAR(got[k], w, 2e-7 * std::fabs(w)) << k;
+          EXPECT_NEAR(got[k], w, rel * std::fabs(w)) << k;
       }
     } else {
       EXPECT_EQ(got, want[0].f);
@@ -593,6 +597,35 @@ TEST(CompiledModel, PowByCommonConstantsRunsOnTheDevice) {
       continue;
     }
     EXPECT_EQ(std::bit_cast<uint32_t>(got[k]), std::bit_cast<uint32_t>(want[0].f[k])) << k;
+  }
+}
+
+// Log runs on the device: within 2^-22 relative of the reference (1e-7
+// absolute near 1), -inf at 0 and NaN for negatives as C's log.
+TEST(CompiledModel, LogRunsOnTheDevice) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {2, 4, 3, 5});
+  b.node("Log", {"x"}, {"y"});
+  b.output("y");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  graph::HostTensor x = input_for({2, 4, 3, 5}, 9);
+  x.f[0] = 0.0f, x.f[1] = -0.0f, x.f[2] = INFINITY, x.f[3] = NAN, x.f[4] = 1e-40f, x.f[5] = 1.0f;
+  const auto want = reference(g, x);
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
+  const Tensor xs[] = {device_input(x, *dev)};
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
+  ASSERT_EQ(got.size(), want[0].f.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    const float w = want[0].f[k];
+    if (std::isnan(w))
+      EXPECT_TRUE(std::isnan(got[k])) << k;
+    else if (std::isinf(w))
+      EXPECT_EQ(got[k], w) << k;
+    else
+      EXPECT_NEAR(got[k], w, 0x1p-22 * std::fabs(w) + 1e-7) << k;
   }
 }
 

@@ -67,23 +67,23 @@ Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
   return ok_status();
 }
 
-// Pow by the constant 2 (a variance, an L2 norm) is x * x on the device,
-// bit for bit what powf gives; other exponents run on the host.
-// Pow by a constant integer exponent the device computes as C's pow does up
-// to rounding: 1 (a copy), 2 (x * x, bit for bit powf's), 3 (x * x * x), -1
-// (1 / x, correctly rounded as pow) and -2 (1 / (x * x)). Others, 0.5
-// among them (sqrt differs from pow at -0 and -Inf), stay host fallbacks.
+// Pow by a constant exponent. The common ones the device computes as C's
+// pow does up to rounding: 1 (a copy), 2 (x * x, bit for bit powf's), 3
+// (x * x * x), 4, -1 (1 / x, correctly rounded as pow), -2 (1 / (x * x)),
+// +-0.5 (sqrt(x + 0)); any other with the pow activation (activation.h:
+// e^(p ln|x|), C's pow at the edges).
 Status CompiledModel::Impl::lower_pow(const Node& n) {
   const int x = n.inputs[0], e = n.inputs.size() > 1 ? n.inputs[1] : -1, y = n.outputs[0];
   if (e < 0 || !g.is_constant(e) || g.value(e).constant->size() != 1 || g.is_constant(x)) return not_covered(n);
   const double p = g.value(e).constant->at(0);
+  if (!std::isfinite(p)) return not_covered(n);  // (x^inf and x^NaN: |x| = 1 gives 1, which e^(p ln|x|) does not)
   if (p == 2.0) {
     Node square = n;
     square.inputs = {x, x};
     return lower_binary(square, BinaryOpType::MUL);
   }
-  if (p != 1.0 && p != 3.0 && p != 4.0 && p != -1.0 && p != -2.0 && p != 0.5 && p != -0.5) return not_covered(n);
   nhwc[static_cast<size_t>(y)] = nhwc[static_cast<size_t>(x)];
+  const bool common = p == 1.0 || p == 3.0 || p == 4.0 || p == -1.0 || p == -2.0 || p == 0.5 || p == -0.5;
   // x ** +-0.5: sqrt(x + 0), so that -0 gives +0 as C's pow does (sqrt keeps
   // the sign of zero); the add and the sqrt are one launch. -inf gives NaN,
   // as PyTorch's pow(x, 0.5) does (C's pow gives +inf).
@@ -95,7 +95,9 @@ Status CompiledModel::Impl::lower_pow(const Node& n) {
     TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
     const EltwiseParams ep{.dtype = out_dtype(y), .cq_id = cq};
     Tensor out;
-    if (zero) {
+    if (!common) {
+      TS_ASSIGN_OR_RETURN(out, unary(in, {UnaryOpType::POW, static_cast<float>(p)}, ep));
+    } else if (zero) {
       const EltwiseParams root{
           .dtype = p > 0 ? out_dtype(y) : std::nullopt, .activation = UnaryWithParam{UnaryOpType::SQRT}, .cq_id = cq};
       TS_ASSIGN_OR_RETURN(out, add(in, *zero, root));

@@ -42,6 +42,7 @@ constexpr OpTraits kOpTraits[] = {
     {"InstanceNormalization", &I::lower_instance_norm, true, false, kAfterFirst},
     {"LayerNormalization", &I::lower_layer_norm, false, false, kAfterFirst},
     {"LeakyRelu", &I::lower_unary, true},
+    {"Log", &I::lower_unary, true},
     {"MatMul", &I::lower_matmul},
     {"MaxPool", &I::lower_pool, true},
     {"Mish", &I::lower_unary, true},
@@ -133,6 +134,7 @@ std::optional<UnaryWithParam> device_unary(const Graph& g, const Node& n) {
                                                            {"Neg", UnaryOpType::NEG},
                                                            {"Abs", UnaryOpType::ABS},
                                                            {"Reciprocal", UnaryOpType::RECIPROCAL},
+                                                           {"Log", UnaryOpType::LOG},
                                                            {"Identity", UnaryOpType::IDENTITY},
                                                            {"Dropout", UnaryOpType::IDENTITY}};
   if (auto it = plain.find(n.op_type); it != plain.end() && n.outputs.size() == 1) return UnaryWithParam{it->second};

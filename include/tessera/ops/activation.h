@@ -12,6 +12,12 @@
 //   elu         x < 0 ? param * (e^x - 1) : x (ONNX's alpha; -0 stays -0)
 //   erf, neg, abs, reciprocal (1 / x)
 //   gelu_tanh   x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (torch's approximate='tanh')
+//   log         ln x (0 gives -inf, negatives NaN)
+//   pow         x^param, C's pow at every edge (a negative x gives NaN
+//               unless param is an integer; +-0 and +-inf give 0 or inf;
+//               pow(x, 0) is 1, NaN included). The vector kernels compute
+//               e^(param ln|x|) in float32: relative error within
+//               (|param ln|x|| + 4) 2^-23.
 // then, with an affine, y * scale + shift in the same pass (a learnable
 // affine after the activation, as PP-LCNet's).
 //
@@ -49,12 +55,14 @@ enum class UnaryOpType : uint8_t {
   NEG,
   ABS,
   RECIPROCAL,
-  GELU_TANH,  // the last: tests iterate up to it
+  GELU_TANH,
+  LOG,
+  POW,  // the last: tests iterate up to it (new kinds go last: images store these values)
 };
 
 struct UnaryWithParam {
   UnaryOpType op = UnaryOpType::IDENTITY;
-  float param = 0.0f;  // leaky_relu slope (torch default 0.01 when built by name)
+  float param = 0.0f;  // leaky_relu slope (torch default 0.01 when built by name), elu alpha, pow exponent
   float scale = 1.0f, shift = 0.0f;  // then y * scale + shift
 
   bool has_affine() const { return scale != 1.0f || shift != 0.0f; }
@@ -71,7 +79,7 @@ std::optional<UnaryOpType> parse_unary_op(std::string_view name);
 double apply_activation(const UnaryWithParam& a, double x);
 
 // Whether the vector kernels evaluate `op` with a polynomial (exp, tanh,
-// erf: silu, gelu, sigmoid, tanh, mish, exp, elu, erf), which costs them more than
+// erf, log: silu, gelu, sigmoid, tanh, mish, exp, elu, erf, log, pow), which costs them more than
 // the element's memory traffic.
 bool is_transcendental(UnaryOpType op);
 

@@ -8,6 +8,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <limits>
 
 #include "tessera/ops/activation.h"
@@ -30,7 +31,9 @@ TS_VINLINE __m256 abs_ps(__m256 x) { return _mm256_and_ps(x, _mm256_castsi256_ps
 TS_VINLINE __m256 scale_pow2(__m256 p, __m256 n) {
   const __m256i half = _mm256_cvtps_epi32(_mm256_floor_ps(_mm256_mul_ps(n, set(0.5f))));
   const __m256i rest = _mm256_sub_epi32(_mm256_cvtps_epi32(n), half);
-  auto bits = [](__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); };
+  auto bits = [](__m256i e) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+  };
   return _mm256_mul_ps(_mm256_mul_ps(p, bits(half)), bits(rest));
 }
 
@@ -51,7 +54,8 @@ TS_VINLINE __m256 exp_reduced(__m256 x, __m256 n) {
 // max/min return their second operand when either is NaN: x goes second.
 TS_VINLINE __m256 exp_ps(__m256 x) {
   x = _mm256_min_ps(set(89.0f), _mm256_max_ps(set(-104.0f), x));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, set(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, set(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 y = scale_pow2(exp_reduced(x, n), n);
   return blend(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN in, NaN out
 }
@@ -103,8 +107,8 @@ TS_VINLINE __m256 tanh_ps(__m256 x) {
 
 TS_VINLINE __m256 erfc_ps(__m256 z) {  // z >= 0
   const __m256 t = _mm256_div_ps(set(1.0f), _mm256_fmadd_ps(set(0.5f), z, set(1.0f)));
-  const float c[] = {0.17087277f, -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
-                     -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f, -1.26551223f};
+  const float c[] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                     -0.18628806f, 0.09678418f,  0.37409196f, 1.00002368f,  -1.26551223f};
   __m256 p = set(c[0]);
   for (int i = 1; i < 10; ++i) p = _mm256_fmadd_ps(p, t, set(c[i]));
   return _mm256_mul_ps(t, exp_ps(_mm256_fnmadd_ps(z, z, p)));
@@ -152,33 +156,99 @@ TS_VINLINE __m256 clamp_keep_nan(__m256 v, float lo, float hi) {
   return _mm256_min_ps(set(hi), _mm256_max_ps(set(lo), v));
 }
 
+// ln x: avx512_activation.h's log_ps; denormals are scaled by 2^25 first
+// (no vgetmantps here).
+TS_VINLINE __m256 log_ps(__m256 x) {
+  const __m256 tiny = lt(x, set(std::numeric_limits<float>::min()));
+  const __m256i bits = _mm256_castps_si256(blend(x, _mm256_mul_ps(x, set(33554432.0f)), tiny));
+  __m256 e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(126)));
+  e = blend(e, _mm256_sub_ps(e, set(25.0f)), tiny);
+  __m256 m = _mm256_castsi256_ps(
+      _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f000000)));
+  const __m256 low = lt(m, set(0.70710678118654752f));
+  e = blend(e, _mm256_sub_ps(e, set(1.0f)), low);
+  m = _mm256_sub_ps(blend(m, _mm256_add_ps(m, m), low), set(1.0f));
+  const __m256 z = _mm256_mul_ps(m, m);
+  const float c[] = {7.0376836292E-2f,  -1.1514610310E-1f, 1.1676998740E-1f,  -1.2420140846E-1f, 1.4249322787E-1f,
+                     -1.6668057665E-1f, 2.0000714765E-1f,  -2.4999993993E-1f, 3.3333331174E-1f};
+  __m256 p = set(c[0]);
+  for (int i = 1; i < 9; ++i) p = _mm256_fmadd_ps(p, m, set(c[i]));
+  __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, m), z);
+  y = _mm256_fmadd_ps(e, set(-2.12194440e-4f), y);
+  y = _mm256_fnmadd_ps(z, set(0.5f), y);
+  __m256 r = _mm256_fmadd_ps(e, set(0.693359375f), _mm256_add_ps(m, y));
+  const float inf = std::numeric_limits<float>::infinity();
+  r = blend(r, set(-inf), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));
+  r = blend(r, set(inf), _mm256_cmp_ps(x, set(inf), _CMP_EQ_OQ));
+  const __m256 nan = _mm256_or_ps(lt(x, _mm256_setzero_ps()), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  return blend(r, set(std::numeric_limits<float>::quiet_NaN()), nan);
+}
+
+// x^p for a constant p != 0: avx512_activation.h's pow_ps.
+struct PowConsts {
+  float p;
+  bool integer, odd;
+  explicit PowConsts(float e)
+      : p(e), integer(std::nearbyint(e) == e), odd(integer && std::fabs(e) < 16777216.0f && std::fmod(e, 2.0f) != 0) {}
+};
+TS_VINLINE __m256 pow_ps(__m256 x, const PowConsts& k) {
+  const __m256 r = exp_ps(_mm256_mul_ps(set(k.p), log_ps(abs_ps(x))));
+  if (k.odd) return _mm256_or_ps(r, _mm256_and_ps(x, set(-0.0f)));
+  if (k.integer) return r;
+  const __m256 nan = _mm256_and_ps(lt(x, _mm256_setzero_ps()),
+                                   _mm256_cmp_ps(x, set(-std::numeric_limits<float>::infinity()), _CMP_NEQ_OQ));
+  return blend(r, set(std::numeric_limits<float>::quiet_NaN()), nan);
+}
+
 template <class F>
 void with_plain_activation(const UnaryWithParam& act, F&& f) {
   const __m256 zero = _mm256_setzero_ps();
   switch (act.op) {
-    case UnaryOpType::IDENTITY: return f([](__m256 v) { return v; });
-    case UnaryOpType::RELU: return f([=](__m256 v) { return _mm256_max_ps(zero, v); });
-    case UnaryOpType::RELU6: return f([](__m256 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
+    case UnaryOpType::IDENTITY:
+      return f([](__m256 v) { return v; });
+    case UnaryOpType::RELU:
+      return f([=](__m256 v) { return _mm256_max_ps(zero, v); });
+    case UnaryOpType::RELU6:
+      return f([](__m256 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
     case UnaryOpType::LEAKY_RELU: {
       const __m256 slope = set(act.param);
       return f([=](__m256 v) { return blend(v, _mm256_mul_ps(v, slope), lt(v, zero)); });
     }
-    case UnaryOpType::SILU: return f([](__m256 v) { return silu_ps(v); });
-    case UnaryOpType::SIGMOID: return f([](__m256 v) { return sigmoid_ps(v); });
-    case UnaryOpType::GELU: return f([](__m256 v) { return gelu_ps(v); });
-    case UnaryOpType::TANH: return f([](__m256 v) { return tanh_ps(v); });
-    case UnaryOpType::MISH: return f([](__m256 v) { return mish_ps(v); });
-    case UnaryOpType::EXP: return f([](__m256 v) { return exp_ps(v); });
-    case UnaryOpType::SQRT: return f([](__m256 v) { return _mm256_sqrt_ps(v); });
+    case UnaryOpType::SILU:
+      return f([](__m256 v) { return silu_ps(v); });
+    case UnaryOpType::SIGMOID:
+      return f([](__m256 v) { return sigmoid_ps(v); });
+    case UnaryOpType::GELU:
+      return f([](__m256 v) { return gelu_ps(v); });
+    case UnaryOpType::TANH:
+      return f([](__m256 v) { return tanh_ps(v); });
+    case UnaryOpType::MISH:
+      return f([](__m256 v) { return mish_ps(v); });
+    case UnaryOpType::EXP:
+      return f([](__m256 v) { return exp_ps(v); });
+    case UnaryOpType::SQRT:
+      return f([](__m256 v) { return _mm256_sqrt_ps(v); });
     case UnaryOpType::ELU: {
       const __m256 alpha = set(act.param);
       return f([=](__m256 v) { return elu_ps(v, alpha); });
     }
-    case UnaryOpType::ERF: return f([](__m256 v) { return erf_ps(v); });
-    case UnaryOpType::NEG: return f([](__m256 v) { return _mm256_xor_ps(v, set(-0.0f)); });
-    case UnaryOpType::ABS: return f([](__m256 v) { return abs_ps(v); });
-    case UnaryOpType::RECIPROCAL: return f([](__m256 v) { return _mm256_div_ps(set(1.0f), v); });
-    case UnaryOpType::GELU_TANH: return f([](__m256 v) { return gelu_tanh_ps(v); });
+    case UnaryOpType::ERF:
+      return f([](__m256 v) { return erf_ps(v); });
+    case UnaryOpType::NEG:
+      return f([](__m256 v) { return _mm256_xor_ps(v, set(-0.0f)); });
+    case UnaryOpType::ABS:
+      return f([](__m256 v) { return abs_ps(v); });
+    case UnaryOpType::RECIPROCAL:
+      return f([](__m256 v) { return _mm256_div_ps(set(1.0f), v); });
+    case UnaryOpType::GELU_TANH:
+      return f([](__m256 v) { return gelu_tanh_ps(v); });
+    case UnaryOpType::LOG:
+      return f([](__m256 v) { return log_ps(v); });
+    case UnaryOpType::POW: {
+      if (act.param == 0.0f) return f([](__m256) { return set(1.0f); });
+      const PowConsts k(act.param);
+      return f([=](__m256 v) { return pow_ps(v, k); });
+    }
     case UnaryOpType::HARDSWISH:
       return f([=](__m256 v) {
         const __m256 t = _mm256_min_ps(set(6.0f), _mm256_max_ps(_mm256_add_ps(v, set(3.0f)), zero));

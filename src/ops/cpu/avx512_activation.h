@@ -13,6 +13,9 @@
 
 #include <immintrin.h>
 
+#include <cmath>
+#include <limits>
+
 #include "avx512_util.h"
 #include "tessera/ops/activation.h"
 
@@ -24,8 +27,8 @@ inline __m512 set(float v) { return _mm512_set1_ps(v); }
 // keep NaN.
 inline __m512 exp_ps(__m512 x) {
   x = _mm512_min_ps(set(89.0f), _mm512_max_ps(set(-104.0f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, set(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, set(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, set(0.693359375f), x);
   r = _mm512_fnmadd_ps(n, set(-2.12194440e-4f), r);
   __m512 p = set(1.9875691500E-4f);
@@ -64,8 +67,10 @@ inline __m512 exp2_bf16_ps(__m512 t) {
 // e^(scale x): exact to float32 (exp_ps) or to bfloat16 (exp2_bf16_ps).
 template <bool kBf16Out>
 inline __m512 exp_scaled(__m512 x, float scale) {
-  if constexpr (kBf16Out) return exp2_bf16_ps(_mm512_mul_ps(x, set(scale * kLog2e)));
-  else return exp_ps(scale == 1.0f ? x : _mm512_mul_ps(x, set(scale)));
+  if constexpr (kBf16Out)
+    return exp2_bf16_ps(_mm512_mul_ps(x, set(scale * kLog2e)));
+  else
+    return exp_ps(scale == 1.0f ? x : _mm512_mul_ps(x, set(scale)));
 }
 
 // a / b. For results rounded to bfloat16, a * vrcp14ps(b): its relative
@@ -77,8 +82,10 @@ inline __m512 exp_scaled(__m512 x, float scale) {
 // results (FTZ is off).
 template <bool kBf16Out>
 inline __m512 divide(__m512 a, __m512 b) {
-  if constexpr (kBf16Out) return _mm512_mul_ps(a, _mm512_rcp14_ps(b));
-  else return _mm512_div_ps(a, b);
+  if constexpr (kBf16Out)
+    return _mm512_mul_ps(a, _mm512_rcp14_ps(b));
+  else
+    return _mm512_div_ps(a, b);
 }
 
 template <bool kBf16Out = false>
@@ -98,7 +105,8 @@ template <bool kBf16Out = false>
 inline __m512 tanh_ps(__m512 x) {
   const __m512 sign = _mm512_and_ps(x, set(-0.0f));
   const __m512 a = _mm512_abs_ps(x);
-  const __m512 big = _mm512_sub_ps(set(1.0f), divide<kBf16Out>(set(2.0f), _mm512_add_ps(exp_scaled<kBf16Out>(a, 2.0f), set(1.0f))));
+  const __m512 big =
+      _mm512_sub_ps(set(1.0f), divide<kBf16Out>(set(2.0f), _mm512_add_ps(exp_scaled<kBf16Out>(a, 2.0f), set(1.0f))));
   const __m512 s = _mm512_mul_ps(x, x);
   __m512 p = set(-5.70498872745E-3f);
   p = _mm512_fmadd_ps(p, s, set(2.06390887954E-2f));
@@ -114,8 +122,8 @@ inline __m512 tanh_ps(__m512 x) {
 template <bool kBf16Out = false>
 inline __m512 erfc_ps(__m512 z) {
   const __m512 t = _mm512_div_ps(set(1.0f), _mm512_fmadd_ps(set(0.5f), z, set(1.0f)));
-  const float c[] = {0.17087277f, -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
-                     -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f, -1.26551223f};
+  const float c[] = {0.17087277f,  -0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f,
+                     -0.18628806f, 0.09678418f,  0.37409196f, 1.00002368f,  -1.26551223f};
   __m512 p = set(c[0]);
   for (int i = 1; i < 10; ++i) p = _mm512_fmadd_ps(p, t, set(c[i]));
   return _mm512_mul_ps(t, exp_scaled<kBf16Out>(_mm512_fnmadd_ps(z, z, p), 1.0f));
@@ -139,8 +147,7 @@ inline __m512 erf_ps(__m512 x) {
   __m512 p = set(c[0]);
   for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, x2, set(c[i]));
   const __m512 small = _mm512_mul_ps(_mm512_mul_ps(x, set(1.12837916709551257f)), p);
-  const __m512 big = _mm512_or_ps(_mm512_sub_ps(set(1.0f), erfc_ps<kBf16Out>(a)),
-                                  _mm512_and_ps(x, set(-0.0f)));
+  const __m512 big = _mm512_or_ps(_mm512_sub_ps(set(1.0f), erfc_ps<kBf16Out>(a)), _mm512_and_ps(x, set(-0.0f)));
   return _mm512_mask_mov_ps(big, _mm512_cmp_ps_mask(a, set(0.5f), _CMP_LT_OQ), small);
 }
 
@@ -168,15 +175,57 @@ inline __m512 mish_ps(__m512 x) {
   return _mm512_mul_ps(x, divide<kBf16Out>(n, _mm512_add_ps(n, set(2.0f))));
 }
 
+// ln x: Cephes' logf (x = m 2^e with m in [sqrt(1/2), sqrt 2), a degree-8
+// polynomial in m - 1, ln 2 in two parts); vgetmantps / vgetexpps split
+// denormals too. 0 gives -inf, negatives NaN, +inf +inf, NaN NaN.
+inline __m512 log_ps(__m512 x) {
+  __m512 m = _mm512_getmant_ps(x, _MM_MANT_NORM_p5_1, _MM_MANT_SIGN_zero);  // [0.5, 1)
+  __m512 e = _mm512_add_ps(_mm512_getexp_ps(x), set(1.0f));
+  const __mmask16 low = _mm512_cmp_ps_mask(m, set(0.70710678118654752f), _CMP_LT_OQ);
+  e = _mm512_mask_sub_ps(e, low, e, set(1.0f));
+  m = _mm512_sub_ps(_mm512_mask_add_ps(m, low, m, m), set(1.0f));
+  const __m512 z = _mm512_mul_ps(m, m);
+  const float c[] = {7.0376836292E-2f,  -1.1514610310E-1f, 1.1676998740E-1f,  -1.2420140846E-1f, 1.4249322787E-1f,
+                     -1.6668057665E-1f, 2.0000714765E-1f,  -2.4999993993E-1f, 3.3333331174E-1f};
+  __m512 p = set(c[0]);
+  for (int i = 1; i < 9; ++i) p = _mm512_fmadd_ps(p, m, set(c[i]));
+  __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, m), z);
+  y = _mm512_fmadd_ps(e, set(-2.12194440e-4f), y);
+  y = _mm512_fnmadd_ps(z, set(0.5f), y);
+  __m512 r = _mm512_fmadd_ps(e, set(0.693359375f), _mm512_add_ps(m, y));
+  const float inf = std::numeric_limits<float>::infinity();
+  r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), set(-inf));
+  r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, set(inf), _CMP_EQ_OQ), set(inf));
+  return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ),
+                            set(std::numeric_limits<float>::quiet_NaN()));
+}
+
+// x^p for a constant p != 0: e^(p ln|x|), with C's pow at the edges: a
+// finite negative x gives NaN unless p is an integer, and x^p takes x's
+// sign (-0 and -inf included) for odd integers p. ln|x| = -inf at 0 and
+// +inf at inf, so e^(p ln|x|) is already 0 or inf there.
+struct PowConsts {
+  float p;
+  bool integer, odd;
+  explicit PowConsts(float e)
+      : p(e), integer(std::nearbyint(e) == e), odd(integer && std::fabs(e) < 16777216.0f && std::fmod(e, 2.0f) != 0) {}
+};
+inline __m512 pow_ps(__m512 x, const PowConsts& k) {
+  const __m512 r = exp_ps(_mm512_mul_ps(set(k.p), log_ps(_mm512_abs_ps(x))));
+  if (k.odd) return _mm512_or_ps(r, _mm512_and_ps(x, set(-0.0f)));
+  if (k.integer) return r;
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ) &
+                        _mm512_cmp_ps_mask(x, set(-std::numeric_limits<float>::infinity()), _CMP_NEQ_OQ);
+  return _mm512_mask_mov_ps(r, nan, set(std::numeric_limits<float>::quiet_NaN()));
+}
+
 // v < lo ? lo : v > hi ? hi : v, and relu (v < 0 ? 0 : v), with NaN and -0
 // kept: vmaxps / vminps return their second operand when either is NaN or
 // both are zeros, so v goes second. One instruction per bound, where a
 // compare and a masked move took two: in the bfloat16 depthwise kernel,
 // compute-bound on one core, relu6 that way cost 7-13% of its time.
 inline __m512 relu_keep_nan(__m512 v) { return _mm512_max_ps(_mm512_setzero_ps(), v); }
-inline __m512 clamp_keep_nan(__m512 v, float lo, float hi) {
-  return _mm512_min_ps(set(hi), _mm512_max_ps(set(lo), v));
-}
+inline __m512 clamp_keep_nan(__m512 v, float lo, float hi) { return _mm512_min_ps(set(hi), _mm512_max_ps(set(lo), v)); }
 
 // Whether a conv tile applies `a` on its accumulators (identity, relu and
 // relu6 without an affine), not through FloatMath over a buffer; and that
@@ -202,42 +251,69 @@ template <bool kBf16Out = false, bool kCompact = false, class F>
 void with_plain_activation(const UnaryWithParam& act, F&& f) {
   if constexpr (kCompact) {
     switch (act.op) {
-      case UnaryOpType::SIGMOID: return f(sigmoid_ps<kBf16Out>);
-      case UnaryOpType::GELU: return f(gelu_ps<kBf16Out>);
-      case UnaryOpType::TANH: return f(tanh_ps<kBf16Out>);
-      case UnaryOpType::MISH: return f(mish_ps<kBf16Out>);
-      case UnaryOpType::EXP: return f(exp_act_ps<kBf16Out>);
-      default: break;
+      case UnaryOpType::SIGMOID:
+        return f(sigmoid_ps<kBf16Out>);
+      case UnaryOpType::GELU:
+        return f(gelu_ps<kBf16Out>);
+      case UnaryOpType::TANH:
+        return f(tanh_ps<kBf16Out>);
+      case UnaryOpType::MISH:
+        return f(mish_ps<kBf16Out>);
+      case UnaryOpType::EXP:
+        return f(exp_act_ps<kBf16Out>);
+      default:
+        break;
     }
   }
   const __m512 zero = _mm512_setzero_ps();
   switch (act.op) {
-    case UnaryOpType::IDENTITY: return f([](__m512 v) { return v; });
+    case UnaryOpType::IDENTITY:
+      return f([](__m512 v) { return v; });
     case UnaryOpType::RELU:
       return f([](__m512 v) { return relu_keep_nan(v); });
-    case UnaryOpType::RELU6: return f([](__m512 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
+    case UnaryOpType::RELU6:
+      return f([](__m512 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
     case UnaryOpType::LEAKY_RELU: {
       const __m512 slope = set(act.param);
       return f([=](__m512 v) { return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, slope); });
     }
     // Lambdas, not function pointers: GCC does not always inline a call
     // through a pointer inside the kernels' loops.
-    case UnaryOpType::SILU: return f([](__m512 v) { return silu_ps<kBf16Out>(v); });
-    case UnaryOpType::SIGMOID: return f([](__m512 v) { return sigmoid_ps<kBf16Out>(v); });
-    case UnaryOpType::GELU: return f([](__m512 v) { return gelu_ps<kBf16Out>(v); });
-    case UnaryOpType::TANH: return f([](__m512 v) { return tanh_ps<kBf16Out>(v); });
-    case UnaryOpType::MISH: return f([](__m512 v) { return mish_ps<kBf16Out>(v); });
-    case UnaryOpType::EXP: return f([](__m512 v) { return exp_scaled<kBf16Out>(v, 1.0f); });
-    case UnaryOpType::SQRT: return f([](__m512 v) { return _mm512_sqrt_ps(v); });
+    case UnaryOpType::SILU:
+      return f([](__m512 v) { return silu_ps<kBf16Out>(v); });
+    case UnaryOpType::SIGMOID:
+      return f([](__m512 v) { return sigmoid_ps<kBf16Out>(v); });
+    case UnaryOpType::GELU:
+      return f([](__m512 v) { return gelu_ps<kBf16Out>(v); });
+    case UnaryOpType::TANH:
+      return f([](__m512 v) { return tanh_ps<kBf16Out>(v); });
+    case UnaryOpType::MISH:
+      return f([](__m512 v) { return mish_ps<kBf16Out>(v); });
+    case UnaryOpType::EXP:
+      return f([](__m512 v) { return exp_scaled<kBf16Out>(v, 1.0f); });
+    case UnaryOpType::SQRT:
+      return f([](__m512 v) { return _mm512_sqrt_ps(v); });
     case UnaryOpType::ELU: {
       const __m512 alpha = set(act.param);
       return f([=](__m512 v) { return elu_ps(v, alpha); });
     }
-    case UnaryOpType::ERF: return f([](__m512 v) { return erf_ps<kBf16Out>(v); });
-    case UnaryOpType::NEG: return f([](__m512 v) { return _mm512_xor_ps(v, set(-0.0f)); });
-    case UnaryOpType::ABS: return f([](__m512 v) { return _mm512_abs_ps(v); });
-    case UnaryOpType::RECIPROCAL: return f([](__m512 v) { return _mm512_div_ps(set(1.0f), v); });
-    case UnaryOpType::GELU_TANH: return f([](__m512 v) { return gelu_tanh_ps<kBf16Out>(v); });
+    case UnaryOpType::ERF:
+      return f([](__m512 v) { return erf_ps<kBf16Out>(v); });
+    case UnaryOpType::NEG:
+      return f([](__m512 v) { return _mm512_xor_ps(v, set(-0.0f)); });
+    case UnaryOpType::ABS:
+      return f([](__m512 v) { return _mm512_abs_ps(v); });
+    case UnaryOpType::RECIPROCAL:
+      return f([](__m512 v) { return _mm512_div_ps(set(1.0f), v); });
+    case UnaryOpType::GELU_TANH:
+      return f([](__m512 v) { return gelu_tanh_ps<kBf16Out>(v); });
+    case UnaryOpType::LOG:
+      return f([](__m512 v) { return log_ps(v); });
+    case UnaryOpType::POW: {
+      if (act.param == 0.0f) return f([](__m512) { return set(1.0f); });
+      const PowConsts k(act.param);
+      return f([=](__m512 v) { return pow_ps(v, k); });
+    }
     case UnaryOpType::HARDSWISH:
       return f([=](__m512 v) {
         const __m512 t = _mm512_min_ps(set(6.0f), _mm512_max_ps(_mm512_add_ps(v, set(3.0f)), zero));
@@ -256,12 +332,12 @@ template <bool kBf16Out = false, bool kCompact = false, class F>
 void with_activation(const UnaryWithParam& act, F&& f) {
   if (!act.has_affine()) return with_plain_activation<kBf16Out, kCompact>(act, f);
   const __m512 scale = set(act.scale), shift = set(act.shift);
-  with_plain_activation<kBf16Out, kCompact>(act, [&](auto g) { f([=](__m512 v) { return _mm512_fmadd_ps(g(v), scale, shift); }); });
+  with_plain_activation<kBf16Out, kCompact>(
+      act, [&](auto g) { f([=](__m512 v) { return _mm512_fmadd_ps(g(v), scale, shift); }); });
 }
 
 inline __m512 load(const void* p, bool bf16, size_t i, __mmask16 m) {
-  return bf16 ? load_bf16(static_cast<const uint16_t*>(p) + i, m)
-              : loadu_ps(static_cast<const float*>(p) + i, m);
+  return bf16 ? load_bf16(static_cast<const uint16_t*>(p) + i, m) : loadu_ps(static_cast<const float*>(p) + i, m);
 }
 inline void store(void* p, bool bf16, size_t i, __mmask16 m, __m512 v) {
   if (bf16)
@@ -269,6 +345,5 @@ inline void store(void* p, bool bf16, size_t i, __mmask16 m, __m512 v) {
   else
     storeu_ps(static_cast<float*>(p) + i, m, v);
 }
-
 
 }  // namespace tessera::cpu::avx512

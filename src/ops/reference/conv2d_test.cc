@@ -25,9 +25,9 @@ Conv2dParams params(uint32_t n, uint32_t h, uint32_t w, uint32_t c, uint32_t k, 
 
 TEST(ReferenceConv2d, OnesWithPadding) {
   auto p = params(1, 3, 3, 1, 1, 3, 3).with_padding(1, 1);
-  ASSERT_OK_AND_ASSIGN(Tensor y, reference::conv2d(host(std::vector<float>(9, 1), {1, 3, 3, 1}),
-                                                   host(std::vector<float>(9, 1), {1, 1, 3, 3}), std::nullopt, p,
-                                                   DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor y, reference::conv2d(host(std::vector<float>(9, 1), {1, 3, 3, 1}),
+                                  host(std::vector<float>(9, 1), {1, 1, 3, 3}), std::nullopt, p, DataType::FLOAT32));
   EXPECT_EQ(y.shape(), (Shape{1, 1, 9, 1}));
   EXPECT_EQ(values(y), (std::vector<float>{4, 6, 4, 6, 9, 6, 4, 6, 4}));
   EXPECT_EQ(p.descriptor(), "conv2d:n1h3w3c1k1:r3x3s1x1p1x1x1x1d1x1g1:identity");
@@ -37,8 +37,9 @@ TEST(ReferenceConv2d, OnesWithPadding) {
 TEST(ReferenceConv2d, PointwiseIsAMatmulPlusBias) {
   auto p = params(1, 2, 1, 2, 3, 1, 1);
   // x: pixel0 = (1, 2), pixel1 = (3, 4); W (3x2) rows (1,0), (0,1), (1,1); bias (10, 20, 30).
-  ASSERT_OK_AND_ASSIGN(Tensor y, reference::conv2d(host({1, 2, 3, 4}, {1, 2, 1, 2}), host({1, 0, 0, 1, 1, 1}, {3, 2, 1, 1}),
-                                                   host({10, 20, 30}, {1, 1, 1, 3}), p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor y,
+                       reference::conv2d(host({1, 2, 3, 4}, {1, 2, 1, 2}), host({1, 0, 0, 1, 1, 1}, {3, 2, 1, 1}),
+                                         host({10, 20, 30}, {1, 1, 1, 3}), p, DataType::FLOAT32));
   EXPECT_EQ(values(y), (std::vector<float>{11, 22, 33, 13, 24, 37}));
 }
 
@@ -73,18 +74,18 @@ TEST(ReferenceConv2d, AsymmetricPaddingAndActivation) {
 TEST(ReferenceConv2d, FlattenedInputAndBatch) {
   auto p = params(2, 3, 4, 5, 6, 3, 3).with_padding(1, 1);
   std::vector<float> x = testing::random_values(2 * 3 * 4 * 5, 1), w = testing::random_values(6 * 5 * 9, 2);
-  ASSERT_OK_AND_ASSIGN(Tensor a, reference::conv2d(host(x, {2, 3, 4, 5}), host(w, {6, 5, 3, 3}), std::nullopt, p,
-                                                   DataType::FLOAT32));
-  ASSERT_OK_AND_ASSIGN(Tensor b, reference::conv2d(host(x, {1, 1, 24, 5}), host(w, {6, 5, 3, 3}), std::nullopt, p,
-                                                   DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor a, reference::conv2d(host(x, {2, 3, 4, 5}), host(w, {6, 5, 3, 3}), std::nullopt, p, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor b, reference::conv2d(host(x, {1, 1, 24, 5}), host(w, {6, 5, 3, 3}), std::nullopt, p, DataType::FLOAT32));
   EXPECT_EQ(a.shape(), (Shape{1, 1, 24, 6}));
   EXPECT_EQ(values(a), values(b));
   // Batch 1 of the pair equals convolving that image alone.
   auto p1 = p;
   p1.batch_size = 1;
   std::vector<float> x1(x.begin() + 60, x.end());
-  ASSERT_OK_AND_ASSIGN(Tensor c, reference::conv2d(host(x1, {1, 3, 4, 5}), host(w, {6, 5, 3, 3}), std::nullopt, p1,
-                                                   DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor c, reference::conv2d(host(x1, {1, 3, 4, 5}), host(w, {6, 5, 3, 3}), std::nullopt, p1, DataType::FLOAT32));
   auto va = values(a), vc = values(c);
   EXPECT_EQ(std::vector<float>(va.begin() + 72, va.end()), vc);
 }
@@ -92,20 +93,20 @@ TEST(ReferenceConv2d, FlattenedInputAndBatch) {
 TEST(ReferenceConv2d, Errors) {
   auto p = params(1, 4, 4, 4, 8, 3, 3);
   Tensor x = host(std::vector<float>(64), {1, 4, 4, 4});
-  EXPECT_ERROR(reference::conv2d(x, host(std::vector<float>(8 * 4 * 9), {8, 4, 1, 9}), std::nullopt, p,
-                                 DataType::FLOAT32),
-               StatusCode::kInvalidArgument, "expected weight shape [8,4,3,3]");
-  EXPECT_ERROR(reference::conv2d(host(std::vector<float>(48), {1, 4, 4, 3}), host(std::vector<float>(8 * 4 * 9), {8, 4, 3, 3}),
-                                 std::nullopt, p, DataType::FLOAT32),
+  EXPECT_ERROR(
+      reference::conv2d(x, host(std::vector<float>(8 * 4 * 9), {8, 4, 1, 9}), std::nullopt, p, DataType::FLOAT32),
+      StatusCode::kInvalidArgument, "expected weight shape [8,4,3,3]");
+  EXPECT_ERROR(reference::conv2d(host(std::vector<float>(48), {1, 4, 4, 3}),
+                                 host(std::vector<float>(8 * 4 * 9), {8, 4, 3, 3}), std::nullopt, p, DataType::FLOAT32),
                StatusCode::kInvalidArgument, "expected input (1,4,4,4)");
   auto g = p;
   g.groups = 3;
   EXPECT_ERROR(g.validate(), StatusCode::kInvalidArgument, "divisible by groups 3");
   auto big = params(1, 2, 2, 1, 1, 3, 3);
   EXPECT_ERROR(big.validate(), StatusCode::kInvalidArgument, "does not fit the padded input 2x2");
-  EXPECT_ERROR(reference::conv2d(x, host(std::vector<float>(8 * 4 * 9), {8, 4, 3, 3}), host({1, 2}, {2}), p,
-                                 DataType::FLOAT32),
-               StatusCode::kInvalidArgument, "expected bias with 8 values");
+  EXPECT_ERROR(
+      reference::conv2d(x, host(std::vector<float>(8 * 4 * 9), {8, 4, 3, 3}), host({1, 2}, {2}), p, DataType::FLOAT32),
+      StatusCode::kInvalidArgument, "expected bias with 8 values");
 }
 
 TEST(Activation, KnownValues) {
@@ -132,7 +133,12 @@ TEST(Activation, KnownValues) {
   EXPECT_EQ(f(UnaryOpType::ABS, -2), 2);
   EXPECT_EQ(f(UnaryOpType::RECIPROCAL, 4), 0.25);
   EXPECT_NEAR(f(UnaryOpType::GELU_TANH, 1), 0.8411919906082768, 1e-15);
-  for (int i = 0; i <= static_cast<int>(UnaryOpType::GELU_TANH); ++i)
+  EXPECT_NEAR(f(UnaryOpType::LOG, M_E), 1.0, 1e-15);
+  EXPECT_EQ(f(UnaryOpType::LOG, 0), -INFINITY);
+  EXPECT_EQ(f(UnaryOpType::POW, -2, 3.0f), -8);
+  EXPECT_TRUE(std::isnan(f(UnaryOpType::POW, -2, 1.5f)));
+  EXPECT_EQ(activation_name({UnaryOpType::POW, 1.5f}), "pow(1.5)");
+  for (int i = 0; i <= static_cast<int>(UnaryOpType::POW); ++i)
     EXPECT_EQ(parse_unary_op(unary_op_name(static_cast<UnaryOpType>(i))), static_cast<UnaryOpType>(i));
   EXPECT_FALSE(parse_unary_op("swish").has_value());
 }
