@@ -283,10 +283,10 @@ StatusOr<HostTensor> reduce(const Node& n, Ins ins, int opset) {
     }
     double v = x.at(static_cast<size_t>(k));
     double& a = acc[static_cast<size_t>(o)];
-    if (is_max)
-      a = std::max(a, v);
+    if (is_max)  // (NaN wins, as numpy's maximum.reduce in ONNX's reference and PyTorch's amax)
+      a = std::isnan(v) || v > a ? v : a;
     else if (is_min)
-      a = std::min(a, v);
+      a = std::isnan(v) || v < a ? v : a;
     else if (is_prod)
       a *= v;
     else if (op == "ReduceL1")

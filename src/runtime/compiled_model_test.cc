@@ -309,9 +309,8 @@ TEST(CompiledModel, ConvShardingPlanOnTheEmulatedWormhole) {
 TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
   testing_onnx::ModelBuilder b(13);
   b.input("x", {2, 3, 4});
-  b.int_initializer("axes", {1});
-  auto* r = b.node("ReduceSum", {"x"}, {"m"});
-  testing_onnx::ModelBuilder::ints(r, "axes", {1});
+  b.node("Abs", {"x"}, {"a"});
+  b.node("Pow", {"a", "a"}, {"m"});  // a run-time exponent
   b.node("Sin", {"m"}, {"y"});
   b.output("y");
   ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
@@ -320,7 +319,7 @@ TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
   ASSERT_EQ(model->report().fallbacks.size(), 2u);
-  EXPECT_THAT(model->report().fallbacks[0], HasSubstr("ReduceSum 'm': attributes the device kernel does not cover"));
+  EXPECT_THAT(model->report().fallbacks[0], HasSubstr("Pow 'm': attributes the device kernel does not cover"));
   EXPECT_THAT(model->report().fallbacks[1], HasSubstr("Sin 'y': no device kernel"));
   const Tensor xs[] = {device_input(x, *dev)};
   ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
@@ -328,7 +327,7 @@ TEST(CompiledModel, OpsWithoutDeviceKernelsFallBackAndAreReported) {
   // With fallbacks disabled the same graph is an error naming the node.
   auto strict = CompiledModel::compile(g, *dev, {.allow_fallback = false});
   EXPECT_EQ(strict.status().code(), StatusCode::kUnimplemented);
-  EXPECT_THAT(strict.status().message(), HasSubstr("ReduceSum 'm'"));
+  EXPECT_THAT(strict.status().message(), HasSubstr("Pow 'm'"));
 }
 
 // Element-wise ops outside the usual activations run on the device: Elu
@@ -633,7 +632,7 @@ TEST(CompiledModel, LogRunsOnTheDevice) {
 // the device (lower_reduce: pools over the reduced spatial axes, then a 1x1
 // conv of ones or a max pool across channels, with |x|, x * x, sqrt and
 // negation around them), keepdims or not, against the host reference; over
-// the batch axis, or every axis, they stay host fallbacks.
+// the batch axis, or every axis, row by row (lower_reduce_rows).
 TEST(CompiledModel, ReductionsOverChannelAndSpatialAxesRunOnTheDevice) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   struct C {
@@ -642,7 +641,7 @@ TEST(CompiledModel, ReductionsOverChannelAndSpatialAxesRunOnTheDevice) {
     int64_t keepdims;
     size_t fallbacks;
   };
-  std::vector<C> cases = {{"ReduceMean", {0, 1, 2, 3}, 1, 1}, {"ReduceMax", {0}, 1, 1}, {"ReduceSum", {0}, 0, 1}};
+  std::vector<C> cases = {{"ReduceMean", {0, 1, 2, 3}, 1, 0}, {"ReduceMax", {0}, 1, 0}, {"ReduceSum", {0}, 0, 0}};
   for (const char* op :
        {"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMin"})
     for (int64_t keep : {1, 0})
@@ -679,6 +678,87 @@ TEST(CompiledModel, ReductionsOverChannelAndSpatialAxesRunOnTheDevice) {
     ASSERT_OK_AND_ASSIGN(auto bf_outs, bf->run(xs));
     expect_close(bf_outs[0], want[0], 0.999, 0.05);
   }
+}
+
+// Reductions of other ranks, over any axes (the batch axis, the last,
+// several apart, every axis by omitting them, size-1 axes) run on the device
+// row by row: every op, keepdims or not, float32 and bfloat16, against the
+// host reference, NaN and infinities included; ReduceSum with no axes and
+// noop_with_empty_axes is a copy.
+TEST(CompiledModel, ReductionsOfAnyRankOverAnyAxesRunOnTheDevice) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  struct Case {
+    std::vector<int64_t> dims;
+    std::vector<std::vector<int64_t>> axes;  // {} = every axis
+  };
+  const Case shapes[] = {{{6, 10}, {{0}, {-1}, {}}},
+                         {{3, 4, 5}, {{1}, {0, 2}, {0, 1}, {}}},
+                         {{2, 3, 1, 4, 5}, {{2}, {0, 4}, {1, 2, 3}, {-1, -2}}},
+                         {{7}, {{0}}}};
+  for (const Case& sc : shapes)
+    for (const char* op :
+         {"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMin"})
+      for (int64_t keep : {1, 0})
+        for (const std::vector<int64_t>& axes : sc.axes) {
+          SCOPED_TRACE(fmt::format("{} x [{}] axes ({}) keepdims {}", op, fmt::join(sc.dims, ","), fmt::join(axes, ","),
+                                   keep));
+          testing_onnx::ModelBuilder b(13);
+          b.input("x", sc.dims);
+          std::vector<std::string> ins = {"x"};
+          if (std::string(op) == "ReduceSum" && !axes.empty()) {
+            b.int_initializer("axes", axes);
+            ins.push_back("axes");
+          }
+          auto* r = b.node(op, ins, {"m"});
+          if (std::string(op) != "ReduceSum" && !axes.empty()) testing_onnx::ModelBuilder::ints(r, "axes", axes);
+          testing_onnx::ModelBuilder::i(r, "keepdims", keep);
+          b.output("m");
+          ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+          graph::HostTensor x = input_for(sc.dims, 6);
+          if (x.f.size() > 20) x.f[3] = NAN, x.f[17] = INFINITY;
+          const auto want = reference(g, x);
+          ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+          EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
+          const Tensor xs[] = {device_input(x, *dev)};
+          ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+          EXPECT_EQ(outs[0].shape().volume(), static_cast<uint64_t>(graph::dims_volume(want[0].dims)));
+          // NaN where the reference is NaN, its infinities, else within `rel` of its largest finite value.
+          auto check = [&](const Tensor& got_dev, double rel) {
+            const std::vector<float> got = got_dev.cpu().value().to_vector().value();
+            ASSERT_EQ(got.size(), want[0].f.size());
+            double max_ref = 1e-3;
+            for (float w : want[0].f)
+              if (std::isfinite(w)) max_ref = std::max(max_ref, std::fabs(double{w}));
+            for (size_t k = 0; k < got.size(); ++k) {
+              const float w = want[0].f[k];
+              if (std::isnan(w))
+                EXPECT_TRUE(std::isnan(got[k])) << k << ": " << got[k];
+              else if (std::isinf(w))
+                EXPECT_EQ(got[k], w) << k;
+              else
+                EXPECT_NEAR(got[k], w, rel * max_ref) << k;
+            }
+          };
+          check(outs[0], 1e-5);
+          ASSERT_OK_AND_ASSIGN(auto bf, CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT16,
+                                                                          .weights_dtype = DataType::BFLOAT16}));
+          EXPECT_EQ(bf->report().fallbacks.size(), 0u);
+          ASSERT_OK_AND_ASSIGN(auto bf_outs, bf->run(xs));
+          check(bf_outs[0], 0.02);
+        }
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {3, 4, 5});
+  auto* r = b.node("ReduceSum", {"x"}, {"m"});
+  testing_onnx::ModelBuilder::i(r, "noop_with_empty_axes", 1);
+  b.output("m");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  const graph::HostTensor x = input_for({3, 4, 5}, 7);
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
+  const Tensor xs[] = {device_input(x, *dev)};
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
+  EXPECT_EQ(got, x.f);
 }
 
 TEST(CompiledModel, BadOptionsAndInputsAreErrors) {

@@ -136,12 +136,16 @@ Status CompiledModel::Impl::lower_reduce(const Node& n) {
     const HostTensor& a = *g.value(n.inputs[1]).constant;
     axes.assign(a.i.begin(), a.i.end());
   }
-  if (rank(x) != 4 || n.outputs.size() != 1) return not_covered(n);
-  if (axes.empty()) return not_covered(n);  // all axes (or none, with noop_with_empty_axes)
-  for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
+  if (n.outputs.size() != 1) return not_covered(n);
+  const auto r = static_cast<int64_t>(rank(x));
+  if (axes.empty() && n.attr_int("noop_with_empty_axes", 0) == 0)  // every axis
+    for (int64_t a = 0; a < r; ++a) axes.push_back(a);
+  for (int64_t& a : axes) a = a < 0 ? a + r : a;
   std::sort(axes.begin(), axes.end());
   axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-  if (axes.front() < 1 || axes.back() > 3) return not_covered(n);  // the batch axis (or out of range)
+  if (!axes.empty() && (axes.front() < 0 || axes.back() >= r)) return not_covered(n);  // (the host says why)
+  // Images over channels and pixels: pools and a conv on the NHWC value; anything else row by row.
+  if (r != 4 || axes.empty() || axes.front() == 0) return lower_reduce_rows(n, axes);
   const auto has = [&](int64_t a) { return std::find(axes.begin(), axes.end(), a) != axes.end(); };
   const bool over_c = has(1), over_h = has(2), over_w = has(3);
   const bool extreme = op == "ReduceMax" || op == "ReduceMin";
@@ -224,6 +228,81 @@ Status CompiledModel::Impl::lower_reduce(const Node& n) {
       TS_ASSIGN_OR_RETURN(t, reshape(t, Shape{nn, oh, ow, oc}));
       TS_ASSIGN_OR_RETURN(t, permute(t, kNhwcToNchwPerm, {.cq_id = cq}));
     }
+    return put_plain(s, y, t);
+  });
+  return ok_status();
+}
+
+// Reductions of any rank over any axes (the batch axis, every axis, none
+// with noop_with_empty_axes) on the plain row-major value. Size-1 axes drop
+// out and adjacent axes of one kind merge into runs; each reduced run R, with
+// `outer` the kept elements before it and `inner` every element after it,
+// is one pool over an (N = outer, H = R, W = 1, C = inner) view, the runs
+// one after another (means and extremes compose; sums scale by the whole
+// reduced count at the end, as the 4-D path does).
+Status CompiledModel::Impl::lower_reduce_rows(const Node& n, std::vector<int64_t> axes) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  const std::string& op = n.op_type;
+  const Dims& xd = dims(x);
+  std::vector<bool> reduced(xd.size(), false);
+  for (int64_t a : axes) reduced[static_cast<size_t>(a)] = true;
+  std::vector<std::pair<uint64_t, bool>> runs;  // (size, reduced)
+  uint64_t count = 1;
+  for (size_t k = 0; k < xd.size(); ++k) {
+    const auto d = static_cast<uint64_t>(xd[k]);
+    if (d == 1) continue;
+    if (reduced[k]) count *= d;
+    if (!runs.empty() && runs.back().second == reduced[k])
+      runs.back().first *= d;
+    else
+      runs.push_back({d, reduced[k]});
+  }
+  const bool extreme = op == "ReduceMax" || op == "ReduceMin", mean = op == "ReduceMean";
+  std::vector<Pool2dParams> pools;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (!runs[i].second) continue;
+    uint64_t outer = 1, inner = 1;
+    for (size_t j = 0; j < i; ++j) outer *= runs[j].second ? 1 : runs[j].first;
+    for (size_t j = i + 1; j < runs.size(); ++j) inner *= runs[j].first;
+    const uint64_t big = std::max({outer, inner, runs[i].first});
+    if (big > std::numeric_limits<uint32_t>::max()) return not_covered(n);
+    const auto len = static_cast<uint32_t>(runs[i].first);
+    pools.push_back({.batch_size = static_cast<uint32_t>(outer),
+                     .input_height = len,
+                     .input_width = 1,
+                     .channels = static_cast<uint32_t>(inner),
+                     .kernel_size = {len, 1},
+                     .stride = {len, 1}});
+  }
+  const bool square = op == "ReduceSumSquare" || op == "ReduceL2";
+  std::optional<UnaryWithParam> pre, post;
+  if (op == "ReduceL1") pre = UnaryWithParam{UnaryOpType::ABS};
+  if (op == "ReduceMin") pre = UnaryWithParam{UnaryOpType::NEG};
+  if (!mean && !extreme && count != 1) post = UnaryWithParam{.scale = static_cast<float>(count)};
+  if (op == "ReduceL2") post = UnaryWithParam{.op = UnaryOpType::SQRT, .scale = std::sqrt(static_cast<float>(count))};
+  if (op == "ReduceMin") post = UnaryWithParam{UnaryOpType::NEG};
+  note_plain(x);
+  const std::optional<DataType> od = out_dtype(y);
+  const Shape out_shape = to_shape(dims(y));
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor t, plain(s, x, cq));
+    bool copied = false;  // (t is x's own tensor until an op writes a new one)
+    if (square) {
+      TS_ASSIGN_OR_RETURN(t, mul(t, t, {.cq_id = cq}));
+      copied = true;
+    } else if (pre) {
+      TS_ASSIGN_OR_RETURN(t, unary(t, *pre, {.cq_id = cq}));
+      copied = true;
+    }
+    for (const Pool2dParams& p : pools) {
+      TS_ASSIGN_OR_RETURN(t, reshape(t, Shape{p.batch_size, p.input_height, 1, p.channels}));
+      TS_ASSIGN_OR_RETURN(t, extreme ? max_pool2d(t, p, cq) : avg_pool2d(t, p, cq));
+      copied = true;
+    }
+    if (post || !copied || (od && t.dtype() != *od)) {
+      TS_ASSIGN_OR_RETURN(t, unary(t, post.value_or(UnaryWithParam{}), {.dtype = od, .cq_id = cq}));
+    }
+    TS_ASSIGN_OR_RETURN(t, reshape(t, out_shape));
     return put_plain(s, y, t);
   });
   return ok_status();
