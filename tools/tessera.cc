@@ -204,6 +204,20 @@ double pcc_threshold(const Common& c, const LoadedModel& m) {
   return c.dtype == "float32" && c.amp_level <= 0 && c.precision_config.empty() && c.numerics == "fast" ? 0.999 : 0.99;
 }
 
+// The --input files of run and bench by input name (model_io.h's
+// read_inputs, its conversion notes printed); a file's shape is the model's
+// where the model leaves it open (symbolic dims, the batch), and --shape
+// overrides the first input's.
+using InputFiles = std::map<std::string, Tensor>;
+StatusOr<InputFiles> read_input_files(const Common& c, const std::vector<std::string>& input_files, ModelOptions& mo) {
+  TS_ASSIGN_OR_RETURN(const std::vector<DeclaredInput> declared, declared_inputs(c.model, c.model_name));
+  std::vector<std::string> notes;
+  TS_ASSIGN_OR_RETURN(InputFiles files, read_inputs(input_files, declared, &notes));
+  for (const std::string& n : notes) std::printf("%s\n", n.c_str());
+  TS_RETURN_IF_ERROR(shapes_from_inputs(declared, files, mo));
+  return files;
+}
+
 // Every input from `input_files` (model_io.h; random where none is given),
 // every output printed, written and checked; one frame (every input) through
 // the Pipeline.
@@ -211,14 +225,7 @@ Status cmd_run(const Common& c, const std::vector<std::string>& input_files, con
                const std::string& output_dir, const std::string& reference) {
   TS_ASSIGN_OR_RETURN(auto device, open(c));
   TS_ASSIGN_OR_RETURN(ModelOptions mo, model_options(c));
-  TS_ASSIGN_OR_RETURN(const std::vector<DeclaredInput> declared, declared_inputs(c.model, c.model_name));
-  std::vector<std::string> notes;
-  using InputFiles = std::map<std::string, Tensor>;
-  TS_ASSIGN_OR_RETURN(InputFiles files, read_inputs(input_files, declared, &notes));
-  for (const std::string& n : notes) std::printf("%s\n", n.c_str());
-  // A file's shape is the model's where the model leaves it open (symbolic
-  // dims, the batch); --shape overrides the first input's.
-  TS_RETURN_IF_ERROR(shapes_from_inputs(declared, files, mo));
+  TS_ASSIGN_OR_RETURN(InputFiles files, read_input_files(c, input_files, mo));
   TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
   print_report(m, c);
   const std::vector<std::string> out_names = m.model->output_names();
@@ -351,12 +358,7 @@ Status cmd_bench(const Common& c, int iterations, const std::vector<std::string>
   TS_ASSIGN_OR_RETURN(auto device, open(c));
   TS_ASSIGN_OR_RETURN(ModelOptions mo, model_options(c));
   // --input: frame 0's inputs (as run's; the others, and inputs without a file, random).
-  TS_ASSIGN_OR_RETURN(const std::vector<DeclaredInput> declared, declared_inputs(c.model, c.model_name));
-  std::vector<std::string> notes;
-  using InputFiles = std::map<std::string, Tensor>;
-  TS_ASSIGN_OR_RETURN(InputFiles files, read_inputs(input_files, declared, &notes));
-  for (const std::string& n : notes) std::printf("%s\n", n.c_str());
-  TS_RETURN_IF_ERROR(shapes_from_inputs(declared, files, mo));
+  TS_ASSIGN_OR_RETURN(InputFiles files, read_input_files(c, input_files, mo));
   TS_ASSIGN_OR_RETURN(LoadedModel m, load_model(c.model, *device, mo));
   print_report(m, c);
   TS_ASSIGN_OR_RETURN(cnn::PipelineConfig pc, parse_pipeline_config(c.config));
