@@ -761,6 +761,63 @@ TEST(CompiledModel, ReductionsOfAnyRankOverAnyAxesRunOnTheDevice) {
   EXPECT_EQ(got, x.f);
 }
 
+// PRelu runs on the device: a per-channel slope (negative ones too) after a
+// conv (NHWC), a slope along the last axis of a rank-3 value, one slope for
+// every element (leaky_relu), float32 and bfloat16; NaN and infinities as
+// the reference gives them.
+TEST(CompiledModel, PReluRunsOnTheDevice) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  struct Case {
+    const char* name;
+    std::vector<int64_t> x, slope;
+    bool conv;
+  };
+  for (const Case& c : {Case{"per channel after a conv", {2, 6, 5, 7}, {6, 1, 1}, true},
+                        Case{"last axis of rank 3", {3, 4, 5}, {5}, false},
+                        Case{"one slope", {2, 6, 5, 7}, {1}, true}}) {
+    SCOPED_TRACE(c.name);
+    testing_onnx::ModelBuilder b(13);
+    b.input("x", c.x);
+    std::string in = "x";
+    if (c.conv) {
+      b.random_initializer("w", {6, 6, 3, 3}, 0.3f, 1);
+      b.ints(b.node("Conv", {"x", "w"}, {"r"}), "pads", {1, 1, 1, 1});
+      in = "r";
+    }
+    int64_t count = 1;
+    for (int64_t d : c.slope) count *= d;
+    std::vector<float> slope;
+    for (int64_t k = 0; k < count; ++k) slope.push_back(count == 1 ? 0.2f : 0.25f * static_cast<float>(k) - 0.6f);
+    b.initializer("s", c.slope, slope);
+    b.node("PRelu", {in, "s"}, {"y"});
+    b.output("y");
+    ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+    graph::HostTensor x = input_for(c.x, 12);
+    x.f[1] = NAN, x.f[2] = -INFINITY, x.f[3] = INFINITY;
+    const auto want = reference(g, x);
+    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+      ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {.dtype = dt, .weights_dtype = dt}));
+      EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
+      const Tensor xs[] = {device_input(x, *dev)};
+      ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
+      ASSERT_EQ(got.size(), want[0].f.size());
+      double max_ref = 0;
+      for (float w : want[0].f)
+        if (std::isfinite(w)) max_ref = std::max(max_ref, std::fabs(double{w}));
+      for (size_t k = 0; k < got.size(); ++k) {
+        const float w = want[0].f[k];
+        if (std::isnan(w))
+          EXPECT_TRUE(std::isnan(got[k])) << k;
+        else if (std::isinf(w))
+          EXPECT_EQ(got[k], w) << k;
+        else
+          EXPECT_NEAR(got[k], w, (dt == DataType::FLOAT32 ? 1e-5 : 2e-2) * max_ref) << k;
+      }
+    }
+  }
+}
+
 TEST(CompiledModel, BadOptionsAndInputsAreErrors) {
   ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn().bytes()));
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));

@@ -124,6 +124,47 @@ Status CompiledModel::Impl::lower_pow(const Node& n) {
   return ok_status();
 }
 
+// PRelu (x >= 0 ? x : slope * x) by a constant slope: one that is the same
+// for every element is leaky_relu; otherwise relu(x) - slope * relu(-x) in
+// four launches (exact: one of the two terms is 0; NaN and infinities as
+// slope * x gives them).
+Status CompiledModel::Impl::lower_prelu(const Node& n) {
+  const int x = n.inputs[0], sl = n.inputs.size() > 1 ? n.inputs[1] : -1, y = n.outputs[0];
+  if (sl < 0 || !g.is_constant(sl) || g.is_constant(x) || rank(sl) > rank(x)) return not_covered(n);
+  const HostTensor& sv = *g.value(sl).constant;
+  const bool uniform = std::all_of(sv.f.begin(), sv.f.end(), [&](float v) { return v == sv.f[0]; });
+  const bool out_nhwc = rank(x) == 4 && nhwc[static_cast<size_t>(x)];
+  nhwc[static_cast<size_t>(y)] = out_nhwc;
+  if (uniform && !sv.f.empty()) {
+    const UnaryWithParam leaky{UnaryOpType::LEAKY_RELU, sv.f[0]};
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      TS_ASSIGN_OR_RETURN(Tensor out, unary(in, leaky, {.dtype = out_dtype(y), .cq_id = cq}));
+      return put(s, y, out);
+    });
+    return ok_status();
+  }
+  Tensor slope;
+  if (out_nhwc) {
+    TS_ASSIGN_OR_RETURN(slope, constant_nhwc(sl));
+    note_nhwc(x);
+  } else {
+    TS_ASSIGN_OR_RETURN(slope, constant(sl));
+    note_plain(x);
+  }
+  TS_ASSIGN_OR_RETURN(Tensor minus_one, upload(HostTensor::floats({1}, {-1.0f}), {1}, DataType::FLOAT32));
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor t, out_nhwc ? as_nhwc(s, x, cq) : plain(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor pos, unary(t, {UnaryOpType::RELU}, {.cq_id = cq}));
+    TS_ASSIGN_OR_RETURN(Tensor neg, binary(t, minus_one, BinaryOpType::MUL,
+                                           {.activation = UnaryWithParam{UnaryOpType::RELU}, .cq_id = cq}));
+    TS_ASSIGN_OR_RETURN(neg, binary(neg, slope, BinaryOpType::MUL, {.cq_id = cq}));
+    TS_ASSIGN_OR_RETURN(Tensor out, binary(pos, neg, BinaryOpType::SUB, {.dtype = out_dtype(y), .cq_id = cq}));
+    return out_nhwc ? put(s, y, out) : put_plain(s, y, out);
+  });
+  return ok_status();
+}
+
 Status CompiledModel::Impl::lower_softmax(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
   const size_t r = rank(x);

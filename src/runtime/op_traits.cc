@@ -48,7 +48,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Mish", &I::lower_unary, true},
     {"Mul", &I::lower_arith, true, true},
     {"Neg", &I::lower_unary, true},
-    {"PRelu", nullptr, false, false, kAfterFirst},
+    {"PRelu", &I::lower_prelu, false, false, kAfterFirst},
     {"Pad", &I::lower_slice_pad_split, false, false, kAfterFirst},
     {"Pow", &I::lower_pow, true},
     {"Range", nullptr, false, false, kAll},
