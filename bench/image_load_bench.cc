@@ -76,6 +76,7 @@ double timed_run(runtime::CompiledModel& m, Device& d) {
 
 struct Times {
   std::vector<double> ready, first, steady;
+  std::vector<double> open;  // an image's open + verify, of `ready`
 };
 
 }  // namespace
@@ -90,9 +91,12 @@ int main(int argc, char** argv) {
   int64_t batch = 1;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
-    else if (a == "--runs") runs = std::atoi(argv[i + 1]);
-    else if (a == "--batch") batch = std::atoll(argv[i + 1]);
+    if (a == "--rounds")
+      rounds = std::atoi(argv[i + 1]);
+    else if (a == "--runs")
+      runs = std::atoi(argv[i + 1]);
+    else if (a == "--batch")
+      batch = std::atoll(argv[i + 1]);
   }
   importer::OnnxImportOptions io;
   io.symbolic_dim = batch;
@@ -120,6 +124,7 @@ int main(int argc, char** argv) {
       auto d = fresh_device();
       const auto t0 = Clock::now();
       auto image = must(image::Image::open(path), "open");
+      img.open.push_back(ms_since(t0));
       auto m = must(image::load_model(*image, 0, *d), "load");
       img.ready.push_back(ms_since(t0));
       img.first.push_back(timed_run(*m.model, *d));
@@ -136,6 +141,7 @@ int main(int argc, char** argv) {
   std::printf("| ONNX: import + compile | %.1f | %.1f | %.1f | %.2f |\n", o_ready, o_first, o_steady,
               o_first / o_steady);
   std::printf("| image: open + load | %.1f | %.1f | %.1f | %.2f |\n", i_ready, i_first, i_steady, i_first / i_steady);
+  std::printf("(image: open + verify %.1f ms, load %.1f ms)\n", median(img.open), i_ready - median(img.open));
   const double o_prepared = o_ready + std::max(0.0, o_first - o_steady);
   std::printf("load vs import + compile: %.1fx faster; vs import + compile + weight preparation (%.1f ms): %.1fx\n",
               o_ready / i_ready, o_prepared, o_prepared / i_ready);

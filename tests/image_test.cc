@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 #include "../src/image/image_format.h"
@@ -255,6 +257,59 @@ TEST(Image, PreparedWeightsMapFromTheFile) {
   auto junk = d->allocate_buffer(BufferType::DRAM, 1 << 20).value();
   std::memset(d->host_address(BufferType::DRAM, 0, junk->address()), 0xa5, 1 << 20);
   EXPECT_TRUE(Image::open(path).ok());
+  std::remove(path.c_str());
+}
+
+// A file whose weights are damaged opens (the metadata is sound), and then
+// neither loads nor verifies: DATA_LOSS naming the section, from load_model
+// (which checks the CRC through the device's mappings, in chunks on its
+// workers) and from verify_weights (through the image's own mapping). The
+// sound file loads, and a second check returns at once.
+TEST(Image, DamagedWeightsInAFileAreCaughtBeforeTheyRun) {
+  auto d = cpu();
+  const std::string path = ::testing::TempDir() + "/damaged_weights.tsi";
+  {
+    auto m = compile_model("small", small_graph(), *d, {}).value();
+    const ImageModel* ms[] = {&m};
+    ASSERT_TRUE(write_image(path, header_for(*d), ms).ok());
+  }
+  {
+    auto img = Image::open(path).value();
+    ASSERT_TRUE(load_model(*img, 0, *d).ok());
+    EXPECT_TRUE(img->verify_weights().ok());
+  }
+  std::vector<uint8_t> bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const format::Preamble p = preamble(bytes);
+  for (uint64_t at :
+       {p.weights_offset, p.weights_offset + p.weights_bytes / 2, p.weights_offset + p.weights_bytes - 1}) {
+    SCOPED_TRACE(at);
+    std::vector<uint8_t> b = bytes;
+    b[at] ^= 0x20;
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    }
+    auto img = Image::open(path);
+    ASSERT_TRUE(img.ok()) << img.status().to_string();
+    const Status load = load_model(**img, 0, *d).status();
+    EXPECT_EQ(load.code(), StatusCode::kDataLoss) << load.to_string();
+    EXPECT_NE(load.message().find("section 'weights': CRC-32"), std::string::npos) << load.to_string();
+    auto again = Image::open(path).value();
+    EXPECT_EQ(again->verify_weights().code(), StatusCode::kDataLoss);
+  }
+  // A view outside the section is refused.
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  auto img = Image::open(path).value();
+  const std::byte one[1] = {};
+  const Image::WeightsView outside[] = {{0, one}};
+  EXPECT_EQ(img->verify_weights(outside).code(), StatusCode::kInvalidArgument);
   std::remove(path.c_str());
 }
 

@@ -67,6 +67,7 @@ Status compile_command(const CompileRequest& r) {
 
 Status info_command(const std::string& path, bool json) {
   TS_ASSIGN_OR_RETURN(auto img, image::Image::open(path));
+  TS_RETURN_IF_ERROR(img->verify_weights());  // (a damaged file is reported here too, not only at load)
   const std::string s = json ? image::info_json(img->info()) + "\n" : image::info_text(img->info());
   std::fputs(s.c_str(), stdout);
   return ok_status();
@@ -82,6 +83,7 @@ Status merge_command(const std::vector<std::string>& inputs, const std::string& 
   std::vector<std::pair<uint64_t, std::string>> consumers;
   for (const std::string& path : inputs) {
     TS_ASSIGN_OR_RETURN(auto img, image::Image::open(path));
+    TS_RETURN_IF_ERROR(img->verify_weights().annotate(path));
     const image::ImageHeader& h = img->info().header;
     if (!header) {
       header = h;

@@ -79,13 +79,29 @@ StatusOr<std::vector<runtime::PreparedLayer>> map_prepared(const Image& image, c
                         map_file_to_device(b.spec, std::as_bytes(bytes), b.owned.empty() ? image.file_descriptor() : -1,
                                            b.file_offset, device));
     std::vector<uint32_t> bd(b.bias.dims.begin(), b.bias.dims.end());
-    TS_ASSIGN_OR_RETURN(Tensor bias, Tensor::from_vector(b.bias.f, Shape(std::span<const uint32_t>(bd)), DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(Tensor bias,
+                        Tensor::from_vector(b.bias.f, Shape(std::span<const uint32_t>(bd)), DataType::FLOAT32));
     TS_ASSIGN_OR_RETURN(l.weights.bias, to_device(bias, device));
     out.push_back(std::move(l));
   }
-  std::vector<std::shared_ptr<Buffer>> mapped;
-  for (const runtime::PreparedLayer& l : out) mapped.push_back(l.weights.weight.buffer());
-  device.prefault(mapped);  // the first run then reads them as fast as the next
+  // The weights section's checksum, read through the device's mappings of
+  // it: the reading also fills their page tables, so the first run reads
+  // them as fast as the next (what Device::prefault does) in the same pass.
+  // The views: the tensors map_file_to_device maps (one row-major row,
+  // interleaved, on a device of one DRAM bank: their bytes lie as in the
+  // file); the others' storage pads or interleaves the bytes, and the
+  // image's own mapping is read for them.
+  std::vector<Image::WeightsView> views;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const PreparedBlob& b = m.prepared[i];
+    const TensorSpec& spec = out[i].weights.weight.spec();
+    if (!b.owned.empty() || device.descriptor().num_dram_banks != 1 || spec.layout != Layout::ROW_MAJOR ||
+        spec.physical_height() != 1 || spec.memory_config.is_sharded())
+      continue;
+    views.push_back(
+        {b.file_offset, std::span<const std::byte>(out[i].weights.weight.buffer()->bank_data(0), b.mapped.size())});
+  }
+  TS_RETURN_IF_ERROR(image.verify_weights(views, &device.workers()));
   return out;
 }
 
@@ -98,13 +114,15 @@ StatusOr<LoadedModel> load_model(const Image& image, size_t index, Device& devic
   TS_ASSIGN_OR_RETURN(ImageModel m, image.model(index));
   const std::string_view here = kernel_isa_name(kernel_isa());
   if (h.kernel_isa != here && m.prepared.empty())
-    out.notes.push_back(fmt::format("the image was compiled with {} kernels, this CPU runs {}: kernels re-selected "
-                                    "for it at load",
-                                    h.kernel_isa, here));
+    out.notes.push_back(
+        fmt::format("the image was compiled with {} kernels, this CPU runs {}: kernels re-selected "
+                    "for it at load",
+                    h.kernel_isa, here));
   std::vector<runtime::PreparedLayer> prepared;
   if (!m.prepared.empty()) {
     TS_ASSIGN_OR_RETURN(prepared, map_prepared(image, m, device));
   }
+  TS_RETURN_IF_ERROR(image.verify_weights({}, &device.workers()));  // (done by map_prepared where it maps)
   TS_ASSIGN_OR_RETURN(out.model,
                       runtime::CompiledModel::compile(std::move(m.graph), device, m.options, std::move(prepared)));
   out.model->set_pass_reports(std::move(m.report.passes));

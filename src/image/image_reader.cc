@@ -6,7 +6,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -14,6 +16,7 @@
 #include "image_format.h"
 #include "image_generated.h"
 #include "tessera/base/aligned.h"
+#include "tessera/base/thread_pool.h"
 #include "tessera/graph/shape_inference.h"
 #include "tessera/image/image.h"
 #include "tessera/numerics/bfloat16.h"
@@ -322,7 +325,52 @@ StatusOr<std::unique_ptr<Image>> Image::open(const std::string& path) {
 StatusOr<std::unique_ptr<Image>> Image::from_bytes(std::vector<uint8_t> bytes) {
   auto m = std::make_unique<Mapping>();
   m->owned = std::move(bytes);
-  return verify(std::move(m));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<Image> img, verify(std::move(m)));
+  TS_RETURN_IF_ERROR(img->verify_weights());
+  return img;
+}
+
+Status Image::verify_weights(std::span<const WeightsView> views, ThreadPool* pool) const {
+  if (weights_verified_.load(std::memory_order_acquire)) return ok_status();
+  // The section in order: the views, and the image's own bytes around them.
+  std::vector<WeightsView> sorted(views.begin(), views.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.file_offset < b.file_offset; });
+  std::vector<std::span<const uint8_t>> pieces;
+  uint64_t at = 0;
+  for (const WeightsView& v : sorted) {
+    const uint64_t off = v.file_offset - weights_offset_;
+    if (v.file_offset < weights_offset_ || off > weights_.size() || v.bytes.size() > weights_.size() - off)
+      return invalid_argument_error("verify_weights: {} bytes at file offset {} leave the weights section [{}, {})",
+                                    v.bytes.size(), v.file_offset, weights_offset_, weights_offset_ + weights_.size());
+    const uint64_t end = off + v.bytes.size();
+    if (end <= at) continue;  // (weights stored once for two layers: two views of the same bytes)
+    if (off > at) pieces.push_back(weights_.subspan(at, off - at));
+    const uint64_t skip = at > off ? at - off : 0;
+    pieces.push_back({reinterpret_cast<const uint8_t*>(v.bytes.data()) + skip, v.bytes.size() - skip});
+    at = end;
+  }
+  if (at < weights_.size()) pieces.push_back(weights_.subspan(at));
+  // 1 MiB chunks, their CRCs in parallel, combined in order (zlib's crc32_combine).
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<std::span<const uint8_t>> chunks;
+  for (std::span<const uint8_t> p : pieces)
+    for (size_t o = 0; o < p.size(); o += kChunk) chunks.push_back(p.subspan(o, std::min(kChunk, p.size() - o)));
+  std::vector<uint32_t> crcs(chunks.size());
+  auto run = [&](uint32_t begin, uint32_t end) {
+    for (uint32_t i = begin; i < end; ++i) crcs[i] = format::crc32_of(chunks[i]);
+  };
+  const auto n = static_cast<uint32_t>(chunks.size());
+  if (pool)
+    pool->parallel_for(n, 1, run);
+  else
+    run(0, n);
+  uLong crc = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) crc = crc32_combine(crc, crcs[i], static_cast<z_off_t>(chunks[i].size()));
+  if (crc != weights_crc_)
+    return damaged("section 'weights': CRC-32 {:08x} recorded, {:08x} computed (the file is damaged)", weights_crc_,
+                   static_cast<uint32_t>(crc));
+  weights_verified_.store(true, std::memory_order_release);
+  return ok_status();
 }
 
 StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping) {
@@ -362,9 +410,7 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
   img->weights_offset_ = p.weights_offset;
   if (const uint32_t c = format::crc32_of(img->meta_); c != p.meta_crc)
     return damaged("section 'meta': CRC-32 {:08x} recorded, {:08x} computed (the file is damaged)", p.meta_crc, c);
-  if (const uint32_t c = format::crc32_of(img->weights_); c != p.weights_crc)
-    return damaged("section 'weights': CRC-32 {:08x} recorded, {:08x} computed (the file is damaged)", p.weights_crc,
-                   c);
+  img->weights_crc_ = p.weights_crc;  // (checked before the weights are used: verify_weights)
   flatbuffers::Verifier v(img->meta_.data(), img->meta_.size());
   if (!fb::VerifyImageBuffer(v))
     return damaged("section 'meta': not a valid image table (FlatBuffers verification failed)");

@@ -51,6 +51,7 @@
 // expected; nothing in a file can crash the reader.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -66,6 +67,7 @@
 
 namespace tessera {
 class Device;
+class ThreadPool;
 }
 
 namespace tessera::image {
@@ -171,8 +173,13 @@ struct ImageInfo {
 std::string info_text(const ImageInfo& info);
 std::string info_json(const ImageInfo& info);
 
-// An opened, verified image. Opening checks the preamble and both sections'
-// checksums and verifies the metadata; models decode on demand.
+// An opened, verified image. Opening checks the preamble and the metadata's
+// checksum and verifies the metadata; models decode on demand. The weights
+// section's checksum is checked before any of its bytes run: by load_model
+// as it maps them (reading them through the device's mapping fills its page
+// tables too, so one pass over the file does both, on the device's workers),
+// or by verify_weights() (tessera info and merge call it). from_bytes checks
+// it at once.
 class Image {
  public:
   ~Image();
@@ -191,6 +198,19 @@ class Image {
   // The opened file (for mapping prepared weights), -1 for from_bytes.
   int file_descriptor() const;
 
+  // Part of the weights section where a device maps it: its offset in the
+  // file and its bytes as mapped.
+  struct WeightsView {
+    uint64_t file_offset = 0;
+    std::span<const std::byte> bytes;
+  };
+  // The weights section's CRC-32 against the preamble's, once (later calls
+  // return at once): `views` read where they lie, the rest through the
+  // image's own mapping, in 1 MiB chunks on `pool` when given (views may
+  // overlap: the first in file order is read). DATA_LOSS naming the
+  // section; INVALID_ARGUMENT for a view outside it.
+  Status verify_weights(std::span<const WeightsView> views = {}, ThreadPool* pool = nullptr) const;
+
   struct Mapping;
 
  private:
@@ -199,6 +219,8 @@ class Image {
   std::unique_ptr<Mapping> mapping_;
   std::span<const uint8_t> meta_, weights_;
   uint64_t weights_offset_ = 0;  // of the weights section in the file
+  uint32_t weights_crc_ = 0;     // as the preamble records it
+  mutable std::atomic<bool> weights_verified_{false};
   ImageInfo info_;
 };
 
