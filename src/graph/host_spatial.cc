@@ -13,7 +13,9 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-HostTensor zeros(Dims dims) { return HostTensor::floats(dims, std::vector<float>(static_cast<size_t>(dims_volume(dims)), 0.0f)); }
+HostTensor zeros(Dims dims) {
+  return HostTensor::floats(dims, std::vector<float>(static_cast<size_t>(dims_volume(dims)), 0.0f));
+}
 
 // Row-major coordinates of `flat` in `dims`.
 void unflatten(int64_t flat, const Dims& dims, Dims& coord) {
@@ -37,7 +39,8 @@ StatusOr<std::vector<HostTensor>> conv(const Node& n, Ins ins) {
   const HostTensor &x = *ins[0], &w = *ins[1];
   const HostTensor* b = ins.size() > 2 ? ins[2] : nullptr;
   if (x.dims.size() < 3 || w.dims.size() != x.dims.size())
-    return invalid_argument_error("{}: input {} and weight {} ranks", n.label(), dims_to_string(x.dims), dims_to_string(w.dims));
+    return invalid_argument_error("{}: input {} and weight {} ranks", n.label(), dims_to_string(x.dims),
+                                  dims_to_string(w.dims));
   TS_ASSIGN_OR_RETURN(SpatialGeometry geo, spatial_geometry(n, x.dims, w.dims));
   const size_t s = x.dims.size() - 2;
   const int64_t group = n.attr_int("group", 1), N = x.dims[0], C = x.dims[1], M = w.dims[0];
@@ -45,10 +48,12 @@ StatusOr<std::vector<HostTensor>> conv(const Node& n, Ins ins) {
     return invalid_argument_error("{}: channels {} / {} do not match group {}", n.label(), C, M, group);
   Dims out{N, M}, in_sp(x.dims.begin() + 2, x.dims.end()), k_sp(w.dims.begin() + 2, w.dims.end());
   for (size_t i = 0; i < s; ++i)
-    out.push_back((in_sp[i] + geo.pads[i] + geo.pads[i + s] - ((k_sp[i] - 1) * geo.dilations[i] + 1)) / geo.strides[i] + 1);
+    out.push_back((in_sp[i] + geo.pads[i] + geo.pads[i + s] - ((k_sp[i] - 1) * geo.dilations[i] + 1)) / geo.strides[i] +
+                  1);
   Dims out_sp(out.begin() + 2, out.end());
   HostTensor y = zeros(out);
-  const int64_t cg = C / group, mg = M / group, osz = dims_volume(out_sp), isz = dims_volume(in_sp), ksz = dims_volume(k_sp);
+  const int64_t cg = C / group, mg = M / group, osz = dims_volume(out_sp), isz = dims_volume(in_sp),
+                ksz = dims_volume(k_sp);
   Dims oc, kc;
   for (int64_t nn = 0; nn < N; ++nn)
     for (int64_t m = 0; m < M; ++m) {
@@ -82,12 +87,14 @@ StatusOr<std::vector<HostTensor>> conv_transpose(const Node& n, Ins ins) {
   const HostTensor &x = *ins[0], &w = *ins[1];
   const HostTensor* b = ins.size() > 2 ? ins[2] : nullptr;
   if (x.dims.size() < 3 || w.dims.size() != x.dims.size())
-    return invalid_argument_error("{}: input {} and weight {} ranks", n.label(), dims_to_string(x.dims), dims_to_string(w.dims));
+    return invalid_argument_error("{}: input {} and weight {} ranks", n.label(), dims_to_string(x.dims),
+                                  dims_to_string(w.dims));
   TS_ASSIGN_OR_RETURN(SpatialGeometry geo, spatial_geometry(n, x.dims, w.dims));
   const size_t s = x.dims.size() - 2;
   const int64_t group = n.attr_int("group", 1), N = x.dims[0], C = x.dims[1];
   if (group <= 0 || C % group || w.dims[0] != C)
-    return invalid_argument_error("{}: {} input channels, weight {}, group {}", n.label(), C, dims_to_string(w.dims), group);
+    return invalid_argument_error("{}: {} input channels, weight {}, group {}", n.label(), C, dims_to_string(w.dims),
+                                  group);
   const int64_t mg = w.dims[1], M = mg * group, cg = C / group;
   const Dims op = n.attr_ints("output_padding", Dims(s, 0));
   Dims out{N, M}, in_sp(x.dims.begin() + 2, x.dims.end()), k_sp(w.dims.begin() + 2, w.dims.end());
@@ -164,7 +171,8 @@ StatusOr<std::vector<HostTensor>> pool(const Node& n, Ins ins) {
   Dims out_sp(out.begin() + 2, out.end());
   HostTensor y = zeros(out);
   HostTensor idx_out = HostTensor::ints(out, std::vector<int64_t>(static_cast<size_t>(dims_volume(out)), 0));
-  const int64_t planes = x.dims[0] * x.dims[1], osz = dims_volume(out_sp), isz = dims_volume(in_sp), ksz = dims_volume(geo.kernel);
+  const int64_t planes = x.dims[0] * x.dims[1], osz = dims_volume(out_sp), isz = dims_volume(in_sp),
+                ksz = dims_volume(geo.kernel);
   Dims oc, kc;
   for (int64_t pl = 0; pl < planes; ++pl)
     for (int64_t o = 0; o < osz; ++o) {
@@ -190,7 +198,9 @@ StatusOr<std::vector<HostTensor>> pool(const Node& n, Ins ins) {
         ++count;
         const double v = x.at(static_cast<size_t>(pl * isz + idx));
         if (is_max) {
-          if (v > acc || best < 0) acc = v, best = pl * isz + (column_major ? cidx : idx);
+          // (The first NaN wins, as in PyTorch's max_pool2d: NaN propagates.)
+          if (best < 0 || (std::isnan(v) && !std::isnan(acc)) || v > acc)
+            acc = v, best = pl * isz + (column_major ? cidx : idx);
         } else if (is_lp) {
           acc += std::pow(std::fabs(v), p);
         } else {
@@ -198,8 +208,10 @@ StatusOr<std::vector<HostTensor>> pool(const Node& n, Ins ins) {
         }
       }
       double r = acc;
-      if (is_lp) r = std::pow(acc, 1.0 / p);
-      else if (!is_max) r = acc / static_cast<double>(std::max<int64_t>(include_pad ? padded_count : count, 1));
+      if (is_lp)
+        r = std::pow(acc, 1.0 / p);
+      else if (!is_max)
+        r = acc / static_cast<double>(std::max<int64_t>(include_pad ? padded_count : count, 1));
       y.f[static_cast<size_t>(pl * osz + o)] = static_cast<float>(r);
       idx_out.i[static_cast<size_t>(pl * osz + o)] = best;
     }
@@ -268,7 +280,8 @@ StatusOr<std::vector<HostTensor>> resize(const Node& n, Ins ins, int opset) {
     }
   } else {
     if (scales.size() != r) return invalid_argument_error("{}: {} scales for rank {}", n.label(), scales.size(), r);
-    for (size_t k = 0; k < r; ++k) out[k] = static_cast<int64_t>(std::floor(static_cast<double>(x.dims[k]) * scales[k] + 1e-9));
+    for (size_t k = 0; k < r; ++k)
+      out[k] = static_cast<int64_t>(std::floor(static_cast<double>(x.dims[k]) * scales[k] + 1e-9));
   }
   for (size_t k = 0; k < r; ++k)
     if (out[k] <= 0 || !(scales[k] > 0)) return invalid_argument_error("{}: output dim {} is {}", n.label(), k, out[k]);
@@ -292,15 +305,20 @@ StatusOr<std::vector<HostTensor>> resize(const Node& n, Ins ins, int opset) {
     const int64_t in = x.dims[d];
     taps[d].resize(static_cast<size_t>(out[d]));
     for (int64_t o = 0; o < out[d]; ++o) {
-      const double src = source_coord(ctm, o, in, out[d], scales[d], roi.empty() ? 0 : roi[d], roi.empty() ? 1 : roi[d + r]);
+      const double src =
+          source_coord(ctm, o, in, out[d], scales[d], roi.empty() ? 0 : roi[d], roi.empty() ? 1 : roi[d + r]);
       auto& t = taps[d][static_cast<size_t>(o)];
       if (ctm == "tf_crop_and_resize" && (src < 0 || src > static_cast<double>(in - 1))) continue;
       if (mode == "nearest") {
         double i;
-        if (nearest == "floor") i = std::floor(src);
-        else if (nearest == "ceil") i = std::ceil(src);
-        else if (nearest == "round_prefer_ceil") i = std::floor(src + 0.5);
-        else i = (src - std::floor(src) == 0.5) ? std::floor(src) : std::round(src);  // round_prefer_floor
+        if (nearest == "floor")
+          i = std::floor(src);
+        else if (nearest == "ceil")
+          i = std::ceil(src);
+        else if (nearest == "round_prefer_ceil")
+          i = std::floor(src + 0.5);
+        else
+          i = (src - std::floor(src) == 0.5) ? std::floor(src) : std::round(src);  // round_prefer_floor
         t.push_back({std::clamp<int64_t>(static_cast<int64_t>(i), 0, in - 1), 1.0});
         continue;
       }

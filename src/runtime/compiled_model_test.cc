@@ -818,6 +818,43 @@ TEST(CompiledModel, PReluRunsOnTheDevice) {
   }
 }
 
+// GlobalMaxPool (CBAM-style channel attention) runs on the device as a max
+// pool over the whole image, after a conv (NHWC) and on a 3-D value; a NaN
+// wins its channel as in the reference.
+TEST(CompiledModel, GlobalMaxPoolRunsOnTheDevice) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (bool conv : {true, false}) {
+    SCOPED_TRACE(conv ? "after a conv" : "3-D");
+    const std::vector<int64_t> dims = conv ? std::vector<int64_t>{2, 6, 5, 7} : std::vector<int64_t>{2, 6, 9};
+    testing_onnx::ModelBuilder b(13);
+    b.input("x", dims);
+    std::string in = "x";
+    if (conv) {
+      b.random_initializer("w", {6, 6, 3, 3}, 0.3f, 1);
+      b.ints(b.node("Conv", {"x", "w"}, {"r"}), "pads", {1, 1, 1, 1});
+      in = "r";
+    }
+    b.node("GlobalMaxPool", {in}, {"y"});
+    b.output("y");
+    ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+    graph::HostTensor x = input_for(dims, 13);
+    x.f[40] = NAN;
+    const auto want = reference(g, x);
+    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+    EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
+    const Tensor xs[] = {device_input(x, *dev)};
+    ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
+    ASSERT_EQ(got.size(), want[0].f.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      if (std::isnan(want[0].f[k]))
+        EXPECT_TRUE(std::isnan(got[k])) << k;
+      else  // (the conv's float32 sums against the reference's double ones)
+        EXPECT_NEAR(got[k], want[0].f[k], 1e-5 * std::fabs(want[0].f[k]) + 1e-6) << k;
+    }
+  }
+}
+
 TEST(CompiledModel, BadOptionsAndInputsAreErrors) {
   ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn().bytes()));
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));

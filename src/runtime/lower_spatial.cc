@@ -109,6 +109,19 @@ Status CompiledModel::Impl::lower_global_avg_pool(const Node& n) {
   return ok_status();
 }
 
+// GlobalMaxPool: ReduceMax over every spatial axis, dims kept (lower_reduce:
+// a max pool over the whole image for a 4-D value).
+Status CompiledModel::Impl::lower_global_max_pool(const Node& n) {
+  Node r = n;
+  r.op_type = "ReduceMax";
+  std::vector<int64_t> axes;
+  for (int64_t a = 2; a < static_cast<int64_t>(rank(n.inputs[0])); ++a) axes.push_back(a);
+  if (axes.empty()) return not_covered(n);
+  r.attrs["axes"] = graph::Attribute{.kind = graph::Attribute::Kind::INTS, .ints = axes};
+  r.attrs["keepdims"] = graph::Attribute{.kind = graph::Attribute::Kind::INT, .i = 1};
+  return lower_reduce(r);
+}
+
 // ReduceMean over the spatial axes of an image (a squeeze-excitation
 // block's or a classifier's `x.mean((2, 3))`) is a global average pool, with
 // or without the kept dims. Other axes run on the host.

@@ -257,6 +257,7 @@ struct CompiledModel::Impl {
   bool sharded_to_dram = false;      // set by plan_conv_sharding for the conv being lowered
   Status lower_pool(const Node& n);  // lower_spatial.cc
   Status lower_global_avg_pool(const Node& n);
+  Status lower_global_max_pool(const Node& n);
   Status lower_reduce(const Node& n);
   Status lower_prelu(const Node& n);  // lower_eltwise.cc
   Status lower_reduce_rows(const Node& n, std::vector<int64_t> axes);  // any rank, any axes

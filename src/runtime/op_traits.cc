@@ -36,6 +36,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Gelu", &I::lower_unary, true},
     {"Gemm", &I::lower_gemm, false, false, kAfterFirst},
     {"GlobalAveragePool", &I::lower_global_avg_pool, true},
+    {"GlobalMaxPool", &I::lower_global_max_pool, true},
     {"HardSigmoid", &I::lower_unary, true},
     {"HardSwish", &I::lower_unary, true},
     {"Identity", &I::lower_unary},
