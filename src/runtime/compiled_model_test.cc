@@ -855,6 +855,50 @@ TEST(CompiledModel, GlobalMaxPoolRunsOnTheDevice) {
   }
 }
 
+// DepthToSpace (DCR and CRD) and SpaceToDepth run on the device as one
+// permute of the NHWC value, after a conv and on a graph input, bit for bit
+// the reference's data movement (a conv after them too: the result is NHWC).
+TEST(CompiledModel, DepthToSpaceAndSpaceToDepthRunOnTheDevice) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  struct Case {
+    const char* op;
+    const char* mode;
+    int64_t blocksize;
+    std::vector<int64_t> dims;
+  };
+  for (const Case& c : {Case{"DepthToSpace", "DCR", 2, {2, 8, 3, 5}}, Case{"DepthToSpace", "CRD", 2, {2, 8, 3, 5}},
+                        Case{"DepthToSpace", "DCR", 3, {1, 18, 4, 2}}, Case{"SpaceToDepth", "", 2, {2, 3, 6, 4}}})
+    for (bool conv : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} {} blocksize {} {}", c.op, c.mode, c.blocksize, conv ? "after a conv" : "input"));
+      testing_onnx::ModelBuilder b(13);
+      b.input("x", c.dims);
+      std::string in = "x";
+      const int64_t ch = c.dims[1];
+      if (conv) {
+        b.random_initializer("w", {ch, ch, 1, 1}, 0.5f, 3);
+        b.node("Conv", {"x", "w"}, {"r"});
+        in = "r";
+      }
+      auto* d = b.node(c.op, {in}, {"y"});
+      testing_onnx::ModelBuilder::i(d, "blocksize", c.blocksize);
+      if (std::string(c.op) == "DepthToSpace") testing_onnx::ModelBuilder::s(d, "mode", c.mode);
+      b.output("y");
+      ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+      const graph::HostTensor x = input_for(c.dims, 21);
+      const auto want = reference(g, x);
+      ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+      EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
+      const Tensor xs[] = {device_input(x, *dev)};
+      ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+      if (conv) {
+        expect_close(outs[0], want[0], 0.99999, 1e-5);
+      } else {
+        ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
+        EXPECT_EQ(got, want[0].f);
+      }
+    }
+}
+
 TEST(CompiledModel, BadOptionsAndInputsAreErrors) {
   ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(testing_onnx::small_cnn().bytes()));
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));

@@ -6,6 +6,45 @@ namespace tessera::runtime {
 // Tile with constant repeats: each axis repeated r > 1 times becomes a
 // concat of r copies along it, in the layout the input has (NHWC for a
 // 4-D value a conv wrote). Zero repeats (an empty result) run on the host.
+// DepthToSpace and SpaceToDepth (a super-resolution model's pixel shuffle)
+// as one permute of the NHWC value: DepthToSpace views (N, H, W, C) as (N,
+// H, W, b, b, C') (DCR: channel (b1 b + b2) C' + c) or (N, H, W, C', b, b)
+// (CRD) and moves the block axes beside H and W; SpaceToDepth the reverse of
+// DCR. The result is NHWC.
+Status CompiledModel::Impl::lower_depth_space(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  const int64_t bs = n.attr_int("blocksize", 0);
+  if (rank(x) != 4 || bs < 1) return not_covered(n);
+  const Dims& xd = dims(x);
+  const Dims& yd = dims(y);
+  const auto u = [](int64_t v) { return static_cast<uint32_t>(v); };
+  const uint32_t b = u(bs), nn = u(xd[0]);
+  Shape view, out;
+  std::array<int, 6> perm{};
+  if (n.op_type == "DepthToSpace") {
+    const uint32_t h = u(xd[2]), w = u(xd[3]), c = u(yd[1]);
+    const bool crd = n.attr_string("mode", "DCR") == "CRD";
+    view = crd ? Shape{nn, h, w, c, b, b} : Shape{nn, h, w, b, b, c};
+    perm = crd ? std::array<int, 6>{0, 1, 4, 2, 5, 3} : std::array<int, 6>{0, 1, 3, 2, 4, 5};
+    out = Shape{nn, h * b, w * b, c};
+  } else {
+    const uint32_t h = u(yd[2]), w = u(yd[3]), c = u(xd[1]);
+    view = Shape{nn, h, b, w, b, c};
+    perm = {0, 1, 3, 2, 4, 5};
+    out = Shape{nn, h, w, b * b * c};
+  }
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor t, as_nhwc(s, x, cq));
+    TS_ASSIGN_OR_RETURN(t, reshape(t, view));
+    TS_ASSIGN_OR_RETURN(t, permute(t, perm, {.cq_id = cq}));
+    TS_ASSIGN_OR_RETURN(t, reshape(t, out));
+    return put_nhwc(s, y, t);
+  });
+  return ok_status();
+}
+
 Status CompiledModel::Impl::lower_tile(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
   if (n.inputs.size() != 2 || !g.is_constant(n.inputs[1])) return not_covered(n);

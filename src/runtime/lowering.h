@@ -258,6 +258,7 @@ struct CompiledModel::Impl {
   Status lower_pool(const Node& n);  // lower_spatial.cc
   Status lower_global_avg_pool(const Node& n);
   Status lower_global_max_pool(const Node& n);
+  Status lower_depth_space(const Node& n);  // lower_data.cc
   Status lower_reduce(const Node& n);
   Status lower_prelu(const Node& n);  // lower_eltwise.cc
   Status lower_reduce_rows(const Node& n, std::vector<int64_t> axes);  // any rank, any axes
