@@ -58,6 +58,27 @@ void expect_close(const Tensor& got_dev, const graph::HostTensor& want, double m
   }
 }
 
+// Special values as the reference has them (NaN where it is NaN, its
+// infinities), elsewhere within rel |ref| + abs + of_max times its largest
+// finite value.
+void expect_near_special(const Tensor& got_dev, const graph::HostTensor& want, double rel, double abs,
+                         double of_max = 0) {
+  const std::vector<float> got = got_dev.cpu().value().to_vector().value();
+  ASSERT_EQ(got.size(), want.f.size());
+  double max_ref = 0;
+  for (float w : want.f)
+    if (std::isfinite(w)) max_ref = std::max(max_ref, std::fabs(double{w}));
+  for (size_t k = 0; k < got.size(); ++k) {
+    const float w = want.f[k];
+    if (std::isnan(w))
+      EXPECT_TRUE(std::isnan(got[k])) << k << ": " << got[k];
+    else if (std::isinf(w))
+      EXPECT_EQ(got[k], w) << k;
+    else
+      EXPECT_NEAR(got[k], w, rel * std::fabs(w) + abs + of_max * max_ref) << k;
+  }
+}
+
 class CompiledModelTest : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(CompiledModelTest, SmallCnnMatchesTheHostReference) {
@@ -615,17 +636,7 @@ TEST(CompiledModel, LogRunsOnTheDevice) {
   EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
   const Tensor xs[] = {device_input(x, *dev)};
   ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
-  ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
-  ASSERT_EQ(got.size(), want[0].f.size());
-  for (size_t k = 0; k < got.size(); ++k) {
-    const float w = want[0].f[k];
-    if (std::isnan(w))
-      EXPECT_TRUE(std::isnan(got[k])) << k;
-    else if (std::isinf(w))
-      EXPECT_EQ(got[k], w) << k;
-    else
-      EXPECT_NEAR(got[k], w, 0x1p-22 * std::fabs(w) + 1e-7) << k;
-  }
+  expect_near_special(outs[0], want[0], 0x1p-22, 1e-7);
 }
 
 // Reductions of a 4-D value over any of its channel and spatial axes run on
@@ -700,8 +711,8 @@ TEST(CompiledModel, ReductionsOfAnyRankOverAnyAxesRunOnTheDevice) {
          {"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMin"})
       for (int64_t keep : {1, 0})
         for (const std::vector<int64_t>& axes : sc.axes) {
-          SCOPED_TRACE(fmt::format("{} x [{}] axes ({}) keepdims {}", op, fmt::join(sc.dims, ","), fmt::join(axes, ","),
-                                   keep));
+          SCOPED_TRACE(
+              fmt::format("{} x [{}] axes ({}) keepdims {}", op, fmt::join(sc.dims, ","), fmt::join(axes, ","), keep));
           testing_onnx::ModelBuilder b(13);
           b.input("x", sc.dims);
           std::vector<std::string> ins = {"x"};
@@ -722,29 +733,13 @@ TEST(CompiledModel, ReductionsOfAnyRankOverAnyAxesRunOnTheDevice) {
           const Tensor xs[] = {device_input(x, *dev)};
           ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
           EXPECT_EQ(outs[0].shape().volume(), static_cast<uint64_t>(graph::dims_volume(want[0].dims)));
-          // NaN where the reference is NaN, its infinities, else within `rel` of its largest finite value.
-          auto check = [&](const Tensor& got_dev, double rel) {
-            const std::vector<float> got = got_dev.cpu().value().to_vector().value();
-            ASSERT_EQ(got.size(), want[0].f.size());
-            double max_ref = 1e-3;
-            for (float w : want[0].f)
-              if (std::isfinite(w)) max_ref = std::max(max_ref, std::fabs(double{w}));
-            for (size_t k = 0; k < got.size(); ++k) {
-              const float w = want[0].f[k];
-              if (std::isnan(w))
-                EXPECT_TRUE(std::isnan(got[k])) << k << ": " << got[k];
-              else if (std::isinf(w))
-                EXPECT_EQ(got[k], w) << k;
-              else
-                EXPECT_NEAR(got[k], w, rel * max_ref) << k;
-            }
-          };
-          check(outs[0], 1e-5);
-          ASSERT_OK_AND_ASSIGN(auto bf, CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT16,
-                                                                          .weights_dtype = DataType::BFLOAT16}));
+          expect_near_special(outs[0], want[0], 0, 1e-8, 1e-5);
+          ASSERT_OK_AND_ASSIGN(
+              auto bf,
+              CompiledModel::compile(g, *dev, {.dtype = DataType::BFLOAT16, .weights_dtype = DataType::BFLOAT16}));
           EXPECT_EQ(bf->report().fallbacks.size(), 0u);
           ASSERT_OK_AND_ASSIGN(auto bf_outs, bf->run(xs));
-          check(bf_outs[0], 0.02);
+          expect_near_special(bf_outs[0], want[0], 0, 2e-5, 0.02);
         }
   testing_onnx::ModelBuilder b(13);
   b.input("x", {3, 4, 5});
@@ -772,9 +767,9 @@ TEST(CompiledModel, PReluRunsOnTheDevice) {
     std::vector<int64_t> x, slope;
     bool conv;
   };
-  for (const Case& c : {Case{"per channel after a conv", {2, 6, 5, 7}, {6, 1, 1}, true},
-                        Case{"last axis of rank 3", {3, 4, 5}, {5}, false},
-                        Case{"one slope", {2, 6, 5, 7}, {1}, true}}) {
+  for (const Case& c :
+       {Case{"per channel after a conv", {2, 6, 5, 7}, {6, 1, 1}, true},
+        Case{"last axis of rank 3", {3, 4, 5}, {5}, false}, Case{"one slope", {2, 6, 5, 7}, {1}, true}}) {
     SCOPED_TRACE(c.name);
     testing_onnx::ModelBuilder b(13);
     b.input("x", c.x);
@@ -800,20 +795,7 @@ TEST(CompiledModel, PReluRunsOnTheDevice) {
       EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
       const Tensor xs[] = {device_input(x, *dev)};
       ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
-      ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
-      ASSERT_EQ(got.size(), want[0].f.size());
-      double max_ref = 0;
-      for (float w : want[0].f)
-        if (std::isfinite(w)) max_ref = std::max(max_ref, std::fabs(double{w}));
-      for (size_t k = 0; k < got.size(); ++k) {
-        const float w = want[0].f[k];
-        if (std::isnan(w))
-          EXPECT_TRUE(std::isnan(got[k])) << k;
-        else if (std::isinf(w))
-          EXPECT_EQ(got[k], w) << k;
-        else
-          EXPECT_NEAR(got[k], w, (dt == DataType::FLOAT32 ? 1e-5 : 2e-2) * max_ref) << k;
-      }
+      expect_near_special(outs[0], want[0], 0, 0, dt == DataType::FLOAT32 ? 1e-5 : 2e-2);
     }
   }
 }
@@ -844,14 +826,7 @@ TEST(CompiledModel, GlobalMaxPoolRunsOnTheDevice) {
     EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
     const Tensor xs[] = {device_input(x, *dev)};
     ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
-    ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[0].cpu().value().to_vector());
-    ASSERT_EQ(got.size(), want[0].f.size());
-    for (size_t k = 0; k < got.size(); ++k) {
-      if (std::isnan(want[0].f[k]))
-        EXPECT_TRUE(std::isnan(got[k])) << k;
-      else  // (the conv's float32 sums against the reference's double ones)
-        EXPECT_NEAR(got[k], want[0].f[k], 1e-5 * std::fabs(want[0].f[k]) + 1e-6) << k;
-    }
+    expect_near_special(outs[0], want[0], 1e-5, 1e-6);  // (the conv's float32 sums against the reference's double ones)
   }
 }
 
