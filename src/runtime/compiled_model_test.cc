@@ -305,6 +305,43 @@ TEST(CompiledModel, RunsThroughTheTracedPipelineWithoutAllocating) {
   expect_traced_pipeline_matches(*model, *dev, g, {1, 3, 16, 16}, 10, /*list=*/true);  // two graph outputs
 }
 
+// A model of two inputs through the traced Pipeline, a frame of both per
+// run: bit-identical to CompiledModel::run on the same inputs; a frame of
+// one input is refused naming the model's inputs.
+TEST(CompiledModel, FramesOfTwoInputsRunThroughThePipeline) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("a", {1, 4, 5, 6});
+  b.input("b", {1, 4, 5, 6});
+  b.node("Add", {"a", "b"}, {"s"});
+  b.node("Relu", {"s"}, {"y"});
+  b.output("y");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 20, .num_command_queues = 2}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  auto host = [](uint32_t seed) {
+    return Tensor::from_vector(input_for({1, 4, 5, 6}, seed).f, Shape{1, 4, 5, 6}, DataType::FLOAT32).value();
+  };
+  std::vector<cnn::Frame> frames;
+  for (uint32_t k = 0; k < 3; ++k) frames.push_back({host(30 + 2 * k), host(31 + 2 * k)});
+  ASSERT_OK_AND_ASSIGN(auto one, cnn::create_pipeline_from_config({.use_trace = false}, model->pipeline_model(), *dev,
+                                                                  DRAM_MEMORY_CONFIG));
+  EXPECT_ERROR(one->compile(frames[0][0]), StatusCode::kInvalidArgument,
+               "a frame of 1 input tensor(s); the model takes 2 (a, b)");
+  ASSERT_OK_AND_ASSIGN(
+      auto pipe, cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2}, model->pipeline_model(),
+                                                  *dev, DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG));
+  ASSERT_OK(pipe->compile(frames[0]));
+  ASSERT_OK(pipe->enqueue(std::span<const cnn::Frame>(frames)));
+  ASSERT_OK_AND_ASSIGN(auto outs, pipe->pop_all());
+  ASSERT_EQ(outs.size(), frames.size());
+  for (size_t k = 0; k < frames.size(); ++k) {
+    const Tensor xs[] = {to_device(frames[k][0], *dev).value(), to_device(frames[k][1], *dev).value()};
+    ASSERT_OK_AND_ASSIGN(auto want, model->run(xs));
+    EXPECT_EQ(outs[k].tensor->to_vector().value(), want[0].cpu().value().to_vector().value()) << k;
+  }
+  ASSERT_OK(pipe->cleanup());
+}
+
 // On the emulated Wormhole the per-conv plan shards the small convs in L1
 // (and puts their outputs back in DRAM for readers other than convs).
 TEST(CompiledModel, ConvShardingPlanOnTheEmulatedWormhole) {

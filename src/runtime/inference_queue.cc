@@ -114,7 +114,7 @@ InferenceQueue::Output InferenceQueue::run_one(uint64_t index, std::vector<Tenso
       if (Status s = p.compile(inputs); !s.ok()) return fail(s);
       pipeline_->compiled = true;
     }
-    const cnn::Frame frame[] = {inputs};
+    const cnn::Frame frame[] = {std::move(inputs)};  // (not read again)
     if (Status s = p.enqueue(std::span<const cnn::Frame>(frame)); !s.ok()) return fail(s);
     auto outs = p.pop_all();
     if (!outs.ok()) return fail(outs.status());

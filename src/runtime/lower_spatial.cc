@@ -109,6 +109,37 @@ Status CompiledModel::Impl::lower_global_avg_pool(const Node& n) {
   return ok_status();
 }
 
+namespace {
+
+// What a reduction computes around its pools: before them, |x| (L1), x * x
+// (SumSquare, L2) or -x (Min); after, since the pools average, the sums
+// scaled by the `pooled` element count (L2: sqrt(pooled * s) = sqrt(s) *
+// sqrt(pooled), one op) and Min negated back.
+struct ReduceMath {
+  bool extreme = false, mean = false, square = false;
+  std::optional<UnaryWithParam> pre, post;
+
+  ReduceMath(const std::string& op, float pooled)
+      : extreme(op == "ReduceMax" || op == "ReduceMin"),
+        mean(op == "ReduceMean"),
+        square(op == "ReduceSumSquare" || op == "ReduceL2") {
+    if (op == "ReduceL1") pre = UnaryWithParam{UnaryOpType::ABS};
+    if (op == "ReduceMin") pre = UnaryWithParam{UnaryOpType::NEG};
+    if (!mean && !extreme && pooled != 1.0f) post = UnaryWithParam{.scale = pooled};
+    if (op == "ReduceL2") post = UnaryWithParam{.op = UnaryOpType::SQRT, .scale = std::sqrt(pooled)};
+    if (op == "ReduceMin") post = UnaryWithParam{UnaryOpType::NEG};
+  }
+  // x with the operation before the pools (x itself when there is none).
+  StatusOr<Tensor> before(const Tensor& x, uint8_t cq) const {
+    if (square) return mul(x, x, {.cq_id = cq});
+    if (pre) return unary(x, *pre, {.cq_id = cq});
+    return x;
+  }
+  bool has_before() const { return square || pre.has_value(); }
+};
+
+}  // namespace
+
 // GlobalMaxPool: ReduceMax over every spatial axis, dims kept (lower_reduce:
 // a max pool over the whole image for a 4-D value).
 Status CompiledModel::Impl::lower_global_max_pool(const Node& n) {
@@ -161,25 +192,15 @@ Status CompiledModel::Impl::lower_reduce(const Node& n) {
   if (r != 4 || axes.empty() || axes.front() == 0) return lower_reduce_rows(n, axes);
   const auto has = [&](int64_t a) { return std::find(axes.begin(), axes.end(), a) != axes.end(); };
   const bool over_c = has(1), over_h = has(2), over_w = has(3);
-  const bool extreme = op == "ReduceMax" || op == "ReduceMin";
   const bool keep = n.attr_int("keepdims", 1) != 0;
   const Dims& xd = dims(x);
   const auto nn = static_cast<uint32_t>(xd[0]), c = static_cast<uint32_t>(xd[1]), h = static_cast<uint32_t>(xd[2]),
              w = static_cast<uint32_t>(xd[3]);
   const uint32_t oh = over_h ? 1 : h, ow = over_w ? 1 : w, oc = over_c ? 1 : c;
-  // Before: |x| (L1) or x * x (SumSquare, L2); Min negates.
-  const bool square = op == "ReduceSumSquare" || op == "ReduceL2", l2 = op == "ReduceL2";
-  std::optional<UnaryWithParam> pre;
-  if (op == "ReduceL1") pre = UnaryWithParam{UnaryOpType::ABS};
-  if (op == "ReduceMin") pre = UnaryWithParam{UnaryOpType::NEG};
-  const bool mean = op == "ReduceMean";
-  // After: the spatial pool averages, so the sums scale by the pooled area
-  // (L2: sqrt(area * s) = sqrt(s) * sqrt(area), one op); Min negates back.
-  const auto area = static_cast<float>(uint64_t{h / oh} * (w / ow));
-  std::optional<UnaryWithParam> post;
-  if (!mean && !extreme && area != 1.0f) post = UnaryWithParam{.scale = area};
-  if (l2) post = UnaryWithParam{.op = UnaryOpType::SQRT, .scale = std::sqrt(area)};
-  if (op == "ReduceMin") post = UnaryWithParam{UnaryOpType::NEG};
+  // The spatial pool averages over its area; the channel sums are a conv.
+  const ReduceMath math(op, static_cast<float>(uint64_t{h / oh} * (w / ow)));
+  const bool extreme = math.extreme, mean = math.mean;
+  const std::optional<UnaryWithParam> post = math.post;
   const bool pool_spatial = over_h || over_w;
   const Pool2dParams spatial{.batch_size = nn,
                              .input_height = h,
@@ -218,11 +239,7 @@ Status CompiledModel::Impl::lower_reduce(const Node& n) {
   if (keep) nhwc[static_cast<size_t>(y)] = true;
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor t, as_nhwc(s, x, cq, /*dense=*/!pool_spatial));
-    if (square) {
-      TS_ASSIGN_OR_RETURN(t, mul(t, t, {.cq_id = cq}));
-    } else if (pre) {
-      TS_ASSIGN_OR_RETURN(t, unary(t, *pre, {.cq_id = cq}));
-    }
+    TS_ASSIGN_OR_RETURN(t, math.before(t, cq));
     if (pool_spatial) {
       TS_ASSIGN_OR_RETURN(t, extreme ? max_pool2d(t, spatial, cq) : avg_pool2d(t, spatial, cq));
     }
@@ -270,7 +287,7 @@ Status CompiledModel::Impl::lower_reduce_rows(const Node& n, std::vector<int64_t
     else
       runs.push_back({d, reduced[k]});
   }
-  const bool extreme = op == "ReduceMax" || op == "ReduceMin", mean = op == "ReduceMean";
+  const ReduceMath math(op, static_cast<float>(count));
   std::vector<Pool2dParams> pools;
   for (size_t i = 0; i < runs.size(); ++i) {
     if (!runs[i].second) continue;
@@ -287,33 +304,19 @@ Status CompiledModel::Impl::lower_reduce_rows(const Node& n, std::vector<int64_t
                      .kernel_size = {len, 1},
                      .stride = {len, 1}});
   }
-  const bool square = op == "ReduceSumSquare" || op == "ReduceL2";
-  std::optional<UnaryWithParam> pre, post;
-  if (op == "ReduceL1") pre = UnaryWithParam{UnaryOpType::ABS};
-  if (op == "ReduceMin") pre = UnaryWithParam{UnaryOpType::NEG};
-  if (!mean && !extreme && count != 1) post = UnaryWithParam{.scale = static_cast<float>(count)};
-  if (op == "ReduceL2") post = UnaryWithParam{.op = UnaryOpType::SQRT, .scale = std::sqrt(static_cast<float>(count))};
-  if (op == "ReduceMin") post = UnaryWithParam{UnaryOpType::NEG};
   note_plain(x);
   const std::optional<DataType> od = out_dtype(y);
   const Shape out_shape = to_shape(dims(y));
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor t, plain(s, x, cq));
-    bool copied = false;  // (t is x's own tensor until an op writes a new one)
-    if (square) {
-      TS_ASSIGN_OR_RETURN(t, mul(t, t, {.cq_id = cq}));
-      copied = true;
-    } else if (pre) {
-      TS_ASSIGN_OR_RETURN(t, unary(t, *pre, {.cq_id = cq}));
-      copied = true;
-    }
+    TS_ASSIGN_OR_RETURN(t, math.before(t, cq));
     for (const Pool2dParams& p : pools) {
       TS_ASSIGN_OR_RETURN(t, reshape(t, Shape{p.batch_size, p.input_height, 1, p.channels}));
-      TS_ASSIGN_OR_RETURN(t, extreme ? max_pool2d(t, p, cq) : avg_pool2d(t, p, cq));
-      copied = true;
+      TS_ASSIGN_OR_RETURN(t, math.extreme ? max_pool2d(t, p, cq) : avg_pool2d(t, p, cq));
     }
-    if (post || !copied || (od && t.dtype() != *od)) {
-      TS_ASSIGN_OR_RETURN(t, unary(t, post.value_or(UnaryWithParam{}), {.dtype = od, .cq_id = cq}));
+    // (A copy when nothing else wrote a new tensor: t is still x's own.)
+    if (math.post || (!math.has_before() && pools.empty()) || (od && t.dtype() != *od)) {
+      TS_ASSIGN_OR_RETURN(t, unary(t, math.post.value_or(UnaryWithParam{}), {.dtype = od, .cq_id = cq}));
     }
     TS_ASSIGN_OR_RETURN(t, reshape(t, out_shape));
     return put_plain(s, y, t);
