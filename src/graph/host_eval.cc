@@ -27,7 +27,7 @@ double round_half_even(double x) { return std::nearbyint(x); }
 
 StatusOr<std::function<double(double)>> unary_fn(const Node& n) {
   const std::string& op = n.op_type;
-  if (op == "Relu") return std::function<double(double)>([](double x) { return x > 0 ? x : 0.0; });
+  if (op == "Relu") return std::function<double(double)>([](double x) { return x < 0 ? 0.0 : x; });  // NaN kept
   if (op == "Sigmoid") return std::function<double(double)>([](double x) { return 1.0 / (1.0 + std::exp(-x)); });
   if (op == "Tanh") return std::function<double(double)>([](double x) { return std::tanh(x); });
   if (op == "Exp") return std::function<double(double)>([](double x) { return std::exp(x); });
@@ -39,13 +39,16 @@ StatusOr<std::function<double(double)>> unary_fn(const Node& n) {
   if (op == "Floor") return std::function<double(double)>([](double x) { return std::floor(x); });
   if (op == "Ceil") return std::function<double(double)>([](double x) { return std::ceil(x); });
   if (op == "Round") return std::function<double(double)>(round_half_even);
-  if (op == "Sign") return std::function<double(double)>([](double x) { return double((x > 0) - (x < 0)); });
+  if (op == "Sign")  // NaN kept (numpy)
+    return std::function<double(double)>([](double x) { return std::isnan(x) ? x : double((x > 0) - (x < 0)); });
   if (op == "Erf") return std::function<double(double)>([](double x) { return std::erf(x); });
   if (op == "Sin") return std::function<double(double)>([](double x) { return std::sin(x); });
   if (op == "Cos") return std::function<double(double)>([](double x) { return std::cos(x); });
   if (op == "Tan") return std::function<double(double)>([](double x) { return std::tan(x); });
   if (op == "Atan") return std::function<double(double)>([](double x) { return std::atan(x); });
-  if (op == "Softplus") return std::function<double(double)>([](double x) { return std::log1p(std::exp(x)); });
+  if (op == "Softplus")  // (no overflow: max(x, 0) + log1p(e^-|x|))
+    return std::function<double(double)>(
+        [](double x) { return std::isnan(x) ? x : std::fmax(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); });
   if (op == "Softsign") return std::function<double(double)>([](double x) { return x / (1 + std::fabs(x)); });
   if (op == "HardSwish")
     return std::function<double(double)>([](double x) { return x * std::clamp(x / 6 + 0.5, 0.0, 1.0); });
@@ -70,7 +73,7 @@ StatusOr<std::function<double(double)>> unary_fn(const Node& n) {
   if (op == "Celu") {
     const double a = n.attr_float("alpha", 1.0f);
     return std::function<double(double)>(
-        [a](double x) { return std::max(0.0, x) + std::min(0.0, a * (std::exp(x / a) - 1)); });
+        [a](double x) { return std::isnan(x) ? x : std::max(0.0, x) + std::min(0.0, a * (std::exp(x / a) - 1)); });
   }
   if (op == "Selu") {
     const double a = n.attr_float("alpha", 1.67326319217681884765625f);
@@ -83,7 +86,7 @@ StatusOr<std::function<double(double)>> unary_fn(const Node& n) {
   }
   if (op == "ThresholdedRelu") {
     const double a = n.attr_float("alpha", 1.0f);
-    return std::function<double(double)>([a](double x) { return x > a ? x : 0.0; });
+    return std::function<double(double)>([a](double x) { return std::isnan(x) || x > a ? x : 0.0; });  // NaN kept
   }
   return unimplemented_error("{} has no host kernel", n.label());
 }
@@ -178,10 +181,10 @@ StatusOr<HostTensor> variadic(const Node& n, Ins ins) {
     double acc = ins[0]->at(static_cast<size_t>(broadcast_index(k, out, ins[0]->dims)));
     for (size_t j = 1; j < ins.size(); ++j) {
       const double v = ins[j]->at(static_cast<size_t>(broadcast_index(k, out, ins[j]->dims)));
-      if (n.op_type == "Max")
-        acc = std::max(acc, v);
+      if (n.op_type == "Max")  // NaN kept (numpy's maximum)
+        acc = std::isnan(acc) || acc > v ? acc : v;
       else if (n.op_type == "Min")
-        acc = std::min(acc, v);
+        acc = std::isnan(acc) || acc < v ? acc : v;
       else
         acc += v;
     }

@@ -1,12 +1,16 @@
 #include "tessera/graph/passes.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
 
 #include "pass_util.h"
+#include "tessera/graph/host_eval.h"
 
 namespace tessera::graph {
 
@@ -38,7 +42,6 @@ using detail::float_attr;
 using detail::int_attr;
 using detail::sole_reader;
 using detail::string_attr;
-
 
 // Whether constant `c` broadcasts one value per output channel of the 4D-ish
 // conv output `out` (out_ch channels): a scalar, or every dim 1 but the
@@ -289,8 +292,8 @@ PassReport fuse_activation_patterns(Graph& g) {
       const int ci = sole_producer(mul.inputs[static_cast<size_t>(1 - side)], mi, "Clip");
       if (ci < 0) continue;
       const Node& clip = g.nodes[static_cast<size_t>(ci)];
-      float unused = 0;
-      if (fusable_activation(g, clip, &unused) != "relu6") continue;
+      const auto clip_act = fusable_activation(g, clip);
+      if (!clip_act || clip_act->name != "relu6") continue;
       const int ai = sole_producer(clip.inputs[0], ci, "Add");
       if (ai < 0) continue;
       const Node& add = g.nodes[static_cast<size_t>(ai)];
@@ -535,46 +538,60 @@ PassReport fuse_layer_norm(Graph& g) {
   return r;
 }
 
-std::string fusable_activation(const Graph& g, const Node& n, float* param) {
-  *param = 0;
+std::optional<FusableActivation> fusable_activation(const Graph& g, const Node& n) {
+  using A = FusableActivation;
   const std::string& op = n.op_type;
-  if (op == "Relu") return "relu";
-  if (op == "Sigmoid") return "sigmoid";
-  if (op == "Tanh") return "tanh";
-  if (op == "SiLU") return "silu";
-  if (op == "HardSwish") return "hardswish";
-  if (op == "Mish") return "mish";
-  if (op == "Gelu" && n.attr_string("approximate", "none") == "none") return "gelu";
-  if (op == "Gelu" && n.attr_string("approximate", "none") == "tanh") return "gelu_tanh";
-  if (op == "LeakyRelu") {
-    *param = n.attr_float("alpha", 0.01f);
-    return "leaky_relu";
+  static const std::map<std::string, std::string> plain = {
+      {"Relu", "relu"},           {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"},         {"SiLU", "silu"},
+      {"HardSwish", "hardswish"}, {"Mish", "mish"},       {"Softplus", "softplus"}, {"Softsign", "softsign"},
+      {"Floor", "floor"},         {"Ceil", "ceil"},       {"Round", "round"},       {"Sign", "sign"}};
+  if (auto it = plain.find(op); it != plain.end()) return A{it->second};
+  if (op == "Gelu" && n.attr_string("approximate", "none") == "none") return A{"gelu"};
+  if (op == "Gelu" && n.attr_string("approximate", "none") == "tanh") return A{"gelu_tanh"};
+  if (op == "LeakyRelu") return A{"leaky_relu", n.attr_float("alpha", 0.01f)};
+  if (op == "Elu") return A{"elu", n.attr_float("alpha", 1.0f)};
+  if (op == "Celu") return A{"celu", n.attr_float("alpha", 1.0f)};
+  if (op == "ThresholdedRelu") return A{"thresholded_relu", n.attr_float("alpha", 1.0f)};
+  if (op == "Selu")
+    return A{.name = "elu",
+             .param = n.attr_float("alpha", 1.67326319217681884765625f),
+             .scale = n.attr_float("gamma", 1.05070102214813232421875f)};
+  if (op == "HardSigmoid") {
+    const double a = n.attr_float("alpha", 0.2f), b = n.attr_float("beta", 0.5f);
+    if (std::fabs(a - 1.0 / 6) < 1e-6 && b == 0.5) return A{"hardsigmoid"};
+    if (a == 0)  // (unbounded, so that 0 * +-inf is NaN as in ONNX's alpha x + beta)
+      return A{.name = "clip",
+               .param = -INFINITY,
+               .param2 = INFINITY,
+               .scale = 0,
+               .shift = static_cast<float>(std::clamp(b, 0.0, 1.0))};
+    const double lo = -b / a, hi = (1 - b) / a;
+    return A{.name = "clip",
+             .param = static_cast<float>(std::min(lo, hi)),
+             .param2 = static_cast<float>(std::max(lo, hi)),
+             .scale = static_cast<float>(a),
+             .shift = static_cast<float>(b)};
   }
-  if (op == "Elu") {
-    *param = n.attr_float("alpha", 1.0f);
-    return "elu";
-  }
-  if (op == "HardSigmoid" && std::fabs(n.attr_float("alpha", 0.2f) - 1.0f / 6) < 1e-6f &&
-      n.attr_float("beta", 0.5f) == 0.5f)
-    return "hardsigmoid";
   if (op == "Clip") {
     double lo = -INFINITY, hi = INFINITY;
     if (g.opset < 11) {
       lo = n.attr_float("min", -3.4028234663852886e38f), hi = n.attr_float("max", 3.4028234663852886e38f);
     } else {
       if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
-        if (!g.is_constant(n.inputs[1])) return "";
+        if (!g.is_constant(n.inputs[1]) || g.value(n.inputs[1]).constant->size() != 1) return std::nullopt;
         lo = g.value(n.inputs[1]).constant->at(0);
       }
       if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
-        if (!g.is_constant(n.inputs[2])) return "";
+        if (!g.is_constant(n.inputs[2]) || g.value(n.inputs[2]).constant->size() != 1) return std::nullopt;
         hi = g.value(n.inputs[2]).constant->at(0);
       }
     }
-    if (lo == 0 && hi == 6) return "relu6";
-    if (lo == 0 && hi >= 3.4e38) return "relu";
+    if (lo == 0 && hi == 6) return A{"relu6"};
+    if (lo == 0 && hi >= 3.4e38) return A{"relu"};
+    if (std::isnan(lo) || std::isnan(hi)) return std::nullopt;
+    return A{.name = "clip", .param = static_cast<float>(lo), .param2 = static_cast<float>(hi)};
   }
-  return "";
+  return std::nullopt;
 }
 
 PassReport fuse_activations(Graph& g) {
@@ -589,12 +606,13 @@ PassReport fuse_activations(Graph& g) {
     const int ai = sole_reader(g, consumers, p.outputs[0]);
     if (ai < 0) continue;
     const Node& act = g.nodes[static_cast<size_t>(ai)];
-    float param = 0;
-    std::string name = fusable_activation(g, act, &param);
+    std::optional<FusableActivation> fa = fusable_activation(g, act);
     // HardSigmoid(alpha, beta) = clip(alpha x + beta, 0, 1) is PyTorch's
     // clip(y / 6 + 1/2, 0, 1) of y = 6 alpha x + 6 beta - 3: scale a conv's
-    // weights and bias into that form, then fuse the PyTorch activation.
-    if (name.empty() && act.op_type == "HardSigmoid" && p.op_type == "Conv" && g.is_constant(p.inputs[1]) &&
+    // weights and bias into that form, then fuse the PyTorch activation
+    // (the values a conv with it computes stay within float32 rounding of
+    // ONNX's; a clip and an affine elsewhere).
+    if (act.op_type == "HardSigmoid" && fa && fa->name == "clip" && p.op_type == "Conv" && g.is_constant(p.inputs[1]) &&
         (p.inputs.size() < 3 || p.inputs[2] < 0 || g.is_constant(p.inputs[2]))) {
       const double a = act.attr_float("alpha", 0.2f), b = act.attr_float("beta", 0.5f);
       HostTensor w = *g.value(p.inputs[1]).constant;
@@ -619,12 +637,15 @@ PassReport fuse_activations(Graph& g) {
       Node& pc = g.nodes[pi];
       pc.inputs.resize(3);
       pc.inputs[1] = wid, pc.inputs[2] = bid;
-      name = "hardsigmoid";
+      fa = FusableActivation{"hardsigmoid"};
     }
-    if (name.empty() || act.inputs[0] != p.outputs[0]) continue;
-    // Element-wise kernels fuse any activation; conv and matmul the ones their kernels have.
-    p.attrs["tessera_activation"] = string_attr(name);
-    if (name == "leaky_relu" || name == "elu") p.attrs["tessera_activation_param"] = float_attr(param);
+    if (!fa || act.inputs[0] != p.outputs[0]) continue;
+    // Conv, matmul and element-wise kernels apply any activation.
+    p.attrs["tessera_activation"] = string_attr(fa->name);
+    if (fa->param != 0) p.attrs["tessera_activation_param"] = float_attr(fa->param);
+    if (fa->param2 != 0) p.attrs["tessera_activation_param2"] = float_attr(fa->param2);
+    if (fa->scale != 1) p.attrs["tessera_activation_scale"] = float_attr(fa->scale);
+    if (fa->shift != 0) p.attrs["tessera_activation_shift"] = float_attr(fa->shift);
     p.outputs[0] = act.outputs[0];
     dead[static_cast<size_t>(ai)] = true;
     ++r.rewrites;
@@ -642,6 +663,10 @@ PassReport fuse_residual_adds(Graph& g) {
     if (add.op_type != "Add" || add.inputs.size() != 2 || add.inputs[0] < 0 || add.inputs[1] < 0) continue;
     const Value& out = g.value(add.outputs[0]);
     if (out.dims.size() != 4 || g.value(add.inputs[0]).dims != out.dims || g.value(add.inputs[1]).dims != out.dims)
+      continue;
+    // (A residual activation carries one parameter, no affine.)
+    if (add.has_attr("tessera_activation_param2") || add.has_attr("tessera_activation_scale") ||
+        add.has_attr("tessera_activation_shift"))
       continue;
     // The conv computed last takes the other operand, which exists by then.
     int best = -1, best_side = -1;
@@ -725,11 +750,73 @@ PassReport fuse_activation_affine(Graph& g) {
   return r;
 }
 
+PassReport split_variadic(Graph& g) {
+  PassReport r{"split_variadic"};
+  std::vector<std::vector<Node>> replaced(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node n = g.nodes[i];  // (a copy: add_value below)
+    const bool mean = n.op_type == "Mean", add = n.op_type == "Sum" || mean;
+    if ((!add && n.op_type != "Max" && n.op_type != "Min") || n.outputs.size() != 1 || n.inputs.empty() ||
+        (n.inputs.size() == 2 && !add) || std::count(n.inputs.begin(), n.inputs.end(), -1) != 0)
+      continue;
+    const Value out = g.value(n.outputs[0]);
+    std::vector<Node> chain;
+    int acc = n.inputs[0];
+    std::vector<int64_t> dims = g.value(acc).dims;
+    bool shaped = g.value(acc).has_shape;
+    for (size_t k = 1; k < n.inputs.size() && shaped; ++k) {
+      const Value& v = g.value(n.inputs[k]);
+      StatusOr<std::vector<int64_t>> d = broadcast_dims(dims, v.dims);
+      if (!v.has_shape || !d.ok()) {
+        shaped = false;
+        break;
+      }
+      dims = *d;
+      const bool last = k + 1 == n.inputs.size() && !mean;
+      const int y =
+          last ? n.outputs[0]
+               : g.add_value(
+                     {.name = fmt::format("{}:{}", out.name, k), .type = out.type, .dims = dims, .has_shape = true});
+      chain.push_back({.name = fmt::format("{}:{}", n.name, k),
+                       .op_type = add ? "Add" : n.op_type,
+                       .inputs = {acc, n.inputs[k]},
+                       .outputs = {y}});
+      acc = y;
+    }
+    if (!shaped) continue;
+    if (mean) {
+      const auto count = static_cast<float>(n.inputs.size());
+      const int c = g.add_value({.name = n.name + ":count",
+                                 .type = ElemType::FLOAT32,
+                                 .dims = {},
+                                 .has_shape = true,
+                                 .constant = HostTensor::floats({}, {count})});
+      chain.push_back({.name = n.name, .op_type = "Div", .inputs = {acc, c}, .outputs = {n.outputs[0]}});
+    } else if (n.inputs.size() == 1) {
+      chain.push_back({.name = n.name, .op_type = "Identity", .inputs = {acc}, .outputs = {n.outputs[0]}});
+    }
+    replaced[i] = std::move(chain);
+    ++r.rewrites;
+  }
+  if (r.rewrites == 0) return r;
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!replaced[i].empty())
+      for (Node& n : replaced[i]) nodes.push_back(std::move(n));
+    else
+      nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+  drop_nodes(g, std::vector<bool>(g.nodes.size(), false));
+  return r;
+}
+
 std::vector<PassReport> optimize(Graph& g) {
   std::vector<PassReport> reports;
   // Activations and LayerNorm rebuilt first: linear_to_conv and
   // cancel_transposes see whole activations between transposes, and the
   // folds below see the convs linear_to_conv makes.
+  reports.push_back(split_variadic(g));
   reports.push_back(fuse_activation_patterns(g));
   reports.push_back(fuse_layer_norm(g));
   reports.push_back(linear_to_conv(g));

@@ -7,11 +7,13 @@
 namespace tessera {
 
 namespace {
-constexpr std::string_view kNames[] = {"identity",  "relu",       "relu6",     "silu",        "gelu", "sigmoid",
-                                       "tanh",      "leaky_relu", "hardswish", "hardsigmoid", "mish", "exp",
-                                       "sqrt",      "elu",        "erf",       "neg",         "abs",  "reciprocal",
-                                       "gelu_tanh", "log",        "pow"};
-static_assert(std::size(kNames) == static_cast<size_t>(UnaryOpType::POW) + 1);
+constexpr std::string_view kNames[] = {"identity", "relu",     "relu6",      "silu",      "gelu",
+                                       "sigmoid",  "tanh",     "leaky_relu", "hardswish", "hardsigmoid",
+                                       "mish",     "exp",      "sqrt",       "elu",       "erf",
+                                       "neg",      "abs",      "reciprocal", "gelu_tanh", "log",
+                                       "pow",      "softplus", "softsign",   "celu",      "thresholded_relu",
+                                       "clip",     "floor",    "ceil",       "round",     "sign"};
+static_assert(std::size(kNames) == static_cast<size_t>(kLastUnaryOp) + 1);
 }  // namespace
 
 std::string_view unary_op_name(UnaryOpType op) { return kNames[static_cast<int>(op)]; }
@@ -35,6 +37,8 @@ bool is_transcendental(UnaryOpType op) {
     case UnaryOpType::GELU_TANH:
     case UnaryOpType::LOG:
     case UnaryOpType::POW:
+    case UnaryOpType::SOFTPLUS:
+    case UnaryOpType::CELU:
       return true;
     default:
       return false;
@@ -43,8 +47,10 @@ bool is_transcendental(UnaryOpType op) {
 
 std::string activation_name(const UnaryWithParam& a) {
   std::string s(unary_op_name(a.op));
-  if (a.op == UnaryOpType::LEAKY_RELU || a.op == UnaryOpType::ELU || a.op == UnaryOpType::POW)
+  if (a.op == UnaryOpType::LEAKY_RELU || a.op == UnaryOpType::ELU || a.op == UnaryOpType::POW ||
+      a.op == UnaryOpType::CELU || a.op == UnaryOpType::THRESHOLDED_RELU)
     s += fmt::format("({})", a.param);
+  if (a.op == UnaryOpType::CLIP) s += fmt::format("({},{})", a.param, a.param2);
   if (a.has_affine()) s += fmt::format("*{}+{}", a.scale, a.shift);
   return s;
 }
@@ -96,6 +102,24 @@ double apply_plain(const UnaryWithParam& a, double x) {
       return std::log(x);
     case UnaryOpType::POW:
       return std::pow(x, double{a.param});
+    case UnaryOpType::SOFTPLUS:
+      return std::isnan(x) ? x : std::fmax(x, 0.0) + std::log1p(std::exp(-std::fabs(x)));
+    case UnaryOpType::SOFTSIGN:
+      return x / (1 + std::fabs(x));
+    case UnaryOpType::CELU:
+      return std::isnan(x) ? x : std::fmax(x, 0.0) + std::fmin(a.param * std::expm1(x / a.param), 0.0);
+    case UnaryOpType::THRESHOLDED_RELU:
+      return std::isnan(x) || x > a.param ? x : 0.0;
+    case UnaryOpType::CLIP:
+      return std::isnan(x) ? x : std::fmin(std::fmax(x, double{a.param}), double{a.param2});
+    case UnaryOpType::FLOOR:
+      return std::floor(x);
+    case UnaryOpType::CEIL:
+      return std::ceil(x);
+    case UnaryOpType::ROUND:
+      return std::nearbyint(x);  // (the default rounding mode: half to even)
+    case UnaryOpType::SIGN:
+      return std::isnan(x) ? x : double((x > 0) - (x < 0));
   }
   return x;
 }

@@ -164,7 +164,7 @@ StatusOr<Tensor> run_broadcast(std::string_view name, const Tensor& a, const Ten
 }  // namespace
 
 std::string_view binary_op_name(BinaryOpType op) {
-  constexpr std::string_view names[] = {"add", "sub", "mul", "div"};
+  constexpr std::string_view names[] = {"add", "sub", "mul", "div", "max", "min"};
   return names[static_cast<int>(op)];
 }
 
@@ -215,7 +215,7 @@ StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const
     return t.shape().volume() == 1 && t.layout() == Layout::ROW_MAJOR &&
            (t.dtype() == DataType::FLOAT32 || t.dtype() == DataType::BFLOAT16);
   };
-  const bool commutes = op == BinaryOpType::ADD || op == BinaryOpType::MUL;
+  const bool commutes = op != BinaryOpType::SUB && op != BinaryOpType::DIV;
   const Tensor* full = scalar(b) && a.shape() == *shape               ? &a
                        : commutes && scalar(a) && b.shape() == *shape ? &b
                                                                       : nullptr;

@@ -32,6 +32,12 @@ bool exact_op(UnaryOpType op) {
     case UnaryOpType::NEG:
     case UnaryOpType::ABS:
     case UnaryOpType::RECIPROCAL:
+    case UnaryOpType::THRESHOLDED_RELU:
+    case UnaryOpType::CLIP:
+    case UnaryOpType::FLOOR:
+    case UnaryOpType::CEIL:
+    case UnaryOpType::ROUND:
+    case UnaryOpType::SIGN:
       return true;
     default:
       return false;
@@ -49,12 +55,17 @@ void expect_close(const Tensor& got, const Tensor& want, bool exact, DataType dt
 
 std::vector<UnaryWithParam> all_activations() {
   std::vector<UnaryWithParam> v;
-  for (int i = 0; i <= static_cast<int>(UnaryOpType::POW); ++i) {
+  for (int i = 0; i <= static_cast<int>(kLastUnaryOp); ++i) {
     const auto op = static_cast<UnaryOpType>(i);
-    v.push_back({op, op == UnaryOpType::LEAKY_RELU ? 0.01f
-                     : op == UnaryOpType::ELU      ? 1.5f
-                     : op == UnaryOpType::POW      ? 2.5f
-                                                   : 0.0f});
+    v.push_back({.op = op,
+                 .param = op == UnaryOpType::LEAKY_RELU         ? 0.01f
+                          : op == UnaryOpType::ELU              ? 1.5f
+                          : op == UnaryOpType::POW              ? 2.5f
+                          : op == UnaryOpType::CELU             ? 0.7f
+                          : op == UnaryOpType::THRESHOLDED_RELU ? 0.5f
+                          : op == UnaryOpType::CLIP             ? -1.5f
+                                                                : 0.0f,
+                 .param2 = op == UnaryOpType::CLIP ? 2.0f : 0.0f});
   }
   return v;
 }
@@ -185,6 +196,87 @@ TEST(Unary, LogAndPowAtTheEdges) {
   set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
+// The activations with ONNX's names (softplus, softsign, celu, selu as elu
+// with a scale, thresholded_relu, clip with and without bounds, HardSigmoid's
+// clip + affine, floor, ceil, round, sign) on special values: NaN stays NaN,
+// infinities and zeros as the reference gives them (softsign's +-inf / inf
+// is NaN there too), denormals, halves for round; else within 2^-22
+// relative (1e-7 absolute near 0; elu's and celu's e^x - 1 within 2.5e-7
+// alpha absolute, as elu is documented).
+TEST(Unary, OnnxActivationsAtSpecialValues) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v = {0.0f,  -0.0f,  inf,   -inf,   NAN,   1e-40f, -1e-40f, 0.5f,   -0.5f, 1.5f,
+                          2.5f,  -2.5f,  0.49f, 1.0f,   -1.0f, 3e-8f,  -3e-8f,  -20.0f, 20.0f, -90.0f,
+                          90.0f, -104.f, 1e30f, -1e30f, 0.7f,  -0.7f,  7.0f,    -7.0f,  1e-6f, -17.0f};
+  for (int i = 0; i < 34; ++i)
+    v.push_back(std::ldexp(1.0f + 0.29f * static_cast<float>(i % 5), i - 17) * (i % 2 ? 1 : -1));
+  const auto n = static_cast<uint32_t>(v.size());
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
+    for (UnaryWithParam act :
+         {UnaryWithParam{UnaryOpType::SOFTPLUS}, UnaryWithParam{UnaryOpType::SOFTSIGN},
+          UnaryWithParam{UnaryOpType::CELU, 1.0f}, UnaryWithParam{UnaryOpType::CELU, 0.3f},
+          UnaryWithParam{UnaryOpType::ELU, 1.6732632f, 1.0507010f}, UnaryWithParam{UnaryOpType::THRESHOLDED_RELU, 1.0f},
+          UnaryWithParam{.op = UnaryOpType::CLIP, .param = -1.0f, .param2 = 1.0f},
+          UnaryWithParam{.op = UnaryOpType::CLIP, .param = -inf, .param2 = 0.5f},
+          UnaryWithParam{.op = UnaryOpType::CLIP, .param = 0.2f, .param2 = inf},
+          UnaryWithParam{.op = UnaryOpType::CLIP, .param = -2.5f, .scale = 0.2f, .shift = 0.5f, .param2 = 2.5f},
+          UnaryWithParam{UnaryOpType::FLOOR}, UnaryWithParam{UnaryOpType::CEIL}, UnaryWithParam{UnaryOpType::ROUND},
+          UnaryWithParam{UnaryOpType::SIGN}}) {
+      SCOPED_TRACE(fmt::format("{} isa={}", activation_name(act), kernel_isa_name(kernel_isa())));
+      Tensor h = Tensor::from_vector(v, Shape{1, n}, DataType::FLOAT32).value();
+      ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor y, unary(d, act));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, y.cpu().value().to_vector());
+      // (elu and celu compute e^x - 1 as exp minus 1: exp's absolute error near 0, times alpha.)
+      const double expm1_abs = act.op == UnaryOpType::ELU || act.op == UnaryOpType::CELU
+                                   ? 2.5e-7 * std::fabs(double{act.param} * act.scale)
+                                   : 0.0;
+      for (size_t i = 0; i < n; ++i) {
+        const auto w = static_cast<float>(apply_activation(act, v[i]));
+        if (std::isnan(w))
+          EXPECT_TRUE(std::isnan(got[i])) << "x = " << v[i] << ": " << got[i];
+        else if (std::isinf(w) || w == 0.0f)
+          EXPECT_EQ(got[i], w) << "x = " << v[i];
+        else
+          EXPECT_NEAR(got[i], w, 0x1p-22 * std::fabs(w) + expm1_abs + (std::fabs(w) < 1e-3f ? 1e-7 : 0.0))
+              << "x = " << v[i];
+      }
+    }
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
+// Max and min keep a NaN from either operand (numpy's maximum / minimum).
+TEST(Binary, MaxAndMinKeepNan) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> a = {NAN,  1.0f, NAN,  -inf,  inf,  2.0f, -1.0f, 0.0f, 1e-40f,
+                                3.0f, NAN,  5.0f, -2.0f, 4.0f, 0.5f, 7.0f,  1.0f};
+  const std::vector<float> b = {1.0f, NAN,  NAN, 0.0f,  1.0f, 3.0f,  -2.0f, -0.5f, 0.0f,
+                                3.0f, 2.0f, NAN, -3.0f, 8.0f, 0.25f, -7.0f, NAN};
+  const auto n = static_cast<uint32_t>(a.size());
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
+    for (BinaryOpType op : {BinaryOpType::MAX, BinaryOpType::MIN}) {
+      SCOPED_TRACE(fmt::format("{} isa={}", binary_op_name(op), kernel_isa_name(kernel_isa())));
+      ASSERT_OK_AND_ASSIGN(Tensor da, to_device(Tensor::from_vector(a, Shape{1, n}, DataType::FLOAT32).value(), *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor db, to_device(Tensor::from_vector(b, Shape{1, n}, DataType::FLOAT32).value(), *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor y, binary(da, db, op));
+      ASSERT_OK_AND_ASSIGN(std::vector<float> got, y.cpu().value().to_vector());
+      for (size_t i = 0; i < n; ++i) {
+        if (std::isnan(a[i]) || std::isnan(b[i]))
+          EXPECT_TRUE(std::isnan(got[i])) << a[i] << ", " << b[i];
+        else
+          EXPECT_EQ(got[i], op == BinaryOpType::MAX ? std::max(a[i], b[i]) : std::min(a[i], b[i]))
+              << a[i] << ", " << b[i];
+      }
+    }
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
 // Every bfloat16 value, infinities and NaN included, through each
 // transcendental activation with a bfloat16 result: the AVX-512 path computes
 // these on an exp accurate to bfloat16, not float32. Each result is within one
@@ -287,7 +379,8 @@ TEST(Unary, NanPropagatesThroughEveryActivation) {
   set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
-const BinaryOpType kBinaryOps[] = {BinaryOpType::ADD, BinaryOpType::SUB, BinaryOpType::MUL, BinaryOpType::DIV};
+const BinaryOpType kBinaryOps[] = {BinaryOpType::ADD, BinaryOpType::SUB, BinaryOpType::MUL,
+                                   BinaryOpType::DIV, BinaryOpType::MAX, BinaryOpType::MIN};
 
 TEST(Binary, SameShapeEveryOpDtypeAndConfig) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));

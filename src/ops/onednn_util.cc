@@ -53,7 +53,17 @@ bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {
     case UnaryOpType::ERF:
     case UnaryOpType::RECIPROCAL:
     case UnaryOpType::LOG:  // (Tessera's own log and pow, for the same results on every path)
-    case UnaryOpType::POW: return false;
+    case UnaryOpType::POW:
+    // Tessera's own: NaN kept (clip, thresholded_relu, sign), every path alike.
+    case UnaryOpType::SOFTPLUS:
+    case UnaryOpType::SOFTSIGN:
+    case UnaryOpType::CELU:
+    case UnaryOpType::THRESHOLDED_RELU:
+    case UnaryOpType::CLIP:
+    case UnaryOpType::FLOOR:
+    case UnaryOpType::CEIL:
+    case UnaryOpType::ROUND:
+    case UnaryOpType::SIGN: return false;
   }
   return false;
 }

@@ -24,7 +24,9 @@ constexpr std::string_view kWords[] = {
     // conv kernels (src/ops/conv/select.h's names)
     "auto", "depthwise", "winograd_avx2", "direct_avx2", "patch_transpose_avx2", "narrow_avx512", "onednn_winograd",
     "direct_avx512", "patch_transpose_avx512", "rows3x3_avx512", "amx_patch_1x1", "patch_transpose_matmul",
-    "onednn_padded_cout", "onednn_f32_rows", "onednn"};
+    "onednn_padded_cout", "onednn_f32_rows", "onednn",
+    // (appended: a word's code is its index, which trained models hold)
+    "softplus", "softsign", "celu", "thresholded_relu"};
 float word_code(const std::string& w) {
   if (auto dt = parse_dtype_word(w)) return static_cast<float>(*dt);
   for (size_t i = 0; i < std::size(kWords); ++i)

@@ -56,7 +56,19 @@ StatusOr<Tensor> input_tensor(Device& device, const OpQuery& q, size_t i) {
 StatusOr<UnaryWithParam> activation(const std::string& name) {
   auto op = parse_unary_op(name);
   if (!op) return invalid_argument_error("unknown activation '{}'", name);
-  return UnaryWithParam{*op, *op == UnaryOpType::LEAKY_RELU ? 0.01f : 0.0f};
+  // (Each kind's usual parameters: leaky_relu 0.01, elu / celu / thresholded_relu 1, clip [0, 1].)
+  switch (*op) {
+    case UnaryOpType::LEAKY_RELU:
+      return UnaryWithParam{*op, 0.01f};
+    case UnaryOpType::ELU:
+    case UnaryOpType::CELU:
+    case UnaryOpType::THRESHOLDED_RELU:
+      return UnaryWithParam{*op, 1.0f};
+    case UnaryOpType::CLIP:
+      return UnaryWithParam{.op = *op, .param = 0.0f, .param2 = 1.0f};
+    default:
+      return UnaryWithParam{*op};
+  }
 }
 
 uint32_t u32(double v) { return static_cast<uint32_t>(v); }
@@ -171,6 +183,8 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
     const BinaryOpType t = op == "add"   ? BinaryOpType::ADD
                            : op == "sub" ? BinaryOpType::SUB
                            : op == "mul" ? BinaryOpType::MUL
+                           : op == "max" ? BinaryOpType::MAX
+                           : op == "min" ? BinaryOpType::MIN
                                          : BinaryOpType::DIV;
     EltwiseParams ep{.dtype = dtype_arg("dtype")};
     TS_ASSIGN_OR_RETURN(UnaryWithParam a, activation(q.word("activation")));

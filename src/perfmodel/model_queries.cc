@@ -24,11 +24,20 @@ constexpr std::pair<std::string_view, std::string_view> kUnary[] = {{"Relu", "re
                                                                     {"HardSigmoid", "hardsigmoid"},
                                                                     {"Mish", "mish"},
                                                                     {"Gelu", "gelu"},
-                                                                    {"Silu", "silu"}};
+                                                                    {"Silu", "silu"},
+                                                                    {"Softplus", "softplus"},
+                                                                    {"Softsign", "softsign"},
+                                                                    {"Celu", "celu"},
+                                                                    {"Selu", "elu"},
+                                                                    {"ThresholdedRelu", "thresholded_relu"},
+                                                                    {"Floor", "floor"},
+                                                                    {"Ceil", "ceil"},
+                                                                    {"Round", "round"},
+                                                                    {"Sign", "sign"}};
 constexpr std::string_view kViews[] = {"Reshape",  "Flatten", "Squeeze", "Unsqueeze",
                                        "Identity", "Dropout", "Shape",   "Constant"};
-constexpr std::pair<std::string_view, std::string_view> kBinary[] = {
-    {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"}};
+constexpr std::pair<std::string_view, std::string_view> kBinary[] = {{"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"},
+                                                                     {"Div", "div"}, {"Max", "max"}, {"Min", "min"}};
 
 std::string dtype_word(DataType t) {
   std::string w(data_type_name(t));
@@ -231,9 +240,9 @@ StatusOr<std::vector<ModelOp>> model_ops(const Graph& g, const ModelQueryOptions
               {"perm", input ? std::vector<int>{0, 2, 3, 1} : std::vector<int>{0, 3, 1, 2}}};
     if (o.workers) j["workers"] = o.workers;
     TS_ASSIGN_OR_RETURN(OpQuery q, parse_op_query(j.dump()));
-    ops.insert(input ? ops.begin() : ops.end(),
-               ModelOp{.node = g.value(id).name + (input ? ":to_nhwc" : ":to_nchw"), .op_type = "layout",
-                       .query = std::move(q)});
+    ops.insert(input ? ops.begin() : ops.end(), ModelOp{.node = g.value(id).name + (input ? ":to_nhwc" : ":to_nchw"),
+                                                        .op_type = "layout",
+                                                        .query = std::move(q)});
     return ok_status();
   };
   for (int id : g.inputs) TS_RETURN_IF_ERROR(edge(id, true));

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/device/buffer.h"
+#include "tessera/ops/activation.h"
 
 namespace tessera::perfmodel {
 namespace {
@@ -103,10 +104,21 @@ constexpr OpSpec kOps[] = {
     TS_UNARY("erf"),
     TS_UNARY("abs"),
     TS_UNARY("reciprocal"),
+    TS_UNARY("softplus"),
+    TS_UNARY("softsign"),
+    TS_UNARY("celu"),
+    TS_UNARY("thresholded_relu"),
+    TS_UNARY("clip"),
+    TS_UNARY("floor"),
+    TS_UNARY("ceil"),
+    TS_UNARY("round"),
+    TS_UNARY("sign"),
     TS_BINARY("add"),
     TS_BINARY("sub"),
     TS_BINARY("mul"),
     TS_BINARY("div"),
+    TS_BINARY("max"),
+    TS_BINARY("min"),
     {"max_pool2d", "spatial", 1, 1, true, kPoolArgs, ""},
     {"avg_pool2d", "spatial", 1, 1, true, kPoolArgs, ""},
     {"global_avg_pool2d", "spatial", 1, 1, true, {}, ""},
@@ -233,11 +245,7 @@ StatusOr<ArgValue> parse_arg(const ArgSpec& spec, const json& j, const OpQuery& 
   return v;
 }
 
-bool is_activation(const std::string& w) {
-  static const char* kNames[] = {"identity",  "relu",        "relu6",      "silu", "gelu", "sigmoid",  "tanh",
-                                 "hardswish", "hardsigmoid", "leaky_relu", "mish", "elu",  "gelu_tanh"};
-  return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* n) { return w == n; });
-}
+bool is_activation(const std::string& w) { return parse_unary_op(w).has_value(); }
 
 // Checks the inputs, words and arities against the op's table (allocates nothing on success).
 Status check(const OpQuery& q) {

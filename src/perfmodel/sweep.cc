@@ -127,8 +127,9 @@ const char* buffer(double u, const std::vector<uint32_t>& shape) {
 }
 json unary(U u) {
   const char* op =
-      pick<const char*>(u[0], {"relu", "relu6", "silu", "gelu", "gelu_tanh", "sigmoid", "tanh", "hardswish",
-                               "hardsigmoid", "mish", "exp", "sqrt", "elu", "erf", "abs", "reciprocal"});
+      pick<const char*>(u[0], {"relu",        "relu6",    "silu", "gelu", "gelu_tanh", "sigmoid", "tanh", "hardswish",
+                               "hardsigmoid", "mish",     "exp",  "sqrt", "elu",       "erf",     "abs",  "reciprocal",
+                               "softplus",    "softsign", "celu", "clip", "floor",     "sign"});
   const auto s = eltwise_shape(u[1], u[2]);
   return {{"op", op}, {"input", tensor(s, float_dtype(u[3]), u[4] < 0.3 ? "TILE" : "ROW_MAJOR", buffer(u[5], s))}};
 }
@@ -136,7 +137,7 @@ json binary(U u) {
   const char* dt = float_dtype(u[3]);
   const char* layout = u[4] < 0.3 ? "TILE" : "ROW_MAJOR";
   auto s = eltwise_shape(u[1], u[2]);
-  return {{"op", pick<const char*>(u[0], {"add", "add", "mul", "sub", "div"})},
+  return {{"op", pick<const char*>(u[0], {"add", "add", "mul", "sub", "div", "max"})},
           {"input", tensor(s, dt, layout)},
           {"input_b", tensor(s, dt, layout)},
           {"activation", u[5] < 0.3 ? "relu" : "identity"}};

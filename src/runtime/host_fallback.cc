@@ -3,6 +3,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "lowering.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/tensor/access.h"
 
@@ -41,6 +42,29 @@ void write_floats(const TensorAccess& a, const float* src) {
     }
 }
 
+// The node's ONNX op on the host, then what the passes fused into it, as the
+// device kernels apply it: the activation (tessera_activation), and a conv's
+// residual (a fourth input) added after it with its own activation.
+StatusOr<std::vector<graph::HostTensor>> evaluate_fused(const graph::Node& n, std::vector<const graph::HostTensor*> ins,
+                                                        int opset) {
+  const graph::HostTensor* residual = n.op_type == "Conv" && ins.size() > 3 ? ins[3] : nullptr;
+  graph::Node plain = n;
+  if (residual) plain.inputs.resize(3), ins.resize(3);
+  TS_ASSIGN_OR_RETURN(std::vector<graph::HostTensor> outs, graph::evaluate(plain, ins, opset));
+  const std::optional<UnaryWithParam> act = activation_of(n);
+  if ((!act && !residual) || outs.empty() || outs[0].type != graph::ElemType::FLOAT32) return outs;
+  std::vector<float>& y = outs[0].f;
+  if (act)
+    for (float& v : y) v = static_cast<float>(apply_activation(*act, v));
+  if (residual) {
+    TS_ASSIGN_OR_RETURN(const UnaryWithParam ra, residual_activation_of(n));
+    if (residual->f.size() != y.size())
+      return internal_error("{}: a residual of {} values for {} outputs", n.label(), residual->f.size(), y.size());
+    for (size_t k = 0; k < y.size(); ++k) y[k] = static_cast<float>(apply_activation(ra, y[k] + residual->f[k]));
+  }
+  return outs;
+}
+
 Status fallback_kernel(const void* raw, uint32_t, uint32_t) {
   const auto& args = *static_cast<const FallbackArgs*>(raw);
   const FallbackNode& fn = *args.node;
@@ -67,7 +91,7 @@ Status fallback_kernel(const void* raw, uint32_t, uint32_t) {
       ++next;
     }
   }
-  TS_ASSIGN_OR_RETURN(std::vector<graph::HostTensor> outs, graph::evaluate(fn.node, ins, fn.opset));
+  TS_ASSIGN_OR_RETURN(std::vector<graph::HostTensor> outs, evaluate_fused(fn.node, ins, fn.opset));
   if (outs.size() < args.num_outputs)
     return unimplemented_error("{}: the host kernel computes {} of its {} outputs", fn.node.label(), outs.size(),
                                args.num_outputs);
@@ -84,12 +108,6 @@ Status fallback_kernel(const void* raw, uint32_t, uint32_t) {
     }
   }
   return ok_status();
-}
-
-Shape to_shape(const std::vector<int64_t>& dims) {
-  if (dims.empty()) return Shape{1};
-  std::vector<uint32_t> d(dims.begin(), dims.end());
-  return Shape(std::span<const uint32_t>(d));
 }
 
 }  // namespace

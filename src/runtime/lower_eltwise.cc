@@ -20,8 +20,13 @@ Status CompiledModel::Impl::lower_unary(const Node& n) {
 }
 
 Status CompiledModel::Impl::lower_arith(const Node& n) {
-  static const std::map<std::string, BinaryOpType> binaries = {
-      {"Add", BinaryOpType::ADD}, {"Sub", BinaryOpType::SUB}, {"Mul", BinaryOpType::MUL}, {"Div", BinaryOpType::DIV}};
+  static const std::map<std::string, BinaryOpType> binaries = {{"Add", BinaryOpType::ADD}, {"Sub", BinaryOpType::SUB},
+                                                               {"Mul", BinaryOpType::MUL}, {"Div", BinaryOpType::DIV},
+                                                               {"Max", BinaryOpType::MAX}, {"Min", BinaryOpType::MIN}};
+  // (graph::split_variadic makes Max and Min of other arities binary.)
+  if (n.inputs.size() != 2 || n.inputs[0] < 0 || n.inputs[1] < 0)
+    return lower_fallback(n,
+                          fmt::format("{} operands (the optimizer's split_variadic makes them two)", n.inputs.size()));
   if (g.is_constant(n.inputs[0]) && g.is_constant(n.inputs[1])) return lower_fallback(n, "two constant operands");
   return lower_binary(n, binaries.at(n.op_type));
 }

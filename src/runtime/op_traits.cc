@@ -21,6 +21,8 @@ constexpr OpTraits kOpTraits[] = {
     {"Add", &I::lower_arith, true, true},
     {"AveragePool", &I::lower_pool, true},
     {"BatchNormalization", &I::lower_batch_norm, true, false, kAfterFirst},
+    {"Ceil", &I::lower_unary, true},
+    {"Celu", &I::lower_unary, true},
     {"Clip", &I::lower_unary, true, false, kAfterFirst},
     {"Concat", &I::lower_concat, true, true},  // per image unless along the batch (per_image_op)
     {"ConstantOfShape", nullptr, false, false, kAll},
@@ -34,6 +36,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Exp", &I::lower_unary, true},
     {"Expand", nullptr, false, false, kAfterFirst},
     {"Flatten", &I::lower_reshape},
+    {"Floor", &I::lower_unary, true},
     {"Gelu", &I::lower_unary, true},
     {"Gemm", &I::lower_gemm, false, false, kAfterFirst},
     {"GlobalAveragePool", &I::lower_global_avg_pool, true},
@@ -46,7 +49,9 @@ constexpr OpTraits kOpTraits[] = {
     {"LeakyRelu", &I::lower_unary, true},
     {"Log", &I::lower_unary, true},
     {"MatMul", &I::lower_matmul},
+    {"Max", &I::lower_arith, true, true},
     {"MaxPool", &I::lower_pool, true},
+    {"Min", &I::lower_arith, true, true},
     {"Mish", &I::lower_unary, true},
     {"Mul", &I::lower_arith, true, true},
     {"Neg", &I::lower_unary, true},
@@ -68,16 +73,22 @@ constexpr OpTraits kOpTraits[] = {
     {"Relu", &I::lower_unary, true},
     {"Reshape", &I::lower_reshape, false, false, kAfterFirst},
     {"Resize", &I::lower_resize_node, false, false, kAfterFirst},
+    {"Round", &I::lower_unary, true},
+    {"Selu", &I::lower_unary, true},
     {"SiLU", &I::lower_unary, true},
     {"Sigmoid", &I::lower_unary, true},
+    {"Sign", &I::lower_unary, true},
     {"Slice", &I::lower_slice_pad_split, false, false, kAfterFirst},
     {"Softmax", &I::lower_softmax},
+    {"Softplus", &I::lower_unary, true},
+    {"Softsign", &I::lower_unary, true},
     {"SpaceToDepth", &I::lower_depth_space, true},
     {"Split", &I::lower_slice_pad_split, false, false, kAfterFirst},
     {"Sqrt", &I::lower_unary, true},
     {"Squeeze", &I::lower_reshape, false, false, kAfterFirst},
     {"Sub", &I::lower_arith, true, true},
     {"Tanh", &I::lower_unary, true},
+    {"ThresholdedRelu", &I::lower_unary, true},
     {"Tile", &I::lower_tile, false, false, kAfterFirst},
     {"Transpose", &I::lower_transpose},
     {"Unsqueeze", &I::lower_reshape, false, false, kAfterFirst},
@@ -115,7 +126,8 @@ std::optional<UnaryWithParam> activation_of(const Node& n) {
   auto op = parse_unary_op(name);
   if (!op) return std::nullopt;
   return UnaryWithParam{*op, n.attr_float("tessera_activation_param", 0.0f),
-                        n.attr_float("tessera_activation_scale", 1.0f), n.attr_float("tessera_activation_shift", 0.0f)};
+                        n.attr_float("tessera_activation_scale", 1.0f), n.attr_float("tessera_activation_shift", 0.0f),
+                        n.attr_float("tessera_activation_param2", 0.0f)};
 }
 
 StatusOr<UnaryWithParam> residual_activation_of(const Node& n) {
@@ -125,22 +137,15 @@ StatusOr<UnaryWithParam> residual_activation_of(const Node& n) {
 }
 
 std::optional<UnaryWithParam> device_unary(const Graph& g, const Node& n) {
-  float param = 0;
-  const std::string name = graph::fusable_activation(g, n, &param);
-  if (!name.empty()) {
-    auto op = parse_unary_op(name);
-    if (op) return UnaryWithParam{*op, param};
+  if (n.outputs.size() != 1) return std::nullopt;
+  if (const auto a = graph::fusable_activation(g, n)) {
+    if (auto op = parse_unary_op(a->name)) return UnaryWithParam{*op, a->param, a->scale, a->shift, a->param2};
   }
-  static const std::map<std::string, UnaryOpType> plain = {{"Exp", UnaryOpType::EXP},
-                                                           {"Sqrt", UnaryOpType::SQRT},
-                                                           {"Erf", UnaryOpType::ERF},
-                                                           {"Neg", UnaryOpType::NEG},
-                                                           {"Abs", UnaryOpType::ABS},
-                                                           {"Reciprocal", UnaryOpType::RECIPROCAL},
-                                                           {"Log", UnaryOpType::LOG},
-                                                           {"Identity", UnaryOpType::IDENTITY},
-                                                           {"Dropout", UnaryOpType::IDENTITY}};
-  if (auto it = plain.find(n.op_type); it != plain.end() && n.outputs.size() == 1) return UnaryWithParam{it->second};
+  static const std::map<std::string, UnaryOpType> plain = {
+      {"Exp", UnaryOpType::EXP}, {"Sqrt", UnaryOpType::SQRT},         {"Erf", UnaryOpType::ERF},
+      {"Neg", UnaryOpType::NEG}, {"Abs", UnaryOpType::ABS},           {"Reciprocal", UnaryOpType::RECIPROCAL},
+      {"Log", UnaryOpType::LOG}, {"Identity", UnaryOpType::IDENTITY}, {"Dropout", UnaryOpType::IDENTITY}};
+  if (auto it = plain.find(n.op_type); it != plain.end()) return UnaryWithParam{it->second};
   return std::nullopt;
 }
 

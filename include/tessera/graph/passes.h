@@ -5,13 +5,15 @@
 //   Conv / ConvTranspose / Add / MatMul / Gemm:
 //       tessera_activation = "relu" | "relu6" | "silu" | "sigmoid" | "tanh" |
 //                            "leaky_relu" | "hardswish" | "hardsigmoid" | ...
-//       tessera_activation_param (leaky_relu's slope)
+//       tessera_activation_param, tessera_activation_param2 (leaky_relu's
+//           slope, clip's bounds, ...: FusableActivation)
 //       tessera_activation_scale, tessera_activation_shift (Conv: an affine
 //           after the activation, see fuse_activation_affine)
 //   Conv with a fourth input: a residual added after its activation,
 //       then tessera_residual_activation (+ _param): Add(Conv(x), r) fused.
 //   SiLU: x * sigmoid(x) (op type "SiLU", one input).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,10 @@ PassReport fold_scale_mul(Graph& g);
 // Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) -> Gelu(x) (PyTorch's nn.GELU before opset 20);
 // its tanh form, Tanh(sqrt(2/pi) * (x + 0.044715 x^3)) for the Erf -> Gelu(x; approximate 'tanh').
 PassReport fuse_activation_patterns(Graph& g);
+// Sum, Mean, Max and Min of any number of operands as binary ops, left to
+// right (ONNX's order): Add chains (Mean: then a Div by the count), Max and
+// Min of two; one operand: Identity (Mean: the Div by 1).
+PassReport split_variadic(Graph& g);
 // LayerNorm written out over the last axis, as PyTorch exports nn.LayerNorm
 // before opset 17: m = ReduceMean(x), d = Sub(x, m), Div(d, Sqrt(Add(
 // ReduceMean(Pow(d, 2)), eps))), then an optional Mul by a constant scale
@@ -79,10 +85,18 @@ PassReport cancel_transposes(Graph& g);
 // conv's weights and bias absorb the affine part).
 PassReport fuse_activations(Graph& g);
 
-// The activation a unary node computes, as its Tessera name ("relu",
-// "relu6" for Clip(0, 6), ...), or "" when it is not one a kernel can fuse.
-// `param` receives leaky_relu's slope.
-std::string fusable_activation(const Graph& g, const Node& n, float* param);
+// The activation a unary node computes, as Tessera names it (tessera/ops/
+// activation.h: "relu", "relu6" for Clip(0, 6), "clip" for other constant
+// bounds, ...) with its parameters, or nullopt when it is not one a kernel
+// can fuse. Selu is elu(alpha) * gamma; HardSigmoid(alpha, beta) other than
+// PyTorch's clip(x, lo, hi) * alpha + beta with [lo, hi] where alpha x + beta
+// lies in [0, 1].
+struct FusableActivation {
+  std::string name;
+  float param = 0, param2 = 0;  // leaky_relu's slope, elu / celu alpha, thresholded_relu's, clip's bounds
+  float scale = 1, shift = 0;   // then y * scale + shift
+};
+std::optional<FusableActivation> fusable_activation(const Graph& g, const Node& n);
 
 // Conv with a fused activation whose output only a Mul by a scalar constant
 // reads, then (or instead) only an Add or Sub of a scalar constant: the

@@ -18,6 +18,13 @@
 //               pow(x, 0) is 1, NaN included). The vector kernels compute
 //               e^(param ln|x|) in float32: relative error within
 //               (|param ln|x|| + 4) 2^-23.
+//   softplus    ln(1 + e^x), as max(x, 0) + log1p(e^-|x|) (no overflow)
+//   softsign    x / (1 + |x|) (+-inf gives NaN, as ONNX Runtime and PyTorch)
+//   celu        max(x, 0) + min(param (e^(x/param) - 1), 0) (NaN kept)
+//   thresholded_relu  x > param ? x : 0 (NaN kept, as PyTorch's threshold)
+//   clip        min(max(x, param), param2) (NaN kept; +-inf for no bound)
+//   floor, ceil, round (half to even)
+//   sign        -1, 0 or 1 (NaN kept, as numpy; -0 gives +0)
 // then, with an affine, y * scale + shift in the same pass (a learnable
 // affine after the activation, as PP-LCNet's).
 //
@@ -33,8 +40,9 @@
 
 namespace tessera {
 
-enum class BinaryOpType : uint8_t { ADD, SUB, MUL, DIV };
-std::string_view binary_op_name(BinaryOpType op);  // "add", "sub", "mul", "div"
+// MAX and MIN keep NaN (numpy's maximum / minimum, ONNX Max / Min).
+enum class BinaryOpType : uint8_t { ADD, SUB, MUL, DIV, MAX, MIN };
+std::string_view binary_op_name(BinaryOpType op);  // "add", "sub", "mul", "div", "max", "min"
 
 enum class UnaryOpType : uint8_t {
   IDENTITY,
@@ -57,18 +65,30 @@ enum class UnaryOpType : uint8_t {
   RECIPROCAL,
   GELU_TANH,
   LOG,
-  POW,  // the last: tests iterate up to it (new kinds go last: images store these values)
+  POW,
+  SOFTPLUS,
+  SOFTSIGN,
+  CELU,
+  THRESHOLDED_RELU,
+  CLIP,
+  FLOOR,
+  CEIL,
+  ROUND,
+  SIGN,  // the last: tests iterate up to it (new kinds go last)
 };
+inline constexpr UnaryOpType kLastUnaryOp = UnaryOpType::SIGN;
 
 struct UnaryWithParam {
   UnaryOpType op = UnaryOpType::IDENTITY;
-  float param = 0.0f;  // leaky_relu slope (torch default 0.01 when built by name), elu alpha, pow exponent
+  float param = 0.0f;                // leaky_relu slope (torch default 0.01 when built by name), elu / celu alpha,
+                                     // pow exponent, thresholded_relu threshold, clip's lower bound
   float scale = 1.0f, shift = 0.0f;  // then y * scale + shift
+  float param2 = 0.0f;               // clip's upper bound
 
   bool has_affine() const { return scale != 1.0f || shift != 0.0f; }
   // Nothing to apply: the identity with no affine.
   bool is_identity() const { return op == UnaryOpType::IDENTITY && !has_affine(); }
-  UnaryWithParam without_affine() const { return {op, param}; }
+  UnaryWithParam without_affine() const { return {op, param, 1.0f, 0.0f, param2}; }
 };
 
 std::string_view unary_op_name(UnaryOpType op);  // "relu", "leaky_relu", ...
@@ -79,7 +99,7 @@ std::optional<UnaryOpType> parse_unary_op(std::string_view name);
 double apply_activation(const UnaryWithParam& a, double x);
 
 // Whether the vector kernels evaluate `op` with a polynomial (exp, tanh,
-// erf, log: silu, gelu, sigmoid, tanh, mish, exp, elu, erf, log, pow), which costs them more than
+// erf, log: silu, gelu, sigmoid, tanh, mish, exp, elu, erf, log, pow, softplus, celu), which costs them more than
 // the element's memory traffic.
 bool is_transcendental(UnaryOpType op);
 

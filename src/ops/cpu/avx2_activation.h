@@ -200,6 +200,27 @@ TS_VINLINE __m256 pow_ps(__m256 x, const PowConsts& k) {
   return blend(r, set(std::numeric_limits<float>::quiet_NaN()), nan);
 }
 
+// avx512_activation.h's softplus_ps, celu_ps and sign_ps.
+TS_VINLINE __m256 softplus_ps(__m256 x) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 u = exp_ps(_mm256_sub_ps(zero, abs_ps(x)));
+  const __m256 w = _mm256_add_ps(set(1.0f), u), d = _mm256_sub_ps(w, set(1.0f));
+  const __m256 l = blend(u, _mm256_div_ps(_mm256_mul_ps(log_ps(w), u), d), _mm256_cmp_ps(d, zero, _CMP_NEQ_UQ));
+  return _mm256_add_ps(_mm256_max_ps(zero, x), l);
+}
+TS_VINLINE __m256 celu_ps(__m256 x, __m256 alpha, __m256 inv_alpha) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 e =
+      _mm256_mul_ps(alpha, _mm256_sub_ps(exp_ps(_mm256_mul_ps(_mm256_min_ps(x, zero), inv_alpha)), set(1.0f)));
+  return blend(x, e, lt(x, zero));
+}
+TS_VINLINE __m256 sign_ps(__m256 x) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 r = _mm256_sub_ps(_mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_GT_OQ), set(1.0f)),
+                                 _mm256_and_ps(lt(x, zero), set(1.0f)));
+  return blend(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
 template <class F>
 void with_plain_activation(const UnaryWithParam& act, F&& f) {
   const __m256 zero = _mm256_setzero_ps();
@@ -249,6 +270,30 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
       const PowConsts k(act.param);
       return f([=](__m256 v) { return pow_ps(v, k); });
     }
+    case UnaryOpType::SOFTPLUS:
+      return f([](__m256 v) { return softplus_ps(v); });
+    case UnaryOpType::SOFTSIGN:
+      return f([](__m256 v) { return _mm256_div_ps(v, _mm256_add_ps(set(1.0f), abs_ps(v))); });
+    case UnaryOpType::CELU: {
+      const __m256 alpha = set(act.param), inv = set(1.0f / act.param);
+      return f([=](__m256 v) { return celu_ps(v, alpha, inv); });
+    }
+    case UnaryOpType::THRESHOLDED_RELU: {
+      const __m256 t = set(act.param);  // v > t or NaN: v
+      return f([=](__m256 v) { return _mm256_and_ps(_mm256_cmp_ps(v, t, _CMP_NLE_UQ), v); });
+    }
+    case UnaryOpType::CLIP: {
+      const __m256 lo = set(act.param), hi = set(act.param2);
+      return f([=](__m256 v) { return _mm256_min_ps(hi, _mm256_max_ps(lo, v)); });
+    }
+    case UnaryOpType::FLOOR:
+      return f([](__m256 v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); });
+    case UnaryOpType::CEIL:
+      return f([](__m256 v) { return _mm256_round_ps(v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); });
+    case UnaryOpType::ROUND:
+      return f([](__m256 v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); });
+    case UnaryOpType::SIGN:
+      return f([](__m256 v) { return sign_ps(v); });
     case UnaryOpType::HARDSWISH:
       return f([=](__m256 v) {
         const __m256 t = _mm256_min_ps(set(6.0f), _mm256_max_ps(_mm256_add_ps(v, set(3.0f)), zero));

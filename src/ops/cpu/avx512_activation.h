@@ -219,6 +219,31 @@ inline __m512 pow_ps(__m512 x, const PowConsts& k) {
   return _mm512_mask_mov_ps(r, nan, set(std::numeric_limits<float>::quiet_NaN()));
 }
 
+// ln(1 + e^x) = max(x, 0) + log1p(e^-|x|), log1p(u) = u ln(w) / (w - 1)
+// with w = 1 + u (exact to float32 where w rounds; u itself where w = 1).
+// NaN stays NaN (x goes second in vmaxps), +inf gives +inf, -inf 0.
+inline __m512 softplus_ps(__m512 x) {
+  const __m512 u = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+  const __m512 w = _mm512_add_ps(set(1.0f), u), d = _mm512_sub_ps(w, set(1.0f));
+  const __m512 l =
+      _mm512_mask_div_ps(u, _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ), _mm512_mul_ps(log_ps(w), u), d);
+  return _mm512_add_ps(_mm512_max_ps(_mm512_setzero_ps(), x), l);
+}
+
+// celu: x < 0 ? alpha (e^(x / alpha) - 1) : x; NaN and -0 pass through.
+inline __m512 celu_ps(__m512 x, __m512 alpha, __m512 inv_alpha) {
+  const __m512 neg = _mm512_mul_ps(_mm512_min_ps(x, _mm512_setzero_ps()), inv_alpha);
+  const __m512 e = _mm512_mul_ps(alpha, _mm512_sub_ps(exp_ps(neg), set(1.0f)));
+  return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), e);
+}
+
+// -1, 0 or 1; NaN stays NaN.
+inline __m512 sign_ps(__m512 x) {
+  __m512 r = _mm512_mask_mov_ps(_mm512_setzero_ps(), _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), set(1.0f));
+  r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), set(-1.0f));
+  return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
 // v < lo ? lo : v > hi ? hi : v, and relu (v < 0 ? 0 : v), with NaN and -0
 // kept: vmaxps / vminps return their second operand when either is NaN or
 // both are zeros, so v goes second. One instruction per bound, where a
@@ -314,6 +339,30 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
       const PowConsts k(act.param);
       return f([=](__m512 v) { return pow_ps(v, k); });
     }
+    case UnaryOpType::SOFTPLUS:
+      return f([](__m512 v) { return softplus_ps(v); });
+    case UnaryOpType::SOFTSIGN:
+      return f([](__m512 v) { return _mm512_div_ps(v, _mm512_add_ps(set(1.0f), _mm512_abs_ps(v))); });
+    case UnaryOpType::CELU: {
+      const __m512 alpha = set(act.param), inv = set(1.0f / act.param);
+      return f([=](__m512 v) { return celu_ps(v, alpha, inv); });
+    }
+    case UnaryOpType::THRESHOLDED_RELU: {
+      const __m512 t = set(act.param);  // v > t or NaN: v
+      return f([=](__m512 v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, t, _CMP_NLE_UQ), v); });
+    }
+    case UnaryOpType::CLIP: {
+      const __m512 lo = set(act.param), hi = set(act.param2);
+      return f([=](__m512 v) { return _mm512_min_ps(hi, _mm512_max_ps(lo, v)); });
+    }
+    case UnaryOpType::FLOOR:
+      return f([](__m512 v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); });
+    case UnaryOpType::CEIL:
+      return f([](__m512 v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); });
+    case UnaryOpType::ROUND:
+      return f([](__m512 v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); });
+    case UnaryOpType::SIGN:
+      return f([](__m512 v) { return sign_ps(v); });
     case UnaryOpType::HARDSWISH:
       return f([=](__m512 v) {
         const __m512 t = _mm512_min_ps(set(6.0f), _mm512_max_ps(_mm512_add_ps(v, set(3.0f)), zero));

@@ -1,5 +1,7 @@
 #include "float_math.h"
 
+#include <cmath>
+
 #include "tessera/base/cpu_features.h"
 
 namespace tessera::cpu {
@@ -16,6 +18,8 @@ void binary_scalar(BinaryOpType op, const float* a, const float* b, float* y, si
     case BinaryOpType::SUB: for (size_t i = 0; i < n; ++i) y[i] = a[i] - b[i]; break;
     case BinaryOpType::MUL: for (size_t i = 0; i < n; ++i) y[i] = a[i] * b[i]; break;
     case BinaryOpType::DIV: for (size_t i = 0; i < n; ++i) y[i] = a[i] / b[i]; break;
+    case BinaryOpType::MAX: for (size_t i = 0; i < n; ++i) y[i] = std::isnan(a[i]) || a[i] > b[i] ? a[i] : b[i]; break;
+    case BinaryOpType::MIN: for (size_t i = 0; i < n; ++i) y[i] = std::isnan(a[i]) || a[i] < b[i] ? a[i] : b[i]; break;
   }
 }
 

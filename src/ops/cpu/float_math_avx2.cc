@@ -22,6 +22,9 @@ void with_binary_op(BinaryOpType op, F&& f) {
     case BinaryOpType::SUB: return f([](__m256 u, __m256 v) { return _mm256_sub_ps(u, v); });
     case BinaryOpType::MUL: return f([](__m256 u, __m256 v) { return _mm256_mul_ps(u, v); });
     case BinaryOpType::DIV: return f([](__m256 u, __m256 v) { return _mm256_div_ps(u, v); });
+    // vmaxps / vminps return v when either is NaN: u's NaN put back.
+    case BinaryOpType::MAX: return f([](__m256 u, __m256 v) { return _mm256_blendv_ps(_mm256_max_ps(u, v), u, _mm256_cmp_ps(u, u, _CMP_UNORD_Q)); });
+    case BinaryOpType::MIN: return f([](__m256 u, __m256 v) { return _mm256_blendv_ps(_mm256_min_ps(u, v), u, _mm256_cmp_ps(u, u, _CMP_UNORD_Q)); });
   }
 }
 

@@ -19,6 +19,9 @@ void with_binary_op(BinaryOpType op, F&& f) {
     case BinaryOpType::SUB: return f([](__m512 u, __m512 v) { return _mm512_sub_ps(u, v); });
     case BinaryOpType::MUL: return f([](__m512 u, __m512 v) { return _mm512_mul_ps(u, v); });
     case BinaryOpType::DIV: return f([](__m512 u, __m512 v) { return _mm512_div_ps(u, v); });
+    // vmaxps / vminps return v when either is NaN: u's NaN put back.
+    case BinaryOpType::MAX: return f([](__m512 u, __m512 v) { return _mm512_mask_mov_ps(_mm512_max_ps(u, v), _mm512_cmp_ps_mask(u, u, _CMP_UNORD_Q), u); });
+    case BinaryOpType::MIN: return f([](__m512 u, __m512 v) { return _mm512_mask_mov_ps(_mm512_min_ps(u, v), _mm512_cmp_ps_mask(u, u, _CMP_UNORD_Q), u); });
   }
 }
 

@@ -1,5 +1,7 @@
 #include "tessera/ops/reference.h"
 
+#include <cmath>
+
 #include "tessera/numerics/convert.h"
 
 namespace tessera::reference {
@@ -46,6 +48,8 @@ StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const
       case BinaryOpType::SUB: r = x - y; break;
       case BinaryOpType::MUL: r = x * y; break;
       case BinaryOpType::DIV: r = x / y; break;
+      case BinaryOpType::MAX: r = std::isnan(x) || x > y ? x : y; break;  // NaN kept
+      case BinaryOpType::MIN: r = std::isnan(x) || x < y ? x : y; break;
     }
     v[i] = static_cast<float>(apply_activation(act, static_cast<float>(r)));
   }

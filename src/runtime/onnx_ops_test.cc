@@ -1,0 +1,179 @@
+// ONNX's element-wise activations and variadic ops on the device (no host
+// fallback), against the host reference with special values in the input:
+// Softplus, Softsign, Celu, Selu, ThresholdedRelu, Floor, Ceil, Round, Sign,
+// Clip with any constant bounds, HardSigmoid with any alpha and beta, alone
+// and fused into the conv or add before them; Max, Min, Sum and Mean of one,
+// two or three operands; and a fused node that falls back to the host
+// applying what was fused into it.
+#include <cmath>
+#include <limits>
+
+#include "graph_reference.h"
+#include "onnx_model_builder.h"
+#include "tessera/import/onnx.h"
+#include "tessera/runtime/compiled_model.h"
+#include "test_util.h"
+
+namespace tessera::runtime {
+namespace {
+
+using testing_onnx::ModelBuilder;
+
+// Random values in [-3, 3) with zeros of both signs, denormals, halves and
+// large values; with `non_finite`, infinities and NaN too (not for convs:
+// a Winograd tile spreads a NaN to outputs a direct conv keeps finite).
+graph::HostTensor special_input(const std::vector<int64_t>& dims, uint32_t seed, bool non_finite = true) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<float> v = tessera::testing::random_values(static_cast<size_t>(n), seed, 3.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float special[] = {0.0f, -0.0f, inf, -inf, NAN, 1e-40f, -1e-40f, 0.5f, -0.5f, 1.5f, 2.5f, -2.5f, 30.0f, -30.0f};
+  for (size_t k = 0; k < std::size(special) && k < v.size(); ++k)
+    if (non_finite || std::isfinite(special[k])) v[k * 7 % v.size()] = special[k];
+  return graph::HostTensor::floats(dims, std::move(v));
+}
+
+// Compiles `b`'s model, checks it has no host fallback, runs it on x and
+// compares every output with the host reference: NaN where it is NaN, the
+// same infinities, else within `rel` relative + 1e-6 absolute.
+void expect_device_matches_reference(const ModelBuilder& b, const graph::HostTensor& x, size_t fallbacks = 0,
+                                     double rel = 0x1p-21) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  const auto vals = tessera::testing::reference_values(g, x);
+  ASSERT_FALSE(vals.empty());
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  EXPECT_EQ(model->report().fallbacks.size(), fallbacks) << model->report().to_string();
+  std::vector<uint32_t> d(x.dims.begin(), x.dims.end());
+  ASSERT_OK_AND_ASSIGN(Tensor xt, Tensor::from_vector(x.f, Shape(std::span<const uint32_t>(d)), DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor xd, to_device(xt, *dev));
+  const Tensor xs[] = {xd};
+  ASSERT_OK_AND_ASSIGN(auto outs, model->run(xs));
+  ASSERT_EQ(outs.size(), g.outputs.size());
+  for (size_t o = 0; o < outs.size(); ++o) {
+    const graph::HostTensor& want = *vals[static_cast<size_t>(g.outputs[o])];
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, outs[o].cpu().value().to_vector());
+    ASSERT_EQ(got.size(), want.f.size());
+    for (size_t k = 0; k < got.size(); ++k) {
+      const float w = want.f[k];
+      if (std::isnan(w))
+        EXPECT_TRUE(std::isnan(got[k])) << "output " << o << " at " << k << ": " << got[k];
+      else if (std::isinf(w))
+        EXPECT_EQ(got[k], w) << "output " << o << " at " << k;
+      else
+        EXPECT_NEAR(got[k], w, rel * std::fabs(w) + 1e-6) << "output " << o << " at " << k;
+    }
+  }
+}
+
+struct UnaryCase {
+  std::string op;
+  std::vector<std::pair<std::string, float>> attrs;
+  std::vector<float> bounds = {};  // Clip (opset 13): min and max as constant inputs; NAN: skipped
+};
+
+std::vector<UnaryCase> unary_cases() {
+  return {{"Softplus", {}},
+          {"Softsign", {}},
+          {"Celu", {}},
+          {"Celu", {{"alpha", 0.4f}}},
+          {"Selu", {}},
+          {"Selu", {{"alpha", 1.5f}, {"gamma", 2.0f}}},
+          {"ThresholdedRelu", {}},
+          {"ThresholdedRelu", {{"alpha", 0.3f}}},
+          {"Floor", {}},
+          {"Ceil", {}},
+          {"Round", {}},
+          {"Sign", {}},
+          {"HardSigmoid", {}},
+          {"HardSigmoid", {{"alpha", -0.3f}, {"beta", 0.4f}}},
+          {"HardSigmoid", {{"alpha", 0.0f}, {"beta", 0.7f}}},
+          {"Clip", {}, {-1.0f, 1.0f}},
+          {"Clip", {}, {NAN, 0.5f}},
+          {"Clip", {}, {-0.25f, NAN}}};
+}
+
+onnx::NodeProto* add_unary(ModelBuilder& b, const UnaryCase& c, const std::string& in, const std::string& out) {
+  std::vector<std::string> inputs = {in};
+  if (!c.bounds.empty()) {
+    for (size_t k = 0; k < 2; ++k) {
+      const std::string name = out + (k ? ":max" : ":min");
+      if (std::isnan(c.bounds[k])) {
+        inputs.push_back("");
+        continue;
+      }
+      b.initializer(name, {}, {c.bounds[k]});
+      inputs.push_back(name);
+    }
+  }
+  onnx::NodeProto* n = b.node(c.op, inputs, {out});
+  for (const auto& [k, v] : c.attrs) ModelBuilder::f(n, k, v);
+  return n;
+}
+
+TEST(OnnxOps, ActivationsRunOnTheDeviceAlone) {
+  for (const UnaryCase& c : unary_cases()) {
+    SCOPED_TRACE(c.op + (c.attrs.empty() ? "" : " " + c.attrs[0].first));
+    ModelBuilder b(13);
+    b.input("x", {2, 5, 4, 6});
+    add_unary(b, c, "x", "y");
+    b.output("y");
+    expect_device_matches_reference(b, special_input({2, 5, 4, 6}, 3));
+  }
+}
+
+// Fused into a conv (HardSigmoid's alpha and beta folded into its weights)
+// and into an add (the activation with its parameters and affine in the add's
+// pass).
+TEST(OnnxOps, ActivationsFuseIntoConvAndAdd) {
+  for (const UnaryCase& c : unary_cases()) {
+    SCOPED_TRACE(c.op + (c.attrs.empty() ? "" : " " + c.attrs[0].first));
+    ModelBuilder b(13);
+    b.input("x", {1, 3, 8, 8});
+    b.random_initializer("w", {6, 3, 3, 3}, 0.5f, 4);
+    b.random_initializer("bias", {6}, 0.5f, 5);
+    b.random_initializer("shift", {1, 3, 1, 1}, 1.0f, 6);
+    auto* conv = b.node("Conv", {"x", "w", "bias"}, {"c"});
+    ModelBuilder::ints(conv, "pads", {1, 1, 1, 1});
+    add_unary(b, c, "c", "y");
+    b.node("Add", {"x", "shift"}, {"s"});
+    add_unary(b, c, "s", "z");
+    b.output("y");
+    b.output("z");
+    expect_device_matches_reference(b, special_input({1, 3, 8, 8}, 8, false), 0, 1e-5);  // (the conv's rounding)
+  }
+}
+
+// Max and Min keep a NaN from either operand, the constant's included; Sum
+// and Mean add left to right (Mean then divides by the count).
+TEST(OnnxOps, VariadicOpsRunOnTheDevice) {
+  for (const char* op : {"Max", "Min", "Sum", "Mean"})
+    for (size_t arity : {1u, 2u, 3u}) {
+      SCOPED_TRACE(fmt::format("{} of {}", op, arity));
+      ModelBuilder b(13);
+      b.input("x", {2, 4, 3, 5});
+      b.initializer("c", {1, 4, 1, 1}, {0.25f, NAN, -1.0f, 2.0f});
+      b.node("Neg", {"x"}, {"nx"});
+      std::vector<std::string> ins = {"x", "c", "nx"};
+      ins.resize(arity);
+      b.node(op, ins, {"y"});
+      b.output("y");
+      expect_device_matches_reference(b, special_input({2, 4, 3, 5}, 11));
+    }
+}
+
+// A Gemm with a full 2-D C and a fused Relu runs on the host (lower_gemm's
+// fallback); the host applies the fused activation as the device would.
+TEST(OnnxOps, HostFallbackAppliesTheFusedActivation) {
+  ModelBuilder b(13);
+  b.input("x", {3, 8});
+  b.random_initializer("w", {8, 4}, 1.0f, 12);
+  b.random_initializer("c", {3, 4}, 1.0f, 13);
+  b.node("Gemm", {"x", "w", "c"}, {"g"});
+  b.node("Relu", {"g"}, {"y"});
+  b.output("y");
+  expect_device_matches_reference(b, special_input({3, 8}, 14), 1);
+}
+
+}  // namespace
+}  // namespace tessera::runtime
