@@ -520,6 +520,33 @@ StatusOr<HostTensor> instance_norm(const Node& n, Ins ins) {
   return y;
 }
 
+// Local response normalization across channels (rank >= 3), in double:
+// x / (bias + alpha / size * sum of x^2 over channels [c - floor((size - 1) / 2),
+// c + ceil((size - 1) / 2)])^beta.
+StatusOr<HostTensor> lrn(const Node& n, const HostTensor& x) {
+  if (x.dims.size() < 3)
+    return invalid_argument_error("{}: input of rank {}, expected 3 or more", n.label(), x.dims.size());
+  const int64_t size = n.attr_int("size", 0);
+  if (size < 1) return invalid_argument_error("{}: size {}, expected a positive window", n.label(), size);
+  const double alpha = n.attr_float("alpha", 1e-4f), beta = n.attr_float("beta", 0.75f);
+  const double bias = n.attr_float("bias", 1.0f);
+  const int64_t c = x.dims[1], lo = (size - 1) / 2, hi = size - 1 - lo;
+  int64_t inner = 1;
+  for (size_t d = 2; d < x.dims.size(); ++d) inner *= x.dims[d];
+  HostTensor y = make(ElemType::FLOAT32, x.dims);
+  for (int64_t k = 0; k < x.volume(); ++k) {
+    const int64_t ch = k / inner % c, base = k - ch * inner;
+    double sq = 0;
+    for (int64_t i = std::max<int64_t>(0, ch - lo); i <= std::min(c - 1, ch + hi); ++i) {
+      const double v = x.at(static_cast<size_t>(base + i * inner));
+      sq += v * v;
+    }
+    const double den = std::pow(bias + alpha / static_cast<double>(size) * sq, beta);
+    y.f[static_cast<size_t>(k)] = static_cast<float>(x.at(static_cast<size_t>(k)) / den);
+  }
+  return y;
+}
+
 // Also returns the Mean and InvStdDev outputs (the input's dims with 1s on the normalised axes).
 StatusOr<std::vector<HostTensor>> layer_norm(const Node& n, Ins ins) {
   TS_RETURN_IF_ERROR(need(n, ins, 1));

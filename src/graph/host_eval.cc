@@ -456,6 +456,10 @@ const std::map<std::string, Eval>& table() {
     });
     m["BatchNormalization"] = [](const Node& n, Ins ins, int) { return batch_norm(n, ins); };
     m["InstanceNormalization"] = one([](const Node& n, Ins ins, int) { return instance_norm(n, ins); });
+    m["LRN"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
+      TS_RETURN_IF_ERROR(need(n, ins, 0));
+      return lrn(n, *ins[0]);
+    });
     m["LayerNormalization"] = [](const Node& n, Ins ins, int) -> StatusOr<std::vector<HostTensor>> {
       TS_RETURN_IF_ERROR(need(n, ins, 0));
       return layer_norm(n, ins);

@@ -13,9 +13,11 @@ namespace {
 
 using detail::Consumers;
 using detail::drop_nodes;
+using detail::float_attr;
 using detail::int_attr;
 using detail::ints_attr;
 using detail::sole_reader;
+using detail::string_attr;
 
 
 std::vector<int64_t> permutation(const Node& t, size_t rank) {
@@ -155,6 +157,51 @@ PassReport batch_norm_to_conv(Graph& g) {
     bn.attrs["group"] = int_attr(c);
     ++r.rewrites;
   }
+  return r;
+}
+
+PassReport lrn_to_conv(Graph& g) {
+  PassReport r{"lrn_to_conv"};
+  std::vector<std::vector<Node>> replaced(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node lrn = g.nodes[i];  // (a copy: add_value below)
+    if (lrn.op_type != "LRN" || lrn.inputs.size() != 1 || lrn.outputs.size() != 1) continue;
+    const Value x = g.value(lrn.inputs[0]);
+    const int64_t size = lrn.attr_int("size", 0);
+    if (!x.has_shape || x.dims.size() != 4 || size < 1 || x.type != ElemType::FLOAT32) continue;
+    const int64_t c = x.dims[1], lo = (size - 1) / 2, hi = size - 1 - lo;
+    const float alpha = lrn.attr_float("alpha", 1e-4f), beta = lrn.attr_float("beta", 0.75f);
+    std::vector<float> w(static_cast<size_t>(c * c), 0.0f);  // (out, in): alpha / size on the band
+    for (int64_t o = 0; o < c; ++o)
+      for (int64_t in = std::max<int64_t>(0, o - lo); in <= std::min(c - 1, o + hi); ++in)
+        w[static_cast<size_t>(o * c + in)] = alpha / static_cast<float>(size);
+    const int wid = g.add_value({.name = lrn.name + ":lrn_window", .dims = {c, c, 1, 1}, .has_shape = true,
+                                 .constant = HostTensor::floats({c, c, 1, 1}, std::move(w))});
+    std::vector<float> bias(static_cast<size_t>(c), lrn.attr_float("bias", 1.0f));
+    const int bid = g.add_value({.name = lrn.name + ":lrn_bias", .dims = {c}, .has_shape = true,
+                                 .constant = HostTensor::floats({c}, std::move(bias))});
+    const int sq = g.add_value({.name = lrn.name + ":square", .dims = x.dims, .has_shape = true});
+    const int den = g.add_value({.name = lrn.name + ":denominator", .dims = x.dims, .has_shape = true});
+    Node square{
+        .name = lrn.name + ":square", .op_type = "Mul", .inputs = {lrn.inputs[0], lrn.inputs[0]}, .outputs = {sq}};
+    Node window{.name = lrn.name + ":window", .op_type = "Conv", .inputs = {sq, wid, bid}, .outputs = {den}};
+    window.attrs["kernel_shape"] = ints_attr({1, 1});
+    window.attrs["tessera_activation"] = string_attr("pow");
+    window.attrs["tessera_activation_param"] = float_attr(-beta);
+    Node scale{.name = lrn.name, .op_type = "Mul", .inputs = {lrn.inputs[0], den}, .outputs = {lrn.outputs[0]}};
+    replaced[i] = {std::move(square), std::move(window), std::move(scale)};
+    ++r.rewrites;
+  }
+  if (r.rewrites == 0) return r;
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!replaced[i].empty())
+      for (Node& n : replaced[i]) nodes.push_back(std::move(n));
+    else
+      nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+  drop_nodes(g, std::vector<bool>(g.nodes.size(), false));
   return r;
 }
 

@@ -824,6 +824,7 @@ std::vector<PassReport> optimize(Graph& g) {
   reports.push_back(fold_bias_add(g));
   reports.push_back(fold_batch_norm(g));
   reports.push_back(batch_norm_to_conv(g));  // those fold_batch_norm left: per-channel 1x1 depthwise convs
+  reports.push_back(lrn_to_conv(g));
   reports.push_back(fold_pad_into_average_pool(g));
   reports.push_back(fold_scale_mul(g));
   PassReport again = fold_bias_add(g);  // the Add after a folded Mul (Paddle's learnable affine blocks)

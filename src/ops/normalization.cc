@@ -10,7 +10,7 @@ namespace tessera {
 
 namespace {
 
-enum class NormKind : uint8_t { kSoftmax, kLayerNorm, kGroupNorm, kBatchNorm };
+enum class NormKind : uint8_t { kSoftmax, kLogSoftmax, kLayerNorm, kGroupNorm, kBatchNorm };
 
 struct Param {
   TensorAccess access;
@@ -56,9 +56,15 @@ void softmax_row(const NormArgs& a, uint32_t r) {
     a.math.unary(exp, x, n);
     for (uint32_t i = 0; i < n; ++i) sum += x[i];
   }
-  const float inv = static_cast<float>(1.0 / sum);
+  const float inv = static_cast<float>(1.0 / sum), log_sum = static_cast<float>(std::log(sum));
   for (uint32_t c0 = 0; c0 < a.cols; c0 += kChunk) {
     const uint32_t n = std::min(kChunk, a.cols - c0);
+    if (a.kind == NormKind::kLogSoftmax) {
+      cpu::read_row(a.in, a.in_type, r, c0, n, x);
+      for (uint32_t i = 0; i < n; ++i) x[i] = (x[i] - m) - log_sum;
+      cpu::write_row(a.out, a.out_type, r, c0, n, x);
+      continue;
+    }
     cpu::read_row(a.in, a.in_type, r, c0, n, x);
     for (uint32_t i = 0; i < n; ++i) x[i] -= m;
     a.math.unary(exp, x, n);
@@ -95,7 +101,8 @@ void layer_norm_row(const NormArgs& a, uint32_t r) {
 
 Status row_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const NormArgs*>(raw);
-  for (uint32_t r = begin; r < end; ++r) a.kind == NormKind::kSoftmax ? softmax_row(a, r) : layer_norm_row(a, r);
+  for (uint32_t r = begin; r < end; ++r)
+    a.kind == NormKind::kLayerNorm ? layer_norm_row(a, r) : softmax_row(a, r);
   return ok_status();
 }
 
@@ -221,6 +228,16 @@ StatusOr<Tensor> softmax(const Tensor& input, int dim, uint8_t cq_id) {
                                rank);
   NormArgs args{};
   return run_norm("softmax", NormKind::kSoftmax, input, args, rows_of(input), row_kernel, cq_id, "");
+}
+
+StatusOr<Tensor> log_softmax(const Tensor& input, int dim, uint8_t cq_id) {
+  TS_RETURN_IF_ERROR(check_input(input, "log_softmax"));
+  const int rank = input.shape().rank();
+  if (dim != -1 && dim != rank - 1)
+    return unimplemented_error("log_softmax: only the last dim is supported, found dim {} of rank {}; permute first",
+                               dim, rank);
+  NormArgs args{};
+  return run_norm("log_softmax", NormKind::kLogSoftmax, input, args, rows_of(input), row_kernel, cq_id, "");
 }
 
 StatusOr<Tensor> layer_norm(const Tensor& input, const NormParams& p) {

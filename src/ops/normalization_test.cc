@@ -1,10 +1,10 @@
 // softmax and the norms against their double-precision reference kernels:
 // within 1e-5 relative + 1e-5 absolute in float32, plus one bfloat16 ulp in
 // bfloat16 (normalization.h), both ISA paths, several memory configs.
-#include "tessera/ops/reference.h"
 #include "tessera/ops/normalization.h"
 
 #include "tessera/base/cpu_features.h"
+#include "tessera/ops/reference.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -35,6 +35,37 @@ TEST(Softmax, MatchesReference) {
           ASSERT_OK_AND_ASSIGN(Tensor y, softmax(d));
           EXPECT_EQ(y.spec(), d.spec());
           expect_near_reference(y.cpu().value(), want, dt);
+        }
+      }
+  }
+  set_avx512_kernels_enabled(true);
+}
+
+// log_softmax, with logits far apart (where softmax underflows to 0 and its
+// log would be -inf) and NaN in a row.
+TEST(LogSoftmax, MatchesReference) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    for (const Shape& s : {Shape{1, 1000}, Shape{3, 5, 7}, Shape{2, 2500}})
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16}) {
+        SCOPED_TRACE(fmt::format("{} {} avx512={}", s.to_string(), data_type_name(dt), avx512));
+        std::vector<float> v = testing::random_values(s.volume(), 3, 4.0f);
+        v[1] = 150.0f, v[2] = -150.0f;
+        v.back() = NAN;
+        Tensor h = Tensor::from_vector(v, s, dt).value();
+        ASSERT_OK_AND_ASSIGN(Tensor want, reference::log_softmax(h, dt));
+        ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor y, log_softmax(d));
+        EXPECT_EQ(y.spec(), d.spec());
+        ASSERT_OK_AND_ASSIGN(std::vector<float> got, y.cpu().value().to_vector());
+        ASSERT_OK_AND_ASSIGN(std::vector<float> ref, want.to_vector());
+        const double tol = dt == DataType::BFLOAT16 ? 0x1p-7 : 1e-5;
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (std::isnan(ref[i]))
+            EXPECT_TRUE(std::isnan(got[i])) << i;
+          else
+            EXPECT_NEAR(got[i], ref[i], tol * std::fabs(ref[i]) + 1e-5) << i;
         }
       }
   }
@@ -95,8 +126,8 @@ TEST(BatchNorm, MatchesReference) {
       NormParams hp{.epsilon = 1e-3f, .weight = param(c, 11), .bias = param(c, 12)};
       ASSERT_OK_AND_ASSIGN(Tensor want, reference::batch_norm(h, mean, var, hp, dt));
       for (Device* dv : {dev.get(), wh.get()}) {
-        NormParams dp{.epsilon = 1e-3f, .weight = to_device(*hp.weight, *dv).value(),
-                      .bias = to_device(*hp.bias, *dv).value()};
+        NormParams dp{
+            .epsilon = 1e-3f, .weight = to_device(*hp.weight, *dv).value(), .bias = to_device(*hp.bias, *dv).value()};
         ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dv, L1_MEMORY_CONFIG));
         ASSERT_OK_AND_ASSIGN(Tensor y, batch_norm(d, to_device(mean, *dv).value(), to_device(var, *dv).value(), dp));
         expect_near_reference(y.cpu().value(), want, dt);
@@ -116,7 +147,8 @@ TEST(Normalization, SpecialValuesAsTheReference) {
   Tensor h = Tensor::from_vector(v, s, DataType::FLOAT32).value();
   const uint32_t c = s[-1];
   NormParams hp{.epsilon = 1e-5f, .weight = param(c, 3), .bias = param(c, 4)};
-  NormParams dp{.epsilon = 1e-5f, .weight = to_device(*hp.weight, *dev).value(), .bias = to_device(*hp.bias, *dev).value()};
+  NormParams dp{
+      .epsilon = 1e-5f, .weight = to_device(*hp.weight, *dev).value(), .bias = to_device(*hp.bias, *dev).value()};
   Tensor mean = param(c, 9), var = param(c, 10, true);
   for (bool avx512 : {true, false}) {
     set_avx512_kernels_enabled(avx512);
@@ -152,8 +184,8 @@ TEST(Normalization, SpecialValuesAsTheReference) {
 
 TEST(Normalization, Errors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  ASSERT_OK_AND_ASSIGN(Tensor d, to_device(testing::random_tensor(Shape{1, 2, 2, 6}, DataType::FLOAT32,
-                                                                   Layout::ROW_MAJOR, 1), *dev));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor d, to_device(testing::random_tensor(Shape{1, 2, 2, 6}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
   EXPECT_ERROR(softmax(d, 1), StatusCode::kUnimplemented, "only the last dim is supported, found dim 1");
   EXPECT_ERROR(group_norm(d, 4), StatusCode::kInvalidArgument, "6 channels do not split into 4 groups");
   ASSERT_OK_AND_ASSIGN(Tensor five, to_device(param(5, 1), *dev));

@@ -178,6 +178,7 @@ Status CompiledModel::Impl::lower_softmax(const Node& n) {
   note_plain(x);
   const bool legacy = g.opset < 13;
   const Dims xd = dims(x);
+  const auto norm = n.op_type == "LogSoftmax" ? &log_softmax : &softmax;
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor in, plain(s, x, cq));
     if (legacy || axis == static_cast<int64_t>(r) - 1) {
@@ -186,14 +187,14 @@ Status CompiledModel::Impl::lower_softmax(const Node& n) {
       for (size_t d = 0; d < r; ++d) (static_cast<int64_t>(d) < axis ? outer : inner) *= xd[d];
       if (!legacy) outer = to_shape(xd).volume() / xd.back(), inner = xd.back();
       TS_ASSIGN_OR_RETURN(Tensor flat, reshape(in, Shape{static_cast<uint32_t>(outer), static_cast<uint32_t>(inner)}));
-      TS_ASSIGN_OR_RETURN(Tensor out, softmax(flat, -1, cq));
+      TS_ASSIGN_OR_RETURN(Tensor out, norm(flat, -1, cq));
       return put_plain(s, y, out);
     }
     std::vector<int> perm(r);
     std::iota(perm.begin(), perm.end(), 0);
     std::swap(perm[static_cast<size_t>(axis)], perm.back());
     TS_ASSIGN_OR_RETURN(Tensor t, permute(in, perm, {.cq_id = cq}));
-    TS_ASSIGN_OR_RETURN(Tensor sm, softmax(t, -1, cq));
+    TS_ASSIGN_OR_RETURN(Tensor sm, norm(t, -1, cq));
     TS_ASSIGN_OR_RETURN(Tensor out, permute(sm, perm, {.cq_id = cq}));
     return put_plain(s, y, out);
   });

@@ -162,6 +162,37 @@ TEST(OnnxOps, VariadicOpsRunOnTheDevice) {
     }
 }
 
+// LogSoftmax over the last axis and over the channels of a 4-D value.
+TEST(OnnxOps, LogSoftmaxRunsOnTheDevice) {
+  for (int64_t axis : {-1, 1}) {
+    SCOPED_TRACE(axis);
+    ModelBuilder b(13);
+    b.input("x", {2, 6, 3, 4});
+    ModelBuilder::i(b.node("LogSoftmax", {"x"}, {"y"}), "axis", axis);
+    b.output("y");
+    expect_device_matches_reference(b, special_input({2, 6, 3, 4}, 15), 0, 1e-5);
+  }
+}
+
+// LRN (AlexNet's and GoogLeNet's) after a conv: x * x, a banded 1x1 conv
+// with a pow activation, a mul; even and odd windows.
+TEST(OnnxOps, LrnRunsOnTheDevice) {
+  for (int64_t size : {5, 4, 1}) {
+    SCOPED_TRACE(size);
+    ModelBuilder b(13);
+    b.input("x", {2, 3, 9, 9});
+    b.random_initializer("w", {7, 3, 3, 3}, 1.0f, 16);
+    b.node("Conv", {"x", "w"}, {"c"});
+    auto* lrn = b.node("LRN", {"c"}, {"y"});
+    ModelBuilder::i(lrn, "size", size);
+    ModelBuilder::f(lrn, "alpha", 0.01f);
+    ModelBuilder::f(lrn, "beta", 0.75f);
+    ModelBuilder::f(lrn, "bias", 2.0f);
+    b.output("y");
+    expect_device_matches_reference(b, special_input({2, 3, 9, 9}, 17, false), 0, 1e-5);
+  }
+}
+
 // A Gemm with a full 2-D C and a fused Relu runs on the host (lower_gemm's
 // fallback); the host applies the fused activation as the device would.
 TEST(OnnxOps, HostFallbackAppliesTheFusedActivation) {

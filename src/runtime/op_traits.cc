@@ -48,6 +48,7 @@ constexpr OpTraits kOpTraits[] = {
     {"LayerNormalization", &I::lower_layer_norm, false, false, kAfterFirst},
     {"LeakyRelu", &I::lower_unary, true},
     {"Log", &I::lower_unary, true},
+    {"LogSoftmax", &I::lower_softmax},
     {"MatMul", &I::lower_matmul},
     {"Max", &I::lower_arith, true, true},
     {"MaxPool", &I::lower_pool, true},

@@ -39,6 +39,10 @@ PassReport fold_batch_norm(Graph& g);
 // depthwise Conv with its scale and shift, so the ReLU after it fuses and
 // the normalisation is one pass with the activation.
 PassReport batch_norm_to_conv(Graph& g);
+// LRN over a 4-D value as device ops: x * x, a 1x1 conv whose C x C weights
+// hold alpha / size on the channel window (bias `bias`) with a pow(-beta)
+// activation, then x times that.
+PassReport lrn_to_conv(Graph& g);
 // Pad by zeros around H and W (symmetric) read only by an AveragePool, as
 // PyTorch exports avg_pool2d(padding=p) with count_include_pad: the pool pads
 // itself and counts the padding (Inception's branches: 9 Pad launches).

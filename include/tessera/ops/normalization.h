@@ -9,6 +9,8 @@
 // bfloat16 ulp more in bfloat16.
 //
 //   softmax     over the last dim: exp(x - max) / sum;
+//   log_softmax over the last dim: x - max - ln(sum), sum = sum of exp(x - max)
+//               (finite where softmax underflows to 0);
 //   layer_norm  over the last dim: (x - mean) / sqrt(var + eps) * w + b
 //               (biased variance; ttnn's default eps 1e-12);
 //   group_norm  NHWC input (N, H, W, C) or (N, 1, H*W, C): statistics per
@@ -30,6 +32,7 @@ struct NormParams {
 };
 
 StatusOr<Tensor> softmax(const Tensor& input, int dim = -1, uint8_t cq_id = 0);
+StatusOr<Tensor> log_softmax(const Tensor& input, int dim = -1, uint8_t cq_id = 0);
 StatusOr<Tensor> layer_norm(const Tensor& input, const NormParams& params = {.epsilon = 1e-12f});
 StatusOr<Tensor> group_norm(const Tensor& input, uint32_t num_groups, const NormParams& params = {});
 StatusOr<Tensor> batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,

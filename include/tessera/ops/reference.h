@@ -58,6 +58,7 @@ StatusOr<Tensor> matmul(const Tensor& a, const Tensor& b, const std::optional<Te
 // normalization (normalization.h)
 // Host tensors in, host tensors of `out_dtype` out; parameters as host tensors.
 StatusOr<Tensor> softmax(const Tensor& input, DataType out_dtype);
+StatusOr<Tensor> log_softmax(const Tensor& input, DataType out_dtype);
 StatusOr<Tensor> layer_norm(const Tensor& input, const NormParams& params, DataType out_dtype);
 StatusOr<Tensor> group_norm(const Tensor& input, uint32_t num_groups, const NormParams& params, DataType out_dtype);
 StatusOr<Tensor> batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,

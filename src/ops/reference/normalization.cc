@@ -33,6 +33,19 @@ StatusOr<Tensor> softmax(const Tensor& input, DataType out) {
   return Tensor::from_vector(x, input.shape(), out);
 }
 
+StatusOr<Tensor> log_softmax(const Tensor& input, DataType out) {
+  TS_ASSIGN_OR_RETURN(std::vector<float> x, input.to_vector());
+  const uint32_t c = input.shape()[-1];
+  for (size_t r = 0; r < x.size() / c; ++r) {
+    float* row = x.data() + r * c;
+    double m = -INFINITY, sum = 0;
+    for (uint32_t i = 0; i < c; ++i) m = std::isnan(row[i]) || row[i] > m ? row[i] : m;
+    for (uint32_t i = 0; i < c; ++i) sum += std::exp(row[i] - m);
+    for (uint32_t i = 0; i < c; ++i) row[i] = static_cast<float>(row[i] - m - std::log(sum));
+  }
+  return Tensor::from_vector(x, input.shape(), out);
+}
+
 StatusOr<Tensor> layer_norm(const Tensor& input, const NormParams& p, DataType out) {
   TS_ASSIGN_OR_RETURN(std::vector<float> x, input.to_vector());
   const uint32_t c = input.shape()[-1];
