@@ -142,6 +142,48 @@ StatusOr<HostTensor> gather(const Node& n, const HostTensor& x, const HostTensor
   return y;
 }
 
+// A copy of data with each update slice written (or combined, with
+// `reduction`) at its index tuple; indices (..., k) address data's first k
+// dims. (Exporters write it for masks computed from shapes: Swin's shifted
+// windows.)
+StatusOr<HostTensor> scatter_nd(const Node& n, Ins ins) {
+  for (size_t k = 0; k < 3; ++k) TS_RETURN_IF_ERROR(need(n, ins, k));
+  const HostTensor &x = *ins[0], &idx = *ins[1], &up = *ins[2];
+  const std::string red = n.attr_string("reduction", "none");
+  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
+    return invalid_argument_error("{}: reduction '{}', expected none, add, mul, max or min", n.label(), red);
+  if (idx.dims.empty() || idx.dims.back() < 1 || idx.dims.back() > static_cast<int64_t>(x.dims.size()))
+    return invalid_argument_error("{}: indices of shape {} for data of rank {}", n.label(), dims_to_string(idx.dims),
+                                  x.dims.size());
+  const auto k = static_cast<size_t>(idx.dims.back());
+  Dims want(idx.dims.begin(), idx.dims.end() - 1);
+  want.insert(want.end(), x.dims.begin() + static_cast<int64_t>(k), x.dims.end());
+  if (up.dims != want)
+    return invalid_argument_error("{}: updates of shape {}, expected {}", n.label(), dims_to_string(up.dims),
+                                  dims_to_string(want));
+  const int64_t slice = dims_volume(Dims(x.dims.begin() + static_cast<int64_t>(k), x.dims.end()));
+  const auto strides = strides_of(x.dims);
+  const auto ids = as_ints(idx);
+  HostTensor y = x;
+  for (size_t j = 0; j * k < ids.size(); ++j) {
+    int64_t at = 0;
+    for (size_t d = 0; d < k; ++d) {
+      int64_t i = ids[j * k + d];
+      const int64_t len = x.dims[d];
+      if (i < -len || i >= len)
+        return invalid_argument_error("{}: index {} is out of range for a dim of {}", n.label(), i, len);
+      at += (i < 0 ? i + len : i) * strides[d];
+    }
+    for (int64_t s = 0; s < slice; ++s) {
+      const auto dst = static_cast<size_t>(at + s);
+      const double u = up.at(j * static_cast<size_t>(slice) + static_cast<size_t>(s)), v = y.at(dst);
+      set(y, dst, red == "add" ? v + u : red == "mul" ? v * u : red == "max" ? std::max(v, u)
+                  : red == "min" ? std::min(v, u) : u);
+    }
+  }
+  return y;
+}
+
 StatusOr<HostTensor> slice(const Node& n, Ins ins, int opset) {
   const HostTensor& x = *ins[0];
   const size_t r = x.dims.size();

@@ -435,6 +435,7 @@ const std::map<std::string, Eval>& table() {
       return gather(n, *ins[0], *ins[1]);
     });
     m["Slice"] = one([](const Node& n, Ins ins, int opset) { return slice(n, ins, opset); });
+    m["ScatterND"] = one([](const Node& n, Ins ins, int) { return scatter_nd(n, ins); });
     m["Expand"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
       TS_RETURN_IF_ERROR(need(n, ins, 1));
       return expand(n, *ins[0], *ins[1]);

@@ -2,6 +2,8 @@
 // movement kernels (internal to host_eval; host_data.cc). Written for
 // obviousness, not speed: one element at a time through index arithmetic.
 #pragma once
+#include <cmath>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -68,10 +70,19 @@ inline Status check_axis(const Node& n, int64_t axis, size_t rank) {
   return ok_status();
 }
 
+// The values as int64: INT64's exactly (through a double, INT64_MAX, which
+// exporters write for "to the end", would round past the range), floats
+// truncated and saturated.
 inline std::vector<int64_t> as_ints(const HostTensor& t) {
   if (t.type == ElemType::INT64) return t.i;
   std::vector<int64_t> v(t.f.size());
-  for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<int64_t>(t.f[k]);
+  for (size_t k = 0; k < v.size(); ++k) {
+    const double x = t.f[k];
+    v[k] = std::isnan(x)                       ? 0
+           : x >= 9223372036854775807.0        ? INT64_MAX
+           : x <= -9223372036854775808.0       ? INT64_MIN
+                                               : static_cast<int64_t>(x);
+  }
   return v;
 }
 
@@ -88,6 +99,7 @@ StatusOr<Dims> reshape_dims(const Node& n, const Dims& in_dims, std::vector<int6
 StatusOr<HostTensor> transpose(const Node& n, const HostTensor& x);
 StatusOr<HostTensor> concat(const Node& n, Ins ins);
 StatusOr<HostTensor> gather(const Node& n, const HostTensor& x, const HostTensor& idx);
+StatusOr<HostTensor> scatter_nd(const Node& n, Ins ins);
 StatusOr<HostTensor> slice(const Node& n, Ins ins, int opset);
 StatusOr<HostTensor> expand(const Node& n, const HostTensor& x, const HostTensor& shape);
 StatusOr<HostTensor> tile(const Node& n, const HostTensor& x, const HostTensor& reps_t);

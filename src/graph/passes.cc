@@ -750,6 +750,38 @@ PassReport fuse_activation_affine(Graph& g) {
   return r;
 }
 
+PassReport remove_identities(Graph& g) {
+  PassReport r{"remove_identities"};
+  const auto consumers = g.consumers();
+  const std::set<int> outputs(g.outputs.begin(), g.outputs.end());
+  auto read = [&](int v) { return outputs.count(v) != 0 || !consumers[static_cast<size_t>(v)].empty(); };
+  std::vector<int> alias(g.values.size());
+  for (size_t v = 0; v < alias.size(); ++v) alias[v] = static_cast<int>(v);
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.inputs.empty() || n.inputs[0] < 0 || n.outputs.empty() || outputs.count(n.outputs[0])) continue;
+    bool identity = n.op_type == "Identity" && n.outputs.size() == 1;
+    if (n.op_type == "Dropout") {
+      // (Training mode with a ratio of 0, as F.dropout(p=0) exports, drops nothing.)
+      const int ratio = n.inputs.size() > 1 ? n.inputs[1] : -1, mode = n.inputs.size() > 2 ? n.inputs[2] : -1;
+      const bool zero = ratio >= 0 && g.is_constant(ratio) && g.value(ratio).constant->at(0) == 0;
+      const bool training = !zero && mode >= 0 && (!g.is_constant(mode) || g.value(mode).constant->at(0) != 0);
+      identity = !training && (n.outputs.size() == 1 || n.outputs[1] < 0 || !read(n.outputs[1]));
+    }
+    if (!identity) continue;
+    alias[static_cast<size_t>(n.outputs[0])] = alias[static_cast<size_t>(n.inputs[0])];
+    dead[i] = true;
+    ++r.rewrites;
+  }
+  if (r.rewrites == 0) return r;
+  for (Node& n : g.nodes)
+    for (int& v : n.inputs)
+      if (v >= 0) v = alias[static_cast<size_t>(v)];
+  drop_nodes(g, dead);
+  return r;
+}
+
 PassReport split_variadic(Graph& g) {
   PassReport r{"split_variadic"};
   std::vector<std::vector<Node>> replaced(g.nodes.size());
@@ -816,6 +848,7 @@ std::vector<PassReport> optimize(Graph& g) {
   // Activations and LayerNorm rebuilt first: linear_to_conv and
   // cancel_transposes see whole activations between transposes, and the
   // folds below see the convs linear_to_conv makes.
+  reports.push_back(remove_identities(g));
   reports.push_back(split_variadic(g));
   reports.push_back(fuse_activation_patterns(g));
   reports.push_back(fuse_layer_norm(g));

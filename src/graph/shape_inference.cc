@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "host_kernels.h"
 #include "tessera/graph/host_eval.h"
 
 namespace tessera::graph {
@@ -38,9 +39,7 @@ struct Ctx {
     if (!v.constant)
       return unimplemented_error("{}: input {} ({}, '{}') is computed at run time; Tessera needs it constant", n.label(),
                                  k, what, v.name);
-    std::vector<int64_t> out;
-    for (size_t i = 0; i < v.constant->size(); ++i) out.push_back(static_cast<int64_t>(v.constant->at(i)));
-    return out;
+    return host::as_ints(*v.constant);
   }
   StatusOr<std::vector<double>> reals(size_t k, const char* what) const {
     if (!has(k)) return invalid_argument_error("{}: input {} ({}) is missing", n.label(), k, what);
@@ -352,7 +351,8 @@ const std::map<std::string, Rule>& rules() {
     for (const char* op : {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
                            "Round", "Sign", "Erf", "Sin", "Cos", "Tan", "Atan", "Softplus", "Softsign", "HardSwish",
                            "Mish", "Identity", "LeakyRelu", "Elu", "Celu", "Selu", "HardSigmoid", "ThresholdedRelu",
-                           "Clip", "Softmax", "LogSoftmax", "InstanceNormalization", "LRN", "SiLU", "Gelu"})
+                           "Clip", "Softmax", "LogSoftmax", "InstanceNormalization", "LRN", "SiLU", "Gelu",
+                           "ScatterND"})
       m[op] = same_as_input;
     m["BatchNormalization"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
       TS_ASSIGN_OR_RETURN(auto o, same_as_input(c));

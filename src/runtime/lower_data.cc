@@ -332,4 +332,40 @@ Status CompiledModel::Impl::lower_slice_pad_split(const Node& n) {
   return ok_status();
 }
 
+// Gather of a run-time value at constant indices that are one run of
+// consecutive positions (a scalar: qkv[0], x[:, -1]): a slice along the
+// axis, then the output's shape (a view).
+Status CompiledModel::Impl::lower_gather(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  const size_t r = rank(x);
+  int64_t axis = n.attr_int("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(r);
+  if (axis < 0 || axis >= static_cast<int64_t>(r)) return not_covered(n);
+  const graph::HostTensor& idx = *g.value(n.inputs[1]).constant;
+  const int64_t len = dims(x)[static_cast<size_t>(axis)];
+  std::vector<int64_t> ids;
+  for (size_t k = 0; k < idx.size(); ++k) {
+    const auto i = static_cast<int64_t>(idx.at(k));
+    if (i < -len || i >= len) return lower_fallback(n, fmt::format("index {} out of range for a dim of {}", i, len));
+    ids.push_back(i < 0 ? i + len : i);
+  }
+  for (size_t k = 1; k < ids.size(); ++k)
+    if (ids[k] != ids[0] + static_cast<int64_t>(k)) return lower_fallback(n, "indices that are not one consecutive run");
+  if (ids.empty()) return lower_fallback(n, "an empty result");
+  SliceParams sl;
+  for (size_t d = 0; d < r; ++d)
+    sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(dims(x)[d])), sl.step.push_back(1);
+  sl.begin[static_cast<size_t>(axis)] = static_cast<uint32_t>(ids[0]);
+  sl.end[static_cast<size_t>(axis)] = static_cast<uint32_t>(ids.back() + 1);
+  note_plain(x);
+  const Shape out = to_shape(dims(y));
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, plain(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor t, slice(in, sl, {.cq_id = cq}));
+    TS_ASSIGN_OR_RETURN(t, reshape(t, out));
+    return put_plain(s, y, t);
+  });
+  return ok_status();
+}
+
 }  // namespace tessera::runtime

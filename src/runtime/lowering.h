@@ -281,6 +281,7 @@ struct CompiledModel::Impl {
   bool merges_split_channels(const Node& transpose) const;
   Status lower_transpose(const Node& n);
   Status lower_slice_pad_split(const Node& n);
+  Status lower_gather(const Node& n);
   Status lower_fallback(const Node& n, const std::string& why);  // compiled_model.cc
   // Numerics::kTt (lower_tt.cc): convs and matmuls on the emulated matrix engine.
   Status lower_conv_tt(const Node& n, bool transposed);

@@ -193,6 +193,39 @@ TEST(OnnxOps, LrnRunsOnTheDevice) {
   }
 }
 
+// What Swin-T's export needs: a roll (Slices to INT64_MAX, "to the end",
+// and a Concat), a mask built by ScatterND on constants (folded), Dropout
+// with ratio 0 in training mode and Identity (removed), and Gathers of one
+// index or a run of them (slices on the device).
+TEST(OnnxOps, RollScatterDropoutAndGatherRunOnTheDevice) {
+  ModelBuilder b(13);
+  b.input("x", {3, 2, 6, 5});
+  b.int_initializer("s0", {2}), b.int_initializer("e0", {INT64_MAX}), b.int_initializer("ax", {2});
+  b.int_initializer("s1", {0}), b.int_initializer("e1", {2});
+  b.node("Slice", {"x", "s0", "e0", "ax"}, {"tail"});
+  b.node("Slice", {"x", "s1", "e1", "ax"}, {"head"});
+  ModelBuilder::i(b.node("Concat", {"tail", "head"}, {"rolled"}), "axis", 2);
+  b.initializer("zeros", {6, 5}, std::vector<float>(30, 0.0f));
+  onnx::TensorProto* idx = b.int_initializer("rows", {1, 4});
+  idx->clear_dims(), idx->add_dims(2), idx->add_dims(1);
+  b.initializer("updates", {2, 5}, {1, 2, 3, 4, 5, -1, -2, -3, -4, -5});
+  b.node("ScatterND", {"zeros", "rows", "updates"}, {"mask"});
+  b.node("Add", {"rolled", "mask"}, {"masked"});
+  b.initializer("ratio", {}, {0.0f});
+  onnx::TensorProto* mode = b.graph().add_initializer();
+  mode->set_name("training"), mode->set_data_type(onnx::TensorProto::BOOL), mode->add_int32_data(1);
+  b.node("Dropout", {"masked", "ratio", "training"}, {"dropped", "dropmask"});
+  b.node("Identity", {"dropped"}, {"same"});
+  b.int_initializer("one", {1}), b.int_initializer("last", {-1}), b.int_initializer("run", {1, 2});
+  onnx::TensorProto* scalar = b.int_initializer("first", {0});
+  scalar->clear_dims();
+  b.node("Gather", {"same", "first"}, {"g0"});                             // (2, 6, 5)
+  ModelBuilder::i(b.node("Gather", {"same", "last"}, {"g1"}), "axis", 3);  // (3, 2, 6, 1)
+  ModelBuilder::i(b.node("Gather", {"same", "run"}, {"g2"}), "axis", 2);   // (3, 2, 2, 5)
+  b.output("g0"), b.output("g1"), b.output("g2");
+  expect_device_matches_reference(b, special_input({3, 2, 6, 5}, 18));
+}
+
 // A Gemm with a full 2-D C and a fused Relu runs on the host (lower_gemm's
 // fallback); the host applies the fused activation as the device would.
 TEST(OnnxOps, HostFallbackAppliesTheFusedActivation) {

@@ -37,6 +37,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Expand", nullptr, false, false, kAfterFirst},
     {"Flatten", &I::lower_reshape},
     {"Floor", &I::lower_unary, true},
+    {"Gather", &I::lower_gather, false, false, kAfterFirst},
     {"Gelu", &I::lower_unary, true},
     {"Gemm", &I::lower_gemm, false, false, kAfterFirst},
     {"GlobalAveragePool", &I::lower_global_avg_pool, true},

@@ -60,6 +60,10 @@ PassReport fold_scale_mul(Graph& g);
 // Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) -> Gelu(x) (PyTorch's nn.GELU before opset 20);
 // its tanh form, Tanh(sqrt(2/pi) * (x + 0.044715 x^3)) for the Erf -> Gelu(x; approximate 'tanh').
 PassReport fuse_activation_patterns(Graph& g);
+// Identity, and Dropout that drops nothing (no training mode, or a ratio of
+// 0; its mask output unread), removed: their readers read the input (a graph output keeps its
+// node, for its name).
+PassReport remove_identities(Graph& g);
 // Sum, Mean, Max and Min of any number of operands as binary ops, left to
 // right (ONNX's order): Add chains (Mean: then a Div by the count), Max and
 // Min of two; one operand: Identity (Mean: the Div by 1).
