@@ -107,6 +107,10 @@ ZOO = {
     "convnext_tiny": (lambda: tvm.convnext_tiny(), (3, 224, 224), "classification",
                       "transformer-style blocks: 7x7 depthwise, LayerNorm (channels-last and 2d), GELU, "
                       "Linear (MatMul), Permute, layer scale"),
+    "swin_t": (lambda: tvm.swin_t(), (3, 224, 224), "classification",
+               "shifted-window attention: torch.roll (Slices to the end, Concat), window partition (Reshape, "
+               "Permute), attention masks built by ScatterND, MatMul attention and Softmax, relative position bias "
+               "(Gather), LayerNorm, GELU, Dropout(p=0)"),
     "alexnet": (lambda: tvm.alexnet(), (3, 224, 224), "classification",
                 "11x11 stride-4 stem, adaptive avg pool to 6x6, large Linear layers"),
     "vgg11_bn": (lambda: tvm.vgg11_bn(), (3, 224, 224), "classification", "plain 3x3 conv stacks, 25088-wide Linear"),

