@@ -562,6 +562,42 @@ StatusOr<HostTensor> instance_norm(const Node& n, Ins ins) {
   return y;
 }
 
+// Tessera's GroupNorm (graph::fuse_group_norm): per image and group of C / G
+// consecutive channels over those channels and the spatial dims, in double,
+// then scale[c] and shift[c].
+StatusOr<HostTensor> group_norm(const Node& n, Ins ins) {
+  for (size_t k = 0; k < 3; ++k) TS_RETURN_IF_ERROR(need(n, ins, k));
+  const HostTensor& x = *ins[0];
+  const int64_t groups = n.attr_int("num_groups", 0);
+  if (x.dims.size() < 3 || groups < 1 || x.dims[1] % groups != 0)
+    return invalid_argument_error("{}: input {} with {} groups", n.label(), dims_to_string(x.dims), groups);
+  const int64_t c = x.dims[1];
+  for (size_t k = 1; k < 3; ++k)
+    if (ins[k]->volume() != c)
+      return invalid_argument_error("{}: input {} has {} values for {} channels", n.label(), k, ins[k]->volume(), c);
+  int64_t inner = 1;
+  for (size_t d = 2; d < x.dims.size(); ++d) inner *= x.dims[d];
+  const int64_t len = c / groups * inner;
+  const double eps = n.attr_float("epsilon", 1e-5f);
+  HostTensor y = make(ElemType::FLOAT32, x.dims);
+  for (int64_t at = 0; len > 0 && at < x.volume(); at += len) {  // one (image, group)
+    double mean = 0, var = 0;
+    for (int64_t k = 0; k < len; ++k) mean += x.at(static_cast<size_t>(at + k));
+    mean /= static_cast<double>(len);
+    for (int64_t k = 0; k < len; ++k) {
+      const double d = x.at(static_cast<size_t>(at + k)) - mean;
+      var += d * d;
+    }
+    const double rstd = 1.0 / std::sqrt(var / static_cast<double>(len) + eps);
+    for (int64_t k = 0; k < len; ++k) {
+      const auto ch = static_cast<size_t>((at + k) / inner % c);
+      y.f[static_cast<size_t>(at + k)] =
+          static_cast<float>((x.at(static_cast<size_t>(at + k)) - mean) * rstd * ins[1]->at(ch) + ins[2]->at(ch));
+    }
+  }
+  return y;
+}
+
 // Local response normalization across channels (rank >= 3), in double:
 // x / (bias + alpha / size * sum of x^2 over channels [c - floor((size - 1) / 2),
 // c + ceil((size - 1) / 2)])^beta.

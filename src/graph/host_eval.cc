@@ -457,6 +457,7 @@ const std::map<std::string, Eval>& table() {
     });
     m["BatchNormalization"] = [](const Node& n, Ins ins, int) { return batch_norm(n, ins); };
     m["InstanceNormalization"] = one([](const Node& n, Ins ins, int) { return instance_norm(n, ins); });
+    m["GroupNorm"] = one([](const Node& n, Ins ins, int) { return group_norm(n, ins); });
     m["LRN"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
       TS_RETURN_IF_ERROR(need(n, ins, 0));
       return lrn(n, *ins[0]);

@@ -114,6 +114,7 @@ StatusOr<HostTensor> flatten(const Node& n, const HostTensor& x);
 StatusOr<std::vector<HostTensor>> batch_norm(const Node& n, Ins ins);
 StatusOr<HostTensor> instance_norm(const Node& n, Ins ins);
 StatusOr<HostTensor> lrn(const Node& n, const HostTensor& x);
+StatusOr<HostTensor> group_norm(const Node& n, Ins ins);
 StatusOr<std::vector<HostTensor>> layer_norm(const Node& n, Ins ins);
 StatusOr<HostTensor> depth_space(const Node& n, const HostTensor& x);
 

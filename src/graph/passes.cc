@@ -852,6 +852,8 @@ std::vector<PassReport> optimize(Graph& g) {
   reports.push_back(split_variadic(g));
   reports.push_back(fuse_activation_patterns(g));
   reports.push_back(fuse_layer_norm(g));
+  reports.push_back(fuse_group_norm(g));
+  reports.push_back(conv1d_to_conv2d(g));
   reports.push_back(linear_to_conv(g));
   reports.push_back(cancel_transposes(g));
   reports.push_back(fold_bias_add(g));

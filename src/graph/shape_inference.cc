@@ -352,7 +352,7 @@ const std::map<std::string, Rule>& rules() {
                            "Round", "Sign", "Erf", "Sin", "Cos", "Tan", "Atan", "Softplus", "Softsign", "HardSwish",
                            "Mish", "Identity", "LeakyRelu", "Elu", "Celu", "Selu", "HardSigmoid", "ThresholdedRelu",
                            "Clip", "Softmax", "LogSoftmax", "InstanceNormalization", "LRN", "SiLU", "Gelu",
-                           "ScatterND"})
+                           "ScatterND", "GroupNorm"})
       m[op] = same_as_input;
     m["BatchNormalization"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
       TS_ASSIGN_OR_RETURN(auto o, same_as_input(c));

@@ -369,13 +369,16 @@ Status CompiledModel::Impl::lower_instance_norm(const Node& n) {
                         upload(*g.value(n.inputs[k + 1]).constant, dims(n.inputs[k + 1]), DataType::FLOAT32));
   }
   const float eps = n.attr_float("epsilon", 1e-5f);
-  const uint32_t channels = static_cast<uint32_t>(dims(x)[1]);
+  // InstanceNormalization: a group per channel; GroupNorm (graph::fuse_group_norm): num_groups.
+  const auto channels = static_cast<uint32_t>(dims(x)[1]);
+  const auto groups = n.op_type == "GroupNorm" ? static_cast<uint32_t>(n.attr_int("num_groups", 0)) : channels;
+  if (groups == 0 || channels % groups != 0) return not_covered(n);
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq));
     TS_ASSIGN_OR_RETURN(
-        Tensor out, group_norm(in, channels, {.epsilon = eps, .weight = affine[0], .bias = affine[1], .cq_id = cq}));
+        Tensor out, group_norm(in, groups, {.epsilon = eps, .weight = affine[0], .bias = affine[1], .cq_id = cq}));
     return put(s, y, out);
   });
   return ok_status();

@@ -226,6 +226,48 @@ TEST(OnnxOps, RollScatterDropoutAndGatherRunOnTheDevice) {
   expect_device_matches_reference(b, special_input({3, 2, 6, 5}, 18));
 }
 
+// GroupNorm as PyTorch writes it (Reshape, InstanceNormalization of scale 1
+// and bias 0, Reshape, Mul by gamma, Add of beta) runs as one group norm on
+// the device, with and without the affine.
+TEST(OnnxOps, GroupNormAsExportedRunsOnTheDevice) {
+  for (bool affine : {true, false}) {
+    SCOPED_TRACE(affine);
+    ModelBuilder b(13);
+    b.input("x", {2, 8, 5, 6});
+    b.int_initializer("grouped", {2, 4, -1});
+    b.int_initializer("back", {2, 8, 5, 6});
+    b.initializer("ones", {4}, {1, 1, 1, 1});
+    b.initializer("zeros", {4}, {0, 0, 0, 0});
+    b.random_initializer("gamma", {8, 1, 1}, 1.0f, 19);
+    b.random_initializer("beta", {8, 1, 1}, 1.0f, 20);
+    b.node("Reshape", {"x", "grouped"}, {"g"});
+    ModelBuilder::f(b.node("InstanceNormalization", {"g", "ones", "zeros"}, {"n"}), "epsilon", 1e-5f);
+    b.node("Reshape", {"n", "back"}, affine ? std::vector<std::string>{"r"} : std::vector<std::string>{"y"});
+    if (affine) {
+      b.node("Mul", {"r", "gamma"}, {"m"});
+      b.node("Add", {"m", "beta"}, {"y"});
+    }
+    b.output("y");
+    expect_device_matches_reference(b, special_input({2, 8, 5, 6}, 21, false), 0, 1e-5);
+  }
+}
+
+// Conv1d (grouped, strided, padded, with a bias; ECA-Net's channel
+// attention) runs as a 2-D conv over (N, C, 1, L).
+TEST(OnnxOps, Conv1dRunsOnTheDevice) {
+  ModelBuilder b(13);
+  b.input("x", {2, 6, 20});
+  b.random_initializer("w", {8, 3, 3}, 0.5f, 22);
+  b.random_initializer("bias", {8}, 0.5f, 23);
+  auto* conv = b.node("Conv", {"x", "w", "bias"}, {"c"});
+  ModelBuilder::ints(conv, "pads", {1, 1});
+  ModelBuilder::ints(conv, "strides", {2});
+  ModelBuilder::i(conv, "group", 2);
+  b.node("Sigmoid", {"c"}, {"y"});
+  b.output("y");
+  expect_device_matches_reference(b, special_input({2, 6, 20}, 24, false), 0, 1e-5);
+}
+
 // A Gemm with a full 2-D C and a fused Relu runs on the host (lower_gemm's
 // fallback); the host applies the fused activation as the device would.
 TEST(OnnxOps, HostFallbackAppliesTheFusedActivation) {

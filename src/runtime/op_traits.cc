@@ -42,6 +42,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Gemm", &I::lower_gemm, false, false, kAfterFirst},
     {"GlobalAveragePool", &I::lower_global_avg_pool, true},
     {"GlobalMaxPool", &I::lower_global_max_pool, true},
+    {"GroupNorm", &I::lower_instance_norm, true, false, kAfterFirst},
     {"HardSigmoid", &I::lower_unary, true},
     {"HardSwish", &I::lower_unary, true},
     {"Identity", &I::lower_unary},

@@ -74,6 +74,15 @@ PassReport split_variadic(Graph& g);
 // and Add of a constant bias -> LayerNormalization(x, scale, bias; axis -1,
 // epsilon eps) (scale 1, bias 0 where they are missing).
 PassReport fuse_layer_norm(Graph& g);
+// GroupNorm as PyTorch exports it: Reshape (N, C, H, W) -> (N, G, L),
+// InstanceNormalization with scale 1 and bias 0, Reshape back, then an
+// optional Mul by a per-channel gamma and Add of a per-channel beta -> one
+// Tessera "GroupNorm" node (x, scale[C], shift[C]; num_groups, epsilon):
+// statistics per image over each group of C / G consecutive channels.
+PassReport fuse_group_norm(Graph& g);
+// Conv over (N, C, L) (Conv1d: ECA-Net's channel attention) as a 2-D conv
+// over (N, C, 1, L) between two Reshapes.
+PassReport conv1d_to_conv2d(Graph& g);
 // A linear layer over the channels of a channels-last image, as PyTorch
 // exports nn.Linear after a permute (ConvNeXt's MLP): MatMul(x (N, H, W, K),
 // B (K, M) constant), and the Add of a constant bias (M) that alone reads
