@@ -234,6 +234,65 @@ Status CompiledModel::Impl::lower_transpose(const Node& n) {
   return ok_status();
 }
 
+// Pad in reflect or edge mode: per padded axis, the slices of the positions
+// it repeats (one per padded position, mirrored or the edge's) around the
+// whole value, concatenated along that axis; the layout kept.
+Status CompiledModel::Impl::lower_edge_pad(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  const std::string mode = n.attr_string("mode", "constant");
+  if (mode != "reflect" && mode != "edge") return lower_fallback(n, fmt::format("pad mode '{}'", mode));
+  if (n.inputs.size() > 3 && n.inputs[3] >= 0) return lower_fallback(n, "the axes input");
+  const size_t r = rank(x);
+  const Dims& xd = dims(x);
+  const Dims pads = g.opset >= 11 ? g.value(n.inputs[1]).constant->i : n.attr_ints("pads");
+  if (pads.size() != 2 * r) return not_covered(n);
+  const bool in_nhwc = nhwc[static_cast<size_t>(x)] && r == 4;
+  struct Axis {
+    int dim;                       // in the device layout
+    std::vector<uint32_t> pieces;  // source positions, in output order; kWhole: the whole axis
+  };
+  constexpr uint32_t kWhole = UINT32_MAX;
+  std::vector<Axis> axes;
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t before = pads[d], after = pads[d + r], len = xd[d];
+    if (before == 0 && after == 0) continue;
+    if (before < 0 || after < 0) return lower_fallback(n, "negative pads (cropping)");
+    if (mode == "reflect" && (before >= len || after >= len))
+      return lower_fallback(n, fmt::format("a reflect pad of {} / {} on a dim of {}", before, after, len));
+    Axis a{in_nhwc ? kToNhwc[d] : static_cast<int>(d), {}};
+    for (int64_t i = before; i >= 1; --i) a.pieces.push_back(static_cast<uint32_t>(mode == "edge" ? 0 : i));
+    a.pieces.push_back(kWhole);
+    for (int64_t i = 1; i <= after; ++i)
+      a.pieces.push_back(static_cast<uint32_t>(mode == "edge" ? len - 1 : len - 1 - i));
+    axes.push_back(std::move(a));
+  }
+  nhwc[static_cast<size_t>(y)] = in_nhwc;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor t, get(s, x));
+    if (t.memory_config().is_sharded()) {
+      TS_ASSIGN_OR_RETURN(t, to_memory_config(t, DRAM_MEMORY_CONFIG, cq));
+    }
+    for (const Axis& a : axes) {
+      std::vector<Tensor> parts;
+      for (uint32_t p : a.pieces) {
+        if (p == kWhole) {
+          parts.push_back(t);
+          continue;
+        }
+        SliceParams sl;
+        for (int d = 0; d < t.shape().rank(); ++d)
+          sl.begin.push_back(0), sl.end.push_back(t.shape()[d]), sl.step.push_back(1);
+        sl.begin[static_cast<size_t>(a.dim)] = p, sl.end[static_cast<size_t>(a.dim)] = p + 1;
+        TS_ASSIGN_OR_RETURN(Tensor piece, slice(t, sl, {.cq_id = cq}));
+        parts.push_back(std::move(piece));
+      }
+      TS_ASSIGN_OR_RETURN(t, concat(parts, a.dim, {.cq_id = cq}));
+    }
+    return put(s, y, t);
+  });
+  return ok_status();
+}
+
 Status CompiledModel::Impl::lower_slice_pad_split(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
   const std::string& op = n.op_type;
@@ -246,8 +305,8 @@ Status CompiledModel::Impl::lower_slice_pad_split(const Node& n) {
     for (size_t d = 0; d < 4; ++d) o[static_cast<size_t>(kToNhwc[d])] = v[d];
     return o;
   };
+  if (op == "Pad" && n.attr_string("mode", "constant") != "constant") return lower_edge_pad(n);
   if (op == "Pad") {
-    if (n.attr_string("mode", "constant") != "constant") return lower_fallback(n, "pad modes other than constant");
     const Dims& xd = dims(x);
     const Dims& yd = dims(y);
     Dims pads = n.attr_ints("pads");

@@ -282,6 +282,7 @@ struct CompiledModel::Impl {
   Status lower_transpose(const Node& n);
   Status lower_slice_pad_split(const Node& n);
   Status lower_gather(const Node& n);
+  Status lower_edge_pad(const Node& n);
   Status lower_fallback(const Node& n, const std::string& why);  // compiled_model.cc
   // Numerics::kTt (lower_tt.cc): convs and matmuls on the emulated matrix engine.
   Status lower_conv_tt(const Node& n, bool transposed);

@@ -268,6 +268,42 @@ TEST(OnnxOps, Conv1dRunsOnTheDevice) {
   expect_device_matches_reference(b, special_input({2, 6, 20}, 24, false), 0, 1e-5);
 }
 
+// Reflect and edge Pads (a conv net's padding_mode='reflect', a generator's
+// ReflectionPad2d(3)) run as slices and concats on the device, NHWC kept
+// between convs and on a plain 3-D value; a reflect pad as wide as its dim
+// (which ONNX leaves undefined) stays on the host.
+TEST(OnnxOps, ReflectAndEdgePadsRunOnTheDevice) {
+  for (const char* mode : {"reflect", "edge"}) {
+    SCOPED_TRACE(mode);
+    ModelBuilder b(13);
+    b.input("x", {2, 3, 7, 6});
+    b.random_initializer("w", {4, 3, 3, 3}, 0.5f, 25);
+    b.node("Conv", {"x", "w"}, {"c"});  // (2, 4, 5, 4)
+    b.int_initializer("pads", {0, 0, 3, 1, 0, 0, 1, 3});
+    ModelBuilder::s(b.node("Pad", {"c", "pads"}, {"p"}), "mode", mode);
+    b.random_initializer("w2", {5, 4, 3, 3}, 0.5f, 26);
+    b.node("Conv", {"p", "w2"}, {"y"});
+    b.output("y");
+    expect_device_matches_reference(b, special_input({2, 3, 7, 6}, 27, false), 0, 1e-5);
+
+    ModelBuilder b3(13);
+    b3.input("x", {2, 5, 7});
+    b3.int_initializer("pads", {0, 1, 2, 0, 2, 1});
+    ModelBuilder::s(b3.node("Pad", {"x", "pads"}, {"y"}), "mode", mode);
+    b3.output("y");
+    expect_device_matches_reference(b3, special_input({2, 5, 7}, 28));
+  }
+  ModelBuilder b(13);
+  b.input("x", {1, 2, 3, 3});
+  b.int_initializer("pads", {0, 0, 3, 0, 0, 0, 0, 0});
+  ModelBuilder::s(b.node("Pad", {"x", "pads"}, {"y"}), "mode", "reflect");
+  b.output("y");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  EXPECT_EQ(model->report().fallbacks.size(), 1u) << model->report().to_string();
+}
+
 // A Gemm with a full 2-D C and a fused Relu runs on the host (lower_gemm's
 // fallback); the host applies the fused activation as the device would.
 TEST(OnnxOps, HostFallbackAppliesTheFusedActivation) {
