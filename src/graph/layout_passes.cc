@@ -16,6 +16,7 @@ using detail::drop_nodes;
 using detail::float_attr;
 using detail::int_attr;
 using detail::ints_attr;
+using detail::replace_nodes;
 using detail::sole_reader;
 using detail::string_attr;
 
@@ -113,15 +114,7 @@ PassReport linear_to_conv(Graph& g) {
   }
   // The three nodes take the MatMul's place in the order: they read what it
   // read, and the folded Add's readers come after it.
-  std::vector<Node> nodes;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!replaced[i].empty())
-      for (Node& n : replaced[i]) nodes.push_back(std::move(n));
-    else if (!dead[i])
-      nodes.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(nodes);
-  drop_nodes(g, std::vector<bool>(g.nodes.size(), false));
+  replace_nodes(g, replaced, dead);
   return r;
 }
 
@@ -193,15 +186,7 @@ PassReport lrn_to_conv(Graph& g) {
     ++r.rewrites;
   }
   if (r.rewrites == 0) return r;
-  std::vector<Node> nodes;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!replaced[i].empty())
-      for (Node& n : replaced[i]) nodes.push_back(std::move(n));
-    else
-      nodes.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(nodes);
-  drop_nodes(g, std::vector<bool>(g.nodes.size(), false));
+  replace_nodes(g, replaced);
   return r;
 }
 

@@ -12,6 +12,7 @@ using detail::drop_nodes;
 using detail::float_attr;
 using detail::int_attr;
 using detail::ints_attr;
+using detail::replace_nodes;
 using detail::sole_reader;
 
 namespace {
@@ -148,15 +149,7 @@ PassReport conv1d_to_conv2d(Graph& g) {
     ++r.rewrites;
   }
   if (r.rewrites == 0) return r;
-  std::vector<Node> nodes;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!replaced[i].empty())
-      for (Node& n : replaced[i]) nodes.push_back(std::move(n));
-    else
-      nodes.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(nodes);
-  drop_nodes(g, std::vector<bool>(g.nodes.size(), false));
+  replace_nodes(g, replaced);
   return r;
 }
 

@@ -14,6 +14,11 @@ using Consumers = std::vector<std::vector<std::pair<int, int>>>;
 int sole_reader(const Graph& g, const Consumers& consumers, int v);
 // Drops the nodes marked dead and recomputes every value's producer.
 void drop_nodes(Graph& g, const std::vector<bool>& dead);
+// Puts replaced[i]'s nodes (where not empty) in node i's place in the order,
+// drops the nodes marked dead (empty: none), and recomputes every value's
+// producer. The replacements read what node i read and write what its
+// readers read, so the order stays topological.
+void replace_nodes(Graph& g, std::vector<std::vector<Node>>& replaced, const std::vector<bool>& dead = {});
 
 // Attributes the passes write.
 inline Attribute int_attr(int64_t i) { return {.kind = Attribute::Kind::INT, .i = i}; }

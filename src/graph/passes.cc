@@ -33,6 +33,18 @@ void drop_nodes(Graph& g, const std::vector<bool>& dead) {
     for (int o : g.nodes[n].outputs) g.value(o).producer = static_cast<int>(n);
 }
 
+void replace_nodes(Graph& g, std::vector<std::vector<Node>>& replaced, const std::vector<bool>& dead) {
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (i < replaced.size() && !replaced[i].empty())
+      for (Node& n : replaced[i]) nodes.push_back(std::move(n));
+    else if (dead.empty() || !dead[i])
+      nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+  drop_nodes(g, std::vector<bool>(g.nodes.size(), false));
+}
+
 }  // namespace detail
 
 namespace {
@@ -40,6 +52,7 @@ namespace {
 using detail::drop_nodes;
 using detail::float_attr;
 using detail::int_attr;
+using detail::replace_nodes;
 using detail::sole_reader;
 using detail::string_attr;
 
@@ -831,15 +844,7 @@ PassReport split_variadic(Graph& g) {
     ++r.rewrites;
   }
   if (r.rewrites == 0) return r;
-  std::vector<Node> nodes;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!replaced[i].empty())
-      for (Node& n : replaced[i]) nodes.push_back(std::move(n));
-    else
-      nodes.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(nodes);
-  drop_nodes(g, std::vector<bool>(g.nodes.size(), false));
+  replace_nodes(g, replaced);
   return r;
 }
 
