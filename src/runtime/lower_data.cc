@@ -404,9 +404,10 @@ Status CompiledModel::Impl::lower_gather(const Node& n) {
   const int64_t len = dims(x)[static_cast<size_t>(axis)];
   std::vector<int64_t> ids;
   for (size_t k = 0; k < idx.size(); ++k) {
-    const auto i = static_cast<int64_t>(idx.at(k));
-    if (i < -len || i >= len) return lower_fallback(n, fmt::format("index {} out of range for a dim of {}", i, len));
-    ids.push_back(i < 0 ? i + len : i);
+    const double i = idx.at(k);  // (checked before the cast: an int64 index may be anything)
+    if (!(i >= static_cast<double>(-len) && i < static_cast<double>(len)))
+      return lower_fallback(n, fmt::format("index {} out of range for a dim of {}", i, len));
+    ids.push_back(static_cast<int64_t>(i) + (i < 0 ? len : 0));
   }
   for (size_t k = 1; k < ids.size(); ++k)
     if (ids[k] != ids[0] + static_cast<int64_t>(k)) return lower_fallback(n, "indices that are not one consecutive run");
