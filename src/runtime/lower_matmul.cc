@@ -65,8 +65,7 @@ Status CompiledModel::Impl::lower_gemm(const Node& n) {
       TS_ASSIGN_OR_RETURN(full_c, upload(c, c.dims, act_dtype()));
     }
   }
-  const auto act = activation_of(n);
-  if (full_c && act) return lower_fallback(n, "a 2-D C with a fused activation");
+  const auto act = activation_of(n);  // (with a full C: in the add's pass, after C)
   report.conv_flops +=
       per_run(lowering, 2ull * static_cast<uint64_t>(dims(y)[0] * nn) * static_cast<uint64_t>(dims(a)[1]));
   note_plain(a);
@@ -76,11 +75,11 @@ Status CompiledModel::Impl::lower_gemm(const Node& n) {
     TS_ASSIGN_OR_RETURN(Tensor out, linear(ta, weight, bias,
                                            {.transpose_b = trans_b,
                                             .dtype = out_dtype(y),
-                                            .activation = act,
+                                            .activation = full_c ? std::nullopt : act,
                                             .compute_kernel_config = ckc,
                                             .cq_id = cq}));
     if (full_c) {
-      TS_ASSIGN_OR_RETURN(out, add(out, *full_c, {.cq_id = cq}));
+      TS_ASSIGN_OR_RETURN(out, add(out, *full_c, {.activation = act, .cq_id = cq}));
     }
     return put_plain(s, y, out);
   });

@@ -304,9 +304,8 @@ TEST(OnnxOps, ReflectAndEdgePadsRunOnTheDevice) {
   EXPECT_EQ(model->report().fallbacks.size(), 1u) << model->report().to_string();
 }
 
-// A Gemm with a full 2-D C and a fused Relu runs on the host (lower_gemm's
-// fallback); the host applies the fused activation as the device would.
-TEST(OnnxOps, HostFallbackAppliesTheFusedActivation) {
+// A Gemm with a full 2-D C and a fused Relu: the Relu in the add of C.
+TEST(OnnxOps, GemmWithFullCAndAnActivationRunsOnTheDevice) {
   ModelBuilder b(13);
   b.input("x", {3, 8});
   b.random_initializer("w", {8, 4}, 1.0f, 12);
@@ -314,7 +313,22 @@ TEST(OnnxOps, HostFallbackAppliesTheFusedActivation) {
   b.node("Gemm", {"x", "w", "c"}, {"g"});
   b.node("Relu", {"g"}, {"y"});
   b.output("y");
-  expect_device_matches_reference(b, special_input({3, 8}, 14), 1);
+  expect_device_matches_reference(b, special_input({3, 8}, 14), 0);
+}
+
+// A ConvTranspose with asymmetric pads and a fused Relu runs on the host
+// (lower_conv_transpose's fallback); the host applies the fused activation
+// as the device would (it ran without it before).
+TEST(OnnxOps, HostFallbackAppliesTheFusedActivation) {
+  ModelBuilder b(13);
+  b.input("x", {1, 3, 5, 5});
+  b.random_initializer("w", {3, 4, 3, 3}, 1.0f, 12);
+  auto* ct = b.node("ConvTranspose", {"x", "w"}, {"c"});
+  ModelBuilder::ints(ct, "strides", {2, 2});
+  ModelBuilder::ints(ct, "pads", {0, 1, 1, 0});
+  b.node("Relu", {"c"}, {"y"});
+  b.output("y");
+  expect_device_matches_reference(b, special_input({1, 3, 5, 5}, 14, false), 1, 1e-5);
 }
 
 }  // namespace
