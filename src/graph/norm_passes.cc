@@ -118,8 +118,9 @@ PassReport conv1d_to_conv2d(Graph& g) {
     HostTensor w = *g.value(conv.inputs[1]).constant;
     if (w.dims.size() != 3) continue;
     w.dims = {w.dims[0], w.dims[1], 1, w.dims[2]};
-    const std::vector<int64_t> pads = conv.attr_ints("pads", {0, 0});
-    if (pads.size() != 2) continue;
+    const std::vector<int64_t> pads = conv.attr_ints("pads", {0, 0}), strides = conv.attr_ints("strides", {1}),
+                               dilations = conv.attr_ints("dilations", {1});
+    if (pads.size() != 2 || strides.size() != 1 || dilations.size() != 1) continue;
     const int wid = g.add_value(
         {.name = g.value(conv.inputs[1]).name + ":2d", .dims = w.dims, .has_shape = true, .constant = std::move(w)});
     const int shape_in = g.add_value({.name = conv.name + ":as_2d",
@@ -141,8 +142,8 @@ PassReport conv1d_to_conv2d(Graph& g) {
     c2.inputs[0] = x4, c2.inputs[1] = wid, c2.outputs = {y4};
     c2.attrs["kernel_shape"] = ints_attr({1, g.value(wid).dims[3]});
     c2.attrs["pads"] = ints_attr({0, pads[0], 0, pads[1]});
-    c2.attrs["strides"] = ints_attr({1, conv.attr_ints("strides", {1})[0]});
-    c2.attrs["dilations"] = ints_attr({1, conv.attr_ints("dilations", {1})[0]});
+    c2.attrs["strides"] = ints_attr({1, strides[0]});
+    c2.attrs["dilations"] = ints_attr({1, dilations[0]});
     Node to3{
         .name = conv.name + ":to_1d", .op_type = "Reshape", .inputs = {y4, shape_out}, .outputs = {conv.outputs[0]}};
     replaced[i] = {std::move(to4), std::move(c2), std::move(to3)};

@@ -804,31 +804,32 @@ PassReport split_variadic(Graph& g) {
     if ((!add && n.op_type != "Max" && n.op_type != "Min") || n.outputs.size() != 1 || n.inputs.empty() ||
         (n.inputs.size() == 2 && !add) || std::count(n.inputs.begin(), n.inputs.end(), -1) != 0)
       continue;
+    // The dims of each partial result (broadcast so far), before anything is added.
+    std::vector<std::vector<int64_t>> partial = {g.value(n.inputs[0]).dims};
+    bool shaped = g.value(n.inputs[0]).has_shape;
+    for (size_t k = 1; k < n.inputs.size() && shaped; ++k) {
+      const Value& v = g.value(n.inputs[k]);
+      StatusOr<std::vector<int64_t>> d = broadcast_dims(partial.back(), v.dims);
+      shaped = v.has_shape && d.ok();
+      if (shaped) partial.push_back(*d);
+    }
+    if (!shaped) continue;
     const Value out = g.value(n.outputs[0]);
     std::vector<Node> chain;
     int acc = n.inputs[0];
-    std::vector<int64_t> dims = g.value(acc).dims;
-    bool shaped = g.value(acc).has_shape;
-    for (size_t k = 1; k < n.inputs.size() && shaped; ++k) {
-      const Value& v = g.value(n.inputs[k]);
-      StatusOr<std::vector<int64_t>> d = broadcast_dims(dims, v.dims);
-      if (!v.has_shape || !d.ok()) {
-        shaped = false;
-        break;
-      }
-      dims = *d;
+    for (size_t k = 1; k < n.inputs.size(); ++k) {
       const bool last = k + 1 == n.inputs.size() && !mean;
-      const int y =
-          last ? n.outputs[0]
-               : g.add_value(
-                     {.name = fmt::format("{}:{}", out.name, k), .type = out.type, .dims = dims, .has_shape = true});
+      const int y = last ? n.outputs[0]
+                         : g.add_value({.name = fmt::format("{}:{}", out.name, k),
+                                        .type = out.type,
+                                        .dims = partial[k],
+                                        .has_shape = true});
       chain.push_back({.name = fmt::format("{}:{}", n.name, k),
                        .op_type = add ? "Add" : n.op_type,
                        .inputs = {acc, n.inputs[k]},
                        .outputs = {y}});
       acc = y;
     }
-    if (!shaped) continue;
     if (mean) {
       const auto count = static_cast<float>(n.inputs.size());
       const int c = g.add_value({.name = n.name + ":count",
@@ -853,8 +854,8 @@ std::vector<PassReport> optimize(Graph& g) {
   // Activations and LayerNorm rebuilt first: linear_to_conv and
   // cancel_transposes see whole activations between transposes, and the
   // folds below see the convs linear_to_conv makes.
-  reports.push_back(remove_identities(g));
   reports.push_back(split_variadic(g));
+  reports.push_back(remove_identities(g));  // (split_variadic's Identity for one operand too)
   reports.push_back(fuse_activation_patterns(g));
   reports.push_back(fuse_layer_norm(g));
   reports.push_back(fuse_group_norm(g));

@@ -3,6 +3,17 @@
 
 namespace tessera::runtime {
 
+namespace {
+
+// The slice of the whole of a value of dims `d`; callers narrow one axis.
+SliceParams whole_slice(const Dims& d) {
+  SliceParams sl;
+  for (int64_t v : d) sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(v)), sl.step.push_back(1);
+  return sl;
+}
+
+}  // namespace
+
 // Tile with constant repeats: each axis repeated r > 1 times becomes a
 // concat of r copies along it, in the layout the input has (NHWC for a
 // 4-D value a conv wrote). Zero repeats (an empty result) run on the host.
@@ -248,11 +259,13 @@ Status CompiledModel::Impl::lower_edge_pad(const Node& n) {
   if (pads.size() != 2 * r) return not_covered(n);
   const bool in_nhwc = nhwc[static_cast<size_t>(x)] && r == 4;
   struct Axis {
-    int dim;                       // in the device layout
-    std::vector<uint32_t> pieces;  // source positions, in output order; kWhole: the whole axis
+    int dim;                                    // in the device layout
+    std::vector<std::optional<SliceParams>> pieces;  // in output order; nullopt: the whole value
   };
-  constexpr uint32_t kWhole = UINT32_MAX;
   std::vector<Axis> axes;
+  Dims at = xd;  // the value's dims in the device layout, as each axis is padded in turn
+  if (in_nhwc)
+    for (size_t d = 0; d < 4; ++d) at[static_cast<size_t>(kToNhwc[d])] = xd[d];
   for (size_t d = 0; d < r; ++d) {
     const int64_t before = pads[d], after = pads[d + r], len = xd[d];
     if (before == 0 && after == 0) continue;
@@ -260,10 +273,16 @@ Status CompiledModel::Impl::lower_edge_pad(const Node& n) {
     if (mode == "reflect" && (before >= len || after >= len))
       return lower_fallback(n, fmt::format("a reflect pad of {} / {} on a dim of {}", before, after, len));
     Axis a{in_nhwc ? kToNhwc[d] : static_cast<int>(d), {}};
-    for (int64_t i = before; i >= 1; --i) a.pieces.push_back(static_cast<uint32_t>(mode == "edge" ? 0 : i));
-    a.pieces.push_back(kWhole);
-    for (int64_t i = 1; i <= after; ++i)
-      a.pieces.push_back(static_cast<uint32_t>(mode == "edge" ? len - 1 : len - 1 - i));
+    const auto dim = static_cast<size_t>(a.dim);
+    auto piece = [&](int64_t p) {  // the one position p along the axis
+      SliceParams sl = whole_slice(at);
+      sl.begin[dim] = static_cast<uint32_t>(p), sl.end[dim] = static_cast<uint32_t>(p + 1);
+      a.pieces.push_back(sl);
+    };
+    for (int64_t i = before; i >= 1; --i) piece(mode == "edge" ? 0 : i);
+    a.pieces.push_back(std::nullopt);
+    for (int64_t i = 1; i <= after; ++i) piece(mode == "edge" ? len - 1 : len - 1 - i);
+    at[dim] += before + after;
     axes.push_back(std::move(a));
   }
   nhwc[static_cast<size_t>(y)] = in_nhwc;
@@ -274,16 +293,12 @@ Status CompiledModel::Impl::lower_edge_pad(const Node& n) {
     }
     for (const Axis& a : axes) {
       std::vector<Tensor> parts;
-      for (uint32_t p : a.pieces) {
-        if (p == kWhole) {
+      for (const std::optional<SliceParams>& sl : a.pieces) {
+        if (!sl) {
           parts.push_back(t);
           continue;
         }
-        SliceParams sl;
-        for (int d = 0; d < t.shape().rank(); ++d)
-          sl.begin.push_back(0), sl.end.push_back(t.shape()[d]), sl.step.push_back(1);
-        sl.begin[static_cast<size_t>(a.dim)] = p, sl.end[static_cast<size_t>(a.dim)] = p + 1;
-        TS_ASSIGN_OR_RETURN(Tensor piece, slice(t, sl, {.cq_id = cq}));
+        TS_ASSIGN_OR_RETURN(Tensor piece, slice(t, *sl, {.cq_id = cq}));
         parts.push_back(std::move(piece));
       }
       TS_ASSIGN_OR_RETURN(t, concat(parts, a.dim, {.cq_id = cq}));
@@ -345,10 +360,8 @@ Status CompiledModel::Impl::lower_slice_pad_split(const Node& n) {
     if (axes.empty())
       for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
     if (steps_v.empty()) steps_v.assign(starts.size(), 1);
-    SliceParams sl;
     const Dims& xd = dims(x);
-    for (size_t d = 0; d < r; ++d)
-      sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(xd[d])), sl.step.push_back(1);
+    SliceParams sl = whole_slice(xd);
     for (size_t k = 0; k < starts.size(); ++k) {
       const auto d = static_cast<size_t>(axes[k] < 0 ? axes[k] + static_cast<int64_t>(r) : axes[k]);
       const int64_t dim = xd[d];
@@ -366,9 +379,7 @@ Status CompiledModel::Impl::lower_slice_pad_split(const Node& n) {
     if (axis < 0) axis += static_cast<int64_t>(r);
     uint32_t begin = 0;
     for (int o : n.outputs) {
-      SliceParams sl;
-      for (size_t d = 0; d < r; ++d)
-        sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(xd[d])), sl.step.push_back(1);
+      SliceParams sl = whole_slice(xd);
       const auto len = static_cast<uint32_t>(dims(o)[static_cast<size_t>(axis)]);
       if (len == 0) return lower_fallback(n, "an empty output");
       sl.begin[static_cast<size_t>(axis)] = begin;
@@ -412,9 +423,7 @@ Status CompiledModel::Impl::lower_gather(const Node& n) {
   for (size_t k = 1; k < ids.size(); ++k)
     if (ids[k] != ids[0] + static_cast<int64_t>(k)) return lower_fallback(n, "indices that are not one consecutive run");
   if (ids.empty()) return lower_fallback(n, "an empty result");
-  SliceParams sl;
-  for (size_t d = 0; d < r; ++d)
-    sl.begin.push_back(0), sl.end.push_back(static_cast<uint32_t>(dims(x)[d])), sl.step.push_back(1);
+  SliceParams sl = whole_slice(dims(x));
   sl.begin[static_cast<size_t>(axis)] = static_cast<uint32_t>(ids[0]);
   sl.end[static_cast<size_t>(axis)] = static_cast<uint32_t>(ids.back() + 1);
   note_plain(x);
