@@ -304,6 +304,30 @@ TEST(OnnxOps, ReflectAndEdgePadsRunOnTheDevice) {
   EXPECT_EQ(model->report().fallbacks.size(), 1u) << model->report().to_string();
 }
 
+// What the device paths leave to the host or refuse: a Gather of indices
+// that are not one consecutive run runs on the host (and still matches); a
+// ScatterND whose index is out of range is an error naming it.
+TEST(OnnxOps, GatherOutOfOrderFallsBackAndScatterOutOfRangeIsAnError) {
+  {
+    ModelBuilder b(13);
+    b.input("x", {2, 5, 3});
+    b.int_initializer("idx", {3, 0});
+    ModelBuilder::i(b.node("Gather", {"x", "idx"}, {"y"}), "axis", 1);
+    b.output("y");
+    expect_device_matches_reference(b, special_input({2, 5, 3}, 29), 1);
+  }
+  ModelBuilder b(13);
+  b.input("x", {4, 3});
+  b.initializer("zeros", {4, 3}, std::vector<float>(12, 0.0f));
+  onnx::TensorProto* idx = b.int_initializer("rows", {7});
+  idx->clear_dims(), idx->add_dims(1), idx->add_dims(1);
+  b.initializer("updates", {1, 3}, {1, 2, 3});
+  b.node("ScatterND", {"zeros", "rows", "updates"}, {"mask"});
+  b.node("Add", {"x", "mask"}, {"y"});
+  b.output("y");
+  EXPECT_ERROR(importer::import_onnx_bytes(b.bytes()), StatusCode::kInvalidArgument, "index 7 is out of range");
+}
+
 // A Gemm with a full 2-D C and a fused Relu: the Relu in the add of C.
 TEST(OnnxOps, GemmWithFullCAndAnActivationRunsOnTheDevice) {
   ModelBuilder b(13);
