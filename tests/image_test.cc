@@ -330,6 +330,36 @@ TEST(Image, LoadedModelRunsBitIdenticalToTheCompiledGraph) {
   }
 }
 
+// A recurrent layer's activations (a list of strings, the attribute kind
+// images gained last) survive the round trip, and the loaded model computes
+// the same bits.
+TEST(Image, StringListAttributesRoundTrip) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {4, 1, 3});
+  b.random_initializer("w", {1, 4, 3}, 0.8f, 1);
+  b.random_initializer("r", {1, 4, 4}, 0.8f, 2);
+  auto* rnn = b.node("RNN", {"x", "w", "r"}, {"y"});
+  testing_onnx::ModelBuilder::i(rnn, "hidden_size", 4);
+  testing_onnx::ModelBuilder::strings(rnn, "activations", {"Softsign"});
+  b.output("y");
+  auto d = cpu();
+  auto m = compile_model("rnn", importer::import_onnx_bytes(b.bytes()).value(), *d, {}, /*portable=*/true);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ImageModel* ms[] = {&m.value()};
+  auto img = Image::from_bytes(serialize_image(header_for(*d), ms).value());
+  ASSERT_TRUE(img.ok()) << img.status().to_string();
+  auto back = (*img)->model(0);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(m->graph.to_string(), back->graph.to_string());
+  EXPECT_NE(back->graph.to_string().find("activations=['Softsign']"), std::string::npos) << back->graph.to_string();
+  auto loaded = load_model(**img, 0, *d);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  auto direct = CompiledModel::compile(importer::import_onnx_bytes(b.bytes()).value(), *d, {}).value();
+  const std::vector<float> x = run(*direct, *d), y = run(*loaded->model, *d);
+  ASSERT_EQ(x.size(), 16u);
+  EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * 4), 0);
+}
+
 // Per-op precision rules and the numerics travel in the image: the loaded
 // model's ops end with the same formats and compute the same bits, portable
 // or not.

@@ -84,6 +84,12 @@ class ModelBuilder {
     a->set_type(onnx::AttributeProto::STRING);
     a->set_s(v);
   }
+  static void strings(onnx::NodeProto* n, const std::string& name, const std::vector<std::string>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRINGS);
+    for (const auto& x : v) a->add_strings(x);
+  }
   std::string bytes() const { return model_.SerializeAsString(); }
 
  private:

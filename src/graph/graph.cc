@@ -59,6 +59,10 @@ std::vector<float> Node::attr_floats(const std::string& n, std::vector<float> df
   auto it = attrs.find(n);
   return it == attrs.end() ? dflt : it->second.floats;
 }
+std::vector<std::string> Node::attr_strings(const std::string& n) const {
+  auto it = attrs.find(n);
+  return it == attrs.end() ? std::vector<std::string>{} : it->second.strings;
+}
 std::string Node::label() const { return fmt::format("{} '{}'", op_type, name); }
 
 int Graph::add_value(Value v) {
@@ -195,6 +199,7 @@ std::string Graph::to_string() const {
         case Attribute::Kind::INTS: attrs.push_back(fmt::format("{}=[{}]", k, fmt::join(a.ints, ","))); break;
         case Attribute::Kind::FLOATS: attrs.push_back(fmt::format("{}=[{}]", k, fmt::join(a.floats, ","))); break;
         case Attribute::Kind::TENSOR: attrs.push_back(fmt::format("{}=<tensor>", k)); break;
+        case Attribute::Kind::STRINGS: attrs.push_back(fmt::format("{}=['{}']", k, fmt::join(a.strings, "','"))); break;
       }
     }
     std::string shape;

@@ -598,6 +598,41 @@ StatusOr<HostTensor> group_norm(const Node& n, Ins ins) {
   return y;
 }
 
+// (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over `axes` (default 0, 2, 3),
+// as the ONNX function defines MeanVarianceNormalization.
+StatusOr<HostTensor> mean_variance_normalization(const Node& n, const HostTensor& x) {
+  const size_t r = x.dims.size();
+  std::vector<bool> reduced(r, false);
+  for (int64_t a : n.attr_ints("axes", {0, 2, 3})) {
+    TS_RETURN_IF_ERROR(check_axis(n, a, r));
+    reduced[static_cast<size_t>(norm_axis(a, r))] = true;
+  }
+  Dims kept = x.dims;
+  for (size_t d = 0; d < r; ++d)
+    if (reduced[d]) kept[d] = 1;
+  const Dims ks = strides_of(kept);
+  auto group = [&](int64_t flat) {  // the flat index of the element's statistics
+    int64_t o = 0;
+    for (size_t d = r; d-- > 0; flat /= x.dims[d])
+      if (!reduced[d]) o += flat % x.dims[d] * ks[d];
+    return static_cast<size_t>(o);
+  };
+  const auto groups = static_cast<size_t>(dims_volume(kept));
+  std::vector<double> sum(groups, 0), sq(groups, 0);
+  for (int64_t k = 0; k < x.volume(); ++k) {
+    const double v = x.at(static_cast<size_t>(k));
+    sum[group(k)] += v, sq[group(k)] += v * v;
+  }
+  const double len = static_cast<double>(x.volume()) / static_cast<double>(std::max<size_t>(groups, 1));
+  HostTensor y = make(ElemType::FLOAT32, x.dims);
+  for (int64_t k = 0; k < x.volume(); ++k) {
+    const size_t gi = group(k);
+    const double mean = sum[gi] / len, var = sq[gi] / len - mean * mean;
+    y.f[static_cast<size_t>(k)] = static_cast<float>((x.at(static_cast<size_t>(k)) - mean) / (std::sqrt(var) + 1e-9));
+  }
+  return y;
+}
+
 // Local response normalization across channels (rank >= 3), in double:
 // x / (bias + alpha / size * sum of x^2 over channels [c - floor((size - 1) / 2),
 // c + ceil((size - 1) / 2)])^beta.

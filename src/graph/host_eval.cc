@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "host_kernels.h"
@@ -46,6 +47,25 @@ StatusOr<std::function<double(double)>> unary_fn(const Node& n) {
   if (op == "Cos") return std::function<double(double)>([](double x) { return std::cos(x); });
   if (op == "Tan") return std::function<double(double)>([](double x) { return std::tan(x); });
   if (op == "Atan") return std::function<double(double)>([](double x) { return std::atan(x); });
+  if (op == "Asin") return std::function<double(double)>([](double x) { return std::asin(x); });
+  if (op == "Acos") return std::function<double(double)>([](double x) { return std::acos(x); });
+  if (op == "Sinh") return std::function<double(double)>([](double x) { return std::sinh(x); });
+  if (op == "Cosh") return std::function<double(double)>([](double x) { return std::cosh(x); });
+  if (op == "Asinh") return std::function<double(double)>([](double x) { return std::asinh(x); });
+  if (op == "Acosh") return std::function<double(double)>([](double x) { return std::acosh(x); });
+  if (op == "Atanh") return std::function<double(double)>([](double x) { return std::atanh(x); });
+  if (op == "IsNaN") return std::function<double(double)>([](double x) { return std::isnan(x) ? 1.0 : 0.0; });
+  if (op == "IsInf") {
+    const bool pos = n.attr_int("detect_positive", 1) != 0, neg = n.attr_int("detect_negative", 1) != 0;
+    return std::function<double(double)>(
+        [pos, neg](double x) { return std::isinf(x) && (x > 0 ? pos : neg) ? 1.0 : 0.0; });
+  }
+  if (op == "Shrink") {
+    const double l = n.attr_float("lambd", 0.5f), b = n.attr_float("bias", 0.0f);
+    return std::function<double(double)>([l, b](double x) {
+      return x < -l ? x + b : x > l ? x - b : std::isnan(x) ? x : 0.0;
+    });
+  }
   if (op == "Softplus")  // (no overflow: max(x, 0) + log1p(e^-|x|))
     return std::function<double(double)>(
         [](double x) { return std::isnan(x) ? x : std::fmax(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); });
@@ -91,16 +111,18 @@ StatusOr<std::function<double(double)>> unary_fn(const Node& n) {
   return unimplemented_error("{} has no host kernel", n.label());
 }
 
-const std::set<std::string> kUnary = {
-    "Relu",      "Sigmoid", "Tanh", "Exp",      "Log",       "Sqrt", "Neg",  "Abs",  "Reciprocal",  "Floor",
-    "Ceil",      "Round",   "Sign", "Erf",      "Sin",       "Cos",  "Tan",  "Atan", "Softplus",    "Softsign",
-    "HardSwish", "Mish",    "Not",  "Identity", "LeakyRelu", "Elu",  "Celu", "Selu", "HardSigmoid", "ThresholdedRelu",
-    "Gelu"};
+const std::set<std::string> kUnary = {"Relu",      "Sigmoid",  "Tanh",       "Exp",   "Log",         "Sqrt",
+                                      "Neg",       "Abs",      "Reciprocal", "Floor", "Ceil",        "Round",
+                                      "Sign",      "Erf",      "Sin",        "Cos",   "Tan",         "Atan",
+                                      "Softplus",  "Softsign", "HardSwish",  "Mish",  "Not",         "Identity",
+                                      "LeakyRelu", "Elu",      "Celu",       "Selu",  "HardSigmoid", "ThresholdedRelu",
+                                      "Gelu",      "Asin",     "Acos",       "Sinh",  "Cosh",        "Asinh",
+                                      "Acosh",     "Atanh",    "IsNaN",      "IsInf", "Shrink"};
 
 StatusOr<HostTensor> unary(const Node& n, const HostTensor& x) {
   TS_ASSIGN_OR_RETURN(auto fn, unary_fn(n));
   HostTensor y = make(x.type, x.dims);
-  if (n.op_type == "Not") y.type = ElemType::INT64;
+  if (n.op_type == "Not" || n.op_type == "IsNaN" || n.op_type == "IsInf") y = make(ElemType::INT64, x.dims);
   for (size_t k = 0; k < x.size(); ++k) set(y, k, fn(x.at(k)));
   return y;
 }
@@ -222,9 +244,10 @@ StatusOr<HostTensor> where(const Node& n, Ins ins) {
   return y;
 }
 
-StatusOr<HostTensor> cast(const Node& n, const HostTensor& x) {
+// Cast; CastLike passes the type of its second input (as 1 FLOAT or 7 INT64).
+StatusOr<HostTensor> cast(const Node& n, const HostTensor& x, std::optional<int64_t> like = std::nullopt) {
   // ONNX TensorProto data types: 1 FLOAT, 10 FLOAT16, 11 DOUBLE, 16 BFLOAT16 are floats; the rest integers/bool.
-  const int64_t to = n.attr_int("to", 1);
+  const int64_t to = like ? *like : n.attr_int("to", 1);
   const bool to_float = to == 1 || to == 10 || to == 11 || to == 16;
   HostTensor y = make(to_float ? ElemType::FLOAT32 : ElemType::INT64, x.dims);
   for (size_t k = 0; k < x.size(); ++k) {
@@ -407,6 +430,33 @@ const std::map<std::string, Eval>& table() {
     m["Clip"] = one([](const Node& n, Ins ins, int opset) { return clip(n, ins, opset); });
     m["Where"] = one([](const Node& n, Ins ins, int) { return where(n, ins); });
     m["Cast"] = one([](const Node& n, Ins ins, int) { return cast(n, *ins[0]); });
+    m["CastLike"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
+      TS_RETURN_IF_ERROR(need(n, ins, 1));
+      return cast(n, *ins[0], ins[1]->type == ElemType::FLOAT32 ? 1 : 7);
+    });
+    m["TopK"] = [](const Node& n, Ins ins, int opset) -> StatusOr<std::vector<HostTensor>> {
+      TS_RETURN_IF_ERROR(need(n, ins, 0));
+      return top_k(n, ins, opset);
+    };
+    m["Hardmax"] = one([](const Node& n, Ins ins, int opset) { return hardmax(n, *ins[0], opset); });
+    m["CumSum"] = one([](const Node& n, Ins ins, int) { return cum_sum(n, ins); });
+    m["GatherElements"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
+      TS_RETURN_IF_ERROR(need(n, ins, 1));
+      return gather_elements(n, *ins[0], *ins[1]);
+    });
+    m["GatherND"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
+      TS_RETURN_IF_ERROR(need(n, ins, 1));
+      return gather_nd(n, *ins[0], *ins[1]);
+    });
+    m["ScatterElements"] = one([](const Node& n, Ins ins, int) { return scatter_elements(n, ins); });
+    m["OneHot"] = one([](const Node& n, Ins ins, int) { return one_hot(n, ins); });
+    m["Trilu"] = one([](const Node& n, Ins ins, int) { return trilu(n, ins); });
+    m["EyeLike"] = one([](const Node& n, Ins ins, int) { return eye_like(n, *ins[0]); });
+    m["Einsum"] = one([](const Node& n, Ins ins, int) { return einsum(n, ins); });
+    m["MeanVarianceNormalization"] =
+        one([](const Node& n, Ins ins, int) { return mean_variance_normalization(n, *ins[0]); });
+    for (const char* op : {"LSTM", "GRU", "RNN"}) m[op] = [](const Node& n, Ins ins, int) { return recurrent(n, ins); };
+    m["GridSample"] = [](const Node& n, Ins ins, int) { return host::grid_sample(n, ins); };
     m["Shape"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
       const auto r = static_cast<int64_t>(ins[0]->dims.size());
       int64_t s = n.attr_int("start", 0), e = n.attr_int("end", r);

@@ -4,6 +4,8 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -117,5 +119,32 @@ StatusOr<HostTensor> lrn(const Node& n, const HostTensor& x);
 StatusOr<HostTensor> group_norm(const Node& n, Ins ins);
 StatusOr<std::vector<HostTensor>> layer_norm(const Node& n, Ins ins);
 StatusOr<HostTensor> depth_space(const Node& n, const HostTensor& x);
+StatusOr<HostTensor> mean_variance_normalization(const Node& n, const HostTensor& x);
+
+// Index-driven kernels (host_index.cc).
+StatusOr<std::vector<HostTensor>> top_k(const Node& n, Ins ins, int opset);
+StatusOr<HostTensor> hardmax(const Node& n, const HostTensor& x, int opset);
+StatusOr<HostTensor> cum_sum(const Node& n, Ins ins);
+StatusOr<HostTensor> gather_elements(const Node& n, const HostTensor& x, const HostTensor& idx);
+StatusOr<HostTensor> gather_nd(const Node& n, const HostTensor& x, const HostTensor& idx);
+StatusOr<HostTensor> scatter_elements(const Node& n, Ins ins);
+StatusOr<HostTensor> one_hot(const Node& n, Ins ins);
+StatusOr<HostTensor> trilu(const Node& n, Ins ins);
+StatusOr<HostTensor> eye_like(const Node& n, const HostTensor& x);
+
+// LSTM, GRU and RNN: Y, Y_h (and LSTM's Y_c) (host_recurrent.cc).
+StatusOr<std::vector<HostTensor>> recurrent(const Node& n, Ins ins);
+
+// An Einsum equation resolved against its inputs' dims (einsum.cc): each
+// input's label per dim ("..." expanded into labels '0', '1', ... of its
+// own), the output's labels (the implicit form's when the equation has no
+// "->"), and each label's size (1 broadcasts).
+struct EinsumLabels {
+  std::vector<std::string> in;
+  std::string out;
+  std::map<char, int64_t> size;
+};
+StatusOr<EinsumLabels> einsum_labels(const Node& n, const std::vector<Dims>& dims);
+StatusOr<HostTensor> einsum(const Node& n, Ins ins);
 
 }  // namespace tessera::graph::host

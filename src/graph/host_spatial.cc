@@ -382,4 +382,94 @@ StatusOr<std::vector<HostTensor>> resize(const Node& n, Ins ins, int opset) {
   return std::vector<HostTensor>{std::move(y)};
 }
 
+namespace {
+
+// A sample coordinate folded back into [lo, hi] / 2 as a mirror would (PyTorch's reflect_coordinates).
+double reflect(double x, double twice_lo, double twice_hi) {
+  if (twice_lo == twice_hi) return 0;
+  const double lo = twice_lo / 2, span = (twice_hi - twice_lo) / 2;
+  x = std::fabs(x - lo);
+  const double extra = std::fmod(x, span), flips = std::floor(x / span);
+  return std::fmod(flips, 2) == 0 ? extra + lo : span - extra + lo;
+}
+
+}  // namespace
+
+// GridSample (opset 16) over (N, C, H, W) at (N, Ho, Wo, 2) normalized (x, y)
+// positions, as PyTorch's grid_sample: bilinear, nearest or bicubic (a =
+// -0.75), zeros, border or reflection padding.
+StatusOr<std::vector<HostTensor>> grid_sample(const Node& n, Ins ins) {
+  if (ins.size() < 2 || !ins[0] || !ins[1]) return invalid_argument_error("{}: needs X and grid", n.label());
+  const HostTensor &x = *ins[0], &grid = *ins[1];
+  if (x.dims.size() != 4 || grid.dims.size() != 4 || grid.dims[0] != x.dims[0] || grid.dims[3] != 2)
+    return unimplemented_error("{}: X {} and grid {}: Tessera samples (N, C, H, W) at (N, Ho, Wo, 2)", n.label(),
+                               dims_to_string(x.dims), dims_to_string(grid.dims));
+  const std::string mode = n.attr_string("mode", "bilinear"), pad = n.attr_string("padding_mode", "zeros");
+  if (mode != "bilinear" && mode != "nearest" && mode != "bicubic")
+    return invalid_argument_error("{}: mode '{}', expected bilinear, nearest or bicubic", n.label(), mode);
+  if (pad != "zeros" && pad != "border" && pad != "reflection")
+    return invalid_argument_error("{}: padding_mode '{}', expected zeros, border or reflection", n.label(), pad);
+  const bool corners = n.attr_int("align_corners", 0) != 0;
+  const int64_t N = x.dims[0], C = x.dims[1], H = x.dims[2], W = x.dims[3], Ho = grid.dims[1], Wo = grid.dims[2];
+  auto unnormalize = [&](double g, int64_t size) {
+    return corners ? (g + 1) / 2 * static_cast<double>(size - 1) : ((g + 1) * static_cast<double>(size) - 1) / 2;
+  };
+  auto padded = [&](double c, int64_t size) {  // border and reflection keep a coordinate inside
+    const auto hi = static_cast<double>(size - 1);
+    if (pad == "border") return std::clamp(c, 0.0, hi);
+    if (pad == "reflection") {
+      c = corners ? reflect(c, 0, 2 * hi) : reflect(c, -1, 2 * hi + 1);
+      return std::clamp(c, 0.0, hi);
+    }
+    return c;
+  };
+  HostTensor y;
+  y.dims = {N, C, Ho, Wo};
+  y.f.assign(static_cast<size_t>(N * C * Ho * Wo), 0.0f);
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      auto px = [&](int64_t iy, int64_t ix) {  // zero outside (what zeros padding reads)
+        return iy < 0 || iy >= H || ix < 0 || ix >= W ? 0.0
+                                                      : x.at(static_cast<size_t>(((b * C + c) * H + iy) * W + ix));
+      };
+      for (int64_t i = 0; i < Ho; ++i)
+        for (int64_t j = 0; j < Wo; ++j) {
+          const size_t gk = static_cast<size_t>(((b * Ho + i) * Wo + j) * 2);
+          double sx = unnormalize(grid.at(gk), W), sy = unnormalize(grid.at(gk + 1), H), v = 0;
+          if (!std::isfinite(sx) || !std::isfinite(sy)) {  // no position: NaN, not a guess
+            y.f[static_cast<size_t>(((b * C + c) * Ho + i) * Wo + j)] = std::numeric_limits<float>::quiet_NaN();
+            continue;
+          }
+          if (pad == "zeros") {  // far outside reads zeros all the same; kept within range of the integer casts
+            sx = std::clamp(sx, -4.0, static_cast<double>(W) + 4);
+            sy = std::clamp(sy, -4.0, static_cast<double>(H) + 4);
+          }
+          if (mode == "bicubic") {  // padding applies to each tap
+            const double fx = std::floor(sx), fy = std::floor(sy);
+            for (int dy = -1; dy <= 2; ++dy)
+              for (int dx = -1; dx <= 2; ++dx) {
+                double tx = fx + dx, ty = fy + dy;
+                if (pad != "zeros") tx = padded(tx, W), ty = padded(ty, H);
+                v += cubic_weight(sx - (fx + dx), -0.75) * cubic_weight(sy - (fy + dy), -0.75) *
+                     px(static_cast<int64_t>(ty), static_cast<int64_t>(tx));
+              }
+          } else {
+            sx = padded(sx, W), sy = padded(sy, H);
+            if (mode == "nearest") {
+              v = px(static_cast<int64_t>(std::nearbyint(sy)), static_cast<int64_t>(std::nearbyint(sx)));
+            } else {
+              const double fx = std::floor(sx), fy = std::floor(sy), ax = sx - fx, ay = sy - fy;
+              const auto x0 = static_cast<int64_t>(fx), y0 = static_cast<int64_t>(fy);
+              v = (1 - ay) * ((1 - ax) * px(y0, x0) + ax * px(y0, x0 + 1)) +
+                  ay * ((1 - ax) * px(y0 + 1, x0) + ax * px(y0 + 1, x0 + 1));
+            }
+          }
+          y.f[static_cast<size_t>(((b * C + c) * Ho + i) * Wo + j)] = static_cast<float>(v);
+        }
+    }
+  std::vector<HostTensor> r;
+  r.push_back(std::move(y));
+  return r;
+}
+
 }  // namespace tessera::graph::host

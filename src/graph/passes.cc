@@ -856,6 +856,7 @@ std::vector<PassReport> optimize(Graph& g) {
   // folds below see the convs linear_to_conv makes.
   reports.push_back(split_variadic(g));
   reports.push_back(remove_identities(g));  // (split_variadic's Identity for one operand too)
+  reports.push_back(lower_einsum(g));       // (its transposes meet cancel_transposes)
   reports.push_back(fuse_activation_patterns(g));
   reports.push_back(fuse_layer_norm(g));
   reports.push_back(fuse_group_norm(g));

@@ -352,8 +352,102 @@ const std::map<std::string, Rule>& rules() {
                            "Round", "Sign", "Erf", "Sin", "Cos", "Tan", "Atan", "Softplus", "Softsign", "HardSwish",
                            "Mish", "Identity", "LeakyRelu", "Elu", "Celu", "Selu", "HardSigmoid", "ThresholdedRelu",
                            "Clip", "Softmax", "LogSoftmax", "InstanceNormalization", "LRN", "SiLU", "Gelu",
-                           "ScatterND", "GroupNorm"})
+                           "ScatterND", "GroupNorm", "Asin", "Acos", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+                           "Shrink", "Hardmax", "CumSum", "ScatterElements", "Trilu", "MeanVarianceNormalization"})
       m[op] = same_as_input;
+    for (const char* op : {"IsNaN", "IsInf"})
+      m[op] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+        TS_ASSIGN_OR_RETURN(Dims d, c.dims(0));
+        return std::vector<Out>{{d, ElemType::INT64}};
+      };
+    m["CastLike"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims d, c.dims(0));
+      TS_RETURN_IF_ERROR(c.dims(1).status());
+      return std::vector<Out>{{d, c.in(1).type}};
+    };
+    m["EyeLike"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims d, c.dims(0));
+      const int64_t to = c.n.attr_int("dtype", c.in(0).type == ElemType::FLOAT32 ? 1 : 7);
+      return std::vector<Out>{{d, to == 1 || to == 10 || to == 11 || to == 16 ? ElemType::FLOAT32 : ElemType::INT64}};
+    };
+    m["TopK"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims x, c.dims(0));
+      TS_ASSIGN_OR_RETURN(int64_t axis, axis_of(c, c.n.attr_int("axis", -1), x.size()));
+      int64_t k = c.n.attr_int("k", -1);
+      if (c.opset >= 10) {
+        TS_ASSIGN_OR_RETURN(Dims kv, c.ints(1, "K"));
+        if (kv.size() != 1) return invalid_argument_error("{}: K has {} values, expected one", c.n.label(), kv.size());
+        k = kv[0];
+      }
+      if (k < 0 || k > x[static_cast<size_t>(axis)])
+        return invalid_argument_error("{}: K = {} for an axis of {} elements", c.n.label(), k, x[static_cast<size_t>(axis)]);
+      x[static_cast<size_t>(axis)] = k;
+      return std::vector<Out>{{x, c.in(0).type}, {x, ElemType::INT64}};
+    };
+    m["GatherElements"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims x, c.dims(0));
+      TS_ASSIGN_OR_RETURN(Dims idx, c.dims(1));
+      if (idx.size() != x.size())
+        return invalid_argument_error("{}: indices of rank {} for data of rank {}", c.n.label(), idx.size(), x.size());
+      return std::vector<Out>{{idx, c.in(0).type}};
+    };
+    m["GatherND"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims x, c.dims(0));
+      TS_ASSIGN_OR_RETURN(Dims idx, c.dims(1));
+      const int64_t b = c.n.attr_int("batch_dims", 0);
+      if (idx.empty() || b < 0 || b >= static_cast<int64_t>(idx.size()) || idx.back() < 1 ||
+          b + idx.back() > static_cast<int64_t>(x.size()))
+        return invalid_argument_error("{}: indices of shape {} for data of shape {} with batch_dims {}", c.n.label(),
+                                      dims_to_string(idx), dims_to_string(x), b);
+      Dims out(idx.begin(), idx.end() - 1);
+      out.insert(out.end(), x.begin() + b + idx.back(), x.end());
+      return std::vector<Out>{{out, c.in(0).type}};
+    };
+    m["OneHot"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims idx, c.dims(0));
+      TS_ASSIGN_OR_RETURN(Dims depth, c.ints(1, "depth"));
+      TS_RETURN_IF_ERROR(c.dims(2).status());
+      if (depth.size() != 1 || depth[0] < 1)
+        return invalid_argument_error("{}: depth {}, expected one positive value", c.n.label(), dims_to_string(depth));
+      TS_ASSIGN_OR_RETURN(int64_t axis, axis_of(c, c.n.attr_int("axis", -1), idx.size() + 1));
+      idx.insert(idx.begin() + axis, depth[0]);
+      return std::vector<Out>{{idx, c.in(2).type}};
+    };
+    m["Einsum"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      std::vector<Dims> dims;
+      for (size_t k = 0; k < c.num_inputs(); ++k) {
+        TS_ASSIGN_OR_RETURN(Dims d, c.dims(k));
+        dims.push_back(d);
+      }
+      TS_ASSIGN_OR_RETURN(host::EinsumLabels e, host::einsum_labels(c.n, dims));
+      Dims out;
+      for (char l : e.out) out.push_back(e.size[l]);
+      return std::vector<Out>{{out, ElemType::FLOAT32}};
+    };
+    for (const char* op : {"LSTM", "GRU", "RNN"})
+      m[op] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+        TS_ASSIGN_OR_RETURN(Dims x, c.dims(0));
+        TS_ASSIGN_OR_RETURN(Dims r, c.dims(2));
+        if (x.size() != 3 || r.size() != 3)
+          return invalid_argument_error("{}: X {} and R {}, expected rank 3", c.n.label(), dims_to_string(x),
+                                        dims_to_string(r));
+        const int64_t dirs = c.n.attr_string("direction", "forward") == "bidirectional" ? 2 : 1;
+        const int64_t h = c.n.attr_int("hidden_size", r[2]);
+        const bool bm = c.n.attr_int("layout", 0) != 0;
+        const Dims state = bm ? Dims{x[0], dirs, h} : Dims{dirs, x[1], h};
+        std::vector<Out> o{{bm ? Dims{x[0], x[1], dirs, h} : Dims{x[0], dirs, x[1], h}, ElemType::FLOAT32},
+                           {state, ElemType::FLOAT32}};
+        if (c.n.op_type == "LSTM") o.push_back({state, ElemType::FLOAT32});
+        return o;
+      };
+    m["GridSample"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims x, c.dims(0));
+      TS_ASSIGN_OR_RETURN(Dims grid, c.dims(1));
+      if (x.size() != 4 || grid.size() != 4 || grid[0] != x[0] || grid[3] != 2)
+        return unimplemented_error("{}: X {} and grid {}: Tessera samples (N, C, H, W) at (N, Ho, Wo, 2)",
+                                   c.n.label(), dims_to_string(x), dims_to_string(grid));
+      return std::vector<Out>{{{x[0], x[1], grid[1], grid[2]}, ElemType::FLOAT32}};
+    };
     m["BatchNormalization"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
       TS_ASSIGN_OR_RETURN(auto o, same_as_input(c));
       if (c.n.outputs.size() > 1) {

@@ -547,6 +547,8 @@ StatusOr<ImageModel> Image::model(size_t index) const {
         at.i = a->i(), at.f = a->f(), at.s = str(a->s());
         at.ints = vec(a->ints()), at.floats = vec(a->floats());
         if (a->t()) at.t = decode_tensor(a->t(), weights_);
+        if (a->strings())
+          for (const flatbuffers::String* s : *a->strings()) at.strings.push_back(str(s));
         n.attrs[str(a->name())] = std::move(at);
       }
     g.nodes.push_back(std::move(n));

@@ -104,7 +104,8 @@ class Writer {
     const auto ints = fbb.CreateVector(a.ints);
     const auto floats = fbb.CreateVector(a.floats);
     const auto t = a.t ? tensor(*a.t) : Offset<fb::Tensor>();
-    return fb::CreateAttribute(fbb, n, static_cast<fb::AttrKind>(a.kind), a.i, a.f, s, ints, floats, t);
+    const auto strings = fbb.CreateVectorOfStrings(a.strings);
+    return fb::CreateAttribute(fbb, n, static_cast<fb::AttrKind>(a.kind), a.i, a.f, s, ints, floats, t, strings);
   }
 
   // Constants only conv weights read, in a model whose conv weights are

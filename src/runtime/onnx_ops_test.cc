@@ -3,8 +3,9 @@
 // Softplus, Softsign, Celu, Selu, ThresholdedRelu, Floor, Ceil, Round, Sign,
 // Clip with any constant bounds, HardSigmoid with any alpha and beta, alone
 // and fused into the conv or add before them; Max, Min, Sum and Mean of one,
-// two or three operands; and a fused node that falls back to the host
-// applying what was fused into it.
+// two or three operands; a fused node that falls back to the host applying
+// what was fused into it; Einsum lowered to MatMuls; TopK, GatherElements
+// and LSTM on the host between device ops.
 #include <cmath>
 #include <limits>
 
@@ -353,6 +354,51 @@ TEST(OnnxOps, HostFallbackAppliesTheFusedActivation) {
   b.node("Relu", {"c"}, {"y"});
   b.output("y");
   expect_device_matches_reference(b, special_input({1, 3, 5, 5}, 14, false), 1, 1e-5);
+}
+
+// Attention written with einsum runs on the device: lower_einsum's
+// transposes, reshapes and MatMuls (no host fallback).
+TEST(OnnxOps, EinsumAttentionRunsOnTheDevice) {
+  ModelBuilder b(13);
+  b.input("x", {2, 3, 5, 4});
+  ModelBuilder::s(b.node("Einsum", {"x", "x"}, {"s"}), "equation", "bhqd,bhkd->bhqk");
+  b.node("Softmax", {"s"}, {"a"});
+  ModelBuilder::s(b.node("Einsum", {"a", "x"}, {"y"}), "equation", "bhqk,bhkd->bhqd");
+  b.output("y");
+  expect_device_matches_reference(b, special_input({2, 3, 5, 4}, 31, false), 0, 1e-5);
+}
+
+// A detection head's top-k and gather run on the host between device ops;
+// their integer indices travel through the device as floats, exactly.
+TEST(OnnxOps, TopKAndGatherElementsRunOnTheHostBetweenDeviceOps) {
+  ModelBuilder b(13);
+  b.input("x", {2, 24, 5});
+  b.int_initializer("k", {6});
+  auto* topk = b.node("TopK", {"x", "k"}, {"v", "i"});
+  ModelBuilder::i(topk, "axis", 1);
+  ModelBuilder::i(b.node("GatherElements", {"x", "i"}, {"g"}), "axis", 1);
+  b.node("Sigmoid", {"g"}, {"y"});
+  b.output("v");
+  b.output("y");
+  expect_device_matches_reference(b, special_input({2, 24, 5}, 32), 2);
+}
+
+// An LSTM with its activations named (a STRINGS attribute) imports and runs
+// on the host, every output.
+TEST(OnnxOps, LstmWithNamedActivationsRunsOnTheHost) {
+  ModelBuilder b(13);
+  b.input("x", {4, 2, 3});
+  b.random_initializer("w", {2, 16, 3}, 0.8f, 33);
+  b.random_initializer("r", {2, 16, 4}, 0.8f, 34);
+  b.random_initializer("bias", {2, 32}, 0.8f, 35);
+  auto* lstm = b.node("LSTM", {"x", "w", "r", "bias"}, {"y", "h", "c"});
+  ModelBuilder::i(lstm, "hidden_size", 4);
+  ModelBuilder::s(lstm, "direction", "bidirectional");
+  ModelBuilder::strings(lstm, "activations", {"Sigmoid", "Tanh", "Tanh", "HardSigmoid", "Tanh", "Softsign"});
+  b.output("y");
+  b.output("h");
+  b.output("c");
+  expect_device_matches_reference(b, special_input({4, 2, 3}, 36), 1);
 }
 
 }  // namespace

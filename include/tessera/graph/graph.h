@@ -50,7 +50,7 @@ struct Value {
 
 // An attribute: the ONNX kinds Tessera reads.
 struct Attribute {
-  enum class Kind : uint8_t { INT, FLOAT, STRING, INTS, FLOATS, TENSOR };
+  enum class Kind : uint8_t { INT, FLOAT, STRING, INTS, FLOATS, TENSOR, STRINGS };
   Kind kind = Kind::INT;
   int64_t i = 0;
   float f = 0;
@@ -58,6 +58,7 @@ struct Attribute {
   std::vector<int64_t> ints;
   std::vector<float> floats;
   std::optional<HostTensor> t;
+  std::vector<std::string> strings;  // (recurrent layers' activations)
 };
 
 struct Node {
@@ -73,6 +74,7 @@ struct Node {
   std::string attr_string(const std::string& n, const std::string& dflt) const;
   std::vector<int64_t> attr_ints(const std::string& n, std::vector<int64_t> dflt = {}) const;
   std::vector<float> attr_floats(const std::string& n, std::vector<float> dflt = {}) const;
+  std::vector<std::string> attr_strings(const std::string& n) const;
   // "Conv 'conv1'" for error messages.
   std::string label() const;
 };

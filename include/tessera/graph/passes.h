@@ -83,6 +83,14 @@ PassReport fuse_group_norm(Graph& g);
 // Conv over (N, C, L) (Conv1d: ECA-Net's channel attention) as a 2-D conv
 // over (N, C, 1, L) between two Reshapes.
 PassReport conv1d_to_conv2d(Graph& g);
+
+// Einsum of one or two operands with no label repeated within an operand
+// (attention written as einsum: "bhqd,bhkd->bhqk"): labels only one operand
+// has and the output lacks are summed first (ReduceSum), then both operands
+// transposed and reshaped to (batch..., M, K) and (batch..., K, N) for one
+// MatMul, whose result is reshaped and transposed to the output's order.
+// Other forms (diagonals, three operands) stay Einsum, on the host.
+PassReport lower_einsum(Graph& g);
 // A linear layer over the channels of a channels-last image, as PyTorch
 // exports nn.Linear after a permute (ConvNeXt's MLP): MatMul(x (N, H, W, K),
 // B (K, M) constant), and the Add of a constant bias (M) that alone reads

@@ -215,6 +215,7 @@ const char* kind_name(Attribute::Kind k) {
     case Attribute::Kind::INTS: return "INTS";
     case Attribute::Kind::FLOATS: return "FLOATS";
     case Attribute::Kind::TENSOR: return "TENSOR";
+    case Attribute::Kind::STRINGS: return "STRINGS";
   }
   return "?";
 }
@@ -232,6 +233,9 @@ StatusOr<Attribute> read_attribute(const onnx::AttributeProto& a, const std::str
       break;
     case onnx::AttributeProto::FLOATS:
       r.kind = Attribute::Kind::FLOATS, r.floats.assign(a.floats().begin(), a.floats().end());
+      break;
+    case onnx::AttributeProto::STRINGS:
+      r.kind = Attribute::Kind::STRINGS, r.strings.assign(a.strings().begin(), a.strings().end());
       break;
     case onnx::AttributeProto::TENSOR: {
       r.kind = Attribute::Kind::TENSOR;

@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""Exports small models, one per construct users write that is not a
+torchvision architecture: attention written with einsum, a detection head's
+top-k and gather, a segmentation head's argmax, a CRNN recogniser's
+bidirectional LSTM, a GRU, grid_sample (a flow warp), bicubic upsampling,
+3-D convolution, and normalize / std / cumsum / flip / where / clamp /
+pixel_unshuffle. Fixed-seed weights, exported by Debian's PyTorch (run with
+/usr/bin/python3); each is checked against PyTorch's outputs.
+
+For each NAME the output directory receives NAME.onnx, NAME_input.npy (a
+batch of 2) and NAME_torch.npz (PyTorch's outputs, keyed out0, out1, ...).
+
+  /usr/bin/python3 scripts/export_constructs.py OUT_DIR [NAME ...]
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class EinsumAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = nn.Conv2d(16, 48, 1), nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        q, k, v = self.qkv(x).reshape(b, 3, 2, 8, h * w).unbind(1)
+        a = torch.einsum("bhdn,bhdm->bhnm", q, k).mul(8 ** -0.5).softmax(-1)
+        return self.proj(torch.einsum("bhnm,bhdm->bhdn", a, v).reshape(b, 16, h, w))
+
+
+class TopKHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(16, 5, 1)
+
+    def forward(self, x):
+        p = self.c(x).flatten(2).transpose(1, 2)
+        scores, idx = p[..., 4].sigmoid().topk(10, dim=1)
+        return scores, torch.gather(p[..., :4], 1, idx.unsqueeze(-1).expand(-1, -1, 4))
+
+
+class SegArgmax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(16, 6, 3, padding=1)
+
+    def forward(self, x):
+        return self.c(x).argmax(1)
+
+
+class Misc(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c, self.pu, self.c2 = nn.Conv2d(16, 16, 3, padding=1), nn.PixelUnshuffle(2), nn.Conv2d(64, 8, 1)
+
+    def forward(self, x):
+        y = F.normalize(self.c(x), dim=1) * 4
+        y = y - y.std(dim=(2, 3), keepdim=True)
+        y = torch.where(y > 0.1, y, y * 0.5) + torch.cumsum(y, dim=3) * 0.01
+        return self.c2(self.pu(torch.flip(y, dims=[3]).clamp(-2, 2)))
+
+
+class CrnnHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(16, 32, 3, padding=1)
+        self.rnn = nn.LSTM(32, 24, bidirectional=True, batch_first=True)
+        self.fc = nn.Linear(48, 11)
+
+    def forward(self, x):
+        y, _ = self.rnn(F.relu(self.c(x)).mean(2).transpose(1, 2))
+        return self.fc(y).log_softmax(-1)
+
+
+class GruHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn, self.fc = nn.GRU(16, 20, num_layers=2, batch_first=True), nn.Linear(20, 7)
+
+    def forward(self, x):
+        y, _ = self.rnn(x.mean(2).transpose(1, 2))
+        return self.fc(y)
+
+
+class FlowWarp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c, self.c2 = nn.Conv2d(16, 2, 3, padding=1), nn.Conv2d(16, 4, 1)
+
+    def forward(self, x):
+        flow = torch.tanh(self.c(x)).permute(0, 2, 3, 1)
+        return self.c2(F.grid_sample(x, flow, mode="bilinear", padding_mode="border", align_corners=False))
+
+
+class Bicubic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(16, 4, 3, padding=1)
+
+    def forward(self, x):
+        return F.interpolate(self.c(x), scale_factor=2, mode="bicubic", align_corners=False)
+
+
+class Conv3d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c, self.bn = nn.Conv3d(16, 8, 3, padding=1), nn.BatchNorm3d(8)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.c(torch.stack([x, x.flip(3), x * 0.5, -x], 2)))).mean(2)
+
+
+# name: (model, opset)
+CONSTRUCTS = {
+    "einsum_attention": (EinsumAttention, 13),
+    "topk_head": (TopKHead, 13),
+    "seg_argmax": (SegArgmax, 13),
+    "misc_ops": (Misc, 13),
+    "crnn_lstm": (CrnnHead, 13),
+    "gru_head": (GruHead, 13),
+    "flow_warp": (FlowWarp, 16),  # (GridSample is opset 16)
+    "bicubic_up": (Bicubic, 13),
+    "conv3d": (Conv3d, 13),
+}
+
+
+def export(name, out_dir):
+    cls, opset = CONSTRUCTS[name]
+    torch.manual_seed(0)
+    m = cls().eval()
+    with torch.no_grad():
+        for mod in m.modules():  # batch norms that do something
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                mod.running_mean.uniform_(-0.5, 0.5), mod.running_var.uniform_(0.5, 2)
+        x = torch.randn(2, 16, 8, 12, generator=torch.Generator().manual_seed(1))
+        y = m(x)
+    ys = y if isinstance(y, tuple) else (y,)
+    names = [f"out{k}" for k in range(len(ys))]
+    torch.onnx.export(m, x, os.path.join(out_dir, name + ".onnx"), opset_version=opset, input_names=["input"],
+                      output_names=names)
+    np.save(os.path.join(out_dir, name + "_input.npy"), x.numpy())
+    np.savez(os.path.join(out_dir, name + "_torch.npz"), **{k: v.numpy() for k, v in zip(names, ys)})
+    print("exported", name)
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    for name in sys.argv[2:] or CONSTRUCTS:
+        if name not in CONSTRUCTS:
+            sys.exit(f"unknown construct '{name}'; known: {', '.join(CONSTRUCTS)}")
+        export(name, out_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+// Host reference kernels for ONNX's recurrent layers: LSTM, GRU and RNN
+// (internal to host_eval). Text recognisers (CRNN heads) end in them. One
+// time step after another in double, forward, reverse or both, with
+// per-sample sequence lengths, initial states, peepholes, clipping and the
+// ONNX activation list.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "host_kernels.h"
+#include "tessera/graph/host_eval.h"
+
+namespace tessera::graph::host {
+namespace {
+
+struct Act {
+  std::string name;
+  double alpha = 0, beta = 0;
+  double operator()(double x) const {
+    if (name == "Sigmoid") return 1 / (1 + std::exp(-x));
+    if (name == "Tanh") return std::tanh(x);
+    if (name == "Relu") return x < 0 ? 0 : x;
+    if (name == "LeakyRelu") return x < 0 ? alpha * x : x;
+    if (name == "ThresholdedRelu") return x > alpha ? x : 0;
+    if (name == "ScaledTanh") return alpha * std::tanh(beta * x);
+    if (name == "HardSigmoid") return std::clamp(alpha * x + beta, 0.0, 1.0);
+    if (name == "Elu") return x < 0 ? alpha * (std::exp(x) - 1) : x;
+    if (name == "Softsign") return x / (1 + std::fabs(x));
+    if (name == "Softplus") return std::log1p(std::exp(x));
+    return alpha * x + beta;  // Affine
+  }
+};
+
+// The node's activations for every direction (the defaults where it names
+// none), each taking its alpha / beta from the attribute lists in order.
+StatusOr<std::vector<Act>> activations(const Node& n, size_t dirs, const std::vector<std::string>& dflt) {
+  std::vector<std::string> names = n.attr_strings("activations");
+  if (names.empty())
+    for (size_t d = 0; d < dirs; ++d) names.insert(names.end(), dflt.begin(), dflt.end());
+  if (names.size() != dflt.size() * dirs)
+    return invalid_argument_error("{}: {} activations, expected {} per direction", n.label(), names.size(),
+                                  dflt.size());
+  const std::vector<float> alphas = n.attr_floats("activation_alpha"), betas = n.attr_floats("activation_beta");
+  size_t na = 0, nb = 0;
+  std::vector<Act> r;
+  for (const std::string& s : names) {
+    // (the ONNX defaults; ScaledTanh and Affine have none, 1 and 0 here)
+    static const std::map<std::string, std::pair<double, double>> kDefaults = {{"Sigmoid", {0, 0}},
+                                                                               {"Tanh", {0, 0}},
+                                                                               {"Relu", {0, 0}},
+                                                                               {"LeakyRelu", {0.01, 0}},
+                                                                               {"ThresholdedRelu", {1, 0}},
+                                                                               {"ScaledTanh", {1, 1}},
+                                                                               {"HardSigmoid", {0.2, 0.5}},
+                                                                               {"Elu", {1, 0}},
+                                                                               {"Softsign", {0, 0}},
+                                                                               {"Softplus", {0, 0}},
+                                                                               {"Affine", {1, 0}}};
+    auto it = kDefaults.find(s);
+    if (it == kDefaults.end()) return invalid_argument_error("{}: unknown activation '{}'", n.label(), s);
+    Act a{s, it->second.first, it->second.second};
+    const bool uses_alpha = s == "LeakyRelu" || s == "ThresholdedRelu" || s == "ScaledTanh" || s == "HardSigmoid" ||
+                            s == "Elu" || s == "Affine";
+    const bool uses_beta = s == "ScaledTanh" || s == "HardSigmoid" || s == "Affine";
+    if (uses_alpha && na < alphas.size()) a.alpha = alphas[na++];
+    if (uses_beta && nb < betas.size()) a.beta = betas[nb++];
+    r.push_back(a);
+  }
+  return r;
+}
+
+}  // namespace
+
+StatusOr<std::vector<HostTensor>> recurrent(const Node& n, Ins ins) {
+  const std::string& op = n.op_type;
+  const size_t G = op == "LSTM" ? 4 : op == "GRU" ? 3 : 1;
+  for (size_t k = 0; k < 3; ++k) TS_RETURN_IF_ERROR(need(n, ins, k));
+  const HostTensor &x = *ins[0], &W = *ins[1], &R = *ins[2];
+  const std::string direction = n.attr_string("direction", "forward");
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional")
+    return invalid_argument_error("{}: direction '{}', expected forward, reverse or bidirectional", n.label(),
+                                  direction);
+  const int64_t dirs = direction == "bidirectional" ? 2 : 1;
+  const bool batch_major = n.attr_int("layout", 0) != 0;
+  if (x.dims.size() != 3 || W.dims.size() != 3 || R.dims.size() != 3)
+    return invalid_argument_error("{}: X {}, W {}, R {}: expected rank 3 each", n.label(), dims_to_string(x.dims),
+                                  dims_to_string(W.dims), dims_to_string(R.dims));
+  const int64_t T = x.dims[batch_major ? 1 : 0], N = x.dims[batch_major ? 0 : 1], I = x.dims[2];
+  const int64_t H = n.attr_int("hidden_size", R.dims[2]);
+  const auto g = static_cast<int64_t>(G);
+  if (W.dims != Dims{dirs, g * H, I} || R.dims != Dims{dirs, g * H, H})
+    return invalid_argument_error("{}: W {} and R {} for {} direction(s), hidden size {}, input size {}", n.label(),
+                                  dims_to_string(W.dims), dims_to_string(R.dims), dirs, H, I);
+  auto check = [&](size_t k, const Dims& want, const char* what) -> Status {
+    if (in(ins, k) && in(ins, k)->dims != want)
+      return invalid_argument_error("{}: {} is {}, expected {}", n.label(), what, dims_to_string(in(ins, k)->dims),
+                                    dims_to_string(want));
+    return ok_status();
+  };
+  TS_RETURN_IF_ERROR(check(3, {dirs, 2 * g * H}, "B"));
+  TS_RETURN_IF_ERROR(check(4, {N}, "sequence_lens"));
+  TS_RETURN_IF_ERROR(check(5, batch_major ? Dims{N, dirs, H} : Dims{dirs, N, H}, "initial_h"));
+  if (op == "LSTM") {
+    TS_RETURN_IF_ERROR(check(6, batch_major ? Dims{N, dirs, H} : Dims{dirs, N, H}, "initial_c"));
+    TS_RETURN_IF_ERROR(check(7, {dirs, 3 * H}, "P"));
+  }
+  const std::vector<std::string> dflt = op == "LSTM"  ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                        : op == "GRU" ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                      : std::vector<std::string>{"Tanh"};
+  TS_ASSIGN_OR_RETURN(std::vector<Act> acts, activations(n, static_cast<size_t>(dirs), dflt));
+  const bool clip = n.has_attr("clip"), coupled = n.attr_int("input_forget", 0) != 0;
+  const double limit = n.attr_float("clip", 0);
+  const bool before_reset = n.attr_int("linear_before_reset", 0) != 0;
+
+  Dims y_dims = batch_major ? Dims{N, T, dirs, H} : Dims{T, dirs, N, H};
+  const Dims s_dims = batch_major ? Dims{N, dirs, H} : Dims{dirs, N, H};
+  HostTensor y = make(ElemType::FLOAT32, y_dims), yh = make(ElemType::FLOAT32, s_dims), yc = yh;
+  auto x_at = [&](int64_t t, int64_t b, int64_t i) {
+    return x.at(static_cast<size_t>((batch_major ? b * T + t : t * N + b) * I + i));
+  };
+  auto y_at = [&](int64_t t, int64_t d, int64_t b) {
+    return static_cast<size_t>(((batch_major ? (b * T + t) * dirs + d : (t * dirs + d) * N + b)) * H);
+  };
+  auto s_at = [&](int64_t d, int64_t b) { return static_cast<size_t>((batch_major ? b * dirs + d : d * N + b) * H); };
+  std::vector<double> h(static_cast<size_t>(H)), c(static_cast<size_t>(H)), pre(G * static_cast<size_t>(H)),
+      rh(static_cast<size_t>(H));
+  for (int64_t d = 0; d < dirs; ++d) {
+    const bool reverse = direction == "reverse" || d == 1;
+    const Act* a = &acts[static_cast<size_t>(d) * dflt.size()];
+    auto w = [&](const HostTensor& m, int64_t row, int64_t col, int64_t cols) {
+      return m.at(static_cast<size_t>((d * g * H + row) * cols + col));
+    };
+    auto bias = [&](int64_t k) { return in(ins, 3) ? in(ins, 3)->at(static_cast<size_t>(d * 2 * g * H + k)) : 0.0; };
+    for (int64_t b = 0; b < N; ++b) {
+      const int64_t len = in(ins, 4) ? static_cast<int64_t>(in(ins, 4)->at(static_cast<size_t>(b))) : T;
+      if (len < 0 || len > T)
+        return invalid_argument_error("{}: sequence length {} for a sequence of {}", n.label(), len, T);
+      for (int64_t j = 0; j < H; ++j) {
+        h[j] = in(ins, 5) ? in(ins, 5)->at(s_at(d, b) + j) : 0.0;
+        c[j] = op == "LSTM" && in(ins, 6) ? in(ins, 6)->at(s_at(d, b) + j) : 0.0;
+      }
+      for (int64_t s = 0; s < len; ++s) {
+        const int64_t t = reverse ? len - 1 - s : s;
+        for (int64_t k = 0; k < g * H; ++k) {  // W x + Wb (+ R h + Rb but GRU's hidden gate: see below)
+          double v = bias(k);
+          for (int64_t i = 0; i < I; ++i) v += w(W, k, i, I) * x_at(t, b, i);
+          const bool gru_h = op == "GRU" && k >= 2 * H;
+          if (!gru_h) {
+            v += bias(g * H + k);
+            for (int64_t i = 0; i < H; ++i) v += w(R, k, i, H) * h[i];
+          }
+          pre[k] = v;
+        }
+        auto clipped = [&](double v) { return clip ? std::clamp(v, -limit, limit) : v; };
+        if (op == "LSTM") {  // gates i, o, f, c
+          auto peep = [&](int64_t k, int64_t j, double state) {
+            return in(ins, 7) ? in(ins, 7)->at(static_cast<size_t>(d * 3 * H + k * H + j)) * state : 0.0;
+          };
+          for (int64_t j = 0; j < H; ++j) {
+            const double it = a[0](clipped(pre[j] + peep(0, j, c[j])));
+            const double ft = coupled ? 1 - it : a[0](clipped(pre[2 * H + j] + peep(2, j, c[j])));
+            const double ct = a[1](clipped(pre[3 * H + j]));
+            c[j] = ft * c[j] + it * ct;
+            const double ot = a[0](clipped(pre[H + j] + peep(1, j, c[j])));
+            rh[j] = ot * a[2](c[j]);
+          }
+        } else if (op == "GRU") {  // gates z, r, h
+          std::vector<double> r(static_cast<size_t>(H));
+          for (int64_t j = 0; j < H; ++j) r[j] = a[0](clipped(pre[H + j]));
+          for (int64_t j = 0; j < H; ++j) {
+            double v = 0;
+            for (int64_t i = 0; i < H; ++i) v += w(R, 2 * H + j, i, H) * (before_reset ? h[i] : r[i] * h[i]);
+            v = before_reset ? r[j] * (v + bias(g * H + 2 * H + j)) : v + bias(g * H + 2 * H + j);
+            const double zt = a[0](clipped(pre[j])), ht = a[1](clipped(pre[2 * H + j] + v));
+            rh[j] = (1 - zt) * ht + zt * h[j];
+          }
+        } else {
+          for (int64_t j = 0; j < H; ++j) rh[j] = a[0](clipped(pre[j]));
+        }
+        h = rh;
+        for (int64_t j = 0; j < H; ++j) y.f[y_at(t, d, b) + j] = static_cast<float>(h[j]);
+      }
+      for (int64_t j = 0; j < H; ++j) {
+        yh.f[s_at(d, b) + j] = static_cast<float>(h[j]);
+        yc.f[s_at(d, b) + j] = static_cast<float>(c[j]);
+      }
+    }
+  }
+  std::vector<HostTensor> r;
+  r.push_back(std::move(y));
+  r.push_back(std::move(yh));
+  if (op == "LSTM") r.push_back(std::move(yc));
+  return r;
+}
+
+}  // namespace tessera::graph::host
