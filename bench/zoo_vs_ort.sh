@@ -9,18 +9,21 @@
 # against ONNX Runtime's on the same input, and Tessera's host fallbacks.
 # Prints a markdown table for bench/RESULTS.md.
 #
-#   bash bench/zoo_vs_ort.sh [--rounds R] [--batches "1 8"] [MODEL ...]   (default: the whole zoo)
+#   bash bench/zoo_vs_ort.sh [--rounds R] [--batches "1 8"] [--dir DIR] [MODEL ...]   (default: the whole zoo)
+#
+# --dir build/models/random times the random architectures
+# (scripts/export_random_archs.py) the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=3; batches="1 8"
+rounds=3; batches="1 8"; d=build/models/zoo
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2;;
     --batches) batches=$2; shift 2;;
+    --dir) d=$2; shift 2;;
     *) break;;
   esac
 done
-d=build/models/zoo
 [ -f "$d/manifest.tsv" ] || bash scripts/prepare_models.sh build/models >/dev/null
 [ -x build/release/tessera ] || { cmake --preset release >/dev/null && cmake --build --preset release --target tessera_cli >/dev/null; }
 models=("$@"); ((${#models[@]})) || mapfile -t models < <(grep -v '^#' "$d/manifest.tsv" | cut -f1)

@@ -409,15 +409,16 @@ StatusOr<std::vector<HostTensor>> grid_sample(const Node& n, Ins ins) {
     return invalid_argument_error("{}: mode '{}', expected bilinear, nearest or bicubic", n.label(), mode);
   if (pad != "zeros" && pad != "border" && pad != "reflection")
     return invalid_argument_error("{}: padding_mode '{}', expected zeros, border or reflection", n.label(), pad);
-  const bool corners = n.attr_int("align_corners", 0) != 0;
+  const bool corners = n.attr_int("align_corners", 0) != 0, zeros = pad == "zeros", border = pad == "border";
+  const bool bicubic = mode == "bicubic", nearest = mode == "nearest";
   const int64_t N = x.dims[0], C = x.dims[1], H = x.dims[2], W = x.dims[3], Ho = grid.dims[1], Wo = grid.dims[2];
   auto unnormalize = [&](double g, int64_t size) {
     return corners ? (g + 1) / 2 * static_cast<double>(size - 1) : ((g + 1) * static_cast<double>(size) - 1) / 2;
   };
   auto padded = [&](double c, int64_t size) {  // border and reflection keep a coordinate inside
     const auto hi = static_cast<double>(size - 1);
-    if (pad == "border") return std::clamp(c, 0.0, hi);
-    if (pad == "reflection") {
+    if (border) return std::clamp(c, 0.0, hi);
+    if (!zeros) {  // reflection
       c = corners ? reflect(c, 0, 2 * hi) : reflect(c, -1, 2 * hi + 1);
       return std::clamp(c, 0.0, hi);
     }
@@ -440,22 +441,22 @@ StatusOr<std::vector<HostTensor>> grid_sample(const Node& n, Ins ins) {
             y.f[static_cast<size_t>(((b * C + c) * Ho + i) * Wo + j)] = std::numeric_limits<float>::quiet_NaN();
             continue;
           }
-          if (pad == "zeros") {  // far outside reads zeros all the same; kept within range of the integer casts
+          if (zeros) {  // far outside reads zeros all the same; kept within range of the integer casts
             sx = std::clamp(sx, -4.0, static_cast<double>(W) + 4);
             sy = std::clamp(sy, -4.0, static_cast<double>(H) + 4);
           }
-          if (mode == "bicubic") {  // padding applies to each tap
+          if (bicubic) {  // padding applies to each tap
             const double fx = std::floor(sx), fy = std::floor(sy);
             for (int dy = -1; dy <= 2; ++dy)
               for (int dx = -1; dx <= 2; ++dx) {
                 double tx = fx + dx, ty = fy + dy;
-                if (pad != "zeros") tx = padded(tx, W), ty = padded(ty, H);
+                if (!zeros) tx = padded(tx, W), ty = padded(ty, H);
                 v += cubic_weight(sx - (fx + dx), -0.75) * cubic_weight(sy - (fy + dy), -0.75) *
                      px(static_cast<int64_t>(ty), static_cast<int64_t>(tx));
               }
           } else {
             sx = padded(sx, W), sy = padded(sy, H);
-            if (mode == "nearest") {
+            if (nearest) {
               v = px(static_cast<int64_t>(std::nearbyint(sy)), static_cast<int64_t>(std::nearbyint(sx)));
             } else {
               const double fx = std::floor(sx), fy = std::floor(sy), ax = sx - fx, ay = sy - fy;
