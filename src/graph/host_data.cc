@@ -149,9 +149,7 @@ StatusOr<HostTensor> gather(const Node& n, const HostTensor& x, const HostTensor
 StatusOr<HostTensor> scatter_nd(const Node& n, Ins ins) {
   for (size_t k = 0; k < 3; ++k) TS_RETURN_IF_ERROR(need(n, ins, k));
   const HostTensor &x = *ins[0], &idx = *ins[1], &up = *ins[2];
-  const std::string red = n.attr_string("reduction", "none");
-  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
-    return invalid_argument_error("{}: reduction '{}', expected none, add, mul, max or min", n.label(), red);
+  TS_ASSIGN_OR_RETURN(const Reduction red, scatter_reduction(n));
   if (idx.dims.empty() || idx.dims.back() < 1 || idx.dims.back() > static_cast<int64_t>(x.dims.size()))
     return invalid_argument_error("{}: indices of shape {} for data of rank {}", n.label(), dims_to_string(idx.dims),
                                   x.dims.size());
@@ -176,9 +174,7 @@ StatusOr<HostTensor> scatter_nd(const Node& n, Ins ins) {
     }
     for (int64_t s = 0; s < slice; ++s) {
       const auto dst = static_cast<size_t>(at + s);
-      const double u = up.at(j * static_cast<size_t>(slice) + static_cast<size_t>(s)), v = y.at(dst);
-      set(y, dst, red == "add" ? v + u : red == "mul" ? v * u : red == "max" ? std::max(v, u)
-                  : red == "min" ? std::min(v, u) : u);
+      set(y, dst, combine(red, y.at(dst), up.at(j * static_cast<size_t>(slice) + static_cast<size_t>(s))));
     }
   }
   return y;

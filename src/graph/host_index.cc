@@ -132,6 +132,24 @@ StatusOr<HostTensor> cum_sum(const Node& n, Ins ins) {
   return y;
 }
 
+namespace {
+
+// The element of data (dims `xd`) that element k of GatherElements' /
+// ScatterElements' indices (dims `id`, the same rank) addresses: its own
+// coordinates with the one along `axis` replaced by its index.
+StatusOr<size_t> element_of(const Node& n, int64_t k, const Dims& id, const std::vector<int64_t>& ids, const Dims& xd,
+                            size_t axis) {
+  Dims c = coords_of(k, id);
+  TS_ASSIGN_OR_RETURN(c[axis], index_in(n, ids[static_cast<size_t>(k)], xd[axis]));
+  for (size_t d = 0; d < c.size(); ++d)
+    if (c[d] >= xd[d])
+      return invalid_argument_error("{}: indices of shape {} pass data of shape {} off axis {}", n.label(),
+                                    dims_to_string(id), dims_to_string(xd), d);
+  return static_cast<size_t>(flat_of(c, strides_of(xd)));
+}
+
+}  // namespace
+
 StatusOr<HostTensor> gather_elements(const Node& n, const HostTensor& x, const HostTensor& idx) {
   if (idx.dims.size() != x.dims.size())
     return invalid_argument_error("{}: indices of rank {} for data of rank {}", n.label(), idx.dims.size(),
@@ -139,16 +157,10 @@ StatusOr<HostTensor> gather_elements(const Node& n, const HostTensor& x, const H
   size_t axis = 0;
   TS_RETURN_IF_ERROR(view_at(n, x.dims, n.attr_int("axis", 0), &axis).status());
   const auto ids = as_ints(idx);
-  const Dims xs = strides_of(x.dims);
   HostTensor y = make(x.type, idx.dims);
   for (int64_t k = 0; k < idx.volume(); ++k) {
-    Dims c = coords_of(k, idx.dims);
-    TS_ASSIGN_OR_RETURN(c[axis], index_in(n, ids[static_cast<size_t>(k)], x.dims[axis]));
-    for (size_t d = 0; d < c.size(); ++d)
-      if (c[d] >= x.dims[d])
-        return invalid_argument_error("{}: indices of shape {} pass data of shape {} off the axis", n.label(),
-                                      dims_to_string(idx.dims), dims_to_string(x.dims));
-    copy_elem(x, static_cast<size_t>(flat_of(c, xs)), y, static_cast<size_t>(k));
+    TS_ASSIGN_OR_RETURN(const size_t from, element_of(n, k, idx.dims, ids, x.dims, axis));
+    copy_elem(x, from, y, static_cast<size_t>(k));
   }
   return y;
 }
@@ -156,32 +168,17 @@ StatusOr<HostTensor> gather_elements(const Node& n, const HostTensor& x, const H
 StatusOr<HostTensor> scatter_elements(const Node& n, Ins ins) {
   for (size_t k = 0; k < 3; ++k) TS_RETURN_IF_ERROR(need(n, ins, k));
   const HostTensor &x = *ins[0], &idx = *ins[1], &up = *ins[2];
-  const std::string red = n.attr_string("reduction", "none");
-  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
-    return invalid_argument_error("{}: reduction '{}', expected none, add, mul, max or min", n.label(), red);
+  TS_ASSIGN_OR_RETURN(const Reduction red, scatter_reduction(n));
   if (idx.dims != up.dims || idx.dims.size() != x.dims.size())
     return invalid_argument_error("{}: indices {} and updates {} must have one shape, of data {}'s rank", n.label(),
                                   dims_to_string(idx.dims), dims_to_string(up.dims), dims_to_string(x.dims));
   size_t axis = 0;
   TS_RETURN_IF_ERROR(view_at(n, x.dims, n.attr_int("axis", 0), &axis).status());
   const auto ids = as_ints(idx);
-  const Dims xs = strides_of(x.dims);
   HostTensor y = x;
   for (int64_t k = 0; k < idx.volume(); ++k) {
-    Dims c = coords_of(k, idx.dims);
-    TS_ASSIGN_OR_RETURN(c[axis], index_in(n, ids[static_cast<size_t>(k)], x.dims[axis]));
-    for (size_t d = 0; d < c.size(); ++d)
-      if (c[d] >= x.dims[d])
-        return invalid_argument_error("{}: indices of shape {} pass data of shape {}", n.label(),
-                                      dims_to_string(idx.dims), dims_to_string(x.dims));
-    const auto to = static_cast<size_t>(flat_of(c, xs));
-    const double a = y.at(to), b = up.at(static_cast<size_t>(k));
-    set(y, to,
-        red == "add"   ? a + b
-        : red == "mul" ? a * b
-        : red == "max" ? std::max(a, b)
-        : red == "min" ? std::min(a, b)
-                       : b);
+    TS_ASSIGN_OR_RETURN(const size_t to, element_of(n, k, idx.dims, ids, x.dims, axis));
+    set(y, to, combine(red, y.at(to), up.at(static_cast<size_t>(k))));
   }
   return y;
 }

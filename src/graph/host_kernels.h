@@ -2,6 +2,7 @@
 // movement kernels (internal to host_eval; host_data.cc). Written for
 // obviousness, not speed: one element at a time through index arithmetic.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -86,6 +87,28 @@ inline std::vector<int64_t> as_ints(const HostTensor& t) {
                                                : static_cast<int64_t>(x);
   }
   return v;
+}
+
+// How a scatter combines an update u with the value v it lands on
+// (attribute 'reduction': none, add, mul, max, min).
+enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
+inline StatusOr<Reduction> scatter_reduction(const Node& n) {
+  const std::string r = n.attr_string("reduction", "none");
+  if (r == "none") return Reduction::kNone;
+  if (r == "add") return Reduction::kAdd;
+  if (r == "mul") return Reduction::kMul;
+  if (r == "max") return Reduction::kMax;
+  if (r == "min") return Reduction::kMin;
+  return invalid_argument_error("{}: reduction '{}', expected none, add, mul, max or min", n.label(), r);
+}
+inline double combine(Reduction r, double v, double u) {
+  switch (r) {
+    case Reduction::kAdd: return v + u;
+    case Reduction::kMul: return v * u;
+    case Reduction::kMax: return std::max(v, u);
+    case Reduction::kMin: return std::min(v, u);
+    default: return u;
+  }
 }
 
 inline const HostTensor* in(Ins ins, size_t k) { return k < ins.size() ? ins[k] : nullptr; }
