@@ -409,6 +409,15 @@ Eval one(F f) {
   };
 }
 
+// A kernel of two required inputs, f(node, x, y).
+template <class F>
+Eval two(F f) {
+  return one([f](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
+    TS_RETURN_IF_ERROR(need(n, ins, 1));
+    return f(n, *ins[0], *ins[1]);
+  });
+}
+
 const std::map<std::string, Eval>& table() {
   static const std::map<std::string, Eval> t = [] {
     std::map<std::string, Eval> m;
@@ -440,14 +449,8 @@ const std::map<std::string, Eval>& table() {
     };
     m["Hardmax"] = one([](const Node& n, Ins ins, int opset) { return hardmax(n, *ins[0], opset); });
     m["CumSum"] = one([](const Node& n, Ins ins, int) { return cum_sum(n, ins); });
-    m["GatherElements"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
-      TS_RETURN_IF_ERROR(need(n, ins, 1));
-      return gather_elements(n, *ins[0], *ins[1]);
-    });
-    m["GatherND"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
-      TS_RETURN_IF_ERROR(need(n, ins, 1));
-      return gather_nd(n, *ins[0], *ins[1]);
-    });
+    m["GatherElements"] = two(gather_elements);
+    m["GatherND"] = two(gather_nd);
     m["ScatterElements"] = one([](const Node& n, Ins ins, int) { return scatter_elements(n, ins); });
     m["OneHot"] = one([](const Node& n, Ins ins, int) { return one_hot(n, ins); });
     m["Trilu"] = one([](const Node& n, Ins ins, int) { return trilu(n, ins); });
@@ -480,27 +483,15 @@ const std::map<std::string, Eval>& table() {
       m[op] = one([](const Node& n, Ins ins, int opset) { return squeeze_unsqueeze(n, ins, opset); });
     m["Transpose"] = one([](const Node& n, Ins ins, int) { return transpose(n, *ins[0]); });
     m["Concat"] = one([](const Node& n, Ins ins, int) { return concat(n, ins); });
-    m["Gather"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
-      TS_RETURN_IF_ERROR(need(n, ins, 1));
-      return gather(n, *ins[0], *ins[1]);
-    });
+    m["Gather"] = two(gather);
     m["Slice"] = one([](const Node& n, Ins ins, int opset) { return slice(n, ins, opset); });
     m["ScatterND"] = one([](const Node& n, Ins ins, int) { return scatter_nd(n, ins); });
-    m["Expand"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
-      TS_RETURN_IF_ERROR(need(n, ins, 1));
-      return expand(n, *ins[0], *ins[1]);
-    });
-    m["Tile"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
-      TS_RETURN_IF_ERROR(need(n, ins, 1));
-      return tile(n, *ins[0], *ins[1]);
-    });
+    m["Expand"] = two(expand);
+    m["Tile"] = two(tile);
     m["Pad"] = one([](const Node& n, Ins ins, int opset) { return pad(n, ins, opset); });
     m["Range"] = one([](const Node& n, Ins ins, int) { return range(n, ins); });
     m["ConstantOfShape"] = one([](const Node& n, Ins ins, int) { return constant_of_shape(n, *ins[0]); });
-    m["MatMul"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
-      TS_RETURN_IF_ERROR(need(n, ins, 1));
-      return matmul(n, *ins[0], *ins[1]);
-    });
+    m["MatMul"] = two(matmul);
     m["Gemm"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
       TS_RETURN_IF_ERROR(need(n, ins, 1));
       return gemm(n, ins);
