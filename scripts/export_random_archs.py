@@ -186,13 +186,14 @@ class RandomNet(nn.Module):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 12
+    names = sys.argv[2:]
+    count = int(names.pop(0)) if names and names[0].isdigit() else 12
     zoo = {}
     for k in range(count):
         net = RandomNet(1000 + k)
         zoo[f"random{k:02d}"] = (lambda k=k: RandomNet(1000 + k), (3, net.size, net.size), net.task, net.constructs)
-    export_zoo.ZOO = zoo
-    sys.argv = sys.argv[:2] + sys.argv[3:]
+    export_zoo.ZOO = zoo  # the zoo's export, manifest and checks, over these models
+    sys.argv = sys.argv[:2] + names
     export_zoo.main()
 
 

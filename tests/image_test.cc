@@ -54,6 +54,17 @@ std::vector<uint8_t> image_bytes(Device& d, const CompileOptions& o = {}, std::s
   return serialize_image(header_for(d), ms).value();
 }
 
+// `m` serialized alone, opened from the bytes, and its model read back.
+void round_trip(const ImageModel& m, Device& d, std::unique_ptr<Image>& img, ImageModel& back) {
+  const ImageModel* ms[] = {&m};
+  auto opened = Image::from_bytes(serialize_image(header_for(d), ms).value());
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  img = std::move(opened).value();
+  auto model = img->model(0);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  back = std::move(model).value();
+}
+
 format::Preamble preamble(const std::vector<uint8_t>& b) {
   format::Preamble p;
   std::memcpy(&p, b.data(), sizeof p);
@@ -81,12 +92,10 @@ TEST(Image, GraphRoundTripsBitForBit) {
   auto d = cpu();
   auto m = compile_model("small", small_graph(), *d, {}, /*portable=*/true);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  const ImageModel* ms[] = {&m.value()};
-  auto img = Image::from_bytes(serialize_image(header_for(*d), ms).value());
-  ASSERT_TRUE(img.ok()) << img.status().to_string();
-  auto back = (*img)->model(0);
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
-  const graph::Graph &a = m->graph, &b = back->graph;
+  std::unique_ptr<Image> img;
+  ImageModel back;
+  ASSERT_NO_FATAL_FAILURE(round_trip(*m, *d, img, back));
+  const graph::Graph &a = m->graph, &b = back.graph;
   EXPECT_EQ(a.to_string(), b.to_string());
   ASSERT_EQ(a.values.size(), b.values.size());
   for (size_t v = 0; v < a.values.size(); ++v) {
@@ -98,9 +107,9 @@ TEST(Image, GraphRoundTripsBitForBit) {
     EXPECT_EQ(std::memcmp(x.f.data(), y.f.data(), x.f.size() * 4), 0) << a.values[v].name;
     EXPECT_EQ(x.i, y.i);
   }
-  EXPECT_EQ(back->report.device_ops, m->report.device_ops);
-  EXPECT_EQ(back->report.passes.size(), m->report.passes.size());
-  const ModelInfo& info = (*img)->info().models[0];
+  EXPECT_EQ(back.report.device_ops, m->report.device_ops);
+  EXPECT_EQ(back.report.passes.size(), m->report.passes.size());
+  const ModelInfo& info = img->info().models[0];
   EXPECT_EQ(info.inputs.size(), 1u);
   EXPECT_EQ(info.inputs[0].dims, (std::vector<int64_t>{1, 3, 16, 16}));
   EXPECT_GT(info.num_constants, 0u);
@@ -345,14 +354,12 @@ TEST(Image, StringListAttributesRoundTrip) {
   auto d = cpu();
   auto m = compile_model("rnn", importer::import_onnx_bytes(b.bytes()).value(), *d, {}, /*portable=*/true);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  const ImageModel* ms[] = {&m.value()};
-  auto img = Image::from_bytes(serialize_image(header_for(*d), ms).value());
-  ASSERT_TRUE(img.ok()) << img.status().to_string();
-  auto back = (*img)->model(0);
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
-  EXPECT_EQ(m->graph.to_string(), back->graph.to_string());
-  EXPECT_NE(back->graph.to_string().find("activations=['Softsign']"), std::string::npos) << back->graph.to_string();
-  auto loaded = load_model(**img, 0, *d);
+  std::unique_ptr<Image> img;
+  ImageModel back;
+  ASSERT_NO_FATAL_FAILURE(round_trip(*m, *d, img, back));
+  EXPECT_EQ(m->graph.to_string(), back.graph.to_string());
+  EXPECT_NE(back.graph.to_string().find("activations=['Softsign']"), std::string::npos) << back.graph.to_string();
+  auto loaded = load_model(*img, 0, *d);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   auto direct = CompiledModel::compile(importer::import_onnx_bytes(b.bytes()).value(), *d, {}).value();
   const std::vector<float> x = run(*direct, *d), y = run(*loaded->model, *d);

@@ -230,7 +230,7 @@ PassReport lower_einsum(Graph& g) {
     if (n.inputs.size() == 1) {
       std::string la = e->in[0];
       const int s = b.sum_out(n.inputs[0], la, lo);
-      if (s == n.inputs[0] && la == lo) continue;  // nothing to do: left for remove_identities' kin
+      if (s == n.inputs[0] && la == lo) continue;  // an identity ("ij->ij"): left to the host kernel, a copy
       b.permute(s, la, lo, y);
     } else {
       std::string la = e->in[0], lb = e->in[1];

@@ -134,18 +134,18 @@ StatusOr<HostTensor> cum_sum(const Node& n, Ins ins) {
 
 namespace {
 
-// The element of data (dims `xd`) that element k of GatherElements' /
-// ScatterElements' indices (dims `id`, the same rank) addresses: its own
-// coordinates with the one along `axis` replaced by its index.
+// The element of data (dims `xd`, strides `xs`) that element k of
+// GatherElements' / ScatterElements' indices (dims `id`, the same rank)
+// addresses: its own coordinates with the one along `axis` replaced by its index.
 StatusOr<size_t> element_of(const Node& n, int64_t k, const Dims& id, const std::vector<int64_t>& ids, const Dims& xd,
-                            size_t axis) {
+                            const Dims& xs, size_t axis) {
   Dims c = coords_of(k, id);
   TS_ASSIGN_OR_RETURN(c[axis], index_in(n, ids[static_cast<size_t>(k)], xd[axis]));
   for (size_t d = 0; d < c.size(); ++d)
     if (c[d] >= xd[d])
       return invalid_argument_error("{}: indices of shape {} pass data of shape {} off axis {}", n.label(),
                                     dims_to_string(id), dims_to_string(xd), d);
-  return static_cast<size_t>(flat_of(c, strides_of(xd)));
+  return static_cast<size_t>(flat_of(c, xs));
 }
 
 }  // namespace
@@ -157,9 +157,10 @@ StatusOr<HostTensor> gather_elements(const Node& n, const HostTensor& x, const H
   size_t axis = 0;
   TS_RETURN_IF_ERROR(view_at(n, x.dims, n.attr_int("axis", 0), &axis).status());
   const auto ids = as_ints(idx);
+  const Dims xs = strides_of(x.dims);
   HostTensor y = make(x.type, idx.dims);
   for (int64_t k = 0; k < idx.volume(); ++k) {
-    TS_ASSIGN_OR_RETURN(const size_t from, element_of(n, k, idx.dims, ids, x.dims, axis));
+    TS_ASSIGN_OR_RETURN(const size_t from, element_of(n, k, idx.dims, ids, x.dims, xs, axis));
     copy_elem(x, from, y, static_cast<size_t>(k));
   }
   return y;
@@ -175,9 +176,10 @@ StatusOr<HostTensor> scatter_elements(const Node& n, Ins ins) {
   size_t axis = 0;
   TS_RETURN_IF_ERROR(view_at(n, x.dims, n.attr_int("axis", 0), &axis).status());
   const auto ids = as_ints(idx);
+  const Dims xs = strides_of(x.dims);
   HostTensor y = x;
   for (int64_t k = 0; k < idx.volume(); ++k) {
-    TS_ASSIGN_OR_RETURN(const size_t to, element_of(n, k, idx.dims, ids, x.dims, axis));
+    TS_ASSIGN_OR_RETURN(const size_t to, element_of(n, k, idx.dims, ids, x.dims, xs, axis));
     set(y, to, combine(red, y.at(to), up.at(static_cast<size_t>(k))));
   }
   return y;

@@ -150,6 +150,28 @@ TEST(HostIndex, MeanVarianceNormalizationOverNHW) {
   for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(y[k], (x.f[k] - 4) / s, 1e-6);
 }
 
+TEST(HostIndex, MalformedInputsAreErrorsNamingWhatWasExpected) {
+  const HostTensor m = HostTensor::floats({2, 3}, {1, 2, 3, 4, 5, 6}), v = HostTensor::floats({3}, {1, 2, 3});
+  const HostTensor two = HostTensor::ints({2}, {1, 2});
+  EXPECT_THAT(error_of(make("TopK", 2), {&m, &two}), HasSubstr("K has 2 values"));
+  EXPECT_THAT(error_of(make("CumSum"), {&m, &two}), HasSubstr("axis has 2 values"));
+  EXPECT_THAT(error_of(make("Trilu"), {&m, &two}), HasSubstr("k has 2 values"));
+  EXPECT_THAT(error_of(make("EyeLike"), {&v}), HasSubstr("rank 1, expected 2"));
+  const HostTensor idx = HostTensor::ints({2}, {0, 1}), zero = HostTensor::floats({}, {0}),
+                   vals = HostTensor::floats({2}, {0, 1});
+  EXPECT_THAT(error_of(make("OneHot"), {&idx, &zero, &vals}), HasSubstr("depth 0 is not positive"));
+  EXPECT_THAT(error_of(make("OneHot"), {&idx, &two, &vals}), HasSubstr("depth has 2 values"));
+  Node b = make("GatherND");
+  b.attrs["batch_dims"].i = 1;
+  const HostTensor per = HostTensor::ints({3, 1}, {0, 0, 0});
+  EXPECT_THAT(error_of(b, {&m, &per}), HasSubstr("batch dim 0 is 3 in the indices and 2 in the data"));
+  const HostTensor i2 = HostTensor::ints({2, 2}, {0, 0, 0, 0}), u3 = HostTensor::floats({2, 3}, {0, 0, 0, 0, 0, 0});
+  EXPECT_THAT(error_of(make("ScatterElements"), {&m, &i2, &u3}), HasSubstr("must have one shape"));
+  Node mvn = make("MeanVarianceNormalization");
+  mvn.attrs["axes"] = {.kind = Attribute::Kind::INTS, .ints = {5}};
+  EXPECT_THAT(error_of(mvn, {&m}), HasSubstr("axis 5 is out of range"));
+}
+
 // A recurrent layer over a random sequence.
 struct Rnn {
   std::string op;
@@ -208,6 +230,7 @@ TEST(HostIndex, RecurrentSequenceLengthsStopEachSample) {
   const HostTensor too_long = HostTensor::ints({2}, {6, 1});
   EXPECT_THAT(error_of(n, {&a.x, &a.w, &a.r, &a.b, &too_long}), HasSubstr("sequence length 6"));
   EXPECT_THAT(error_of(n, {&a.x, &a.r, &a.r, &a.b}), HasSubstr("for 2 direction(s)"));
+  EXPECT_THAT(error_of(n, {&a.x, &a.w, &a.r, &a.x}), HasSubstr("B is [5,2,3], expected [2,24]"));
   Node bad = make("RNN", 2);
   bad.attrs["activations"] = {.kind = Attribute::Kind::STRINGS, .strings = {"Swish"}};
   Rnn s("RNN", 1);

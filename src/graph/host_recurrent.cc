@@ -14,21 +14,71 @@
 namespace tessera::graph::host {
 namespace {
 
+enum class ActKind {
+  kSigmoid,
+  kTanh,
+  kRelu,
+  kLeakyRelu,
+  kThresholdedRelu,
+  kScaledTanh,
+  kHardSigmoid,
+  kElu,
+  kSoftsign,
+  kSoftplus,
+  kAffine
+};
+
+// ONNX's recurrent activations: the kind, the default alpha and beta (ScaledTanh
+// and Affine have none in the spec: 1 and 0 here), and which of the two each reads.
+struct ActInfo {
+  const char* name;
+  ActKind kind;
+  double alpha, beta;
+  bool uses_alpha, uses_beta;
+};
+constexpr ActInfo kActs[] = {
+    {"Sigmoid", ActKind::kSigmoid, 0, 0, false, false},
+    {"Tanh", ActKind::kTanh, 0, 0, false, false},
+    {"Relu", ActKind::kRelu, 0, 0, false, false},
+    {"LeakyRelu", ActKind::kLeakyRelu, 0.01, 0, true, false},
+    {"ThresholdedRelu", ActKind::kThresholdedRelu, 1, 0, true, false},
+    {"ScaledTanh", ActKind::kScaledTanh, 1, 1, true, true},
+    {"HardSigmoid", ActKind::kHardSigmoid, 0.2, 0.5, true, true},
+    {"Elu", ActKind::kElu, 1, 0, true, false},
+    {"Softsign", ActKind::kSoftsign, 0, 0, false, false},
+    {"Softplus", ActKind::kSoftplus, 0, 0, false, false},
+    {"Affine", ActKind::kAffine, 1, 0, true, true},
+};
+
 struct Act {
-  std::string name;
+  ActKind kind = ActKind::kSigmoid;
   double alpha = 0, beta = 0;
   double operator()(double x) const {
-    if (name == "Sigmoid") return 1 / (1 + std::exp(-x));
-    if (name == "Tanh") return std::tanh(x);
-    if (name == "Relu") return x < 0 ? 0 : x;
-    if (name == "LeakyRelu") return x < 0 ? alpha * x : x;
-    if (name == "ThresholdedRelu") return x > alpha ? x : 0;
-    if (name == "ScaledTanh") return alpha * std::tanh(beta * x);
-    if (name == "HardSigmoid") return std::clamp(alpha * x + beta, 0.0, 1.0);
-    if (name == "Elu") return x < 0 ? alpha * (std::exp(x) - 1) : x;
-    if (name == "Softsign") return x / (1 + std::fabs(x));
-    if (name == "Softplus") return std::log1p(std::exp(x));
-    return alpha * x + beta;  // Affine
+    switch (kind) {
+      case ActKind::kSigmoid:
+        return 1 / (1 + std::exp(-x));
+      case ActKind::kTanh:
+        return std::tanh(x);
+      case ActKind::kRelu:
+        return x < 0 ? 0 : x;
+      case ActKind::kLeakyRelu:
+        return x < 0 ? alpha * x : x;
+      case ActKind::kThresholdedRelu:
+        return x > alpha ? x : 0;
+      case ActKind::kScaledTanh:
+        return alpha * std::tanh(beta * x);
+      case ActKind::kHardSigmoid:
+        return std::clamp(alpha * x + beta, 0.0, 1.0);
+      case ActKind::kElu:
+        return x < 0 ? alpha * (std::exp(x) - 1) : x;
+      case ActKind::kSoftsign:
+        return x / (1 + std::fabs(x));
+      case ActKind::kSoftplus:
+        return std::log1p(std::exp(x));
+      case ActKind::kAffine:
+        return alpha * x + beta;
+    }
+    return x;
   }
 };
 
@@ -45,26 +95,12 @@ StatusOr<std::vector<Act>> activations(const Node& n, size_t dirs, const std::ve
   size_t na = 0, nb = 0;
   std::vector<Act> r;
   for (const std::string& s : names) {
-    // (the ONNX defaults; ScaledTanh and Affine have none, 1 and 0 here)
-    static const std::map<std::string, std::pair<double, double>> kDefaults = {{"Sigmoid", {0, 0}},
-                                                                               {"Tanh", {0, 0}},
-                                                                               {"Relu", {0, 0}},
-                                                                               {"LeakyRelu", {0.01, 0}},
-                                                                               {"ThresholdedRelu", {1, 0}},
-                                                                               {"ScaledTanh", {1, 1}},
-                                                                               {"HardSigmoid", {0.2, 0.5}},
-                                                                               {"Elu", {1, 0}},
-                                                                               {"Softsign", {0, 0}},
-                                                                               {"Softplus", {0, 0}},
-                                                                               {"Affine", {1, 0}}};
-    auto it = kDefaults.find(s);
-    if (it == kDefaults.end()) return invalid_argument_error("{}: unknown activation '{}'", n.label(), s);
-    Act a{s, it->second.first, it->second.second};
-    const bool uses_alpha = s == "LeakyRelu" || s == "ThresholdedRelu" || s == "ScaledTanh" || s == "HardSigmoid" ||
-                            s == "Elu" || s == "Affine";
-    const bool uses_beta = s == "ScaledTanh" || s == "HardSigmoid" || s == "Affine";
-    if (uses_alpha && na < alphas.size()) a.alpha = alphas[na++];
-    if (uses_beta && nb < betas.size()) a.beta = betas[nb++];
+    const ActInfo* info =
+        std::find_if(std::begin(kActs), std::end(kActs), [&](const ActInfo& k) { return s == k.name; });
+    if (info == std::end(kActs)) return invalid_argument_error("{}: unknown activation '{}'", n.label(), s);
+    Act a{info->kind, info->alpha, info->beta};
+    if (info->uses_alpha && na < alphas.size()) a.alpha = alphas[na++];
+    if (info->uses_beta && nb < betas.size()) a.beta = betas[nb++];
     r.push_back(a);
   }
   return r;
@@ -74,7 +110,8 @@ StatusOr<std::vector<Act>> activations(const Node& n, size_t dirs, const std::ve
 
 StatusOr<std::vector<HostTensor>> recurrent(const Node& n, Ins ins) {
   const std::string& op = n.op_type;
-  const size_t G = op == "LSTM" ? 4 : op == "GRU" ? 3 : 1;
+  const bool lstm = op == "LSTM", gru = op == "GRU";  // else RNN
+  const size_t G = lstm ? 4 : gru ? 3 : 1;
   for (size_t k = 0; k < 3; ++k) TS_RETURN_IF_ERROR(need(n, ins, k));
   const HostTensor &x = *ins[0], &W = *ins[1], &R = *ins[2];
   const std::string direction = n.attr_string("direction", "forward");
@@ -101,13 +138,13 @@ StatusOr<std::vector<HostTensor>> recurrent(const Node& n, Ins ins) {
   TS_RETURN_IF_ERROR(check(3, {dirs, 2 * g * H}, "B"));
   TS_RETURN_IF_ERROR(check(4, {N}, "sequence_lens"));
   TS_RETURN_IF_ERROR(check(5, batch_major ? Dims{N, dirs, H} : Dims{dirs, N, H}, "initial_h"));
-  if (op == "LSTM") {
+  if (lstm) {
     TS_RETURN_IF_ERROR(check(6, batch_major ? Dims{N, dirs, H} : Dims{dirs, N, H}, "initial_c"));
     TS_RETURN_IF_ERROR(check(7, {dirs, 3 * H}, "P"));
   }
-  const std::vector<std::string> dflt = op == "LSTM"  ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
-                                        : op == "GRU" ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                                      : std::vector<std::string>{"Tanh"};
+  const std::vector<std::string> dflt = lstm  ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                        : gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                              : std::vector<std::string>{"Tanh"};
   TS_ASSIGN_OR_RETURN(std::vector<Act> acts, activations(n, static_cast<size_t>(dirs), dflt));
   const bool clip = n.has_attr("clip"), coupled = n.attr_int("input_forget", 0) != 0;
   const double limit = n.attr_float("clip", 0);
@@ -124,7 +161,7 @@ StatusOr<std::vector<HostTensor>> recurrent(const Node& n, Ins ins) {
   };
   auto s_at = [&](int64_t d, int64_t b) { return static_cast<size_t>((batch_major ? b * dirs + d : d * N + b) * H); };
   std::vector<double> h(static_cast<size_t>(H)), c(static_cast<size_t>(H)), pre(G * static_cast<size_t>(H)),
-      rh(static_cast<size_t>(H));
+      rh(static_cast<size_t>(H)), reset(static_cast<size_t>(H));  // (GRU's reset gate)
   for (int64_t d = 0; d < dirs; ++d) {
     const bool reverse = direction == "reverse" || d == 1;
     const Act* a = &acts[static_cast<size_t>(d) * dflt.size()];
@@ -138,14 +175,14 @@ StatusOr<std::vector<HostTensor>> recurrent(const Node& n, Ins ins) {
         return invalid_argument_error("{}: sequence length {} for a sequence of {}", n.label(), len, T);
       for (int64_t j = 0; j < H; ++j) {
         h[j] = in(ins, 5) ? in(ins, 5)->at(s_at(d, b) + j) : 0.0;
-        c[j] = op == "LSTM" && in(ins, 6) ? in(ins, 6)->at(s_at(d, b) + j) : 0.0;
+        c[j] = lstm && in(ins, 6) ? in(ins, 6)->at(s_at(d, b) + j) : 0.0;
       }
       for (int64_t s = 0; s < len; ++s) {
         const int64_t t = reverse ? len - 1 - s : s;
         for (int64_t k = 0; k < g * H; ++k) {  // W x + Wb (+ R h + Rb but GRU's hidden gate: see below)
           double v = bias(k);
           for (int64_t i = 0; i < I; ++i) v += w(W, k, i, I) * x_at(t, b, i);
-          const bool gru_h = op == "GRU" && k >= 2 * H;
+          const bool gru_h = gru && k >= 2 * H;
           if (!gru_h) {
             v += bias(g * H + k);
             for (int64_t i = 0; i < H; ++i) v += w(R, k, i, H) * h[i];
@@ -153,7 +190,7 @@ StatusOr<std::vector<HostTensor>> recurrent(const Node& n, Ins ins) {
           pre[k] = v;
         }
         auto clipped = [&](double v) { return clip ? std::clamp(v, -limit, limit) : v; };
-        if (op == "LSTM") {  // gates i, o, f, c
+        if (lstm) {  // gates i, o, f, c
           auto peep = [&](int64_t k, int64_t j, double state) {
             return in(ins, 7) ? in(ins, 7)->at(static_cast<size_t>(d * 3 * H + k * H + j)) * state : 0.0;
           };
@@ -165,13 +202,12 @@ StatusOr<std::vector<HostTensor>> recurrent(const Node& n, Ins ins) {
             const double ot = a[0](clipped(pre[H + j] + peep(1, j, c[j])));
             rh[j] = ot * a[2](c[j]);
           }
-        } else if (op == "GRU") {  // gates z, r, h
-          std::vector<double> r(static_cast<size_t>(H));
-          for (int64_t j = 0; j < H; ++j) r[j] = a[0](clipped(pre[H + j]));
+        } else if (gru) {  // gates z, r, h
+          for (int64_t j = 0; j < H; ++j) reset[j] = a[0](clipped(pre[H + j]));
           for (int64_t j = 0; j < H; ++j) {
             double v = 0;
-            for (int64_t i = 0; i < H; ++i) v += w(R, 2 * H + j, i, H) * (before_reset ? h[i] : r[i] * h[i]);
-            v = before_reset ? r[j] * (v + bias(g * H + 2 * H + j)) : v + bias(g * H + 2 * H + j);
+            for (int64_t i = 0; i < H; ++i) v += w(R, 2 * H + j, i, H) * (before_reset ? h[i] : reset[i] * h[i]);
+            v = before_reset ? reset[j] * (v + bias(g * H + 2 * H + j)) : v + bias(g * H + 2 * H + j);
             const double zt = a[0](clipped(pre[j])), ht = a[1](clipped(pre[2 * H + j] + v));
             rh[j] = (1 - zt) * ht + zt * h[j];
           }
@@ -190,7 +226,7 @@ StatusOr<std::vector<HostTensor>> recurrent(const Node& n, Ins ins) {
   std::vector<HostTensor> r;
   r.push_back(std::move(y));
   r.push_back(std::move(yh));
-  if (op == "LSTM") r.push_back(std::move(yc));
+  if (lstm) r.push_back(std::move(yc));
   return r;
 }
 
