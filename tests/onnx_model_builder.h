@@ -41,6 +41,17 @@ class ModelBuilder {
     for (int64_t v : values) t->add_int64_data(v);
     return t;
   }
+  // An integer initializer of another element type (UINT8, INT8, INT32:
+  // quantized weights, zero points and biases), in int32_data as ONNX keeps them.
+  onnx::TensorProto* typed_initializer(const std::string& name, std::vector<int64_t> dims, int type,
+                                       std::vector<int32_t> values) {
+    auto* t = graph().add_initializer();
+    t->set_name(name);
+    t->set_data_type(type);
+    for (int64_t d : dims) t->add_dims(d);
+    for (int32_t v : values) t->add_int32_data(v);
+    return t;
+  }
   // Fixed-seed random float initializer.
   onnx::TensorProto* random_initializer(const std::string& name, std::vector<int64_t> dims, float scale, uint32_t seed) {
     int64_t n = 1;
@@ -148,6 +159,39 @@ inline ModelBuilder small_cnn(int64_t batch = 1) {
   b.i(fc, "transB", 1);
   b.output("logits");
   b.output("up");
+  return b;
+}
+
+// A small quantized model of every quantized form the importer reads: a
+// QDQ input, QLinearConv (int8 weights, int32 bias), ONNX Runtime's
+// com.microsoft QLinearAdd, DequantizeLinear, then DynamicQuantizeLinear ->
+// ConvInteger -> Cast. Input x (1, 2, 6, 6); the fuzzer's second seed.
+inline ModelBuilder small_quantized() {
+  ModelBuilder b(13);
+  auto* ms = b.model().add_opset_import();
+  ms->set_domain("com.microsoft");
+  ms->set_version(1);
+  b.input("x", {1, 2, 6, 6});
+  b.initializer("s", {}, {0.05f});
+  b.typed_initializer("z", {}, onnx::TensorProto::UINT8, {128});
+  b.typed_initializer("w", {3, 2, 3, 3}, onnx::TensorProto::INT8,
+                      {5,  -3, 7,  1, 0,  -9, 4, 2,  -1, 3,  8, -6, 2, 1,  0, -4, 6, 5,
+                       -2, 9,  -5, 3, 7,  1,  0, -8, 4,  -1, 2, 6,  5, -3, 1, 0,  7, -2,
+                       3,  -7, 8,  0, -1, 2,  5, -4, 6,  1,  9, -3, 0, 2,  4, -6, 1, 3});
+  b.initializer("ws", {3}, {0.01f, 0.02f, 0.015f});
+  b.typed_initializer("wz", {3}, onnx::TensorProto::INT8, {0, 0, 0});
+  b.typed_initializer("bias", {3}, onnx::TensorProto::INT32, {100, -50, 0});
+  b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+  auto* conv = b.node("QLinearConv", {"xq", "s", "z", "w", "ws", "wz", "s", "z", "bias"}, {"c"});
+  b.ints(conv, "pads", {1, 1, 1, 1});
+  auto* add = b.node("QLinearAdd", {"c", "s", "z", "c", "s", "z", "s", "z"}, {"a"});
+  add->set_domain("com.microsoft");
+  b.node("DequantizeLinear", {"a", "s", "z"}, {"f"});
+  b.node("DynamicQuantizeLinear", {"f"}, {"fq", "fs", "fz"});
+  b.typed_initializer("w2", {2, 3, 1, 1}, onnx::TensorProto::UINT8, {3, 250, 17, 128, 0, 64});
+  b.node("ConvInteger", {"fq", "w2", "fz"}, {"acc"});
+  b.i(b.node("Cast", {"acc"}, {"y"}), "to", onnx::TensorProto::FLOAT);
+  b.output("y");
   return b;
 }
 

@@ -162,6 +162,11 @@ void print_report(const LoadedModel& m, const Common& c) {
       m.from_image ? "loaded" : "compiled", m.compile_ms, m.from_image ? "reading the image" : "import", m.import_ms,
       r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
   for (const auto& f : r.fallbacks) std::printf("  host fallback: %s\n", f.c_str());
+  for (const auto& p : r.passes)
+    if (p.pass == "lower_quantized" && p.rewrites > 0)
+      std::printf("note: %d quantization op(s) computed in float32 holding the integers (Tessera has no int8 "
+                  "kernels: the model runs at its float speed)\n",
+                  p.rewrites);
   size_t applied = 0;
   for (const auto& p : r.conv_plans) applied += p.find("(applied)") != std::string::npos;
   std::printf("conv placement: %zu of %zu convs sharded in L1%s\n", applied, r.conv_plans.size(),

@@ -8,6 +8,7 @@
 #include "tessera/graph/host_eval.h"
 #include "tessera/graph/passes.h"
 #include "tessera/graph/shape_inference.h"
+#include "tessera/ops/activation.h"
 #include "test_util.h"
 
 namespace tessera::graph {
@@ -190,14 +191,14 @@ std::vector<HostTensor> run_host(const Graph& g, const HostTensor& x) {
     if (n.op_type == "SiLU") {
       for (float& f : (*outs)[0].f) f = static_cast<float>(f / (1 + std::exp(-double{f})));
     }
-    const std::string act = n.attr_string("tessera_activation", "");
-    const float scale = n.attr_float("tessera_activation_scale", 1.0f), shift = n.attr_float("tessera_activation_shift", 0.0f);
-    for (float& f : (*outs)[0].f) {
-      if (act == "relu") f = std::max(f, 0.0f);
-      else if (act == "silu") f = static_cast<float>(f / (1 + std::exp(-double{f})));
-      else if (act == "hardswish") f = f * std::min(std::max(f + 3.0f, 0.0f), 6.0f) / 6.0f;
-      else if (act == "gelu") f = static_cast<float>(0.5 * f * (1 + std::erf(f / std::sqrt(2.0))));
-      f = f * scale + shift;
+    if (const std::string act = n.attr_string("tessera_activation", ""); !act.empty()) {
+      const auto op = parse_unary_op(act);
+      EXPECT_TRUE(op.has_value()) << act;
+      const UnaryWithParam a{op.value_or(UnaryOpType::IDENTITY), n.attr_float("tessera_activation_param", 0.0f),
+                             n.attr_float("tessera_activation_scale", 1.0f),
+                             n.attr_float("tessera_activation_shift", 0.0f),
+                             n.attr_float("tessera_activation_param2", 0.0f)};
+      for (float& f : (*outs)[0].f) f = static_cast<float>(apply_activation(a, f));
     }
     if (residual)
       for (size_t k = 0; k < (*outs)[0].f.size(); ++k) (*outs)[0].f[k] += residual->f[k];
@@ -236,7 +237,7 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 19u);
+  ASSERT_EQ(reports.size(), 22u);
   EXPECT_EQ(rewrites(reports, "fold_bias_add"), 0);  // no bias add
   EXPECT_EQ(rewrites(reports, "fold_batch_norm"), 1);  // batch norm folded
   EXPECT_EQ(rewrites(reports, "fold_scale_mul"), 0);  // no scale
@@ -531,6 +532,33 @@ TEST(Passes, FuseActivationAffine) {
     }
   }
   EXPECT_EQ(fused, 2);
+  expect_same_results(before, run_host(g, xin), 1e-5);
+}
+
+// Conv + Relu, then an Add of a scalar that has a Clip after it: the Clip
+// fuses into the Add, which must then stay (absorbing the Add into the
+// conv's affine would drop the Clip: quantized models' requantization).
+TEST(Passes, AffineWithItsOwnActivationStays) {
+  Graph g;
+  const int x = value(g, "x", {1, 2, 4, 4});
+  g.inputs = {x};
+  const int w = constant(g, "w", {2, 2, 3, 3}, std::vector<float>(36, 0.f));
+  for (size_t k = 0; k < 36; ++k) g.value(w).constant->f[k] = std::cos(static_cast<float>(k)) * 0.5f;
+  const int shift = constant(g, "shift", {}, {0.5f}), lo = constant(g, "lo", {}, {0.0f}), hi = constant(g, "hi", {}, {0.75f});
+  const int c = value(g, "c"), r = value(g, "r"), a = value(g, "a"), y = value(g, "y");
+  Node conv = node("Conv", {x, w}, {c}, "conv");
+  conv.attrs["pads"] = Attribute{.kind = Attribute::Kind::INTS, .ints = {1, 1, 1, 1}};
+  g.nodes.push_back(conv);
+  g.nodes.push_back(node("Relu", {c}, {r}, "relu"));
+  g.nodes.push_back(node("Add", {r, shift}, {a}, "add"));
+  g.nodes.push_back(node("Clip", {a, lo, hi}, {y}, "clip"));
+  g.outputs = {y};
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  const HostTensor xin = sine_input();
+  const auto before = run_host(g, xin);
+  const auto reports = optimize(g);
+  EXPECT_EQ(rewrites(reports, "fuse_activation_affine"), 0) << g.to_string();
   expect_same_results(before, run_host(g, xin), 1e-5);
 }
 

@@ -16,6 +16,8 @@
 
 #include "host_kernels.h"
 #include "host_spatial.h"
+#include "tessera/numerics/bfloat16.h"
+#include "tessera/numerics/float16.h"
 
 namespace tessera::graph {
 namespace {
@@ -252,6 +254,8 @@ StatusOr<HostTensor> cast(const Node& n, const HostTensor& x, std::optional<int6
   HostTensor y = make(to_float ? ElemType::FLOAT32 : ElemType::INT64, x.dims);
   for (size_t k = 0; k < x.size(); ++k) {
     double v = x.at(k);
+    if (to == 10) v = round_to_float16(static_cast<float>(v));  // FLOAT16, BFLOAT16: held as floats, rounded
+    if (to == 16) v = round_to_bfloat16(static_cast<float>(v));
     if (!to_float) {
       if (to == 9)
         v = v != 0;  // BOOL
@@ -459,6 +463,16 @@ const std::map<std::string, Eval>& table() {
     m["MeanVarianceNormalization"] =
         one([](const Node& n, Ins ins, int) { return mean_variance_normalization(n, *ins[0]); });
     for (const char* op : {"LSTM", "GRU", "RNN"}) m[op] = [](const Node& n, Ins ins, int) { return recurrent(n, ins); };
+    m["QuantizeLinear"] = one([](const Node& n, Ins ins, int) { return quantize_linear(n, ins); });
+    m["DequantizeLinear"] = one([](const Node& n, Ins ins, int) { return dequantize_linear(n, ins); });
+    m["DynamicQuantizeLinear"] = [](const Node& n, Ins ins, int) -> StatusOr<std::vector<HostTensor>> {
+      TS_RETURN_IF_ERROR(need(n, ins, 0));
+      return dynamic_quantize_linear(*ins[0]);
+    };
+    m["ConvInteger"] = one([](const Node& n, Ins ins, int) { return conv_integer(n, ins); });
+    m["MatMulInteger"] = one([](const Node& n, Ins ins, int) { return matmul_integer(n, ins); });
+    m["QLinearConv"] = one([](const Node& n, Ins ins, int) { return qlinear_conv(n, ins); });
+    m["QLinearMatMul"] = one([](const Node& n, Ins ins, int) { return qlinear_matmul(n, ins); });
     m["GridSample"] = [](const Node& n, Ins ins, int) { return host::grid_sample(n, ins); };
     m["Shape"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
       const auto r = static_cast<int64_t>(ins[0]->dims.size());

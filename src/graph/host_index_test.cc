@@ -237,6 +237,31 @@ TEST(HostIndex, RecurrentSequenceLengthsStopEachSample) {
   EXPECT_THAT(error_of(bad, {&s.x, &s.w, &s.r}), HasSubstr("unknown activation 'Swish'"));
 }
 
+// tessera_projected_inputs: X given as every step's W x + Wb gives the
+// layer's own results; projections of the wrong width are an error.
+TEST(HostIndex, RecurrentProjectedInputsAreTheLayersOwn) {
+  for (const char* op : {"LSTM", "GRU", "RNN"}) {
+    SCOPED_TRACE(op);
+    Rnn a(op, 1);
+    const int64_t gh = a.w.dims[1];
+    HostTensor p = HostTensor::floats({a.T, a.N, gh}, std::vector<float>(static_cast<size_t>(a.T * a.N * gh)));
+    for (int64_t t = 0; t < a.T * a.N; ++t)
+      for (int64_t k = 0; k < gh; ++k) {
+        double v = a.b.f[static_cast<size_t>(k)];
+        for (int64_t i = 0; i < a.I; ++i)
+          v += double{a.w.f[static_cast<size_t>(k * a.I + i)]} * a.x.f[static_cast<size_t>(t * a.I + i)];
+        p.f[static_cast<size_t>(t * gh + k)] = static_cast<float>(v);
+      }
+    Node projected = make(op, 2);
+    projected.attrs["tessera_projected_inputs"] = {.kind = Attribute::Kind::INT, .i = 1};
+    const auto want = eval(make(op, 2), {&a.x, &a.w, &a.r, &a.b});
+    const auto got = eval(projected, {&p, &a.w, &a.r, &a.b});
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t k = 0; k < want[0].f.size(); ++k) EXPECT_NEAR(got[0].f[k], want[0].f[k], 1e-6) << k;
+    EXPECT_THAT(error_of(projected, {&a.x, &a.w, &a.r, &a.b}), HasSubstr("projected inputs [5,2,3]"));
+  }
+}
+
 TEST(HostIndex, GridSampleIdentityGridAndNonFinitePositions) {
   const HostTensor x = HostTensor::floats({1, 1, 2, 3}, {1, 2, 3, 4, 5, 6});
   // align_corners: the corners of the grid are the centres of the corner pixels.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <span>
 #include <vector>
@@ -157,6 +158,21 @@ StatusOr<HostTensor> eye_like(const Node& n, const HostTensor& x);
 
 // LSTM, GRU and RNN: Y, Y_h (and LSTM's Y_c) (host_recurrent.cc).
 StatusOr<std::vector<HostTensor>> recurrent(const Node& n, Ins ins);
+
+// Quantization (host_quant.cc): integers are INT64, saturated to the node's
+// tessera_quant_type (uint8 when absent): quant_range, nullopt for a type
+// Tessera does not quantize to.
+struct QuantRange {
+  double lo, hi;
+};
+std::optional<QuantRange> quant_range(const Node& n);
+StatusOr<HostTensor> quantize_linear(const Node& n, Ins ins);
+StatusOr<HostTensor> dequantize_linear(const Node& n, Ins ins);
+StatusOr<std::vector<HostTensor>> dynamic_quantize_linear(const HostTensor& x);
+StatusOr<HostTensor> conv_integer(const Node& n, Ins ins);
+StatusOr<HostTensor> matmul_integer(const Node& n, Ins ins);
+StatusOr<HostTensor> qlinear_conv(const Node& n, Ins ins);
+StatusOr<HostTensor> qlinear_matmul(const Node& n, Ins ins);
 
 // An Einsum equation resolved against its inputs' dims (einsum.cc): each
 // input's label per dim ("..." expanded into labels '0', '1', ... of its

@@ -559,6 +559,10 @@ std::optional<FusableActivation> fusable_activation(const Graph& g, const Node& 
       {"HardSwish", "hardswish"}, {"Mish", "mish"},       {"Softplus", "softplus"}, {"Softsign", "softsign"},
       {"Floor", "floor"},         {"Ceil", "ceil"},       {"Round", "round"},       {"Sign", "sign"}};
   if (auto it = plain.find(op); it != plain.end()) return A{it->second};
+  if (op == "Cast" && n.inputs.size() == 1 && n.inputs[0] >= 0 && g.value(n.inputs[0]).type == ElemType::FLOAT32) {
+    if (n.attr_int("to", 1) == 10) return A{"to_float16"};
+    if (n.attr_int("to", 1) == 16) return A{"to_bfloat16"};
+  }
   if (op == "Gelu" && n.attr_string("approximate", "none") == "none") return A{"gelu"};
   if (op == "Gelu" && n.attr_string("approximate", "none") == "tanh") return A{"gelu_tanh"};
   if (op == "LeakyRelu") return A{"leaky_relu", n.attr_float("alpha", 0.01f)};
@@ -741,6 +745,7 @@ PassReport fuse_activation_affine(Graph& g) {
       const Node& n = g.nodes[static_cast<size_t>(reader)];
       const bool mul = n.op_type == "Mul";
       if (mul != want_mul || (!mul && n.op_type != "Add" && n.op_type != "Sub")) continue;
+      if (n.has_attr("tessera_activation")) break;  // (what was fused into it would be lost)
       const std::optional<double> c = scalar_of(n, out);
       if (!c) break;
       if (mul)
@@ -763,6 +768,12 @@ PassReport fuse_activation_affine(Graph& g) {
   return r;
 }
 
+bool float_to_float32(const Graph& g, const Node& n) {
+  if (n.op_type != "Cast" || n.inputs.size() != 1 || n.inputs[0] < 0) return false;
+  const int64_t to = n.attr_int("to", 1);
+  return (to == 1 || to == 11) && g.value(n.inputs[0]).type == ElemType::FLOAT32;
+}
+
 PassReport remove_identities(Graph& g) {
   PassReport r{"remove_identities"};
   const auto consumers = g.consumers();
@@ -774,7 +785,7 @@ PassReport remove_identities(Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.inputs.empty() || n.inputs[0] < 0 || n.outputs.empty() || outputs.count(n.outputs[0])) continue;
-    bool identity = n.op_type == "Identity" && n.outputs.size() == 1;
+    bool identity = (n.op_type == "Identity" || float_to_float32(g, n)) && n.outputs.size() == 1;
     if (n.op_type == "Dropout") {
       // (Training mode with a ratio of 0, as F.dropout(p=0) exports, drops nothing.)
       const int ratio = n.inputs.size() > 1 ? n.inputs[1] : -1, mode = n.inputs.size() > 2 ? n.inputs[2] : -1;
@@ -854,9 +865,11 @@ std::vector<PassReport> optimize(Graph& g) {
   // Activations and LayerNorm rebuilt first: linear_to_conv and
   // cancel_transposes see whole activations between transposes, and the
   // folds below see the convs linear_to_conv makes.
+  reports.push_back(lower_quantized(g));  // (its Casts of floats become Identity)
   reports.push_back(split_variadic(g));
   reports.push_back(remove_identities(g));  // (split_variadic's Identity for one operand too)
   reports.push_back(lower_einsum(g));       // (its transposes meet cancel_transposes)
+  reports.push_back(project_recurrent_inputs(g));
   reports.push_back(fuse_activation_patterns(g));
   reports.push_back(fuse_layer_norm(g));
   reports.push_back(fuse_group_norm(g));
@@ -872,6 +885,7 @@ std::vector<PassReport> optimize(Graph& g) {
   PassReport again = fold_bias_add(g);  // the Add after a folded Mul (Paddle's learnable affine blocks)
   again.pass = "fold_bias_add (after fold_scale_mul)";
   reports.push_back(again);
+  reports.push_back(conv3d_to_conv2d(g));  // (after the folds: a batch norm joins the 3-D weights first)
   reports.push_back(fuse_activations(g));
   reports.push_back(fuse_activation_affine(g));
   reports.push_back(fuse_residual_adds(g));

@@ -193,6 +193,18 @@ StatusOr<std::vector<Out>> matmul(const Ctx& c) {
   return std::vector<Out>{{out, ElemType::FLOAT32}};
 }
 
+// A rule over two of the node's inputs as a Conv's / MatMul's (x, w), the
+// result an integer: the Integer and QLinear quantized ops.
+template <class Rule2>
+StatusOr<std::vector<Out>> integer_result(const Ctx& c, size_t w, Rule2 rule) {
+  if (!c.has(0) || !c.has(w)) return invalid_argument_error("{}: input {} is missing", c.n.label(), c.has(0) ? w : 0);
+  Node two = c.n;
+  two.inputs = {c.n.inputs[0], c.n.inputs[w]};
+  TS_ASSIGN_OR_RETURN(std::vector<Out> o, rule(Ctx{c.g, two, c.opset}));
+  o[0].type = ElemType::INT64;
+  return o;
+}
+
 StatusOr<std::vector<Out>> gemm(const Ctx& c) {
   TS_ASSIGN_OR_RETURN(Dims a, c.dims(0));
   TS_ASSIGN_OR_RETURN(Dims b, c.dims(1));
@@ -495,6 +507,22 @@ const std::map<std::string, Rule>& rules() {
       return o;
     };
     m["Conv"] = [](const Ctx& c) { return conv(c, false); };
+    m["ConvInteger"] = [](const Ctx& c) { return integer_result(c, 1, [](const Ctx& x) { return conv(x, false); }); };
+    m["QLinearConv"] = [](const Ctx& c) { return integer_result(c, 3, [](const Ctx& x) { return conv(x, false); }); };
+    m["MatMulInteger"] = [](const Ctx& c) { return integer_result(c, 1, matmul); };
+    m["QLinearMatMul"] = [](const Ctx& c) { return integer_result(c, 3, matmul); };
+    m["QuantizeLinear"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims d, c.dims(0));
+      return std::vector<Out>{{d, ElemType::INT64}};
+    };
+    m["DequantizeLinear"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims d, c.dims(0));
+      return std::vector<Out>{{d, ElemType::FLOAT32}};
+    };
+    m["DynamicQuantizeLinear"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims d, c.dims(0));
+      return std::vector<Out>{{d, ElemType::INT64}, {{}, ElemType::FLOAT32}, {{}, ElemType::INT64}};
+    };
     m["ConvTranspose"] = [](const Ctx& c) { return conv(c, true); };
     for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) m[op] = pool;
     for (const char* op : {"GlobalAveragePool", "GlobalMaxPool"})

@@ -4,15 +4,19 @@
 
 #include <cmath>
 
+#include "tessera/numerics/bfloat16.h"
+#include "tessera/numerics/float16.h"
+
 namespace tessera {
 
 namespace {
-constexpr std::string_view kNames[] = {"identity", "relu",     "relu6",      "silu",      "gelu",
-                                       "sigmoid",  "tanh",     "leaky_relu", "hardswish", "hardsigmoid",
-                                       "mish",     "exp",      "sqrt",       "elu",       "erf",
-                                       "neg",      "abs",      "reciprocal", "gelu_tanh", "log",
-                                       "pow",      "softplus", "softsign",   "celu",      "thresholded_relu",
-                                       "clip",     "floor",    "ceil",       "round",     "sign"};
+constexpr std::string_view kNames[] = {"identity",   "relu",       "relu6",      "silu",      "gelu",
+                                       "sigmoid",    "tanh",       "leaky_relu", "hardswish", "hardsigmoid",
+                                       "mish",       "exp",        "sqrt",       "elu",       "erf",
+                                       "neg",        "abs",        "reciprocal", "gelu_tanh", "log",
+                                       "pow",        "softplus",   "softsign",   "celu",      "thresholded_relu",
+                                       "clip",       "floor",      "ceil",       "round",     "sign",
+                                       "to_float16", "to_bfloat16"};
 static_assert(std::size(kNames) == static_cast<size_t>(kLastUnaryOp) + 1);
 }  // namespace
 
@@ -120,6 +124,10 @@ double apply_plain(const UnaryWithParam& a, double x) {
       return std::nearbyint(x);  // (the default rounding mode: half to even)
     case UnaryOpType::SIGN:
       return std::isnan(x) ? x : double((x > 0) - (x < 0));
+    case UnaryOpType::TO_FLOAT16:
+      return round_to_float16(static_cast<float>(x));
+    case UnaryOpType::TO_BFLOAT16:
+      return round_to_bfloat16(static_cast<float>(x));
   }
   return x;
 }

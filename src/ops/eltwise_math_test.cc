@@ -38,6 +38,8 @@ bool exact_op(UnaryOpType op) {
     case UnaryOpType::CEIL:
     case UnaryOpType::ROUND:
     case UnaryOpType::SIGN:
+    case UnaryOpType::TO_FLOAT16:
+    case UnaryOpType::TO_BFLOAT16:
       return true;
     default:
       return false;

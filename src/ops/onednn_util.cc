@@ -63,7 +63,9 @@ bool append_activation(dnnl::post_ops& po, const UnaryWithParam& a) {
     case UnaryOpType::FLOOR:
     case UnaryOpType::CEIL:
     case UnaryOpType::ROUND:
-    case UnaryOpType::SIGN: return false;
+    case UnaryOpType::SIGN:
+    case UnaryOpType::TO_FLOAT16:
+    case UnaryOpType::TO_BFLOAT16: return false;
   }
   return false;
 }

@@ -37,9 +37,13 @@ Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
   const bool ca = g.is_constant(a), cb = g.is_constant(b);
   // Layout: NHWC when a rank-4 run-time operand is NHWC and the other is a
   // constant or rank-4 too; plain otherwise.
+  // A run-time scalar (one element: a dynamically quantized model's scale
+  // and zero point) broadcasts alike in either layout: it is read plain.
+  const bool sa = !ca && graph::dims_volume(dims(a)) == 1 && rank(y) > 0,
+             sb = !cb && graph::dims_volume(dims(b)) == 1 && rank(y) > 0;
   const bool a4 = rank(a) == 4, b4 = rank(b) == 4;
-  bool out_nhwc = rank(y) == 4 && ((!ca && nhwc[static_cast<size_t>(a)] && (cb || b4) && rank(b) <= 4) ||
-                                   (!cb && nhwc[static_cast<size_t>(b)] && (ca || a4) && rank(a) <= 4));
+  bool out_nhwc = rank(y) == 4 && ((!ca && nhwc[static_cast<size_t>(a)] && (cb || sb || b4) && rank(b) <= 4) ||
+                                   (!cb && nhwc[static_cast<size_t>(b)] && (ca || sa || a4) && rank(a) <= 4));
   std::optional<Tensor> const_a, const_b;
   if (out_nhwc) {
     if (ca) {
@@ -48,7 +52,8 @@ Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
     if (cb) {
       TS_ASSIGN_OR_RETURN(const_b, constant_nhwc(b));
     }
-    note_nhwc(a), note_nhwc(b);
+    sa ? note_plain(a) : note_nhwc(a);
+    sb ? note_plain(b) : note_nhwc(b);
   } else {
     note_plain(a), note_plain(b);
   }
@@ -58,12 +63,12 @@ Status CompiledModel::Impl::lower_binary(const Node& n, BinaryOpType op) {
     if (const_a)
       ta = *const_a;
     else {
-      TS_ASSIGN_OR_RETURN(ta, out_nhwc ? as_nhwc(s, a, cq) : plain(s, a, cq));
+      TS_ASSIGN_OR_RETURN(ta, out_nhwc && !sa ? as_nhwc(s, a, cq) : plain(s, a, cq));
     }
     if (const_b)
       tb = *const_b;
     else {
-      TS_ASSIGN_OR_RETURN(tb, out_nhwc ? as_nhwc(s, b, cq) : plain(s, b, cq));
+      TS_ASSIGN_OR_RETURN(tb, out_nhwc && !sb ? as_nhwc(s, b, cq) : plain(s, b, cq));
     }
     TS_ASSIGN_OR_RETURN(Tensor out, binary(ta, tb, op, {.dtype = out_dtype(y), .activation = act, .cq_id = cq}));
     if (out_nhwc) return put(s, y, out);

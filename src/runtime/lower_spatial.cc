@@ -96,9 +96,21 @@ Status CompiledModel::Impl::lower_resize(const Node& n, bool* lowered) {
   return ok_status();
 }
 
+// A global pool as the reduce `op` over every axis after N and C (kept).
+Node CompiledModel::Impl::spatial_reduce(const Node& n, const char* op) const {
+  Node r = n;
+  r.op_type = op;
+  std::vector<int64_t> axes;
+  for (int64_t a = 2; a < static_cast<int64_t>(rank(n.inputs[0])); ++a) axes.push_back(a);
+  r.attrs["axes"] = graph::Attribute{.kind = graph::Attribute::Kind::INTS, .ints = axes};
+  r.attrs["keepdims"] = graph::Attribute{.kind = graph::Attribute::Kind::INT, .i = 1};
+  return r;
+}
+
 Status CompiledModel::Impl::lower_global_avg_pool(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
-  if (rank(x) != 4) return lower_fallback(n, "a non-4D input");
+  if (rank(x) < 3) return not_covered(n);
+  if (rank(x) != 4) return lower_reduce(spatial_reduce(n, "ReduceMean"));  // (a video model's (N, C, T, H, W))
   note_nhwc(x);
   nhwc[static_cast<size_t>(y)] = true;
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
@@ -143,14 +155,8 @@ struct ReduceMath {
 // GlobalMaxPool: ReduceMax over every spatial axis, dims kept (lower_reduce:
 // a max pool over the whole image for a 4-D value).
 Status CompiledModel::Impl::lower_global_max_pool(const Node& n) {
-  Node r = n;
-  r.op_type = "ReduceMax";
-  std::vector<int64_t> axes;
-  for (int64_t a = 2; a < static_cast<int64_t>(rank(n.inputs[0])); ++a) axes.push_back(a);
-  if (axes.empty()) return not_covered(n);
-  r.attrs["axes"] = graph::Attribute{.kind = graph::Attribute::Kind::INTS, .ints = axes};
-  r.attrs["keepdims"] = graph::Attribute{.kind = graph::Attribute::Kind::INT, .i = 1};
-  return lower_reduce(r);
+  if (rank(n.inputs[0]) < 3) return not_covered(n);
+  return lower_reduce(spatial_reduce(n, "ReduceMax"));
 }
 
 // ReduceMean over the spatial axes of an image (a squeeze-excitation

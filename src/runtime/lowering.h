@@ -267,6 +267,7 @@ struct CompiledModel::Impl {
   Status lower_batch_norm(const Node& n);
   Status lower_instance_norm(const Node& n);
   Status lower_unary(const Node& n);  // lower_eltwise.cc
+  Node spatial_reduce(const Node& n, const char* op) const;  // lower_spatial.cc
   Status lower_arith(const Node& n);
   Status lower_binary(const Node& n, BinaryOpType op);
   Status lower_pow(const Node& n);

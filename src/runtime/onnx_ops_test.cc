@@ -145,6 +145,64 @@ TEST(OnnxOps, ActivationsFuseIntoConvAndAdd) {
   }
 }
 
+// Casts between float types: to FLOAT16 and BFLOAT16 round (float16 models
+// cast around their ops), to FLOAT and DOUBLE change nothing; alone, after a
+// conv (fused into it) and chained back to FLOAT, with values past float16's
+// range, float16 denormals, NaN and infinities.
+TEST(OnnxOps, FloatCastsRunOnTheDevice) {
+  for (int to : {10, 16, 11, 1}) {
+    SCOPED_TRACE(to);
+    ModelBuilder chain(13);
+    chain.input("x", {1, 3, 8, 8});
+    ModelBuilder::i(chain.node("Cast", {"x"}, {"h"}), "to", to);
+    ModelBuilder::i(chain.node("Cast", {"h"}, {"y"}), "to", onnx::TensorProto::FLOAT);
+    chain.output("h");
+    chain.output("y");
+    graph::HostTensor x = special_input({1, 3, 8, 8}, 9);
+    const float edges[] = {70000.0f, -65520.0f, 65519.0f, 3e-6f, -1e-7f, 1.00048828125f, 3.0e38f, 6.1e-5f};
+    for (size_t k = 0; k < std::size(edges); ++k) x.f[x.f.size() - 1 - k] = edges[k];
+    expect_device_matches_reference(chain, x, 0, 0);
+
+    ModelBuilder fused(13);
+    fused.input("x", {1, 3, 8, 8});
+    fused.random_initializer("w", {4, 3, 3, 3}, 0.5f, 4);
+    ModelBuilder::ints(fused.node("Conv", {"x", "w"}, {"c"}), "pads", {1, 1, 1, 1});
+    ModelBuilder::i(fused.node("Cast", {"c"}, {"y"}), "to", to);
+    fused.output("y");
+    // (the conv's rounding may move a value to the next float16 / bfloat16)
+    expect_device_matches_reference(fused, special_input({1, 3, 8, 8}, 10, false), 0, to == 16 ? 0x1p-7 : 0x1p-10);
+  }
+}
+
+// 3-D convs (video models) as 2-D convs over frames: temporal padding,
+// stride and dilation, groups, a bias, spatial padding and stride, at batch 1
+// (the frames sliced as the batch) and 2 (sliced per image), then a 5-D
+// global average pool: all on the device.
+TEST(OnnxOps, Conv3dRunsOnTheDeviceAsConv2dOverFrames) {
+  struct Case {
+    int64_t batch, kt, st, dt, pt, group;
+  };
+  for (const Case c :
+       {Case{1, 3, 1, 1, 1, 1}, Case{2, 3, 2, 1, 1, 2}, Case{1, 2, 1, 2, 0, 1}, Case{2, 1, 1, 1, 0, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "batch " << c.batch << " kt " << c.kt << " st " << c.st << " dt " << c.dt
+                                      << " pt " << c.pt << " group " << c.group);
+    ModelBuilder b(13);
+    b.input("x", {c.batch, 4, 7, 6, 5});
+    b.random_initializer("w", {6, 4 / c.group, c.kt, 3, 3}, 0.4f, 11);
+    b.random_initializer("bias", {6}, 0.2f, 12);
+    auto* conv = b.node("Conv", {"x", "w", "bias"}, {"c"});
+    ModelBuilder::ints(conv, "pads", {c.pt, 1, 0, c.pt, 1, 1});
+    ModelBuilder::ints(conv, "strides", {c.st, 1, 2});
+    ModelBuilder::ints(conv, "dilations", {c.dt, 1, 1});
+    ModelBuilder::i(conv, "group", c.group);
+    b.node("Relu", {"c"}, {"y"});
+    b.node("GlobalAveragePool", {"y"}, {"pooled"});
+    b.output("y");
+    b.output("pooled");
+    expect_device_matches_reference(b, special_input({c.batch, 4, 7, 6, 5}, 13, false), 0, 1e-5);
+  }
+}
+
 // Max and Min keep a NaN from either operand, the constant's included; Sum
 // and Mean add left to right (Mean then divides by the count).
 TEST(OnnxOps, VariadicOpsRunOnTheDevice) {
@@ -399,6 +457,47 @@ TEST(OnnxOps, LstmWithNamedActivationsRunsOnTheHost) {
   b.output("h");
   b.output("c");
   expect_device_matches_reference(b, special_input({4, 2, 3}, 36), 1);
+}
+
+// The input products of a recurrent layer on the device
+// (project_recurrent_inputs), the recurrence on the host: a GRU both ways
+// with linear_before_reset, a reverse RNN with clipping, and an LSTM with
+// initial states, peepholes and sequence lengths, against the reference's
+// whole layer.
+TEST(OnnxOps, RecurrentInputProductsRunOnTheDevice) {
+  for (const std::string op : {"GRU", "RNN", "LSTM"}) {
+    SCOPED_TRACE(op);
+    const int64_t gates = op == "LSTM" ? 4 : op == "GRU" ? 3 : 1, dirs = op == "RNN" ? 1 : 2, H = 5;
+    ModelBuilder b(13);
+    b.input("x", {6, 2, 7});
+    b.random_initializer("w", {dirs, gates * H, 7}, 0.6f, 40);
+    b.random_initializer("r", {dirs, gates * H, H}, 0.6f, 41);
+    b.random_initializer("bias", {dirs, 2 * gates * H}, 0.4f, 42);
+    std::vector<std::string> ins{"x", "w", "r", "bias"};
+    if (op == "LSTM") {
+      b.int_initializer("lens", {6, 4});
+      b.random_initializer("h0", {dirs, 2, H}, 0.5f, 43);
+      b.random_initializer("c0", {dirs, 2, H}, 0.5f, 44);
+      b.random_initializer("p", {dirs, 3 * H}, 0.5f, 45);
+      ins.insert(ins.end(), {"lens", "h0", "c0", "p"});
+    }
+    auto* n = b.node(op, ins, {"y", "h"});
+    ModelBuilder::i(n, "hidden_size", H);
+    ModelBuilder::s(n, "direction", op == "RNN" ? "reverse" : "bidirectional");
+    if (op == "GRU") ModelBuilder::i(n, "linear_before_reset", 1);
+    if (op == "RNN") ModelBuilder::f(n, "clip", 1.5f);
+    b.output("y");
+    b.output("h");
+    ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+    ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+    ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+    int projected = -1;
+    for (const auto& p : model->report().passes)
+      if (p.pass == "project_recurrent_inputs") projected = p.rewrites;
+    EXPECT_EQ(projected, 1);
+    // (the device's float32 products against the reference's double ones)
+    expect_device_matches_reference(b, special_input({6, 2, 7}, 46, false), 1, 1e-5);
+  }
 }
 
 }  // namespace

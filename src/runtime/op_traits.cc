@@ -21,15 +21,18 @@ constexpr OpTraits kOpTraits[] = {
     {"Add", &I::lower_arith, true, true},
     {"AveragePool", &I::lower_pool, true},
     {"BatchNormalization", &I::lower_batch_norm, true, false, kAfterFirst},
+    {"Cast", &I::lower_unary, true},  // between float types (integers: the host)
     {"Ceil", &I::lower_unary, true},
     {"Celu", &I::lower_unary, true},
     {"Clip", &I::lower_unary, true, false, kAfterFirst},
     {"Concat", &I::lower_concat, true, true},  // per image unless along the batch (per_image_op)
     {"ConstantOfShape", nullptr, false, false, kAll},
     {"Conv", &I::lower_conv, true, false, kAfterFirst},
+    {"ConvInteger", nullptr, false, false, kAfterFirst},
     {"ConvTranspose", &I::lower_conv_transpose, true, false, kAfterFirst},
     {"CumSum", nullptr, false, false, kAfterFirst},
     {"DepthToSpace", &I::lower_depth_space, true},
+    {"DequantizeLinear", nullptr, false, false, kAfterFirst},
     {"Div", &I::lower_arith, true, true},
     {"Dropout", &I::lower_unary},
     {"Elu", &I::lower_unary, true},
@@ -53,6 +56,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Log", &I::lower_unary, true},
     {"LogSoftmax", &I::lower_softmax},
     {"MatMul", &I::lower_matmul},
+    {"MatMulInteger", nullptr, false, false, kAfterFirst},
     {"Max", &I::lower_arith, true, true},
     {"MaxPool", &I::lower_pool, true},
     {"Min", &I::lower_arith, true, true},
@@ -63,6 +67,9 @@ constexpr OpTraits kOpTraits[] = {
     {"PRelu", &I::lower_prelu, false, false, kAfterFirst},
     {"Pad", &I::lower_slice_pad_split, false, false, kAfterFirst},
     {"Pow", &I::lower_pow, true},
+    {"QLinearConv", nullptr, false, false, kAfterFirst},
+    {"QLinearMatMul", nullptr, false, false, kAfterFirst},
+    {"QuantizeLinear", nullptr, false, false, kAfterFirst},
     {"Range", nullptr, false, false, kAll},
     {"Reciprocal", &I::lower_unary, true},
     {"ReduceL1", &I::lower_reduce, false, false, kAfterFirst},
@@ -153,6 +160,7 @@ std::optional<UnaryWithParam> device_unary(const Graph& g, const Node& n) {
       {"Neg", UnaryOpType::NEG}, {"Abs", UnaryOpType::ABS},           {"Reciprocal", UnaryOpType::RECIPROCAL},
       {"Log", UnaryOpType::LOG}, {"Identity", UnaryOpType::IDENTITY}, {"Dropout", UnaryOpType::IDENTITY}};
   if (auto it = plain.find(n.op_type); it != plain.end()) return UnaryWithParam{it->second};
+  if (graph::float_to_float32(g, n)) return UnaryWithParam{UnaryOpType::IDENTITY};
   return std::nullopt;
 }
 

@@ -6,8 +6,8 @@
 //
 //   fuzz_onnx_import [--seconds S] [--seed N] [SEED.onnx ...]
 //
-// It mutates seed models (a small CNN written in onnx_model_builder.h, plus
-// any files given) with byte flips, truncations, splices and protobuf-aware
+// It mutates seed models (a small CNN and a small quantized model written in
+// onnx_model_builder.h, plus any files given) with byte flips, truncations, splices and protobuf-aware
 // edits of varint fields, imports each, and fails only on a crash (which the
 // sanitizers turn into a report) or an error with an empty message.
 #include <chrono>
@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   const auto args = tessera::fuzz::parse_fuzz_args(argc, argv, "fuzz_onnx_import");
   if (!args) return 2;
   const double seconds = args->seconds;
-  std::vector<std::string> seeds{tessera::testing_onnx::small_cnn(2).bytes()};
+  std::vector<std::string> seeds{tessera::testing_onnx::small_cnn(2).bytes(),
+                                 tessera::testing_onnx::small_quantized().bytes()};
   seeds.insert(seeds.end(), args->files.begin(), args->files.end());
   std::mt19937 rng(args->seed);
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

@@ -60,7 +60,12 @@ PassReport fold_scale_mul(Graph& g);
 // Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5) -> Gelu(x) (PyTorch's nn.GELU before opset 20);
 // its tanh form, Tanh(sqrt(2/pi) * (x + 0.044715 x^3)) for the Erf -> Gelu(x; approximate 'tanh').
 PassReport fuse_activation_patterns(Graph& g);
-// Identity, and Dropout that drops nothing (no training mode, or a ratio of
+// Whether n is a Cast of a float value to FLOAT or DOUBLE: Tessera computes
+// in float32, so it changes nothing (a Cast to FLOAT16 or BFLOAT16 rounds:
+// fusable_activation's to_float16 / to_bfloat16).
+bool float_to_float32(const Graph& g, const Node& n);
+// Identity, a Cast of a float to FLOAT or DOUBLE (float_to_float32), and
+// Dropout that drops nothing (no training mode, or a ratio of
 // 0; its mask output unread), removed: their readers read the input (a graph output keeps its
 // node, for its name).
 PassReport remove_identities(Graph& g);
@@ -84,6 +89,27 @@ PassReport fuse_group_norm(Graph& g);
 // over (N, C, 1, L) between two Reshapes.
 PassReport conv1d_to_conv2d(Graph& g);
 
+// Quantized models on the float device: QuantizeLinear, DequantizeLinear,
+// DynamicQuantizeLinear, ConvInteger, MatMulInteger, QLinearConv and
+// QLinearMatMul become the float ops of their definitions (Div, Round, Add,
+// Clip; Sub, Mul; ReduceMin / ReduceMax; Conv and MatMul of centered
+// constant weights), their integer results FLOAT32 values holding the
+// integers (exact to 2^24), carried unchanged through MaxPool, Reshape,
+// Transpose, Concat, nearest Resize and the like. Readers that need the
+// integers back (host ops, graph outputs) get them through a Cast. Ops with
+// run-time weights or per-axis run-time scales stay on the host.
+PassReport lower_quantized(Graph& g);
+// Conv over (N, C, T, H, W) (a video model's 3-D conv; constant weights,
+// no fused activation) as 2-D convs over frames: the frames moved into the
+// batch, one Conv per temporal tap over the output frames that tap reads
+// (Pad and a strided Slice along T), the taps' results added, then back to
+// (N, M, T', H', W'); then cancel_transposes, for consecutive 3-D convs.
+PassReport conv3d_to_conv2d(Graph& g);
+// LSTM / GRU / RNN (time-major, constant W and B): the input products of
+// every step, W x + Wb, as one MatMul on the device (Reshape, MatMul by W^T
+// of every direction, Add, Reshape); the layer reads them as its input with
+// tessera_projected_inputs = 1 and runs the recurrence alone.
+PassReport project_recurrent_inputs(Graph& g);
 // Einsum of one or two operands with no label repeated within an operand
 // (attention written as einsum: "bhqd,bhkd->bhqk"): labels only one operand
 // has and the output lacks are summed first (ReduceSum), then both operands

@@ -74,9 +74,12 @@ enum class UnaryOpType : uint8_t {
   FLOOR,
   CEIL,
   ROUND,
-  SIGN,  // the last: tests iterate up to it (new kinds go last)
+  SIGN,
+  TO_FLOAT16,   // rounded to the nearest float16 (ONNX Cast to FLOAT16 and back), NaN kept
+  TO_BFLOAT16,  // rounded to the nearest bfloat16 (Cast to BFLOAT16), NaN kept
+  // (the last: tests iterate up to it; new kinds go last)
 };
-inline constexpr UnaryOpType kLastUnaryOp = UnaryOpType::SIGN;
+inline constexpr UnaryOpType kLastUnaryOp = UnaryOpType::TO_BFLOAT16;
 
 struct UnaryWithParam {
   UnaryOpType op = UnaryOpType::IDENTITY;

@@ -1,5 +1,7 @@
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "microsoft_ops.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/import/onnx.h"
 #include "tessera/numerics/bfloat16.h"
@@ -300,6 +303,54 @@ void remove_identities(graph::Graph& g) {
   g.nodes = std::move(kept);
 }
 
+
+// The integer type a quantizing node writes, as the attribute
+// tessera_quant_type ("uint8", "int8", ...): Tessera holds integers as INT64
+// (graph.h), which forgets the range QuantizeLinear saturates to. ONNX takes
+// it from the zero point's type (uint8 when there is none); the zero point
+// is an initializer, a Constant, a Cast or another quantizer's output, so the
+// types are followed through the sorted nodes. `types` holds the file's
+// element types by value id (initializers, inputs, value_info, Constants).
+void record_quant_types(graph::Graph& g, std::map<int, int> types) {
+  auto type_of = [&](const graph::Node& n, size_t k) {
+    if (k >= n.inputs.size() || n.inputs[k] < 0) return static_cast<int>(onnx::TensorProto::UINT8);
+    auto it = types.find(n.inputs[k]);
+    return it == types.end() ? static_cast<int>(onnx::TensorProto::UNDEFINED) : it->second;
+  };
+  auto name = [](int t) {
+    std::string s = type_name(t);
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+  };
+  // Ops whose output has their first input's element type.
+  static const std::set<std::string> passthrough = {
+      "Reshape", "Flatten",  "Squeeze",      "Unsqueeze",    "Transpose", "Slice", "Gather", "Concat", "Split",
+      "MaxPool", "Identity", "DepthToSpace", "SpaceToDepth", "Resize",    "Pad",   "Tile",   "Expand"};
+  for (graph::Node& n : g.nodes) {
+    int out = onnx::TensorProto::UNDEFINED;
+    size_t zero_point = 0;  // the input whose type names the result's, 0: none
+    if (n.op_type == "QuantizeLinear") zero_point = 2;
+    if (n.op_type == "QLinearConv" || n.op_type == "QLinearMatMul") zero_point = 7;
+    if (zero_point) {
+      out = type_of(n, zero_point);
+      if (out != onnx::TensorProto::UNDEFINED) {
+        graph::Attribute a;
+        a.kind = graph::Attribute::Kind::STRING;
+        a.s = name(out);
+        n.attrs["tessera_quant_type"] = a;
+      }
+      if (!n.outputs.empty()) types[n.outputs[0]] = out;
+    } else if (n.op_type == "DynamicQuantizeLinear") {
+      for (size_t k : {size_t{0}, size_t{2}})
+        if (k < n.outputs.size()) types[n.outputs[k]] = onnx::TensorProto::UINT8;
+    } else if (n.op_type == "Cast" && !n.outputs.empty()) {
+      types[n.outputs[0]] = static_cast<int>(n.attr_int("to", onnx::TensorProto::FLOAT));
+    } else if (passthrough.count(n.op_type) && !n.inputs.empty()) {
+      const int t = type_of(n, 0);
+      for (int o : n.outputs) types[o] = t;
+    }
+  }
+}
 }  // namespace
 
 StatusOr<graph::HostTensor> load_tensor_proto(const std::string& path) {
@@ -341,6 +392,7 @@ StatusOr<graph::Graph> import_onnx_bytes(std::string_view bytes, const OnnxImpor
   const int64_t max_elements = options.infer.max_elements;
 
   std::map<std::string, int> ids;
+  std::map<int, int> file_types;  // value id -> the file's element type (record_quant_types)
   auto value_id = [&](const std::string& name) {
     auto it = ids.find(name);
     if (it != ids.end()) return it->second;
@@ -355,6 +407,7 @@ StatusOr<graph::Graph> import_onnx_bytes(std::string_view bytes, const OnnxImpor
     if (ids.count(t.name())) return invalid_argument_error("initializer '{}' is defined twice", t.name());
     TS_ASSIGN_OR_RETURN(HostTensor h, read_tensor(t, fmt::format("initializer '{}'", t.name()), base_dir, max_elements));
     graph::Value& v = g.value(value_id(t.name()));
+    file_types[value_id(t.name())] = t.data_type();
     v.type = h.type;
     v.dims = h.dims;
     v.has_shape = true;
@@ -371,6 +424,7 @@ StatusOr<graph::Graph> import_onnx_bytes(std::string_view bytes, const OnnxImpor
                                  in.name());
     const auto& tt = in.type().tensor_type();
     TS_ASSIGN_OR_RETURN(v.type, elem_type(tt.elem_type(), fmt::format("graph input '{}'", in.name())));
+    file_types[id] = tt.elem_type();
     if (auto it = options.input_shapes.find(in.name()); it != options.input_shapes.end()) {
       v.dims = it->second;
     } else if (tt.has_shape()) {
@@ -395,9 +449,11 @@ StatusOr<graph::Graph> import_onnx_bytes(std::string_view bytes, const OnnxImpor
     graph::Node n;
     n.op_type = np.op_type();
     n.name = np.name().empty() ? fmt::format("{}_{}", np.op_type(), i) : np.name();
-    if (!np.domain().empty() && np.domain() != "ai.onnx")
-      return unimplemented_error("{}: domain '{}' is not supported (only the default ai.onnx domain)", n.label(),
-                                 np.domain());
+    const bool microsoft = np.domain() == "com.microsoft" && is_microsoft_op(n.op_type);
+    if (!np.domain().empty() && np.domain() != "ai.onnx" && !microsoft)
+      return unimplemented_error(
+          "{}: domain '{}' is not supported (Tessera reads the default ai.onnx domain, and com.microsoft's {})",
+          n.label(), np.domain(), microsoft_ops());
     if (n.op_type.empty()) return invalid_argument_error("node {} has no op type", i);
     for (const auto& a : np.attribute()) {
       if (n.attrs.count(a.name())) return invalid_argument_error("{}: attribute '{}' is given twice", n.label(), a.name());
@@ -418,12 +474,21 @@ StatusOr<graph::Graph> import_onnx_bytes(std::string_view bytes, const OnnxImpor
     if (n.op_type == "Constant") {
       if (n.outputs.size() != 1) return invalid_argument_error("{} has {} outputs, expected 1", n.label(), n.outputs.size());
       TS_ASSIGN_OR_RETURN(HostTensor h, constant_value(n));
+      if (auto a = n.attrs.find("value"); a != n.attrs.end() && a->second.t) {
+        for (const auto& pa : np.attribute())
+          if (pa.name() == "value") file_types[n.outputs[0]] = pa.t().data_type();
+      }
       graph::Value& v = g.value(n.outputs[0]);
       if (v.constant) return invalid_argument_error("value '{}' is produced by two nodes", v.name);
       v.type = h.type;
       v.dims = h.dims;
       v.has_shape = true;
       v.constant = std::move(h);
+      continue;
+    }
+    if (microsoft) {
+      TS_ASSIGN_OR_RETURN(std::vector<graph::Node> standard, expand_microsoft_op(g, n));
+      for (graph::Node& e : standard) g.nodes.push_back(std::move(e));
       continue;
     }
     g.nodes.push_back(std::move(n));
@@ -434,7 +499,11 @@ StatusOr<graph::Graph> import_onnx_bytes(std::string_view bytes, const OnnxImpor
     g.outputs.push_back(it->second);
   }
   if (g.outputs.empty()) return invalid_argument_error("the graph has no outputs");
+  for (const onnx::ValueInfoProto& vi : gp.value_info())
+    if (auto it = ids.find(vi.name()); it != ids.end() && vi.type().has_tensor_type())
+      file_types.emplace(it->second, vi.type().tensor_type().elem_type());
   TS_RETURN_IF_ERROR(g.topological_sort());
+  record_quant_types(g, std::move(file_types));
   remove_identities(g);
   if (options.infer_shapes) {
     TS_RETURN_IF_ERROR(graph::infer_shapes(g, options.infer));

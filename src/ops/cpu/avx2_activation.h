@@ -220,6 +220,16 @@ TS_VINLINE __m256 sign_ps(__m256 x) {
                                  _mm256_and_ps(lt(x, zero), set(1.0f)));
   return blend(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
+// The nearest bfloat16 (ties to even) as a float; NaN kept quiet.
+TS_VINLINE __m256 round_bf16_ps(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  const __m256 rounded = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  const __m256 quiet = _mm256_castsi256_ps(_mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)),
+                                                            _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  return blend(rounded, quiet, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
 
 template <class F>
 void with_plain_activation(const UnaryWithParam& act, F&& f) {
@@ -294,6 +304,10 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
       return f([](__m256 v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); });
     case UnaryOpType::SIGN:
       return f([](__m256 v) { return sign_ps(v); });
+    case UnaryOpType::TO_FLOAT16:  // (F16C: nearest even, NaN and float16 denormals kept)
+      return f([](__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); });
+    case UnaryOpType::TO_BFLOAT16:
+      return f([](__m256 v) { return round_bf16_ps(v); });
     case UnaryOpType::HARDSWISH:
       return f([=](__m256 v) {
         const __m256 t = _mm256_min_ps(set(6.0f), _mm256_max_ps(_mm256_add_ps(v, set(3.0f)), zero));

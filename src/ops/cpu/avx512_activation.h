@@ -244,6 +244,16 @@ inline __m512 sign_ps(__m512 x) {
   return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
+// The nearest bfloat16 (ties to even) as a float; NaN kept quiet, float32
+// denormals rounded as numbers (float_to_bfloat16's bits).
+inline __m512 round_bf16_ps(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x), high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), u, _mm512_set1_epi32(0x00400000));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, high));
+}
+
 // v < lo ? lo : v > hi ? hi : v, and relu (v < 0 ? 0 : v), with NaN and -0
 // kept: vmaxps / vminps return their second operand when either is NaN or
 // both are zeros, so v goes second. One instruction per bound, where a
@@ -363,6 +373,11 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
       return f([](__m512 v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); });
     case UnaryOpType::SIGN:
       return f([](__m512 v) { return sign_ps(v); });
+    case UnaryOpType::TO_FLOAT16:  // (vcvtps2ph rounds to nearest even, keeps NaN and float16 denormals)
+      return f(
+          [](__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); });
+    case UnaryOpType::TO_BFLOAT16:
+      return f([](__m512 v) { return round_bf16_ps(v); });
     case UnaryOpType::HARDSWISH:
       return f([=](__m512 v) {
         const __m512 t = _mm512_min_ps(set(6.0f), _mm512_max_ps(_mm512_add_ps(v, set(3.0f)), zero));
