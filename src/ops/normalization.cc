@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cpu/float_math.h"
+#include "cpu/flush_denormals.h"
 #include "cpu/rows.h"
 #include "op_common.h"
 
@@ -141,8 +142,14 @@ void layer_norm_row(const NormArgs& a, uint32_t r) {
 
 Status row_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const NormArgs*>(raw);
-  for (uint32_t r = begin; r < end; ++r)
-    a.kind == NormKind::kLayerNorm ? layer_norm_row(a, r) : softmax_row(a, r);
+  if (a.kind == NormKind::kLayerNorm) {
+    for (uint32_t r = begin; r < end; ++r) layer_norm_row(a, r);
+    return ok_status();
+  }
+  // exp(x - max) below the smallest normal float is 0 (normalization.h):
+  // masked attention scores otherwise make denormals, slow on Intel cores.
+  const cpu::ScopedFlushDenormals flush;
+  for (uint32_t r = begin; r < end; ++r) softmax_row(a, r);
   return ok_status();
 }
 

@@ -3,7 +3,12 @@
 // bfloat16 (normalization.h), both ISA paths, several memory configs.
 #include "tessera/ops/normalization.h"
 
+#include <xmmintrin.h>
+
+#include <cfloat>
+
 #include "tessera/base/cpu_features.h"
+#include "tessera/ops/eltwise.h"
 #include "tessera/ops/reference.h"
 #include "test_util.h"
 
@@ -180,6 +185,48 @@ TEST(Normalization, SpecialValuesAsTheReference) {
     }
   }
   set_avx512_kernels_enabled(true);
+}
+
+// Masked attention rows (scores 90 and 100 below the rest, as Swin's -100
+// mask makes): where the reference's probability is below the smallest
+// normal float softmax gives 0 (normalization.h), elsewhere the reference's;
+// log_softmax stays finite as the reference. The workers keep denormals
+// for the next op (an add of denormals is still denormal), and so does the
+// calling thread.
+TEST(Softmax, FlushesWhatWouldBeDenormalAndRestoresTheThreads) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Shape s{64, 49};
+  std::vector<float> v = testing::random_values(s.volume(), 21, 1.0f);
+  for (size_t i = 0; i < v.size(); ++i)
+    if (i % 49 >= 30) v[i] -= i % 2 ? 100.0f : 90.0f;
+  v[5] = 1e-40f, v[6] = -1e-40f;  // denormal logits
+  Tensor h = Tensor::from_vector(v, s, DataType::FLOAT32).value();
+  ASSERT_OK_AND_ASSIGN(std::vector<float> ref, reference::softmax(h, DataType::FLOAT32).value().to_vector());
+  ASSERT_OK_AND_ASSIGN(Tensor want_log, reference::log_softmax(h, DataType::FLOAT32));
+  const unsigned csr = _mm_getcsr();
+  for (bool avx512 : {true, false}) {
+    set_avx512_kernels_enabled(avx512);
+    SCOPED_TRACE(avx512 ? "avx512" : "avx2");
+    ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> got, softmax(d).value().cpu().value().to_vector());
+    size_t flushed = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::fabs(ref[i]) < FLT_MIN) {
+        flushed += ref[i] != 0;
+        EXPECT_EQ(got[i], 0.0f) << i;
+      } else {
+        EXPECT_NEAR(got[i], ref[i], 1e-5 * ref[i] + 1e-5) << i;
+      }
+    }
+    EXPECT_GT(flushed, 0u);  // the case is the one the flush is for
+    expect_near_reference(log_softmax(d).value().cpu().value(), want_log, DataType::FLOAT32);
+    Tensor tiny = Tensor::from_vector(std::vector<float>(256, 1e-39f), Shape{256}, DataType::FLOAT32).value();
+    ASSERT_OK_AND_ASSIGN(Tensor dt, to_device(tiny, *dev));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> sum, add(dt, dt).value().cpu().value().to_vector());
+    for (float x : sum) EXPECT_EQ(x, 2e-39f);
+  }
+  set_avx512_kernels_enabled(true);
+  EXPECT_EQ(_mm_getcsr(), csr);
 }
 
 TEST(Normalization, Errors) {

@@ -8,9 +8,14 @@
 // relative + 1e-5 absolute of the reference kernels in float32, and one
 // bfloat16 ulp more in bfloat16.
 //
-//   softmax     over the last dim: exp(x - max) / sum;
+//   softmax     over the last dim: exp(x - max) / sum; a result below the
+//               smallest normal float (2^-126) is 0, and denormal inputs
+//               read as 0 (a row sums to 1: the change is below 2^-126,
+//               where a denormal made Intel cores take a microcode assist
+//               per element, 5x slower on masked attention);
 //   log_softmax over the last dim: x - max - ln(sum), sum = sum of exp(x - max)
-//               (finite where softmax underflows to 0);
+//               (finite where softmax underflows to 0; exp's denormals
+//               flushed as softmax's);
 //   layer_norm  over the last dim: (x - mean) / sqrt(var + eps) * w + b
 //               (biased variance; ttnn's default eps 1e-12);
 //   group_norm  NHWC input (N, H, W, C) or (N, 1, H*W, C): statistics per
