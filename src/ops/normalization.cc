@@ -31,6 +31,7 @@ struct NormArgs {
 };
 
 constexpr uint32_t kChunk = kTileElements;
+static_assert(kChunk % 16 == 0);
 
 // Reads param values [c0, c0 + n) or fills `fallback`.
 void read_param(const Param& p, uint32_t c0, uint32_t n, float* dst, float fallback) {
@@ -66,6 +67,11 @@ void softmax_row(const NormArgs& a, uint32_t r) {
   if (a.cols <= kChunk) {  // the row stays in x: read once, exp once
     const uint32_t n = a.cols;
     cpu::read_row(a.in, a.in_type, r, 0, n, x);
+    if (a.math.softmax_row) {  // (x has room for n rounded up to 16: kChunk is a multiple)
+      a.math.softmax_row(x, n, a.kind == NormKind::kLogSoftmax);
+      cpu::write_row(a.out, a.out_type, r, 0, n, x);
+      return;
+    }
     float m = -INFINITY;
     for (uint32_t i = 0; i < n; ++i) m = std::isnan(x[i]) || x[i] > m ? x[i] : m;
     for (uint32_t i = 0; i < n; ++i) x[i] -= m;

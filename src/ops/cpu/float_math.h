@@ -30,6 +30,11 @@ struct FloatMath {
   // unary/binary between conversions. Null for the portable table.
   void (*fused)(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out, BinaryOpType op,
                 const UnaryWithParam& act, size_t n);
+  // A softmax row in place, in registers: x - max, exp, the sum of the exps
+  // in double, then exp / sum (log: x - max - ln(sum)); a NaN anywhere makes
+  // the row NaN. `x` holds n values and room for n rounded up to 16 (the
+  // tail is scratch). Null for the portable table.
+  void (*softmax_row)(float* x, size_t n, bool log);
 };
 
 const FloatMath& select_float_math();  // by kernel_isa()
@@ -40,6 +45,7 @@ const FloatMath& select_float_math();  // by kernel_isa()
   void binary_f32(BinaryOpType op, const float* a, const float* b, float* y, size_t n);                   \
   void fused_eltwise(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out, BinaryOpType op, \
                      const UnaryWithParam& act, size_t n);                                                \
+  void softmax_row(float* x, size_t n, bool log);                                                         \
   }
 TESSERA_FLOAT_MATH_ISA(avx512)
 TESSERA_FLOAT_MATH_ISA(avx2)

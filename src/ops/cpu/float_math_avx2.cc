@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "avx2_activation.h"
 #include "float_math.h"
@@ -119,6 +120,38 @@ void fused_eltwise(const FusedOperand& a, const FusedOperand* b, const FusedOper
     if (!b) return over(n, a, nullptr, out, [&](__m256 u, __m256) { return f(u); });
     with_binary_op(op, [&](auto g) { over(n, a, b, out, [&](__m256 u, __m256 v) { return f(g(u, v)); }); });
   });
+}
+
+void softmax_row(float* x, size_t n, bool log) {
+  const size_t padded = (n + 7) / 8 * 8;
+  std::fill(x + n, x + padded, -INFINITY);  // adds exp(-inf) = 0 to the sum
+  __m256 top = set(-INFINITY), nan = _mm256_setzero_ps();
+  for (size_t i = 0; i < padded; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    top = _mm256_max_ps(top, v);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, top);
+  const float top1 = _mm256_movemask_ps(nan) ? NAN : *std::max_element(lanes, lanes + 8);
+  const __m256 m = set(top1);
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  for (size_t i = 0; i < padded; i += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), m), e = exp_ps(d);
+    _mm256_storeu_ps(x + i, log ? d : e);
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double sums[4];
+  _mm256_store_pd(sums, _mm256_add_pd(s0, s1));
+  const double sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
+  if (log) {
+    const __m256 ls = set(static_cast<float>(std::log(sum)));
+    for (size_t i = 0; i < padded; i += 8) _mm256_storeu_ps(x + i, _mm256_sub_ps(_mm256_loadu_ps(x + i), ls));
+  } else {
+    const __m256 inv = set(static_cast<float>(1.0 / sum));
+    for (size_t i = 0; i < padded; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  }
 }
 
 }  // namespace tessera::cpu::avx2

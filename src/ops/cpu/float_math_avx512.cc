@@ -2,6 +2,8 @@
 // avx512_activation.h).
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "avx512_activation.h"
@@ -110,6 +112,34 @@ void fused_eltwise(const FusedOperand& a, const FusedOperand* b, const FusedOper
                    const UnaryWithParam& act, size_t n) {
   if (out.bf16) fused_eltwise_to<true>(a, b, out, op, act, n);
   else fused_eltwise_to<false>(a, b, out, op, act, n);
+}
+
+void softmax_row(float* x, size_t n, bool log) {
+  const size_t padded = (n + 15) / 16 * 16;
+  std::fill(x + n, x + padded, -INFINITY);  // adds exp(-inf) = 0 to the sum
+  __m512 top = set(-INFINITY);
+  __mmask16 nan = 0;
+  for (size_t i = 0; i < padded; i += 16) {
+    const __m512 v = _mm512_load_ps(x + i);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    top = _mm512_max_ps(top, v);
+  }
+  const __m512 m = set(nan ? NAN : _mm512_reduce_max_ps(top));
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for (size_t i = 0; i < padded; i += 16) {
+    const __m512 d = _mm512_sub_ps(_mm512_load_ps(x + i), m), e = exp_act_ps(d);
+    _mm512_store_ps(x + i, log ? d : e);
+    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+  }
+  const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+  if (log) {
+    const __m512 ls = set(static_cast<float>(std::log(sum)));
+    for (size_t i = 0; i < padded; i += 16) _mm512_store_ps(x + i, _mm512_sub_ps(_mm512_load_ps(x + i), ls));
+  } else {
+    const __m512 inv = set(static_cast<float>(1.0 / sum));
+    for (size_t i = 0; i < padded; i += 16) _mm512_store_ps(x + i, _mm512_mul_ps(_mm512_load_ps(x + i), inv));
+  }
 }
 
 }  // namespace tessera::cpu::avx512
