@@ -148,6 +148,17 @@ void layer_norm_row(const NormArgs& a, uint32_t r) {
 
 Status row_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const NormArgs*>(raw);
+  if (a.kind == NormKind::kLayerNorm && a.math.layer_norm_row && a.cols <= kChunk) {  // parameters read once
+    alignas(64) float x[kChunk], w[kChunk], b[kChunk];
+    read_param(a.weight, 0, a.cols, w, 1.0f);
+    read_param(a.bias, 0, a.cols, b, 0.0f);
+    for (uint32_t r = begin; r < end; ++r) {
+      cpu::read_row(a.in, a.in_type, r, 0, a.cols, x);
+      a.math.layer_norm_row(x, a.cols, w, b, a.eps);
+      cpu::write_row(a.out, a.out_type, r, 0, a.cols, x);
+    }
+    return ok_status();
+  }
   if (a.kind == NormKind::kLayerNorm) {
     for (uint32_t r = begin; r < end; ++r) layer_norm_row(a, r);
     return ok_status();

@@ -79,24 +79,27 @@ TEST(LogSoftmax, MatchesReference) {
 
 TEST(LayerNorm, MatchesReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  for (const Shape& s : {Shape{4, 768}, Shape{2, 3, 37}, Shape{1, 1, 32, 1500}})
-    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16})
-      for (bool affine : {false, true}) {
-        SCOPED_TRACE(fmt::format("{} {} affine={}", s.to_string(), data_type_name(dt), affine));
-        Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 2);
-        NormParams hp{.epsilon = 1e-5f};
-        NormParams dp = hp;
-        if (affine) {
-          hp.weight = param(s[-1], 3);
-          hp.bias = param(s[-1], 4);
-          dp.weight = to_device(*hp.weight, *dev).value();
-          dp.bias = to_device(*hp.bias, *dev).value();
+  for (bool avx512 : {true, false})
+    for (const Shape& s : {Shape{4, 768}, Shape{2, 3, 37}, Shape{1, 1, 32, 1500}})
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16})
+        for (bool affine : {false, true}) {
+          set_avx512_kernels_enabled(avx512);
+          SCOPED_TRACE(fmt::format("{} {} affine={} avx512={}", s.to_string(), data_type_name(dt), affine, avx512));
+          Tensor h = testing::random_tensor(s, dt, Layout::ROW_MAJOR, 2);
+          NormParams hp{.epsilon = 1e-5f};
+          NormParams dp = hp;
+          if (affine) {
+            hp.weight = param(s[-1], 3);
+            hp.bias = param(s[-1], 4);
+            dp.weight = to_device(*hp.weight, *dev).value();
+            dp.bias = to_device(*hp.bias, *dev).value();
+          }
+          ASSERT_OK_AND_ASSIGN(Tensor want, reference::layer_norm(h, hp, dt));
+          ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev, L1_MEMORY_CONFIG));
+          ASSERT_OK_AND_ASSIGN(Tensor y, layer_norm(d, dp));
+          expect_near_reference(y.cpu().value(), want, dt);
         }
-        ASSERT_OK_AND_ASSIGN(Tensor want, reference::layer_norm(h, hp, dt));
-        ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev, L1_MEMORY_CONFIG));
-        ASSERT_OK_AND_ASSIGN(Tensor y, layer_norm(d, dp));
-        expect_near_reference(y.cpu().value(), want, dt);
-      }
+  set_avx512_kernels_enabled(true);
 }
 
 TEST(GroupNorm, MatchesReference) {

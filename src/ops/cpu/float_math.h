@@ -35,6 +35,12 @@ struct FloatMath {
   // the row NaN. `x` holds n values and room for n rounded up to 16 (the
   // tail is scratch). Null for the portable table.
   void (*softmax_row)(float* x, size_t n, bool log);
+  // A layer norm row in place: mean and variance in double (summed in
+  // another order than the portable loop's, equal to double rounding), then
+  // (x - mean) * rstd * w + b in float32, rounded after each operation as
+  // the portable loop rounds. `w` and `b` hold n values each (ones and zeros
+  // for an absent weight or bias). Null for the portable table.
+  void (*layer_norm_row)(float* x, size_t n, const float* w, const float* b, float eps);
 };
 
 const FloatMath& select_float_math();  // by kernel_isa()
@@ -46,6 +52,7 @@ const FloatMath& select_float_math();  // by kernel_isa()
   void fused_eltwise(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out, BinaryOpType op, \
                      const UnaryWithParam& act, size_t n);                                                \
   void softmax_row(float* x, size_t n, bool log);                                                         \
+  void layer_norm_row(float* x, size_t n, const float* w, const float* b, float eps);                     \
   }
 TESSERA_FLOAT_MATH_ISA(avx512)
 TESSERA_FLOAT_MATH_ISA(avx2)

@@ -154,4 +154,43 @@ void softmax_row(float* x, size_t n, bool log) {
   }
 }
 
+void layer_norm_row(float* x, size_t n, const float* w, const float* b, float eps) {
+  const size_t full = n / 8 * 8;
+  auto hsum = [](__m256d v) {
+    alignas(32) double d[4];
+    _mm256_store_pd(d, v);
+    return (d[0] + d[1]) + (d[2] + d[3]);
+  };
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  for (size_t i = 0; i < full; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  double sum = hsum(_mm256_add_pd(s0, s1));
+  for (size_t i = full; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  const __m256d mv = _mm256_set1_pd(mean);
+  s0 = s1 = _mm256_setzero_pd();
+  for (size_t i = 0; i < full; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256d lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), mv);
+    const __m256d hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), mv);
+    s0 = _mm256_fmadd_pd(lo, lo, s0), s1 = _mm256_fmadd_pd(hi, hi, s1);
+  }
+  double sq = hsum(_mm256_add_pd(s0, s1));
+  for (size_t i = full; i < n; ++i) sq += (x[i] - mean) * (x[i] - mean);
+  const auto rstd = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps));
+  const auto fmean = static_cast<float>(mean);
+  const __m256 vr = set(rstd), vm = set(fmean);
+  for (size_t i = 0; i < full; i += 8) {
+    const __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vr), _mm256_loadu_ps(w + i));
+    _mm256_storeu_ps(x + i, _mm256_add_ps(y, _mm256_loadu_ps(b + i)));
+  }
+  for (size_t i = full; i < n; ++i) {
+    const float y = (x[i] - fmean) * rstd;  // (two statements: no fused multiply-add, as the vectors)
+    x[i] = y * w[i] + b[i];
+  }
+}
+
 }  // namespace tessera::cpu::avx2

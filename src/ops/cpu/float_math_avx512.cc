@@ -142,4 +142,33 @@ void softmax_row(float* x, size_t n, bool log) {
   }
 }
 
+void layer_norm_row(float* x, size_t n, const float* w, const float* b, float eps) {
+  // (a tail's masked-off lanes load as 0 and leave the sums)
+  auto halves = [](__m512 v, __m512d& lo, __m512d& hi) {
+    lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v)), hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+  };
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for_each_vector(n, [&](size_t i, __mmask16 m) {
+    __m512d lo, hi;
+    halves(loadu_ps(x + i, m), lo, hi);
+    s0 = _mm512_add_pd(s0, lo), s1 = _mm512_add_pd(s1, hi);
+  });
+  const double mean = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / static_cast<double>(n);
+  const __m512d mv = _mm512_set1_pd(mean);
+  s0 = s1 = _mm512_setzero_pd();
+  for_each_vector(n, [&](size_t i, __mmask16 m) {
+    __m512d lo, hi;
+    halves(loadu_ps(x + i, m), lo, hi);
+    lo = _mm512_maskz_sub_pd(static_cast<__mmask8>(m), lo, mv), hi = _mm512_maskz_sub_pd(static_cast<__mmask8>(m >> 8), hi, mv);
+    s0 = _mm512_fmadd_pd(lo, lo, s0), s1 = _mm512_fmadd_pd(hi, hi, s1);
+  });
+  const double sq = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+  const __m512 rstd = set(static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps)));
+  const __m512 fmean = set(static_cast<float>(mean));
+  for_each_vector(n, [&](size_t i, __mmask16 m) {
+    const __m512 y = _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(loadu_ps(x + i, m), fmean), rstd), loadu_ps(w + i, m));
+    storeu_ps(x + i, m, _mm512_add_ps(y, loadu_ps(b + i, m)));
+  });
+}
+
 }  // namespace tessera::cpu::avx512
