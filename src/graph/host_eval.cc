@@ -364,7 +364,11 @@ StatusOr<HostTensor> arg_reduce(const Node& n, const HostTensor& x) {
       for (int64_t j = 1; j < len; ++j) {
         const double v = x.at(static_cast<size_t>((o * len + j) * inner + i));
         const double b = x.at(static_cast<size_t>((o * len + best) * inner + i));
-        const bool better = n.op_type == "ArgMax" ? (last ? v >= b : v > b) : (last ? v <= b : v < b);
+        // A NaN beats every number (PyTorch's argmax / argmin: a NaN input is named, not hidden).
+        bool better;
+        if (std::isnan(b)) better = last && std::isnan(v);
+        else if (std::isnan(v)) better = true;
+        else better = n.op_type == "ArgMax" ? (last ? v >= b : v > b) : (last ? v <= b : v < b);
         if (better) best = j;
       }
       y.i[static_cast<size_t>(o * inner + i)] = best;

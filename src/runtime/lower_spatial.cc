@@ -330,6 +330,62 @@ Status CompiledModel::Impl::lower_reduce_rows(const Node& n, std::vector<int64_t
   return ok_status();
 }
 
+// ArgMax / ArgMin: the index of the extreme along `axis` as an exact float
+// (the device's integers; arg_reduce.h). Over the channels of an NHWC image
+// (a segmentation head's per-pixel class) each pixel's channels are a row:
+// no permute, and the (N, 1, H, W) result holds the same bytes in either
+// layout. Otherwise a permute that keeps the other axes in order moves the
+// axis last, and the result holds the output's elements in order.
+Status CompiledModel::Impl::lower_arg_reduce(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  const auto r = static_cast<int64_t>(rank(x));
+  int64_t axis = n.attr_int("axis", 0);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r || n.outputs.size() != 1) return not_covered(n);  // (the host says why)
+  const Dims xd = dims(x);
+  if (xd[static_cast<size_t>(axis)] > (int64_t{1} << 24))
+    return lower_fallback(n, "more than 2^24 values along the axis (indices exact in float32)");
+  const auto op = n.op_type == "ArgMax" ? &argmax : &argmin;
+  const ArgReduceParams params{.select_last_index = n.attr_int("select_last_index", 0) != 0};
+  const Shape out_shape = to_shape(dims(y));
+  const auto len = static_cast<uint32_t>(xd[static_cast<size_t>(axis)]);
+  const auto rows = static_cast<uint32_t>(to_shape(xd).volume() / len);
+  if (r == 4 && axis == 1 && nhwc[static_cast<size_t>(x)]) {
+    const auto n_h = static_cast<uint32_t>(xd[0] * xd[2]), w = static_cast<uint32_t>(xd[3]);
+    note_nhwc(x);
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor t, as_nhwc(s, x, cq, /*dense=*/true));
+      TS_ASSIGN_OR_RETURN(t, reshape(t, Shape{n_h, w, len}));  // (the result's rows: W wide, as the output's)
+      ArgReduceParams p = params;
+      p.cq_id = cq;
+      TS_ASSIGN_OR_RETURN(t, op(t, p));
+      TS_ASSIGN_OR_RETURN(t, reshape(t, out_shape));
+      return put_plain(s, y, t);
+    });
+    return ok_status();
+  }
+  note_plain(x);
+  std::vector<int> perm;
+  for (int64_t k = 0; k < r; ++k)
+    if (k != axis) perm.push_back(static_cast<int>(k));
+  perm.push_back(static_cast<int>(axis));
+  const bool moves = axis != r - 1 && rows > 1 && len > 1;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor t, plain(s, x, cq));
+    if (moves) {
+      TS_ASSIGN_OR_RETURN(t, permute(t, perm, {.cq_id = cq}));
+    } else if (axis != r - 1) {  // (one row or a length of 1: the order holds)
+      TS_ASSIGN_OR_RETURN(t, reshape(t, Shape{rows, len}));
+    }
+    ArgReduceParams p = params;
+    p.cq_id = cq;
+    TS_ASSIGN_OR_RETURN(t, op(t, p));
+    TS_ASSIGN_OR_RETURN(t, reshape(t, out_shape));
+    return put_plain(s, y, t);
+  });
+  return ok_status();
+}
+
 Status CompiledModel::Impl::lower_resize_node(const Node& n) {
   bool lowered = false;
   TS_RETURN_IF_ERROR(lower_resize(n, &lowered));

@@ -29,6 +29,7 @@
 #include "tessera/cnn/layers.h"
 #include "tessera/graph/host_eval.h"
 #include "tessera/graph/shape_inference.h"
+#include "tessera/ops/arg_reduce.h"
 #include "tessera/numerics/bfloat16.h"
 #include "tessera/ops/conv2d.h"
 #include "tessera/ops/conv2d_l1.h"
@@ -272,6 +273,7 @@ struct CompiledModel::Impl {
   Status lower_binary(const Node& n, BinaryOpType op);
   Status lower_pow(const Node& n);
   Status lower_softmax(const Node& n);
+  Status lower_arg_reduce(const Node& n);  // ArgMax, ArgMin
   Status lower_layer_norm(const Node& n);
   Status lower_matmul(const Node& n);  // lower_matmul.cc
   Status lower_gemm(const Node& n);

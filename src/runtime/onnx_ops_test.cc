@@ -4,8 +4,8 @@
 // Clip with any constant bounds, HardSigmoid with any alpha and beta, alone
 // and fused into the conv or add before them; Max, Min, Sum and Mean of one,
 // two or three operands; a fused node that falls back to the host applying
-// what was fused into it; Einsum lowered to MatMuls; TopK, GatherElements
-// and LSTM on the host between device ops.
+// what was fused into it; Einsum lowered to MatMuls; ArgMax / ArgMin; TopK,
+// GatherElements and LSTM on the host between device ops.
 #include <cmath>
 #include <limits>
 
@@ -439,6 +439,61 @@ TEST(OnnxOps, TopKAndGatherElementsRunOnTheHostBetweenDeviceOps) {
   b.output("v");
   b.output("y");
   expect_device_matches_reference(b, special_input({2, 24, 5}, 32), 2);
+}
+
+// ArgMax / ArgMin on the device: over a conv's NHWC channels (a
+// segmentation head's per-pixel class; no permute), over the last axis and
+// over a middle one (a permute), keepdims either way, both tie rules, on
+// rounded values (ties) with NaN and infinities: the host reference's
+// indices exactly, and no host fallback.
+TEST(OnnxOps, ArgMaxAndArgMinRunOnTheDevice) {
+  ModelBuilder b(13);
+  b.input("x", {2, 5, 6, 7});
+  b.random_initializer("w", {9, 5, 3, 3}, 0.5f, 4);
+  ModelBuilder::ints(b.node("Conv", {"x", "w"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("Round", {"x"}, {"r"});
+  struct Case {
+    std::string op, in;
+    int64_t axis, keepdims, last;
+  };
+  const Case cases[] = {{"ArgMax", "c", 1, 0, 0}, {"ArgMin", "c", 1, 1, 1}, {"ArgMax", "r", -1, 1, 0},
+                        {"ArgMin", "r", -1, 0, 1}, {"ArgMax", "r", 2, 0, 1}, {"ArgMin", "r", 0, 1, 0}};
+  std::vector<std::string> outs;
+  for (const Case& c : cases) {
+    const std::string y = fmt::format("{}_{}_{}_{}_{}", c.op, c.in, c.axis, c.keepdims, c.last);
+    auto* n = b.node(c.op, {c.in}, {y});
+    ModelBuilder::i(n, "axis", c.axis);
+    ModelBuilder::i(n, "keepdims", c.keepdims);
+    ModelBuilder::i(n, "select_last_index", c.last);
+    b.output(y);
+    outs.push_back(y);
+  }
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  // (NaN and infinities reach the rounded values only: a conv of them is NaN throughout)
+  graph::HostTensor x = special_input({2, 5, 6, 7}, 41, false);
+  for (size_t k = 3; k < x.f.size(); k += 37) x.f[k] = k % 2 ? NAN : -std::numeric_limits<float>::infinity();
+  const auto vals = tessera::testing::reference_values(g, x);
+  ASSERT_FALSE(vals.empty());
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  EXPECT_EQ(model->report().fallbacks.size(), 0u) << model->report().to_string();
+  ASSERT_OK_AND_ASSIGN(Tensor xt, Tensor::from_vector(x.f, Shape{2, 5, 6, 7}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor xd, to_device(xt, *dev));
+  const Tensor xs[] = {xd};
+  ASSERT_OK_AND_ASSIGN(auto got, model->run(xs));
+  ASSERT_EQ(got.size(), outs.size());
+  for (size_t o = 0; o < got.size(); ++o) {
+    SCOPED_TRACE(outs[o]);
+    const graph::HostTensor& want = *vals[static_cast<size_t>(g.outputs[o])];
+    ASSERT_EQ(want.type, graph::ElemType::INT64);
+    ASSERT_OK_AND_ASSIGN(std::vector<float> v, got[o].cpu().value().to_vector());
+    std::vector<float> w(want.i.begin(), want.i.end());
+    EXPECT_EQ(v, w);
+    std::vector<int64_t> want_dims = want.dims;
+    std::vector<int64_t> got_dims;
+    for (int k = 0; k < got[o].shape().rank(); ++k) got_dims.push_back(got[o].shape()[k]);
+    EXPECT_EQ(got_dims, want_dims);
+  }
 }
 
 // An LSTM with its activations named (a STRINGS attribute) imports and runs

@@ -19,6 +19,8 @@ constexpr OpTraits kOpTraits[] = {
     // op type, lowering, per image, constant first operand, constant inputs
     {"Abs", &I::lower_unary, true},
     {"Add", &I::lower_arith, true, true},
+    {"ArgMax", &I::lower_arg_reduce},  // integer results as exact floats (arg_reduce.h)
+    {"ArgMin", &I::lower_arg_reduce},
     {"AveragePool", &I::lower_pool, true},
     {"BatchNormalization", &I::lower_batch_norm, true, false, kAfterFirst},
     {"Cast", &I::lower_unary, true},  // between float types (integers: the host)

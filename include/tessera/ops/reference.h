@@ -77,6 +77,9 @@ StatusOr<Tensor> upsample(const Tensor& input, const UpsampleParams& params, Dat
 // manipulation (manipulation.h)
 // Host tensors of float dtypes in, ROW_MAJOR host tensors of the input dtype out.
 StatusOr<Tensor> permute(const Tensor& input, std::span<const int> perm);
+// argmax (max) / argmin over the last dim as arg_reduce.h defines them:
+// float32 indices shaped as the input less its last dim.
+StatusOr<Tensor> arg_reduce(const Tensor& input, bool max, bool select_last_index);
 StatusOr<Tensor> pad(const Tensor& input, std::span<const std::array<uint32_t, 2>> padding, float value);
 StatusOr<Tensor> slice(const Tensor& input, const SliceParams& slice);
 StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim);
