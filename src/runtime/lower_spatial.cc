@@ -346,40 +346,30 @@ Status CompiledModel::Impl::lower_arg_reduce(const Node& n) {
   if (xd[static_cast<size_t>(axis)] > (int64_t{1} << 24))
     return lower_fallback(n, "more than 2^24 values along the axis (indices exact in float32)");
   const auto op = n.op_type == "ArgMax" ? &argmax : &argmin;
-  const ArgReduceParams params{.select_last_index = n.attr_int("select_last_index", 0) != 0};
+  const bool last = n.attr_int("select_last_index", 0) != 0;
   const Shape out_shape = to_shape(dims(y));
   const auto len = static_cast<uint32_t>(xd[static_cast<size_t>(axis)]);
   const auto rows = static_cast<uint32_t>(to_shape(xd).volume() / len);
-  if (r == 4 && axis == 1 && nhwc[static_cast<size_t>(x)]) {
-    const auto n_h = static_cast<uint32_t>(xd[0] * xd[2]), w = static_cast<uint32_t>(xd[3]);
-    note_nhwc(x);
-    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
-      TS_ASSIGN_OR_RETURN(Tensor t, as_nhwc(s, x, cq, /*dense=*/true));
-      TS_ASSIGN_OR_RETURN(t, reshape(t, Shape{n_h, w, len}));  // (the result's rows: W wide, as the output's)
-      ArgReduceParams p = params;
-      p.cq_id = cq;
-      TS_ASSIGN_OR_RETURN(t, op(t, p));
-      TS_ASSIGN_OR_RETURN(t, reshape(t, out_shape));
-      return put_plain(s, y, t);
-    });
-    return ok_status();
-  }
-  note_plain(x);
+  const bool channels = r == 4 && axis == 1 && nhwc[static_cast<size_t>(x)];
+  channels ? note_nhwc(x) : note_plain(x);
   std::vector<int> perm;
   for (int64_t k = 0; k < r; ++k)
     if (k != axis) perm.push_back(static_cast<int>(k));
   perm.push_back(static_cast<int>(axis));
-  const bool moves = axis != r - 1 && rows > 1 && len > 1;
+  const bool moves = !channels && axis != r - 1 && rows > 1 && len > 1;
+  // The rows the kernel reads: NHWC pixels as (N * H, W, C), the result's
+  // rows W wide as the output's; one row or a length of 1 in any order.
+  std::optional<Shape> rows_shape;
+  if (channels) rows_shape = Shape{static_cast<uint32_t>(xd[0] * xd[2]), static_cast<uint32_t>(xd[3]), len};
+  else if (!moves && axis != r - 1) rows_shape = Shape{rows, len};
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
-    TS_ASSIGN_OR_RETURN(Tensor t, plain(s, x, cq));
+    TS_ASSIGN_OR_RETURN(Tensor t, channels ? as_nhwc(s, x, cq, /*dense=*/true) : plain(s, x, cq));
     if (moves) {
       TS_ASSIGN_OR_RETURN(t, permute(t, perm, {.cq_id = cq}));
-    } else if (axis != r - 1) {  // (one row or a length of 1: the order holds)
-      TS_ASSIGN_OR_RETURN(t, reshape(t, Shape{rows, len}));
+    } else if (rows_shape) {
+      TS_ASSIGN_OR_RETURN(t, reshape(t, *rows_shape));
     }
-    ArgReduceParams p = params;
-    p.cq_id = cq;
-    TS_ASSIGN_OR_RETURN(t, op(t, p));
+    TS_ASSIGN_OR_RETURN(t, op(t, {.select_last_index = last, .cq_id = cq}));
     TS_ASSIGN_OR_RETURN(t, reshape(t, out_shape));
     return put_plain(s, y, t);
   });
