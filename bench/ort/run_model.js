@@ -26,9 +26,14 @@ function readNpy(path) {
   return {dims, data: f};
 }
 
-function writeNpy(path, dims, data) {
-  const shape = dims.length === 1 ? `(${dims[0]},)` : `(${dims.join(', ')})`;
-  let header = `{'descr': '<f4', 'fortran_order': False, 'shape': ${shape}, }`;
+// The .npy descr of each ONNX Runtime tensor type an output may have.
+const kDescr = {float32: '<f4', float64: '<f8', float16: '<f2', int64: '<i8', int32: '<i4', int16: '<i2',
+                int8: '|i1', uint8: '|u1', uint16: '<u2', uint32: '<u4', uint64: '<u8', bool: '|b1'};
+
+function writeNpy(path, dims, data, type = 'float32') {
+  if (!(type in kDescr)) throw new Error(`${path}: no .npy type for an ONNX Runtime ${type} tensor`);
+  const shape = dims.length === 0 ? '()' : dims.length === 1 ? `(${dims[0]},)` : `(${dims.join(', ')})`;
+  let header = `{'descr': '${kDescr[type]}', 'fortran_order': False, 'shape': ${shape}, }`;
   header += ' '.repeat(64 - ((10 + header.length + 1) % 64)) + '\n';
   const head = Buffer.alloc(10);
   head.write('\x93NUMPY', 0, 'latin1');
@@ -49,12 +54,12 @@ async function main() {
   const result = await session.run(feeds);
   if (output.endsWith('.npy')) {
     const y = result[session.outputNames[0]];
-    writeNpy(output, y.dims, y.data);
+    writeNpy(output, y.dims, y.data, y.type);
   } else {
     fs.mkdirSync(output, {recursive: true});
     for (const name of session.outputNames) {
       const y = result[name];
-      writeNpy(path.join(output, name.replace(/[^A-Za-z0-9._-]/g, '_') + '.npy'), y.dims, y.data);
+      writeNpy(path.join(output, name.replace(/[^A-Za-z0-9._-]/g, '_') + '.npy'), y.dims, y.data, y.type);
     }
   }
   if (reps > 0) {
