@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "cpu/float_math.h"
 #include "cpu/rows.h"
 #include "op_common.h"
 
@@ -14,6 +15,7 @@ struct ArgArgs {
   DataType in_type;
   uint32_t cols, out_cols;
   bool max, last;
+  cpu::FloatMath math;
 };
 
 constexpr uint32_t kChunk = kTileElements;
@@ -76,7 +78,9 @@ void rows(const ArgArgs& a, uint32_t begin, uint32_t end) {
     uint32_t run = 0;
     const std::byte* p = a.in_type == DataType::FLOAT32 ? a.in.unit(r, 0, &run) : nullptr;
     uint32_t best;
-    if (run >= a.cols)  // float32 in place
+    if (run >= a.cols && a.math.arg_extreme)  // float32 in place, in vectors
+      best = a.math.arg_extreme(reinterpret_cast<const float*>(p), a.cols, kMax, kLast);
+    else if (run >= a.cols)
       best = extreme<kMax, kLast>(reinterpret_cast<const float*>(p), a.cols);
     else
       best = extreme_chunked<kMax, kLast>(a, r, x);
@@ -117,16 +121,22 @@ StatusOr<Tensor> arg_reduce(std::string_view op, bool max, const Tensor& input, 
                       allocate_tensor_on_device(TensorSpec{Shape(std::span<const uint32_t>(dims)), DataType::FLOAT32,
                                                            Layout::ROW_MAJOR, DRAM_MEMORY_CONFIG},
                                                 device));
-  ArgArgs args{
-      .in_type = input.dtype(), .cols = cols, .out_cols = dims.back(), .max = max, .last = p.select_last_index};
+  ArgArgs args{.in_type = input.dtype(),
+               .cols = cols,
+               .out_cols = dims.back(),
+               .max = max,
+               .last = p.select_last_index,
+               .math = cpu::select_float_math()};
   TS_ASSIGN_OR_RETURN(args.in, make_access(input));
   TS_ASSIGN_OR_RETURN(args.out, make_access(out));
   const auto rows = static_cast<uint32_t>(s.volume() / cols);
-  const std::string key = fmt::format("{}:{}:{}", op, p.select_last_index ? "last" : "first", input.spec().to_string());
+  const char* isa = args.math.arg_extreme ? args.math.isa : "rows";
+  const std::string key =
+      fmt::format("{}:{}:{}:{}", op, p.select_last_index ? "last" : "first", input.spec().to_string(), isa);
   auto compile = [&]() -> StatusOr<Program> {
     Program prog;
     prog.kernel = kernel;
-    prog.kernel_name = fmt::format("{}_{}__rows", short_dtype_name(input.dtype()), op);
+    prog.kernel_name = fmt::format("{}_{}__{}", short_dtype_name(input.dtype()), op, isa);
     prog.num_tasks = rows;
     prog.grain = ops::default_grain(device, rows, input.spec().storage_bytes(), ops::kMinChunkBytesStreaming);
     return prog;

@@ -3,6 +3,7 @@
 // makes ties), both memory configs, both tie rules, and the special values.
 #include "tessera/ops/arg_reduce.h"
 
+#include "tessera/base/cpu_features.h"
 #include "tessera/ops/reference.h"
 #include "test_util.h"
 
@@ -13,27 +14,32 @@ std::vector<float> values(const Tensor& t) { return t.cpu().value().to_vector().
 
 TEST(ArgReduce, MatchesReference) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
-  for (const Shape& s : {Shape{1, 1}, Shape{3, 7}, Shape{1, 5, 6, 21}, Shape{2, 1000}, Shape{2, 2500}})
-    for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16})
-      for (bool specials : {false, true}) {
-        std::vector<float> v = testing::random_values(s.volume(), 5, 3.0f);
-        for (size_t i = 0; i < v.size(); i += 3) v[i] = std::round(v[i]);  // ties
-        if (specials) testing::add_special_values(v, 2, 13);
-        Tensor h = Tensor::from_vector(v, s, dt).value();
-        for (const MemoryConfig& mc : {DRAM_MEMORY_CONFIG, L1_MEMORY_CONFIG})
-          for (bool max : {true, false})
-            for (bool last : {false, true}) {
-              SCOPED_TRACE(fmt::format("{} {} specials={} max={} last={} {}", s.to_string(), data_type_name(dt),
-                                       specials, max, last, mc.buffer_type == BufferType::L1 ? "L1" : "DRAM"));
-              ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev, mc));
-              const ArgReduceParams p{.select_last_index = last};
-              ASSERT_OK_AND_ASSIGN(Tensor y, max ? argmax(d, p) : argmin(d, p));
-              ASSERT_OK_AND_ASSIGN(Tensor want, reference::arg_reduce(h, max, last));
-              EXPECT_EQ(y.shape(), want.shape());
-              EXPECT_EQ(y.dtype(), DataType::FLOAT32);
-              EXPECT_EQ(values(y), want.to_vector().value());
-            }
-      }
+  for (bool avx512 : {true, false})
+    for (const Shape& s :
+         {Shape{1, 1}, Shape{3, 7}, Shape{1, 5, 6, 21}, Shape{4, 16}, Shape{2, 33}, Shape{2, 1000}, Shape{2, 2500}})
+      for (DataType dt : {DataType::FLOAT32, DataType::BFLOAT16})
+        for (bool specials : {false, true}) {
+          std::vector<float> v = testing::random_values(s.volume(), 5, 3.0f);
+          for (size_t i = 0; i < v.size(); i += 3) v[i] = std::round(v[i]);  // ties
+          if (specials) testing::add_special_values(v, 2, 13);
+          Tensor h = Tensor::from_vector(v, s, dt).value();
+          set_avx512_kernels_enabled(avx512);
+          for (const MemoryConfig& mc : {DRAM_MEMORY_CONFIG, L1_MEMORY_CONFIG})
+            for (bool max : {true, false})
+              for (bool last : {false, true}) {
+                SCOPED_TRACE(fmt::format("{} {} specials={} max={} last={} {} avx512={}", s.to_string(),
+                                         data_type_name(dt), specials, max, last,
+                                         mc.buffer_type == BufferType::L1 ? "L1" : "DRAM", avx512));
+                ASSERT_OK_AND_ASSIGN(Tensor d, to_device(h, *dev, mc));
+                const ArgReduceParams p{.select_last_index = last};
+                ASSERT_OK_AND_ASSIGN(Tensor y, max ? argmax(d, p) : argmin(d, p));
+                ASSERT_OK_AND_ASSIGN(Tensor want, reference::arg_reduce(h, max, last));
+                EXPECT_EQ(y.shape(), want.shape());
+                EXPECT_EQ(y.dtype(), DataType::FLOAT32);
+                EXPECT_EQ(values(y), want.to_vector().value());
+              }
+        }
+  set_avx512_kernels_enabled(true);
 }
 
 // What the rules mean on hand-made rows: the first of equal values (the

@@ -41,6 +41,11 @@ struct FloatMath {
   // the portable loop rounds. `w` and `b` hold n values each (ones and zeros
   // for an absent weight or bias). Null for the portable table.
   void (*layer_norm_row)(float* x, size_t n, const float* w, const float* b, float eps);
+  // The index of the largest (`max`) or smallest of x[0, n), n >= 1, as
+  // arg_reduce.h defines it: the first of equal values (the last with
+  // `last`), a NaN before every number. Null for the portable and AVX2
+  // tables (arg_reduce.cc's scalar loop).
+  uint32_t (*arg_extreme)(const float* x, size_t n, bool max, bool last);
 };
 
 const FloatMath& select_float_math();  // by kernel_isa()
@@ -53,6 +58,7 @@ const FloatMath& select_float_math();  // by kernel_isa()
                      const UnaryWithParam& act, size_t n);                                                \
   void softmax_row(float* x, size_t n, bool log);                                                         \
   void layer_norm_row(float* x, size_t n, const float* w, const float* b, float eps);                     \
+  uint32_t arg_extreme(const float* x, size_t n, bool max, bool last);                                    \
   }
 TESSERA_FLOAT_MATH_ISA(avx512)
 TESSERA_FLOAT_MATH_ISA(avx2)

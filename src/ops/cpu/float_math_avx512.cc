@@ -171,4 +171,33 @@ void layer_norm_row(float* x, size_t n, const float* w, const float* b, float ep
   });
 }
 
+uint32_t arg_extreme(const float* x, size_t n, bool max, bool last) {
+  // The extreme value first (masked-off tail lanes load as the identity),
+  // then the first (or last) lane holding it: the NaNs when there are any.
+  const __m512 identity = set(max ? -INFINITY : INFINITY);
+  __m512 best = identity;
+  __mmask16 nan = 0;
+  for_each_vector(n, [&](size_t i, __mmask16 m) {
+    const __m512 v = _mm512_mask_loadu_ps(identity, m, x + i);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    best = max ? _mm512_max_ps(best, v) : _mm512_min_ps(best, v);
+  });
+  const __m512 target = set(max ? _mm512_reduce_max_ps(best) : _mm512_reduce_min_ps(best));
+  auto hits = [&](size_t i) {
+    const __mmask16 m = i + 16 <= n ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    return static_cast<uint32_t>(m & (nan ? _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)
+                                          : _mm512_cmp_ps_mask(v, target, _CMP_EQ_OQ)));
+  };
+  const size_t vectors = (n + 15) / 16;
+  if (last) {
+    for (size_t k = vectors; k-- > 0;)
+      if (const uint32_t h = hits(k * 16)) return static_cast<uint32_t>(k * 16) + 31 - __builtin_clz(h);
+  } else {
+    for (size_t k = 0; k < vectors; ++k)
+      if (const uint32_t h = hits(k * 16)) return static_cast<uint32_t>(k * 16) + __builtin_ctz(h);
+  }
+  return 0;  // (unreachable: the target is one of the values)
+}
+
 }  // namespace tessera::cpu::avx512
