@@ -16,24 +16,8 @@
 #include "tessera/graph/shape_inference.h"
 
 namespace tessera::graph {
-namespace {
 
 using namespace detail;
-
-int ints_constant(Graph& g, const std::string& name, std::vector<int64_t> v) {
-  const auto n = static_cast<int64_t>(v.size());
-  return g.add_value({.name = name,
-                      .type = ElemType::INT64,
-                      .dims = {n},
-                      .has_shape = true,
-                      .constant = HostTensor::ints({n}, std::move(v))});
-}
-
-int run_value(Graph& g, const std::string& name, std::vector<int64_t> dims) {
-  return g.add_value({.name = name, .dims = std::move(dims), .has_shape = true});
-}
-
-}  // namespace
 
 PassReport conv3d_to_conv2d(Graph& g) {
   PassReport r{"conv3d_to_conv2d"};
@@ -73,7 +57,7 @@ PassReport conv3d_to_conv2d(Graph& g) {
     if (pt0 || pt1) {
       const std::vector<int64_t> pads{0, pt0, 0, 0, 0, 0, pt1, 0, 0, 0};
       if (g.opset >= 11) {
-        frames = add("Pad", {frames, ints_constant(g, base + ":time_pads", pads)}, {N, Tp, C, H, W});
+        frames = add("Pad", {frames, ints_value(g, base + ":time_pads", pads)}, {N, Tp, C, H, W});
       } else {  // (the pads an attribute)
         frames = add("Pad", {frames}, {N, Tp, C, H, W});
         nodes.back().attrs["pads"] = ints_attr(pads);
@@ -83,8 +67,8 @@ PassReport conv3d_to_conv2d(Graph& g) {
     // batch (a view of whole frames, in the conv's NHWC layout); several:
     // each tap slices T, then joins the images' frames.
     const bool one = N == 1;
-    const int as_batch = ints_constant(g, base + ":as_batch", {N * To, C, H, W});
-    if (one) frames = add("Reshape", {frames, ints_constant(g, base + ":frames", {Tp, C, H, W})}, {Tp, C, H, W});
+    const int as_batch = ints_value(g, base + ":as_batch", {N * To, C, H, W});
+    if (one) frames = add("Reshape", {frames, ints_value(g, base + ":frames", {Tp, C, H, W})}, {Tp, C, H, W});
     int acc = -1;
     for (int64_t i = 0; i < kt; ++i) {
       int taps = frames;
@@ -93,8 +77,8 @@ PassReport conv3d_to_conv2d(Graph& g) {
           one ? std::vector<int64_t>{To, C, H, W} : std::vector<int64_t>{N, To, C, H, W};
       if ((first != 0 || end != Tp || st != 1) && g.opset >= 10) {
         taps = add("Slice",
-                   {frames, ints_constant(g, base + ":starts", {first}), ints_constant(g, base + ":ends", {end}),
-                    ints_constant(g, base + ":axes", {one ? 0 : 1}), ints_constant(g, base + ":steps", {st})},
+                   {frames, ints_value(g, base + ":starts", {first}), ints_value(g, base + ":ends", {end}),
+                    ints_value(g, base + ":axes", {one ? 0 : 1}), ints_value(g, base + ":steps", {st})},
                    sliced);
       } else if (first != 0 || end != Tp || st != 1) {  // (opset < 10: attributes, no steps)
         taps = add("Slice", {frames}, sliced);
@@ -123,8 +107,7 @@ PassReport conv3d_to_conv2d(Graph& g) {
       // (the new tap first: fuse_residual_adds makes the sum its conv's residual)
       acc = acc < 0 ? out : add("Add", {out, acc}, {N * To, M, Ho, Wo});
     }
-    const int split =
-        add("Reshape", {acc, ints_constant(g, base + ":as_frames", {N, To, M, Ho, Wo})}, {N, To, M, Ho, Wo});
+    const int split = add("Reshape", {acc, ints_value(g, base + ":as_frames", {N, To, M, Ho, Wo})}, {N, To, M, Ho, Wo});
     add("Transpose", {split}, {}, conv.outputs[0]);
     nodes.back().attrs["perm"] = ints_attr(frames_first);
     replaced[ni] = std::move(nodes);

@@ -150,13 +150,7 @@ struct Builder {
   int value(const Dims& d) {
     return g.add_value({.name = fmt::format("{}:einsum{}", at.name, next++), .dims = d, .has_shape = true});
   }
-  int constant(const Dims& v) {
-    return g.add_value({.name = fmt::format("{}:einsum{}", at.name, next++),
-                        .type = ElemType::INT64,
-                        .dims = {static_cast<int64_t>(v.size())},
-                        .has_shape = true,
-                        .constant = HostTensor::ints({static_cast<int64_t>(v.size())}, v)});
-  }
+  int constant(const Dims& v) { return detail::ints_value(g, fmt::format("{}:einsum{}", at.name, next++), v); }
   Node& add(const char* op, std::vector<int> ins, int out) {
     nodes.push_back({.name = fmt::format("{}:{}{}", at.name, op, nodes.size()),
                      .op_type = op,

@@ -20,6 +20,20 @@ void drop_nodes(Graph& g, const std::vector<bool>& dead);
 // readers read, so the order stays topological.
 void replace_nodes(Graph& g, std::vector<std::vector<Node>>& replaced, const std::vector<bool>& dead = {});
 
+// A new INT64 constant of rank 1 holding `v` (a Reshape's shape, a Slice's
+// bounds), and a new run-time FLOAT32 value of known dims.
+inline int ints_value(Graph& g, std::string name, std::vector<int64_t> v) {
+  const auto n = static_cast<int64_t>(v.size());
+  return g.add_value({.name = std::move(name),
+                      .type = ElemType::INT64,
+                      .dims = {n},
+                      .has_shape = true,
+                      .constant = HostTensor::ints({n}, std::move(v))});
+}
+inline int run_value(Graph& g, std::string name, std::vector<int64_t> dims) {
+  return g.add_value({.name = std::move(name), .dims = std::move(dims), .has_shape = true});
+}
+
 // Attributes the passes write.
 inline Attribute int_attr(int64_t i) { return {.kind = Attribute::Kind::INT, .i = i}; }
 inline Attribute float_attr(float f) { return {.kind = Attribute::Kind::FLOAT, .f = f}; }

@@ -44,15 +44,10 @@ PassReport project_recurrent_inputs(Graph& g) {
               static_cast<float>(g.value(b).constant->at(static_cast<size_t>(d * 2 * gh + k)));
       }
     auto ints = [&](const std::string& name, std::vector<int64_t> v) {
-      const auto len = static_cast<int64_t>(v.size());
-      return g.add_value({.name = n.name + name,
-                          .type = ElemType::INT64,
-                          .dims = {len},
-                          .has_shape = true,
-                          .constant = HostTensor::ints({len}, std::move(v))});
+      return detail::ints_value(g, n.name + name, std::move(v));
     };
-    auto run_value = [&](const std::string& name, std::vector<int64_t> dims) {
-      return g.add_value({.name = n.name + name, .dims = std::move(dims), .has_shape = true});
+    auto run = [&](const std::string& name, std::vector<int64_t> dims) {
+      return detail::run_value(g, n.name + name, std::move(dims));
     };
     const int weights = g.add_value({.name = n.name + ":input_weights",
                                      .dims = {I, width},
@@ -62,8 +57,8 @@ PassReport project_recurrent_inputs(Graph& g) {
                                     .dims = {width},
                                     .has_shape = true,
                                     .constant = HostTensor::floats({width}, std::move(bias))});
-    const int rows = run_value(":rows", {T * N, I}), product = run_value(":product", {T * N, width}),
-              biased = run_value(":biased", {T * N, width}), steps = run_value(":projected", {T, N, width});
+    const int rows = run(":rows", {T * N, I}), product = run(":product", {T * N, width}),
+              biased = run(":biased", {T * N, width}), steps = run(":projected", {T, N, width});
     std::vector<Node> nodes;
     nodes.push_back({.name = n.name + ":rows",
                      .op_type = "Reshape",
