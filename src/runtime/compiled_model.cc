@@ -105,10 +105,9 @@ Status CompiledModel::Impl::lower(size_t ni) {
     if (in >= 0 && !g.is_constant(in) && g.value(in).type != graph::ElemType::FLOAT32)
       return lower_fallback(n, "integer tensors at run time");
   const OpTraits* traits = find_op_traits(n.op_type);
-  // (Indices, made as exact floats: the integers run-time slots hold.)
-  const bool indices = n.op_type == "ArgMax" || n.op_type == "ArgMin";
   for (int o : n.outputs)
-    if (g.value(o).type != graph::ElemType::FLOAT32 && !indices) return lower_fallback(n, "an integer result");
+    if (g.value(o).type != graph::ElemType::FLOAT32 && !(traits && traits->integer_results))
+      return lower_fallback(n, "an integer result");
   const int x = n.inputs.empty() ? -1 : n.inputs[0];
   if (x >= 0 && g.is_constant(x) && !(traits && traits->constant_first))
     return lower_fallback(n, "a constant input the folder left (too large to fold)");

@@ -96,6 +96,9 @@ struct OpTraits {
   // should have folded it; a constant left is a fallback).
   bool constant_first = false;
   ConstantInputs constants = ConstantInputs::kNone;
+  // Makes integer results (indices) as exact floats, the integers run-time
+  // slots hold; other ops with an integer result run on the host.
+  bool integer_results = false;
 };
 // nullptr for an op type the table does not know.
 const OpTraits* find_op_traits(std::string_view op_type);

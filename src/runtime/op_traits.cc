@@ -13,14 +13,15 @@ namespace {
 using I = CompiledModel::Impl;
 constexpr auto kAfterFirst = ConstantInputs::kAfterFirst;
 constexpr auto kAll = ConstantInputs::kAll;
+constexpr auto kNone = ConstantInputs::kNone;
 
 // Sorted by op type (find_op_traits searches it).
 constexpr OpTraits kOpTraits[] = {
-    // op type, lowering, per image, constant first operand, constant inputs
+    // op type, lowering, per image, constant first operand, constant inputs, integer results
     {"Abs", &I::lower_unary, true},
     {"Add", &I::lower_arith, true, true},
-    {"ArgMax", &I::lower_arg_reduce},  // integer results as exact floats (arg_reduce.h)
-    {"ArgMin", &I::lower_arg_reduce},
+    {"ArgMax", &I::lower_arg_reduce, false, false, kNone, true},  // indices (arg_reduce.h)
+    {"ArgMin", &I::lower_arg_reduce, false, false, kNone, true},
     {"AveragePool", &I::lower_pool, true},
     {"BatchNormalization", &I::lower_batch_norm, true, false, kAfterFirst},
     {"Cast", &I::lower_unary, true},  // between float types (integers: the host)
