@@ -66,6 +66,11 @@ TEST(ArgReduce, Errors) {
       Tensor ints,
       to_device(Tensor::from_vector(std::vector<float>(8, 1), Shape{2, 4}, DataType::UINT32).value(), *dev));
   EXPECT_ERROR(argmax(ints), StatusCode::kUnimplemented, "expected a float32 or bfloat16 input, found uint32");
+  // Indices past 2^24 are not exact in float32 (the rows are never read).
+  ASSERT_OK_AND_ASSIGN(Tensor wide, allocate_tensor_on_device(TensorSpec{Shape{1, (1u << 24) + 1}, DataType::BFLOAT16,
+                                                                         Layout::ROW_MAJOR, DRAM_MEMORY_CONFIG},
+                                                              *dev));
+  EXPECT_ERROR(argmax(wide), StatusCode::kInvalidArgument, "expected a last dim of 1 to 2^24 values");
 }
 
 }  // namespace
