@@ -251,7 +251,8 @@ TEST(Conv2d, DepthwiseBfloat16KeepsDenormals) {
 // pixels is partial, rows of blocks of seven (widths 7 divides and 8 does
 // not), blocks inside the map at both strides, a 5x3 kernel,
 // a 7x7 kernel (the largest the staged path blocks) and a 9x9 one (its
-// portable fallback).
+// portable fallback), and 5-wide kernels on the direct path (3- and 5-wide
+// stride-1 kernels take it on every map).
 TEST(Conv2d, DepthwiseOwnKernel) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const Case cases[] = {
@@ -271,6 +272,17 @@ TEST(Conv2d, DepthwiseOwnKernel) {
       {1, 9, 21, 33, 33, 3, 3, 1, 1, 33, {1, 1, 1, 1}, UnaryOpType::SILU},    // 7-pixel blocks, three per row
       {1, 11, 19, 56, 56, 3, 3, 1, 1, 56, {1, 1, 1, 1}, UnaryOpType::RELU6},  // 32 channels, then a partial pair
       {1, 12, 12, 56, 56, 3, 3, 2, 1, 56, {1, 1, 1, 1}, UnaryOpType::RELU6},
+      // 5-wide kernels on the direct path: stride 1 in row pairs (an odd
+      // row count leaves one alone), blocks inside and at both edges, a
+      // partial last block, asymmetric padding, stride 2, 5x3 taps and 7x5,
+      // a larger map (past depthwise_max_pixels: stride 1 stays direct),
+      // channels in pairs and a partial group.
+      {2, 13, 29, 40, 40, 5, 5, 1, 1, 40, {2, 2, 2, 2}, UnaryOpType::RELU},
+      {1, 21, 37, 56, 56, 5, 5, 2, 1, 56, {2, 2, 2, 2}, UnaryOpType::HARDSWISH},
+      {1, 14, 14, 72, 72, 5, 5, 2, 1, 72, {1, 2, 2, 1}, UnaryOpType::RELU6},
+      {1, 9, 17, 24, 24, 3, 5, 1, 1, 24, {1, 2, 1, 2}, UnaryOpType::SILU},
+      {2, 12, 11, 33, 33, 7, 5, 2, 1, 33, {3, 2, 3, 2}, UnaryOpType::IDENTITY},
+      {1, 40, 44, 120, 120, 5, 5, 1, 1, 120, {2, 2, 2, 2}, UnaryOpType::RELU},
   };
   for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
     set_kernel_isa_limit(isa);
@@ -290,6 +302,13 @@ TEST(Conv2d, DepthwiseOwnKernel) {
         ASSERT_FALSE(prof.ops.empty());
         EXPECT_EQ(prof.ops.back().kernel_name == "bf16_depthwise2d__avx512", own) << prof.ops.back().kernel_name;
       }
+      // 5-wide stride 1 on a map past depthwise_max_pixels: the direct path, not oneDNN's.
+      ASSERT_OK(enable_profiler(*dev));
+      check_case(*dev, cases[std::size(cases) - 1], DataType::FLOAT32, DataType::FLOAT32, DRAM_MEMORY_CONFIG);
+      ASSERT_OK_AND_ASSIGN(DeviceProfile prof, read_profile(*dev));
+      ASSERT_OK(disable_profiler(*dev));
+      ASSERT_FALSE(prof.ops.empty());
+      EXPECT_EQ(prof.ops.back().kernel_name, "f32_depthwise2d__avx512");
     }
     // Input and output rows spread over the L1 banks (no uniform row
     // stride: Tessera's kernels find each pixel's address per unit).
@@ -360,6 +379,7 @@ TEST(Conv2d, NanAndInfinityPropagateThroughEveryActivation) {
       {1, 20, 20, 16, 32, 3, 3, 1, 1, 1, {1, 1, 1, 1}},   // oneDNN (rows3x3 / direct on some tiers)
       {1, 14, 14, 64, 64, 1, 1, 1, 1, 1, {0, 0, 0, 0}},   // 1x1
       {1, 12, 12, 32, 32, 3, 3, 1, 1, 32, {1, 1, 1, 1}},  // depthwise
+      {1, 13, 11, 48, 48, 5, 5, 2, 1, 48, {2, 2, 2, 2}},  // depthwise, 5 wide
       {1, 20, 24, 32, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}},    // narrow head
       {1, 4, 4, 1024, 512, 1, 1, 1, 1, 1, {0, 0, 0, 0}},  // direct (AVX-512)
   };

@@ -33,7 +33,7 @@ struct Case {
 std::vector<Case> cases() {
   const DataType bf = DataType::BFLOAT16;
   return {
-      // depthwise: 3-wide stride 1 everywhere, others only on small outputs (depthwise_max_pixels).
+      // depthwise: 3- and 5-wide stride 1 everywhere, others only on small outputs (depthwise_max_pixels).
       {1, 20, 20, 32, 32, 3, 2, 32},
       {1, 12, 12, 48, 48, 5, 1, 48},
       {2, 16, 16, 32, 32, 3, 1, 32, bf},

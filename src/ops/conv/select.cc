@@ -38,8 +38,11 @@ bool direct_avx2_shape(bool transposed, uint32_t groups, uint32_t kh, uint32_t k
 }
 
 // Depthwise convolutions (multiplier 1) on Tessera's own kernels. On AVX-512
-// CPUs: 3-wide stride-1 kernels on every map, other shapes on small outputs
-// (stride 2 on 56x56 and larger inputs lost to oneDNN's brdgmm). On AVX2-only
+// CPUs: 3- and 5-wide stride-1 kernels on every map (the direct path; 5-wide
+// on an Intel Xeon, batch 1: 28x28x120 173 against brdgmm's 115 GFLOP/s,
+// 14x14x480 203 against the staged path's 90), other shapes on small
+// outputs (3x3 stride 2 on 56x56 and larger inputs lost to oneDNN's brdgmm
+// on a Zen 5). On AVX2-only
 // CPUs every map with bfloat16 rows in or out: oneDNN's jit:avx2 stages
 // those through float32 copies (Tessera's took 1.0-2.4x less time on
 // MobileNetV2's layers); float32 stays on oneDNN's, 1.2-2x faster there.
@@ -57,9 +60,10 @@ Reason depthwise(const Problem& pr, const Device&, const ConvTuning& t) {
   if (kernel_isa() != KernelIsa::kAvx512) return limit("needs AVX2 or AVX-512 kernels");
   if (pr.compute != DataType::FLOAT32 && pr.compute != DataType::BFLOAT16)
     return limit("computes in neither float32 nor bfloat16");
-  const bool direct_stride1 = g.kw == 3 && g.dw == 1 && g.dh == 1 && g.sw == 1;
+  const bool direct_width = g.kw == 3 || (g.kw == 5 && pr.input.dtype == pr.output.dtype);  // (direct3::applies)
+  const bool direct_stride1 = direct_width && g.kh <= 7 && g.dw == 1 && g.dh == 1 && g.sw == 1;
   if (!direct_stride1 && g.oh * g.ow > t.depthwise_max_pixels)
-    return tuned("not 3 wide with stride 1, and the output is over depthwise_max_pixels");
+    return tuned("not 3 or 5 wide with stride 1, and the output is over depthwise_max_pixels");
   return kApplies;
 }
 

@@ -1,5 +1,5 @@
-// The AVX-512 depthwise kernel. 3x3 kernels of stride 1 or 2 take the
-// direct path (depthwise_direct3.h). Other shapes: a worker stages the input
+// The AVX-512 depthwise kernel. 3- and 5-wide kernels of stride 1 or 2 take
+// the direct path (depthwise_direct3.h). Other shapes: a worker stages the input
 // rows its output rows read as float32, zero-padded on both sides, in a ring
 // of kh rows (each input row staged once for a run of stride-1 output rows), so
 // every output pixel reads all its taps without bounds checks. Output pixels
@@ -152,8 +152,9 @@ Status depthwise_kernel(const void* raw, uint32_t begin, uint32_t end) {
     // (MobileNet's layers): each block width is another set of
     // instantiations, the build's longest compile under the sanitizers, and
     // stride 2 measured no gain.
-    const bool seven = a.sw == 1 && a.src_type == a.dst_type && a.ow % 8 != 0 && a.ow % 7 == 0;
-    if (seven) direct3::run_stride1_seven(a, begin, end);
+    const bool seven = a.kw == 3 && a.sw == 1 && a.src_type == a.dst_type && a.ow % 8 != 0 && a.ow % 7 == 0;
+    if (a.kw == 5) direct3::run_five(a, begin, end);
+    else if (seven) direct3::run_stride1_seven(a, begin, end);
     else if (a.sw == 1) direct3::run<1>(a, begin, end);
     else direct3::run<2>(a, begin, end);
     return Status();

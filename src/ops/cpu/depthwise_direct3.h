@@ -1,6 +1,7 @@
-// The AVX-512 depthwise kernel's direct path for 3x3 kernels (internal):
-// its templates, shared by depthwise_avx512.cc (blocks of eight pixels) and
-// depthwise_seven_avx512.cc (blocks of seven), which compile apart.
+// The AVX-512 depthwise kernel's direct path for 3- and 5-wide kernels
+// (internal): its templates, shared by depthwise_avx512.cc (3-wide, blocks
+// of eight pixels), depthwise_seven_avx512.cc (3-wide, blocks of seven) and
+// depthwise_five_avx512.cc (5-wide), which compile apart.
 #pragma once
 
 #include <algorithm>
@@ -16,14 +17,17 @@ inline constexpr uint32_t kMaxK = 7;
 // (with_plain_activation): the compile time of the depthwise files.
 inline constexpr bool kCompactActivations = true;
 
-// 3x3 kernels of stride 1 or 2, dilation 1, on rows evenly spaced in
-// memory (MobileNet's depthwise layers): taps read straight from the NHWC
-// rows, no staging. A block is P output pixels of one output row (two at
+// KW-wide kernels (3 or 5; up to kMaxK tall) of stride 1 or 2, dilation 1,
+// on rows evenly spaced in memory (MobileNet's, MnasNet's and EfficientNet's
+// depthwise layers): taps read straight from the NHWC rows, no staging
+// (5-wide kernels staged their rows before: 14x14x480 on an Intel Xeon 90
+// -> 203 GFLOP/s, 28x28x240 stride 2 60 -> 122; the staging stores and
+// the staged rows, over L1's size, had bound them). A block is P output pixels of one output row (two at
 // stride 1) and 16 channels, P = 7 at stride 1 with one dtype in and out on
 // rows whose width 7 divides and 8 does not (MobileNet's 28, 14 and 7:
 // 8-pixel blocks computed 16 pixels per 14), 8 elsewhere; each input column the block reads is
-// loaded once per input row and feeds every accumulator that uses it (10
-// loads for 24 FMAs per output row at stride 1, 17 at stride 2). Blocks
+// loaded once per input row and feeds every accumulator that uses it (3x3:
+// 10 loads for 24 FMAs per output row at stride 1, 17 at stride 2). Blocks
 // loop over channels inside, so a block's input columns and its output
 // pixels are contiguous runs of memory. Accumulation order is the portable
 // kernel's: bias, then taps in (ky, kx) order. Blocks that reach past the
@@ -32,7 +36,7 @@ inline constexpr bool kCompactActivations = true;
 namespace direct3 {
 
 // The input rows R output rows read, in order, with each one's weights
-// (3, C) for each of the output rows (null where it reads none).
+// (KW, C) for each of the output rows (null where it reads none).
 template <int R>
 struct Rows {
   const std::byte* row[kMaxK + 1];  // pixel 0 of the input row
@@ -51,10 +55,10 @@ struct Rows {
 // bfloat16 results are rounded by vcvtneps2bf16 alone (to_bf16_noting); a
 // block that met a float32 denormal notes it in `denormal`, and the caller
 // redoes its output rows with the portable loop, which keeps denormals.
-template <int S, int R, int P, bool kEdge, bool kBf16In, bool kBf16Out, class Act>
+template <int S, int R, int P, int KW, bool kEdge, bool kBf16In, bool kBf16Out, class Act>
 void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, uint64_t in_stride,
            std::byte* const* out, uint64_t out_stride, Act act, __mmask16& denormal, uint32_t c_begin = 0) {
-  constexpr int KW = 3, kCols = (P - 1) * S + KW;
+  constexpr int kCols = (P - 1) * S + KW;
   constexpr uint64_t ei = kBf16In ? 2 : 4;
   const int64_t w = a.w;
   for (uint32_t cb = c_begin; cb < a.c; cb += 16) {
@@ -79,7 +83,7 @@ void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, ui
       _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r) {
         const float* wq = rows.w[q][r];
         if (!wq) continue;
-        _Pragma("GCC unroll 3") for (int kx = 0; kx < KW; ++kx) {
+        _Pragma("GCC unroll 5") for (int kx = 0; kx < KW; ++kx) {
           const __m512 wv = _mm512_maskz_loadu_ps(m, wq + kx * a.c + cb);
           _Pragma("GCC unroll 8") for (int j = 0; j < P; ++j)
             acc[r][j] = _mm512_fmadd_ps(xs[j * S + kx], wv, acc[r][j]);
@@ -112,10 +116,10 @@ void block(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, ui
 // the same inner loop but ran 2-6% slower on the maps where every block is
 // an edge block (7x7 to 28x28, float32 and bfloat16, one core, both builds
 // alternated in one process; bench/RESULTS.md, thirty-fifth run).
-template <int S, int R, int P, bool kEdge, class Act>
+template <int S, int R, int P, int KW, bool kEdge, class Act>
 void block_pairs(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int npx, uint64_t in_stride,
                  std::byte* const* out, uint64_t out_stride, Act act, __mmask16& denormal, uint32_t c_end) {
-  constexpr int KW = 3, kCols = (P - 1) * S + KW;
+  constexpr int kCols = (P - 1) * S + KW;
   const int64_t w = a.w;
   const uint64_t cp = pairs_width(a.c);
   alignas(64) float even[R][P][16];
@@ -145,7 +149,7 @@ void block_pairs(const DepthwiseArgs& a, const Rows<R>& rows, int64_t ix0, int n
         _Pragma("GCC unroll 2") for (int r = 0; r < R; ++r) {
           const float* wq = rows.wp[q][r];
           if (!wq) continue;
-          _Pragma("GCC unroll 3") for (int kx = 0; kx < KW; ++kx) {
+          _Pragma("GCC unroll 5") for (int kx = 0; kx < KW; ++kx) {
             const __m512 wv = _mm512_loadu_ps(wq + kx * cp + at);
             _Pragma("GCC unroll 8") for (int j = 0; j < P; ++j)
               acc[r][j] = _mm512_fmadd_ps(xs[j * S + kx], wv, acc[r][j]);
@@ -190,10 +194,10 @@ void redo_rows_exactly(const DepthwiseArgs& a, uint32_t t, uint32_t rows);
 
 // Output rows t .. t + R - 1 of one image (R = 2 only at stride 1 both
 // ways).
-template <int S, int R, int P, bool kBf16In, bool kBf16Out, class Act>
+template <int S, int R, int P, int KW, bool kBf16In, bool kBf16Out, class Act>
 void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
   const uint64_t in_stride = a.src.uniform_row_stride(), out_stride = a.dst.uniform_row_stride();
-  constexpr int kCols = (P - 1) * S + 3;
+  constexpr int kCols = (P - 1) * S + KW;
   constexpr bool kPairs = kBf16In && kBf16Out;  // block_pairs where the weights are there too
   const uint32_t paired = kPairs && a.weights_pairs ? paired_channels(a.c) : 0;
   const uint32_t img = t / a.oh, oy = t % a.oh;
@@ -204,10 +208,10 @@ void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
     rows.row[rows.n] = a.src.base + (uint64_t{img} * a.h + static_cast<uint64_t>(iy)) * a.w * in_stride;
     for (int r = 0; r < R; ++r) {
       const int64_t ky = int64_t{q} - r;
-      rows.w[rows.n][r] = ky >= 0 && ky < a.kh ? a.weights + static_cast<uint64_t>(ky) * 3 * a.c : nullptr;
+      rows.w[rows.n][r] = ky >= 0 && ky < a.kh ? a.weights + static_cast<uint64_t>(ky) * KW * a.c : nullptr;
       if (kPairs && a.weights_pairs)
         rows.wp[rows.n][r] =
-            rows.w[rows.n][r] ? a.weights_pairs + static_cast<uint64_t>(ky) * 3 * pairs_width(a.c) : nullptr;
+            rows.w[rows.n][r] ? a.weights_pairs + static_cast<uint64_t>(ky) * KW * pairs_width(a.c) : nullptr;
     }
     ++rows.n;
   }
@@ -230,52 +234,56 @@ void output_rows_at(const DepthwiseArgs& a, uint32_t t, Act act) {
       for (const std::byte* p = rows.row[q] + lo * in_stride; p < rows.row[q] + hi * in_stride; p += 64)
         _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
     const bool inside = npx == P && ix0 >= 0 && ix0 + kCols <= a.w;
-    if (paired && inside) block_pairs<S, R, P, false>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
-    else if (paired) block_pairs<S, R, P, true>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
+    if (paired && inside) block_pairs<S, R, P, KW, false>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
+    else if (paired) block_pairs<S, R, P, KW, true>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
     if (paired == a.c) continue;
     if (inside)
-      block<S, R, P, false, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
+      block<S, R, P, KW, false, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
     else
-      block<S, R, P, true, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
+      block<S, R, P, KW, true, kBf16In, kBf16Out>(a, rows, ix0, npx, in_stride, out, out_stride, act, denormal, paired);
   }
   if constexpr (kBf16Out)
     if (denormal) [[unlikely]]
       redo_rows_exactly(a, t, R);
 }
 
-template <int S, int P, bool kBf16In, bool kBf16Out, class Act>
+template <int S, int P, int KW, bool kBf16In, bool kBf16Out, class Act>
 void output_rows(const DepthwiseArgs& a, uint32_t begin, uint32_t end, Act act) {
   for (uint32_t t = begin; t < end;) {
     if (S == 1 && a.sh == 1 && t + 1 < end && (t + 1) % a.oh != 0) {
-      output_rows_at<S, 2, P, kBf16In, kBf16Out>(a, t, act);
+      output_rows_at<S, 2, P, KW, kBf16In, kBf16Out>(a, t, act);
       t += 2;
     } else {
-      output_rows_at<S, 1, P, kBf16In, kBf16Out>(a, t, act);
+      output_rows_at<S, 1, P, KW, kBf16In, kBf16Out>(a, t, act);
       t += 1;
     }
   }
 }
 
-// Whether `a` fits this path.
+// Whether `a` fits this path: 3-wide kernels with any pair of row dtypes,
+// 5-wide ones (MnasNet's, EfficientNet's, MobileNetV3's) with one dtype in
+// and out (run_five: mixed pairs would double its instantiations, and
+// stage through depthwise_rows instead).
 inline bool applies(const DepthwiseArgs& a) {
   auto rows = [](DataType t) { return t == DataType::FLOAT32 || t == DataType::BFLOAT16; };
-  return a.kh <= kMaxK && a.kw == 3 && a.dw == 1 && a.dh == 1 && (a.sw == 1 || a.sw == 2) && rows(a.src_type) &&
+  const bool width = a.kw == 3 || (a.kw == 5 && a.src_type == a.dst_type);
+  return a.kh <= kMaxK && width && a.dw == 1 && a.dh == 1 && (a.sw == 1 || a.sw == 2) && rows(a.src_type) &&
          rows(a.dst_type) && a.src.uniform_row_stride() && a.dst.uniform_row_stride();
 }
 
-// Every dtype pair in and out, blocks of eight pixels.
+// 3-wide kernels, every dtype pair in and out, blocks of eight pixels.
 template <int S>
 void run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
   const bool bi = a.src_type == DataType::BFLOAT16, bo = a.dst_type == DataType::BFLOAT16;
   if (bo)
     with_activation<true, kCompactActivations>(a.activation, [&](auto act) {
-      if (bi) output_rows<S, 8, true, true>(a, begin, end, act);
-      else output_rows<S, 8, false, true>(a, begin, end, act);
+      if (bi) output_rows<S, 8, 3, true, true>(a, begin, end, act);
+      else output_rows<S, 8, 3, false, true>(a, begin, end, act);
     });
   else
     with_activation<false, kCompactActivations>(a.activation, [&](auto act) {
-      if (bi) output_rows<S, 8, true, false>(a, begin, end, act);
-      else output_rows<S, 8, false, false>(a, begin, end, act);
+      if (bi) output_rows<S, 8, 3, true, false>(a, begin, end, act);
+      else output_rows<S, 8, 3, false, false>(a, begin, end, act);
     });
 }
 
@@ -283,6 +291,10 @@ void run(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
 // (depthwise_kernel checks it): compiled in depthwise_seven_avx512.cc, in
 // parallel with depthwise_avx512.cc's instantiations.
 void run_stride1_seven(const DepthwiseArgs& a, uint32_t begin, uint32_t end);
+
+// 5-wide kernels of stride 1 or 2 with the same dtype in and out, blocks of
+// eight pixels: compiled in depthwise_five_avx512.cc.
+void run_five(const DepthwiseArgs& a, uint32_t begin, uint32_t end);
 
 }  // namespace direct3
 

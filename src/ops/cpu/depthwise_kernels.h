@@ -1,11 +1,11 @@
 // Depthwise convolution (groups = in = out channels) over NHWC rows
 // (internal). Every kernel computes per output pixel bias plus kh*kw taps of
 // channel vectors, accumulated in float32 in (ky, kx) order, then the fused
-// activation. The AVX-512 kernel (depthwise_avx512.cc) has two paths: 3x3
-// kernels of stride 1 or 2 on evenly spaced rows read their taps straight
-// from the rows, eight output pixels per block (seven at stride 1 on rows
-// that 7 divides and 8 does not), each input column loaded once per kernel
-// row; other shapes stage
+// activation. The AVX-512 kernel (depthwise_avx512.cc) has two paths: 3-
+// and 5-wide kernels of stride 1 or 2 on evenly spaced rows read their taps
+// straight from the rows, eight output pixels per block (seven for 3-wide
+// ones at stride 1 on rows that 7 divides and 8 does not), each input column
+// loaded once per kernel row; other shapes stage
 // zero-padded channel-blocked input rows (kernels past 7x7 take the portable
 // loop of depthwise_impl.h).
 // conv2d picks the shapes where each beats oneDNN's (conv/select.cc,

@@ -8,10 +8,10 @@ namespace tessera::cpu::avx512::direct3 {
 void run_stride1_seven(const DepthwiseArgs& a, uint32_t begin, uint32_t end) {
   if (a.dst_type == DataType::BFLOAT16)
     with_activation<true, kCompactActivations>(a.activation,
-                                               [&](auto act) { output_rows<1, 7, true, true>(a, begin, end, act); });
+                                               [&](auto act) { output_rows<1, 7, 3, true, true>(a, begin, end, act); });
   else
-    with_activation<false, kCompactActivations>(a.activation,
-                                                [&](auto act) { output_rows<1, 7, false, false>(a, begin, end, act); });
+    with_activation<false, kCompactActivations>(
+        a.activation, [&](auto act) { output_rows<1, 7, 3, false, false>(a, begin, end, act); });
 }
 
 }  // namespace tessera::cpu::avx512::direct3
