@@ -31,16 +31,19 @@ async function main() {
   const file = session.endProfiling ? await session.endProfiling() : undefined;
   const trace = JSON.parse(fs.readFileSync(file || fs.readdirSync(os.tmpdir())
       .filter((f) => f.startsWith(path.basename(prefix))).map((f) => path.join(os.tmpdir(), f))[0], 'utf8'));
+  // A node's input and output shapes as the trace records them: "in;in -> out".
+  const dimsOf = (list) => (list || []).map((t) => Object.values(t)[0].join('x')).join(';');
+  const shapesOf = (a) => `${dimsOf(a.input_type_shape)} -> ${dimsOf(a.output_type_shape)}`;
   // Node events are "<name>_kernel_time" with dur in us; one per node per run.
   const perNode = new Map();
   for (const e of trace) {
     if (e.cat !== 'Node' || !e.name.endsWith('_kernel_time')) continue;
     const key = e.name.slice(0, -'_kernel_time'.length);
-    if (!perNode.has(key)) perNode.set(key, {op: e.args.op_name, times: []});
+    if (!perNode.has(key)) perNode.set(key, {op: e.args.op_name, shapes: shapesOf(e.args), times: []});
     perNode.get(key).times.push(e.dur / 1000);
   }
   const med = (a) => a.slice().sort((x, y) => x - y)[Math.floor(a.length / 2)];
-  const nodes = [...perNode].map(([name, v]) => ({name, op: v.op, ms: med(v.times.slice(3))}));
+  const nodes = [...perNode].map(([name, v]) => ({name, op: v.op, shapes: v.shapes, ms: med(v.times.slice(3))}));
   const perOp = new Map();
   for (const x of nodes) perOp.set(x.op, (perOp.get(x.op) || 0) + x.ms);
   const total = nodes.reduce((a, x) => a + x.ms, 0);
@@ -49,7 +52,7 @@ async function main() {
     console.log(`${op.padEnd(28)} ${ms.toFixed(3).padStart(9)} ms ${(100 * ms / total).toFixed(1).padStart(5)} %`);
   console.log(`\nslowest ${top} nodes:`);
   for (const x of nodes.sort((a, b) => b.ms - a.ms).slice(0, top))
-    console.log(`${x.ms.toFixed(3).padStart(8)} ms  ${x.op.padEnd(20)} ${x.name}`);
+    console.log(`${x.ms.toFixed(3).padStart(8)} ms  ${x.op.padEnd(20)} ${x.shapes.padEnd(40)} ${x.name}`);
   if (file) fs.unlinkSync(file);
 }
 main().catch((e) => { console.error(e.message || e); process.exit(1); });
