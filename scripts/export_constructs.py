@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Exports small models, one per construct users write that is not a
 torchvision architecture: attention written with einsum, a detection head's
-top-k and gather, a segmentation head's argmax, a CRNN recogniser's
+top-k and gather, a detector's non-maximum suppression (output shapes that
+depend on the data), a segmentation head's argmax, a CRNN recogniser's
 bidirectional LSTM, a GRU, grid_sample (a flow warp), bicubic upsampling,
 3-D convolution, normalize / std / cumsum / flip / where / clamp /
 pixel_unshuffle, and a statically quantized net (PyTorch's eager-mode
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torchvision
 
 
 class EinsumAttention(nn.Module):
@@ -146,6 +148,26 @@ class Quantized(nn.Module):
         return q.convert(self)
 
 
+class DetNms(nn.Module):
+    """A detector's post-processing: boxes and scores from conv heads, then
+    non-maximum suppression over the batch's images (torchvision's
+    batched_nms: NonMaxSuppression) and the kept boxes, scores and indices,
+    whose count depends on the data (Tessera runs them in a host tail)."""
+
+    def __init__(self):
+        super().__init__()
+        self.box, self.cls = nn.Conv2d(16, 4, 3, padding=1), nn.Conv2d(16, 1, 3, padding=1)
+        self.register_buffer("image", torch.arange(2).repeat_interleave(8 * 12))  # each box's image
+
+    def forward(self, x):
+        b = self.box(x).flatten(2).transpose(1, 2).reshape(-1, 4)
+        xy, wh = b[:, :2] * 4.0, b[:, 2:].abs() * 4.0 + 1.0
+        boxes = torch.cat([xy, xy + wh], 1)
+        scores = self.cls(x).flatten().sigmoid()
+        keep = torchvision.ops.batched_nms(boxes, scores, self.image, 0.3)
+        return boxes[keep], scores[keep], keep
+
+
 # name: (model, opset)
 CONSTRUCTS = {
     "einsum_attention": (EinsumAttention, 13),
@@ -158,6 +180,7 @@ CONSTRUCTS = {
     "bicubic_up": (Bicubic, 13),
     "conv3d": (Conv3d, 13),
     "quantized": (Quantized, 13),
+    "det_nms": (DetNms, 13),
 }
 
 

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "model_runner.h"
 #include "tessera/cnn/testing.h"
@@ -144,7 +146,7 @@ Status write_outputs(const std::string& path, const std::string& dir, const std:
 }
 
 Status check_references(const std::string& reference, const std::vector<std::string>& names,
-                        const std::vector<Tensor>& outputs, double threshold) {
+                        const std::vector<Tensor>& outputs, double threshold, const std::vector<bool>& integer) {
   cnn::WeightMap refs;
   if (std::filesystem::is_directory(reference)) {
     for (const std::string& name : names) {
@@ -173,6 +175,14 @@ Status check_references(const std::string& reference, const std::vector<std::str
       return invalid_argument_error("--reference {}: no array for output '{}'", reference, names[k]);
     TS_ASSIGN_OR_RETURN(std::vector<float> want, it->second.to_vector());
     TS_ASSIGN_OR_RETURN(std::vector<float> got, outputs[k].to_vector());
+    if (integer.size() > k && integer[k]) {  // indices, counts: exactly
+      const bool same = want == got;
+      std::printf("'%s' against %s: %zu integers, %s\n", names[k].c_str(), reference.c_str(), got.size(),
+                  same ? "equal (pass)" : "DIFFERENT (FAIL)");
+      if (!same && first_failure.ok())
+        first_failure = failed_precondition_error("output '{}': integers differ from the reference", names[k]);
+      continue;
+    }
     if (want.size() != got.size())
       return invalid_argument_error("--reference {}: output '{}' has {} values, the reference {}", reference, names[k],
                                     got.size(), want.size());
@@ -183,6 +193,67 @@ Status check_references(const std::string& reference, const std::vector<std::str
       first_failure = failed_precondition_error("output '{}': PCC {:.6f} is below {}", names[k], p.pcc, threshold);
   }
   return first_failure;
+}
+
+namespace {
+std::string host_npy(const graph::HostTensor& t) {
+  if (t.type == graph::ElemType::INT64) return cnn::npy_file_bytes("<i8", t.dims, t.i.data(), t.i.size() * 8);
+  return cnn::npy_file_bytes("<f4", t.dims, t.f.data(), t.f.size() * 4);
+}
+}  // namespace
+
+Status write_host_outputs(const std::string& path, const std::string& dir, const std::vector<std::string>& names,
+                          const std::vector<graph::HostTensor>& outputs) {
+  auto write = [](const std::string& p, const std::string& bytes) -> Status {
+    std::ofstream out(p, std::ios::binary);
+    if (!out || !out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+      return invalid_argument_error("{}: cannot write the file", p);
+    std::printf("wrote %s\n", p.c_str());
+    return ok_status();
+  };
+  if (!path.empty()) {
+    if (path.ends_with(".npz")) {
+      std::map<std::string, std::string> files;
+      for (size_t k = 0; k < names.size(); ++k) files[names[k]] = host_npy(outputs[k]);
+      TS_RETURN_IF_ERROR(cnn::save_npz_files(path, files));
+      std::printf("wrote %s\n", path.c_str());
+    } else {
+      if (outputs.size() != 1)
+        return invalid_argument_error(
+            "--output {}: the model has {} outputs; write them all with --output FILE.npz or --output-dir DIR", path,
+            outputs.size());
+      TS_RETURN_IF_ERROR(write(path, host_npy(outputs[0])));
+    }
+  }
+  if (!dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return invalid_argument_error("--output-dir {}: {}", dir, ec.message());
+    for (size_t k = 0; k < names.size(); ++k)
+      TS_RETURN_IF_ERROR(write(output_file(dir, names[k]), host_npy(outputs[k])));
+  }
+  return ok_status();
+}
+
+Status check_host_references(const std::string& reference, const std::vector<std::string>& names,
+                             const std::vector<graph::HostTensor>& outputs, double threshold) {
+  std::vector<Tensor> ts;
+  std::vector<bool> integer;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const graph::HostTensor& h = outputs[k];
+    if (h.volume() == 0)
+      return unimplemented_error(
+          "--reference: output '{}' is empty ({}); references are checked on outputs with values", names[k],
+          graph::dims_to_string(h.dims));
+    std::vector<float> v(h.size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(h.at(i));
+    std::vector<uint32_t> d(h.dims.begin(), h.dims.end());
+    if (d.empty()) d.push_back(1);
+    TS_ASSIGN_OR_RETURN(Tensor t, Tensor::from_vector(v, Shape(std::span<const uint32_t>(d)), DataType::FLOAT32));
+    ts.push_back(std::move(t));
+    integer.push_back(h.type == graph::ElemType::INT64);
+  }
+  return check_references(reference, names, ts, threshold, integer);
 }
 
 }  // namespace tessera::tools

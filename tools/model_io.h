@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessera/base/status.h"
+#include "tessera/graph/graph.h"
 #include "tessera/tensor/tensor.h"
 
 namespace tessera::tools {
@@ -52,7 +53,18 @@ Status write_outputs(const std::string& path, const std::string& dir, const std:
 // output_file per output (what --output-dir writes), or one .npy for a model
 // with one output. Prints a line per output; FailedPrecondition when one is
 // below the threshold.
+// `integer`, when given, marks outputs holding integers (indices): those must
+// equal the reference exactly.
 Status check_references(const std::string& reference, const std::vector<std::string>& names,
-                        const std::vector<Tensor>& outputs, double threshold);
+                        const std::vector<Tensor>& outputs, double threshold, const std::vector<bool>& integer = {});
+
+// As write_outputs and check_references, for outputs of a host tail
+// (graph/host_tail.h): any shape, empty ones too, int64 ones written as
+// '<i8'. An empty output cannot be checked against a reference yet
+// (UNIMPLEMENTED naming it).
+Status write_host_outputs(const std::string& path, const std::string& dir, const std::vector<std::string>& names,
+                          const std::vector<graph::HostTensor>& outputs);
+Status check_host_references(const std::string& reference, const std::vector<std::string>& names,
+                             const std::vector<graph::HostTensor>& outputs, double threshold);
 
 }  // namespace tessera::tools

@@ -84,7 +84,8 @@ StatusOr<runtime::CompileOptions> compile_options_for(const ModelOptions& option
 
 bool is_image_file(const std::string& path) { return path.ends_with(".tsi"); }
 
-StatusOr<graph::Graph> import_graph(const std::string& path, const ModelOptions& options, double* import_ms) {
+StatusOr<graph::Graph> import_graph(const std::string& path, const ModelOptions& options, double* import_ms,
+                                    std::optional<graph::HostTail>* tail) {
   if (options.batch < 1) return invalid_argument_error("--batch {}: expected at least 1", options.batch);
   auto t0 = std::chrono::steady_clock::now();
   importer::OnnxImportOptions io;
@@ -106,9 +107,22 @@ StatusOr<graph::Graph> import_graph(const std::string& path, const ModelOptions&
                                     g.value(g.inputs[0]).name, d.size());
     d = options.input_shape;
   }
+  TS_ASSIGN_OR_RETURN(std::optional<graph::HostTail> t, graph::HostTail::split(g));
+  if (t && !tail)
+    return unimplemented_error(
+        "{}: its output shapes depend on the data ({}); `tessera run` and `tessera bench` run such a "
+        "host tail, compiled images do not hold one yet",
+        path, t->summary());
   TS_RETURN_IF_ERROR(graph::infer_shapes(g));
   g.remove_dead_nodes();
   if (g.inputs.empty()) return invalid_argument_error("{}: the model has no run-time inputs", path);
+  if (t) {
+    if (g.nodes.empty() || g.outputs.empty())
+      return unimplemented_error("{}: the whole model depends on the data's shapes ({}); nothing runs on the device",
+                                 path, t->summary());
+    TS_RETURN_IF_ERROR(t->bind_prefix(g));
+    *tail = std::move(t);
+  }
   if (import_ms) *import_ms = ms_since(t0);
   return g;
 }
@@ -172,13 +186,28 @@ StatusOr<LoadedModel> load_model(const std::string& path, Device& device, const 
         "compiled image)",
         options.model_name, path);
   LoadedModel r;
-  TS_ASSIGN_OR_RETURN(graph::Graph g, import_graph(path, options, &r.import_ms));
+  TS_ASSIGN_OR_RETURN(graph::Graph g, import_graph(path, options, &r.import_ms, &r.tail));
   r.input_shape = Shape(std::span<const uint32_t>(
       std::vector<uint32_t>(g.value(g.inputs[0]).dims.begin(), g.value(g.inputs[0]).dims.end())));
   const auto t0 = std::chrono::steady_clock::now();
   TS_ASSIGN_OR_RETURN(r.model, runtime::CompiledModel::compile(std::move(g), device, copts));
   r.compile_ms = ms_since(t0);
   return r;
+}
+
+std::vector<std::string> output_names(const LoadedModel& m) {
+  return m.tail ? m.tail->output_names() : m.model->output_names();
+}
+
+StatusOr<std::vector<graph::HostTensor>> finish_outputs(const LoadedModel& m, const std::vector<Tensor>& outputs) {
+  std::vector<graph::HostTensor> host;
+  for (const Tensor& t : outputs) {
+    TS_ASSIGN_OR_RETURN(std::vector<float> v, t.to_vector());
+    host.push_back(graph::HostTensor::floats(std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end()),
+                                             std::move(v)));
+  }
+  if (!m.tail) return host;
+  return m.tail->run(host);
 }
 
 Status shapes_from_inputs(const std::vector<DeclaredInput>& declared, const std::map<std::string, Tensor>& files,

@@ -11,6 +11,7 @@
 
 #include "model_io.h"
 #include "tessera/cnn/pipeline.h"
+#include "tessera/graph/host_tail.h"
 #include "tessera/image/image.h"
 #include "tessera/runtime/compiled_model.h"
 
@@ -56,11 +57,24 @@ struct LoadedModel {
   bool from_image = false;
   std::vector<std::string> notes;                        // an image's load notes (image::LoadedModel::notes)
   std::optional<runtime::CompileOptions> image_options;  // an image's: the options it was compiled with
+  // The nodes after a data-dependent shape (graph/host_tail.h): `model` is
+  // the rest, and the tail runs on its outputs (finish_outputs).
+  std::optional<graph::HostTail> tail;
 };
 
+// The model's output names: the tail's (the whole model's) where there is one.
+std::vector<std::string> output_names(const LoadedModel& m);
+// The model's outputs from the outputs `m.model` returned (host float32
+// tensors, in its order): as they are, or through the host tail.
+StatusOr<std::vector<graph::HostTensor>> finish_outputs(const LoadedModel& m, const std::vector<Tensor>& outputs);
+
 // Imports the ONNX file at `path` with the batch and shapes of `options`
-// and infers its shapes (`import_ms`: how long it took).
-StatusOr<graph::Graph> import_graph(const std::string& path, const ModelOptions& options, double* import_ms);
+// and infers its shapes (`import_ms`: how long it took). A model with a
+// data-dependent output shape leaves its host tail in `tail`; with no
+// `tail` to take it, UNIMPLEMENTED naming the node (images and `compare`
+// do not hold one yet).
+StatusOr<graph::Graph> import_graph(const std::string& path, const ModelOptions& options, double* import_ms,
+                                    std::optional<graph::HostTail>* tail = nullptr);
 
 // The model of `img` named `name`, or its only one when `name` is empty
 // (INVALID_ARGUMENT listing them when it has several).

@@ -233,21 +233,26 @@ namespace {
 // A float32 array as .npy version 1 bytes (what numpy.save writes).
 StatusOr<std::string> npy_bytes(const Tensor& t) {
   TS_ASSIGN_OR_RETURN(std::vector<float> v, t.to_vector());
+  const std::vector<int64_t> dims(t.shape().dims().begin(), t.shape().dims().end());
+  return npy_file_bytes("<f4", dims, v.data(), v.size() * 4);
+}
+
+}  // namespace
+
+std::string npy_file_bytes(std::string_view descr, std::span<const int64_t> dims, const void* data, size_t bytes) {
   std::string shape;
-  for (uint32_t d : t.shape().dims()) shape += fmt::format("{}{}", shape.empty() ? "" : ", ", d);
-  shape = t.shape().rank() == 1 ? fmt::format("({},)", shape) : fmt::format("({})", shape);
-  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': {}, }}", shape);
+  for (int64_t d : dims) shape += fmt::format("{}{}", shape.empty() ? "" : ", ", d);
+  shape = dims.size() == 1 ? fmt::format("({},)", shape) : fmt::format("({})", shape);
+  std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", descr, shape);
   header.append(64 - (10 + header.size() + 1) % 64, ' ').push_back('\n');
   std::string b = "\x93NUMPY\x01";
   b.push_back('\0');
   const uint16_t hl = static_cast<uint16_t>(header.size());
   b.append(reinterpret_cast<const char*>(&hl), 2);
   b += header;
-  b.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  b.append(static_cast<const char*>(data), bytes);
   return b;
 }
-
-}  // namespace
 
 Status save_npy(const std::string& path, const Tensor& array) {
   TS_ASSIGN_OR_RETURN(std::string b, npy_bytes(array));
@@ -258,19 +263,19 @@ Status save_npy(const std::string& path, const Tensor& array) {
 }
 
 Status save_npz(const std::string& path, const WeightMap& arrays) {
+  std::map<std::string, std::string> files;
+  for (const auto& [name, t] : arrays) {
+    TS_ASSIGN_OR_RETURN(files[name], npy_bytes(t));
+  }
+  return save_npz_files(path, files);
+}
+
+Status save_npz_files(const std::string& path, const std::map<std::string, std::string>& npy_files) {
   int err = 0;
   zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
   if (!z) return invalid_argument_error("{}: cannot create the archive (libzip error {})", path, err);
-  std::vector<std::string> buffers;  // must live until zip_close
-  buffers.reserve(arrays.size());
-  for (const auto& [name, t] : arrays) {
-    StatusOr<std::string> b = npy_bytes(t);
-    if (!b.ok()) {
-      zip_discard(z);
-      return b.status();
-    }
-    buffers.push_back(std::move(*b));
-    zip_source_t* src = zip_source_buffer(z, buffers.back().data(), buffers.back().size(), 0);
+  for (const auto& [name, bytes] : npy_files) {  // (the map outlives zip_close)
+    zip_source_t* src = zip_source_buffer(z, bytes.data(), bytes.size(), 0);
     const zip_int64_t idx = src ? zip_file_add(z, (name + ".npy").c_str(), src, ZIP_FL_OVERWRITE) : -1;
     if (idx < 0 || zip_set_file_compression(z, static_cast<zip_uint64_t>(idx), ZIP_CM_STORE, 0) != 0) {
       if (src && idx < 0) zip_source_free(src);

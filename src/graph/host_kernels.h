@@ -186,4 +186,8 @@ struct EinsumLabels {
 StatusOr<EinsumLabels> einsum_labels(const Node& n, const std::vector<Dims>& dims);
 StatusOr<HostTensor> einsum(const Node& n, Ins ins);
 
+// Output shapes that depend on the values read (host_detect.cc).
+StatusOr<HostTensor> non_max_suppression(const Node& n, Ins ins);
+StatusOr<HostTensor> non_zero(const Node& n, const HostTensor& x);
+
 }  // namespace tessera::graph::host

@@ -15,7 +15,9 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "tessera/tensor/tensor.h"
 
@@ -39,6 +41,11 @@ StatusOr<WeightMap> load_npz(const std::string& path, std::map<std::string, std:
 Status save_npy(const std::string& path, const Tensor& array);
 // Writes float32 arrays as an uncompressed .npz (what numpy.savez writes).
 Status save_npz(const std::string& path, const WeightMap& arrays);
+// The bytes of an .npy file (version 1) holding `bytes` of C-order data of
+// numpy dtype `descr` ('<f4', '<i8') and shape `dims` (any may be 0).
+std::string npy_file_bytes(std::string_view descr, std::span<const int64_t> dims, const void* data, size_t bytes);
+// Writes .npy files' bytes, keyed by array name, as an uncompressed .npz.
+Status save_npz_files(const std::string& path, const std::map<std::string, std::string>& npy_files);
 
 // A BatchNorm2d's parameters, each (C).
 struct BatchNorm2dParameters {

@@ -1,0 +1,69 @@
+// A model's host tail: the nodes whose output shapes depend on the values
+// they read (NonMaxSuppression, NonZero: a detector's post-processing) and
+// every node that reads their results, directly or not. Tessera's shapes
+// are static, so the device runs the rest of the model (the prefix) and the
+// host evaluates the tail on the prefix's results, node by node, with the
+// shapes the data gives (graph::evaluate: the reference kernels, in double
+// where it matters, on one core; a few thousand boxes take well under a
+// millisecond).
+//
+//   graph::Graph g = import...;                      // shapes not inferred yet
+//   auto tail = graph::HostTail::split(g);           // g becomes the prefix
+//   infer_shapes(g); if (*tail) (*tail)->bind_prefix(g);
+//   ... compile and run g; outputs = (*tail)->run(prefix outputs)
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/graph/graph.h"
+
+namespace tessera::graph {
+
+// Whether `op_type`'s output shape depends on its inputs' values.
+bool has_data_dependent_shape(const std::string& op_type);
+
+class HostTail {
+ public:
+  // Takes the tail out of `g` (imported, shapes not yet inferred): nullopt
+  // and `g` unchanged when no node has a data-dependent output shape.
+  // Otherwise `g` keeps the prefix, and its outputs become the model's
+  // outputs the prefix makes (in model order), then the values the tail
+  // reads from the prefix. UNIMPLEMENTED naming the node when a tail node's
+  // op has no host kernel; INVALID_ARGUMENT when a tail node reads a graph
+  // input directly (the prefix returns only values it computes).
+  static StatusOr<std::optional<HostTail>> split(Graph& g);
+
+  // After the prefix's shapes are inferred: the type and shape of each value
+  // the tail reads (a constant there, folded by shape inference, is taken as
+  // it is). INVALID_ARGUMENT when `prefix` is not the graph split() left.
+  Status bind_prefix(const Graph& prefix);
+
+  // The model's outputs, in the model's order, from the prefix's outputs
+  // (its graph's outputs, in order; float32 values standing for integers
+  // become int64 where the tail reads an integer value).
+  StatusOr<std::vector<HostTensor>> run(const std::vector<HostTensor>& prefix_outputs) const;
+
+  // The model's output names, in order.
+  const std::vector<std::string>& output_names() const { return names_; }
+  // How many of the prefix's outputs come first as model outputs.
+  size_t num_model_outputs_in_prefix() const { return prefix_outputs_; }
+  size_t num_prefix_outputs() const { return prefix_outputs_ + boundary_.size(); }
+  size_t num_nodes() const { return tail_.nodes.size(); }
+  // "3 nodes from NonMaxSuppression '/nms': NonMaxSuppression, Gather, Squeeze"
+  std::string summary() const;
+
+ private:
+  Graph tail_;  // inputs: the boundary values; outputs: the model's outputs it makes
+  std::vector<std::string> names_;
+  // Per model output: its index among the prefix's outputs (>= 0) or among
+  // the tail's (-1 - index).
+  std::vector<int> source_;
+  size_t prefix_outputs_ = 0;
+  std::vector<int> boundary_;  // the tail's input value ids, in prefix output order
+  std::vector<bool> bound_;    // bind_prefix took a constant for that input
+  std::string first_;          // the first data-dependent node's label
+};
+
+}  // namespace tessera::graph

@@ -1,0 +1,154 @@
+#include "tessera/graph/host_tail.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tessera/graph/host_eval.h"
+
+namespace tessera::graph {
+
+bool has_data_dependent_shape(const std::string& op_type) {
+  // (Unique, Compress and the control-flow ops would join here with their host kernels.)
+  return op_type == "NonMaxSuppression" || op_type == "NonZero";
+}
+
+StatusOr<std::optional<HostTail>> HostTail::split(Graph& g) {
+  if (std::none_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return has_data_dependent_shape(n.op_type); }))
+    return std::optional<HostTail>();
+  TS_RETURN_IF_ERROR(g.topological_sort());
+  std::vector<bool> from_tail(g.values.size(), false);
+  std::vector<size_t> nodes;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    const bool reads_tail = std::any_of(n.inputs.begin(), n.inputs.end(),
+                                        [&](int v) { return v >= 0 && from_tail[static_cast<size_t>(v)]; });
+    if (!has_data_dependent_shape(n.op_type) && !reads_tail) continue;
+    if (!host_supports(n.op_type))
+      return unimplemented_error("{} reads the result of a data-dependent shape and has no host kernel", n.label());
+    nodes.push_back(ni);
+    for (int v : n.outputs)
+      if (v >= 0) from_tail[static_cast<size_t>(v)] = true;
+  }
+  HostTail t;
+  t.tail_.opset = g.opset;
+  t.first_ = g.nodes[nodes.front()].label();
+  std::vector<int> id(g.values.size(), -1);  // g's value -> the tail's
+  std::vector<int> boundary;                 // g's ids of the values the tail reads from the prefix
+  for (size_t ni : nodes) {
+    Node n = g.nodes[ni];
+    for (int& v : n.inputs) {
+      if (v < 0) continue;
+      auto& mapped = id[static_cast<size_t>(v)];
+      if (mapped < 0) {
+        const Value& src = g.value(v);
+        if (!g.is_constant(v) && src.producer < 0)
+          return invalid_argument_error("{} (after a data-dependent shape) reads the graph input '{}' directly",
+                                        n.label(), src.name);
+        Value copy{
+            .name = src.name, .type = src.type, .dims = src.dims, .has_shape = src.has_shape, .constant = src.constant};
+        mapped = t.tail_.add_value(std::move(copy));
+        if (!g.is_constant(v)) boundary.push_back(v), t.tail_.inputs.push_back(mapped);
+      }
+      v = mapped;
+    }
+    for (int& v : n.outputs) {
+      if (v < 0) continue;
+      const Value& src = g.value(v);
+      v = id[static_cast<size_t>(v)] = t.tail_.add_value(Value{.name = src.name, .type = src.type});
+    }
+    t.tail_.nodes.push_back(std::move(n));
+  }
+  std::vector<int> outputs;  // the prefix's
+  for (int o : g.outputs) {
+    t.names_.push_back(g.value(o).name);
+    if (from_tail[static_cast<size_t>(o)]) {
+      t.source_.push_back(-1 - static_cast<int>(t.tail_.outputs.size()));
+      t.tail_.outputs.push_back(id[static_cast<size_t>(o)]);
+    } else {
+      t.source_.push_back(static_cast<int>(outputs.size()));
+      outputs.push_back(o);
+    }
+  }
+  t.prefix_outputs_ = outputs.size();
+  for (int v : boundary) outputs.push_back(v);  // (a model output too: listed twice)
+  t.boundary_ = t.tail_.inputs;
+  t.bound_.assign(t.boundary_.size(), false);
+  g.outputs = std::move(outputs);
+  g.remove_dead_nodes();
+  return std::optional<HostTail>(std::move(t));
+}
+
+Status HostTail::bind_prefix(const Graph& prefix) {
+  if (prefix.outputs.size() != num_prefix_outputs())
+    return invalid_argument_error("the prefix graph has {} outputs; the host tail split it with {}",
+                                  prefix.outputs.size(), num_prefix_outputs());
+  for (size_t k = 0; k < boundary_.size(); ++k) {
+    const Value& p = prefix.value(prefix.outputs[prefix_outputs_ + k]);
+    Value& v = tail_.value(boundary_[k]);
+    if (p.name != v.name)
+      return invalid_argument_error("prefix output {} is '{}'; the host tail reads '{}' there", prefix_outputs_ + k,
+                                    p.name, v.name);
+    v.type = p.type, v.dims = p.dims, v.has_shape = p.has_shape;
+    if (p.constant) v.constant = p.constant, bound_[k] = true;
+  }
+  return ok_status();
+}
+
+StatusOr<std::vector<HostTensor>> HostTail::run(const std::vector<HostTensor>& prefix_outputs) const {
+  if (prefix_outputs.size() != num_prefix_outputs())
+    return invalid_argument_error("the host tail takes the prefix's {} outputs, got {}", num_prefix_outputs(),
+                                  prefix_outputs.size());
+  std::vector<std::optional<HostTensor>> vals(tail_.values.size());
+  for (size_t v = 0; v < tail_.values.size(); ++v)
+    if (tail_.values[v].constant) vals[v] = tail_.values[v].constant;
+  for (size_t k = 0; k < boundary_.size(); ++k) {
+    if (bound_[k]) continue;
+    const Value& want = tail_.value(boundary_[k]);
+    HostTensor x = prefix_outputs[prefix_outputs_ + k];
+    if (want.has_shape) {
+      if (dims_volume(want.dims) != x.volume())
+        return invalid_argument_error("prefix output '{}': {} values, the host tail reads {}", want.name, x.volume(),
+                                      dims_to_string(want.dims));
+      x.dims = want.dims;
+    }
+    // The device holds integers in float32: exact below 2^24, as its kernels keep them.
+    if (want.type == ElemType::INT64 && x.type == ElemType::FLOAT32) {
+      std::vector<int64_t> ints(x.f.size());
+      for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<int64_t>(std::llround(x.f[i]));
+      x = HostTensor::ints(x.dims, std::move(ints));
+    }
+    vals[static_cast<size_t>(boundary_[k])] = std::move(x);
+  }
+  for (const Node& n : tail_.nodes) {
+    std::vector<const HostTensor*> ins;
+    for (int v : n.inputs) {
+      if (v >= 0 && !vals[static_cast<size_t>(v)])
+        return internal_error("{}: input '{}' was not computed", n.label(), tail_.value(v).name);
+      ins.push_back(v < 0 ? nullptr : &*vals[static_cast<size_t>(v)]);
+    }
+    TS_ASSIGN_OR_RETURN(std::vector<HostTensor> outs, evaluate(n, ins, tail_.opset));
+    for (size_t k = 0; k < n.outputs.size() && k < outs.size(); ++k)
+      if (n.outputs[k] >= 0) vals[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
+  }
+  std::vector<HostTensor> out;
+  for (int s : source_) {
+    if (s >= 0) {
+      out.push_back(prefix_outputs[static_cast<size_t>(s)]);
+      continue;
+    }
+    const int v = tail_.outputs[static_cast<size_t>(-1 - s)];
+    if (!vals[static_cast<size_t>(v)]) return internal_error("output '{}' was not computed", tail_.value(v).name);
+    out.push_back(*vals[static_cast<size_t>(v)]);
+  }
+  return out;
+}
+
+std::string HostTail::summary() const {
+  std::vector<std::string> ops;
+  for (const Node& n : tail_.nodes) ops.push_back(n.op_type);
+  return fmt::format("{} node(s) from {}: {}", tail_.nodes.size(), first_, fmt::join(ops, ", "));
+}
+
+}  // namespace tessera::graph
