@@ -200,6 +200,7 @@ std::string Graph::to_string() const {
         case Attribute::Kind::FLOATS: attrs.push_back(fmt::format("{}=[{}]", k, fmt::join(a.floats, ","))); break;
         case Attribute::Kind::TENSOR: attrs.push_back(fmt::format("{}=<tensor>", k)); break;
         case Attribute::Kind::STRINGS: attrs.push_back(fmt::format("{}=['{}']", k, fmt::join(a.strings, "','"))); break;
+        case Attribute::Kind::GRAPH: attrs.push_back(fmt::format("{}=<graph of {} nodes>", k, a.g ? a.g->nodes.size() : 0)); break;
       }
     }
     std::string shape;

@@ -1,5 +1,5 @@
 // Host reference kernels whose output shape depends on the values read:
-// NonMaxSuppression and NonZero (internal to host_eval). A detector's
+// NonMaxSuppression, NonZero and If (internal to host_eval). A detector's
 // post-processing ends in them; they run in a model's host tail
 // (host_tail.h), after the device has made their inputs.
 #include <fmt/format.h>
@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "host_kernels.h"
+#include "tessera/graph/host_eval.h"
 
 namespace tessera::graph::host {
 namespace {
@@ -115,6 +116,51 @@ StatusOr<HostTensor> non_zero(const Node&, const HostTensor& x) {
   for (size_t j = 0; j < flat.size(); ++j)
     for (size_t a = 0; a < d.size(); ++a) out[a * flat.size() + j] = flat[j] / strides[a] % d[a];
   return HostTensor::ints({static_cast<int64_t>(d.size()), nnz}, std::move(out));
+}
+
+// The branch the condition picks, evaluated node by node on the values it
+// reads from the scopes around it (the node's inputs after the condition,
+// named in "tessera_captures": the importer's add_captures).
+StatusOr<std::vector<HostTensor>> if_branch(const Node& n, Ins ins, int opset) {
+  TS_RETURN_IF_ERROR(need(n, ins, 0));
+  if (ins[0]->size() != 1)
+    return invalid_argument_error("{}: the condition must hold one value, found {}", n.label(), ins[0]->descriptor());
+  const char* branch = ins[0]->at(0) != 0 ? "then_branch" : "else_branch";
+  const auto it = n.attrs.find(branch);
+  if (it == n.attrs.end() || it->second.kind != Attribute::Kind::GRAPH || !it->second.g)
+    return invalid_argument_error("{}: no {} graph", n.label(), branch);
+  const Graph& g = *it->second.g;
+  const std::vector<std::string> names = n.attr_strings("tessera_captures");
+  std::vector<std::optional<HostTensor>> vals(g.values.size());
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].constant) vals[v] = g.values[v].constant;
+  for (int v : g.inputs) {
+    const std::string& name = g.value(v).name;
+    const auto at = std::find(names.begin(), names.end(), name);
+    const HostTensor* x = at == names.end() ? nullptr : in(ins, 1 + static_cast<size_t>(at - names.begin()));
+    if (!x)
+      return invalid_argument_error("{}: its {} reads '{}', which no enclosing scope gives", n.label(), branch, name);
+    vals[static_cast<size_t>(v)] = *x;
+  }
+  for (const Node& m : g.nodes) {
+    std::vector<const HostTensor*> mins;
+    for (int v : m.inputs) {
+      if (v >= 0 && !vals[static_cast<size_t>(v)])
+        return invalid_argument_error("{} in {}'s {}: input '{}' is not computed", m.label(), n.label(), branch,
+                                      g.value(v).name);
+      mins.push_back(v < 0 ? nullptr : &*vals[static_cast<size_t>(v)]);
+    }
+    TS_ASSIGN_OR_RETURN(std::vector<HostTensor> outs, evaluate(m, mins, opset));
+    for (size_t k = 0; k < m.outputs.size() && k < outs.size(); ++k)
+      if (m.outputs[k] >= 0) vals[static_cast<size_t>(m.outputs[k])] = std::move(outs[k]);
+  }
+  std::vector<HostTensor> out;
+  for (int v : g.outputs) {
+    if (!vals[static_cast<size_t>(v)])
+      return invalid_argument_error("{}: its {} does not compute its output '{}'", n.label(), branch, g.value(v).name);
+    out.push_back(*vals[static_cast<size_t>(v)]);
+  }
+  return out;
 }
 
 }  // namespace tessera::graph::host

@@ -480,6 +480,7 @@ const std::map<std::string, Eval>& table() {
     m["GridSample"] = [](const Node& n, Ins ins, int) { return host::grid_sample(n, ins); };
     m["NonMaxSuppression"] = one([](const Node& n, Ins ins, int) { return non_max_suppression(n, ins); });
     m["NonZero"] = one([](const Node& n, Ins ins, int) { return non_zero(n, *ins[0]); });
+    m["If"] = [](const Node& n, Ins ins, int opset) { return if_branch(n, ins, opset); };
     m["Shape"] = one([](const Node& n, Ins ins, int) -> StatusOr<HostTensor> {
       const auto r = static_cast<int64_t>(ins[0]->dims.size());
       int64_t s = n.attr_int("start", 0), e = n.attr_int("end", r);

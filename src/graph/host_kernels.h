@@ -189,5 +189,6 @@ StatusOr<HostTensor> einsum(const Node& n, Ins ins);
 // Output shapes that depend on the values read (host_detect.cc).
 StatusOr<HostTensor> non_max_suppression(const Node& n, Ins ins);
 StatusOr<HostTensor> non_zero(const Node& n, const HostTensor& x);
+StatusOr<std::vector<HostTensor>> if_branch(const Node& n, Ins ins, int opset);
 
 }  // namespace tessera::graph::host

@@ -4,14 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "tessera/graph/host_eval.h"
 
 namespace tessera::graph {
 
 bool has_data_dependent_shape(const std::string& op_type) {
-  // (Unique, Compress and the control-flow ops would join here with their host kernels.)
-  return op_type == "NonMaxSuppression" || op_type == "NonZero";
+  // (Unique, Compress and Loop would join here with their host kernels.)
+  return op_type == "NonMaxSuppression" || op_type == "NonZero" || op_type == "If";
 }
 
 StatusOr<std::optional<HostTail>> HostTail::split(Graph& g) {
@@ -146,9 +147,16 @@ StatusOr<std::vector<HostTensor>> HostTail::run(const std::vector<HostTensor>& p
 }
 
 std::string HostTail::summary() const {
-  std::vector<std::string> ops;
-  for (const Node& n : tail_.nodes) ops.push_back(n.op_type);
-  return fmt::format("{} node(s) from {}: {}", tail_.nodes.size(), first_, fmt::join(ops, ", "));
+  std::map<std::string, int> count;  // op type -> nodes
+  for (const Node& n : tail_.nodes) ++count[n.op_type];
+  std::vector<std::pair<int, std::string>> ops;
+  for (const auto& [op, k] : count) ops.emplace_back(-k, op);
+  std::sort(ops.begin(), ops.end());
+  std::vector<std::string> parts;
+  for (size_t k = 0; k < ops.size() && k < 6; ++k)
+    parts.push_back(ops[k].first == -1 ? ops[k].second : fmt::format("{} x{}", ops[k].second, -ops[k].first));
+  if (ops.size() > 6) parts.push_back(fmt::format("{} other op types", ops.size() - 6));
+  return fmt::format("{} node(s) from {}: {}", tail_.nodes.size(), first_, fmt::join(parts, ", "));
 }
 
 }  // namespace tessera::graph

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,9 +49,11 @@ struct Value {
   int producer = -1;  // node index, -1 for graph inputs and constants
 };
 
+class Graph;
+
 // An attribute: the ONNX kinds Tessera reads.
 struct Attribute {
-  enum class Kind : uint8_t { INT, FLOAT, STRING, INTS, FLOATS, TENSOR, STRINGS };
+  enum class Kind : uint8_t { INT, FLOAT, STRING, INTS, FLOATS, TENSOR, STRINGS, GRAPH };
   Kind kind = Kind::INT;
   int64_t i = 0;
   float f = 0;
@@ -59,6 +62,10 @@ struct Attribute {
   std::vector<float> floats;
   std::optional<HostTensor> t;
   std::vector<std::string> strings;  // (recurrent layers' activations)
+  // GRAPH: a subgraph (If's branches), whose inputs are the values it reads
+  // from the scopes around it, by name (the importer adds them to the node's
+  // inputs too, named in its "tessera_captures" attribute).
+  std::shared_ptr<const Graph> g;
 };
 
 struct Node {

@@ -1,5 +1,5 @@
 // A model's host tail: the nodes whose output shapes depend on the values
-// they read (NonMaxSuppression, NonZero: a detector's post-processing) and
+// they read (NonMaxSuppression, NonZero, If: a detector's post-processing) and
 // every node that reads their results, directly or not. Tessera's shapes
 // are static, so the device runs the rest of the model (the prefix) and the
 // host evaluates the tail on the prefix's results, node by node, with the
@@ -51,7 +51,8 @@ class HostTail {
   size_t num_model_outputs_in_prefix() const { return prefix_outputs_; }
   size_t num_prefix_outputs() const { return prefix_outputs_ + boundary_.size(); }
   size_t num_nodes() const { return tail_.nodes.size(); }
-  // "3 nodes from NonMaxSuppression '/nms': NonMaxSuppression, Gather, Squeeze"
+  // "5 node(s) from NonMaxSuppression '/nms': Gather x3, NonMaxSuppression,
+  // Squeeze": its op types, the most frequent first (six at most).
   std::string summary() const;
 
  private:

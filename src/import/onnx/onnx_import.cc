@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -219,12 +220,17 @@ const char* kind_name(Attribute::Kind k) {
     case Attribute::Kind::FLOATS: return "FLOATS";
     case Attribute::Kind::TENSOR: return "TENSOR";
     case Attribute::Kind::STRINGS: return "STRINGS";
+    case Attribute::Kind::GRAPH: return "GRAPH";
   }
   return "?";
 }
 
+StatusOr<std::shared_ptr<const graph::Graph>> import_subgraph(const onnx::GraphProto& gp, const std::string& what,
+                                                              const std::string& base_dir, int64_t max_elements,
+                                                              int opset);
+
 StatusOr<Attribute> read_attribute(const onnx::AttributeProto& a, const std::string& label, const std::string& base_dir,
-                                   int64_t max_elements) {
+                                   int64_t max_elements, int opset) {
   Attribute r;
   const std::string what = fmt::format("{}: attribute '{}'", label, a.name());
   switch (a.type()) {
@@ -246,6 +252,11 @@ StatusOr<Attribute> read_attribute(const onnx::AttributeProto& a, const std::str
       r.t = std::move(t);
       break;
     }
+    case onnx::AttributeProto::GRAPH: {
+      r.kind = Attribute::Kind::GRAPH;
+      TS_ASSIGN_OR_RETURN(r.g, import_subgraph(a.g(), what, base_dir, max_elements, opset));
+      break;
+    }
     case onnx::AttributeProto::UNDEFINED:
       // IR 3 files may leave the type out; infer it from the one field set.
       if (a.has_i()) r.kind = Attribute::Kind::INT, r.i = a.i();
@@ -256,7 +267,7 @@ StatusOr<Attribute> read_attribute(const onnx::AttributeProto& a, const std::str
       else return invalid_argument_error("{} has no type and no value", what);
       break;
     default:
-      return unimplemented_error("{} is of type {} (graphs and sparse tensors are not supported)", what,
+      return unimplemented_error("{} is of type {} (lists of graphs and sparse tensors are not supported)", what,
                                  onnx::AttributeProto::AttributeType_Name(a.type()));
   }
   auto it = expected_kinds().find(a.name());
@@ -351,6 +362,83 @@ void record_quant_types(graph::Graph& g, std::map<int, int> types) {
     }
   }
 }
+// The values a node's subgraphs read from the scopes around them become the
+// node's inputs too (after its own, named in "tessera_captures"), so that
+// the outer graph orders and keeps their producers.
+void add_captures(graph::Node& n, const std::function<int(const std::string&)>& value_id) {
+  std::vector<std::string> names;
+  for (const auto& [key, a] : n.attrs)
+    if (a.kind == Attribute::Kind::GRAPH && a.g)
+      for (int v : a.g->inputs)
+        if (std::find(names.begin(), names.end(), a.g->value(v).name) == names.end())
+          names.push_back(a.g->value(v).name);
+  if (names.empty()) return;
+  for (const std::string& name : names) n.inputs.push_back(value_id(name));
+  n.attrs["tessera_captures"] = Attribute{.kind = Attribute::Kind::STRINGS, .strings = names};
+}
+
+// A subgraph (an If's branch): its initializers and Constant nodes become
+// constants, its nodes are read as the main graph's are, and every value it
+// reads but neither declares nor makes (one of the scopes around it) becomes
+// one of its inputs, by name. Declared inputs (a Loop body's) and the
+// com.microsoft ops are not supported in subgraphs.
+StatusOr<std::shared_ptr<const graph::Graph>> import_subgraph(const onnx::GraphProto& gp, const std::string& what,
+                                                              const std::string& base_dir, int64_t max_elements,
+                                                              int opset) {
+  if (gp.input_size() > 0)
+    return unimplemented_error("{}: a subgraph with declared inputs (a Loop or Scan body) is not supported", what);
+  auto sg = std::make_shared<graph::Graph>();
+  sg->opset = opset;
+  std::map<std::string, int> ids;
+  std::set<int> made;
+  auto value_id = [&](const std::string& name) {
+    if (auto it = ids.find(name); it != ids.end()) return it->second;
+    graph::Value v;
+    v.name = name;
+    return ids[name] = sg->add_value(std::move(v));
+  };
+  for (const onnx::TensorProto& t : gp.initializer()) {
+    TS_ASSIGN_OR_RETURN(HostTensor h, read_tensor(t, fmt::format("{}: initializer '{}'", what, t.name()), base_dir,
+                                                  max_elements));
+    graph::Value& v = sg->value(value_id(t.name()));
+    v.type = h.type, v.dims = h.dims, v.has_shape = true, v.constant = std::move(h);
+    made.insert(ids[t.name()]);
+  }
+  for (int i = 0; i < gp.node_size(); ++i) {
+    const onnx::NodeProto& np = gp.node(i);
+    graph::Node n;
+    n.op_type = np.op_type();
+    n.name = np.name().empty() ? fmt::format("{}_{}", np.op_type(), i) : np.name();
+    if (!np.domain().empty() && np.domain() != "ai.onnx")
+      return unimplemented_error("{}: {} in domain '{}' (subgraphs read the default domain only)", what, n.label(),
+                                 np.domain());
+    for (const auto& a : np.attribute()) {
+      if (n.attrs.count(a.name())) return invalid_argument_error("{}: attribute '{}' is given twice", n.label(), a.name());
+      TS_ASSIGN_OR_RETURN(n.attrs[a.name()], read_attribute(a, n.label(), base_dir, max_elements, opset));
+    }
+    for (const auto& name : np.input()) n.inputs.push_back(name.empty() ? -1 : value_id(name));
+    add_captures(n, value_id);
+    for (const auto& name : np.output()) {
+      const int id = value_id(name.empty() ? fmt::format("{}:unused{}", n.name, n.outputs.size()) : name);
+      if (!made.insert(id).second) return invalid_argument_error("{}: value '{}' is made twice", what, name);
+      n.outputs.push_back(id);
+    }
+    if (n.op_type == "Constant") {
+      TS_ASSIGN_OR_RETURN(HostTensor h, constant_value(n));
+      graph::Value& v = sg->value(n.outputs.at(0));
+      v.type = h.type, v.dims = h.dims, v.has_shape = true, v.constant = std::move(h);
+      continue;
+    }
+    sg->nodes.push_back(std::move(n));
+  }
+  for (const onnx::ValueInfoProto& out : gp.output()) sg->outputs.push_back(value_id(out.name()));
+  if (sg->outputs.empty()) return invalid_argument_error("{}: the subgraph has no outputs", what);
+  for (size_t v = 0; v < sg->values.size(); ++v)  // read here, made outside
+    if (!made.count(static_cast<int>(v))) sg->inputs.push_back(static_cast<int>(v));
+  TS_RETURN_IF_ERROR(sg->topological_sort());
+  return std::shared_ptr<const graph::Graph>(std::move(sg));
+}
+
 }  // namespace
 
 StatusOr<graph::HostTensor> load_tensor_proto(const std::string& path) {
@@ -457,9 +545,10 @@ StatusOr<graph::Graph> import_onnx_bytes(std::string_view bytes, const OnnxImpor
     if (n.op_type.empty()) return invalid_argument_error("node {} has no op type", i);
     for (const auto& a : np.attribute()) {
       if (n.attrs.count(a.name())) return invalid_argument_error("{}: attribute '{}' is given twice", n.label(), a.name());
-      TS_ASSIGN_OR_RETURN(n.attrs[a.name()], read_attribute(a, n.label(), base_dir, max_elements));
+      TS_ASSIGN_OR_RETURN(n.attrs[a.name()], read_attribute(a, n.label(), base_dir, max_elements, g.opset));
     }
     for (const auto& name : np.input()) n.inputs.push_back(name.empty() ? -1 : value_id(name));
+    add_captures(n, value_id);
     if (np.output_size() == 0) return invalid_argument_error("{} has no outputs", n.label());
     for (const auto& name : np.output()) {
       if (name.empty()) {  // a skipped optional output: give it a private name

@@ -2,9 +2,12 @@
 // malformed and hostile files, including a bounded mutation fuzz.
 #include "tessera/import/onnx.h"
 
+#include <algorithm>
 #include <random>
 
 #include "onnx_model_builder.h"
+#include "tessera/graph/host_tail.h"
+#include "tessera/graph/shape_inference.h"
 #include "test_util.h"
 
 namespace tessera::importer {
@@ -45,6 +48,74 @@ TEST(OnnxImport, UnsortedNodesConstantsIdentityAndSymbolicDims) {
   o.input_shapes["x"] = {5, 4};
   ASSERT_OK_AND_ASSIGN(g, import_onnx_bytes(b.bytes(), o));
   EXPECT_EQ(g.value(g.outputs[0]).dims, (std::vector<int64_t>{5, 4}));
+}
+
+// An If whose branches read values of the main graph: each branch becomes
+// a graph::Graph attribute with those values as its inputs, and the If node
+// reads them too (named in tessera_captures), so that their producers stay
+// ordered before it. The host runs the branch the condition picks; the
+// If, with what follows it, is the model's host tail.
+TEST(OnnxImport, IfBranchesReadTheMainGraph) {
+  ModelBuilder b(13);
+  b.input("x", {2, 3});
+  b.output("y");
+  b.node("Relu", {"x"}, {"r"});
+  b.node("ReduceSum", {"r"}, {"total"});
+  b.node("Greater", {"total", "zero"}, {"cond"});
+  b.initializer("zero", {}, {0.0f});
+  b.initializer("two", {}, {2.0f});
+  auto* n = b.node("If", {"cond"}, {"picked"});
+  auto branch = [&](const char* name, const char* op) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    onnx::GraphProto* g = a->mutable_g();
+    auto* m = g->add_node();
+    m->set_op_type(op);
+    m->add_input("r");
+    m->add_input("two");
+    m->add_output(std::string(name) + "_out");
+    g->add_output()->set_name(std::string(name) + "_out");
+  };
+  branch("then_branch", "Mul");
+  branch("else_branch", "Sub");
+  b.node("Neg", {"picked"}, {"y"});
+  OnnxImportOptions o;
+  o.infer_shapes = false;
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, import_onnx_bytes(b.bytes(), o));
+  const auto it = std::find_if(g.nodes.begin(), g.nodes.end(), [](const graph::Node& x) { return x.op_type == "If"; });
+  ASSERT_NE(it, g.nodes.end());
+  EXPECT_EQ(it->attr_strings("tessera_captures"), (std::vector<std::string>{"r", "two"}));
+  ASSERT_EQ(it->inputs.size(), 3u);
+  EXPECT_EQ(g.value(it->inputs[1]).name, "r");
+  ASSERT_TRUE(it->attrs.at("then_branch").g);
+  EXPECT_EQ(it->attrs.at("then_branch").g->inputs.size(), 2u);
+  ASSERT_OK_AND_ASSIGN(std::optional<graph::HostTail> tail, graph::HostTail::split(g));
+  ASSERT_TRUE(tail);
+  EXPECT_EQ(tail->num_nodes(), 2u);  // If, Neg
+  ASSERT_OK(graph::infer_shapes(g));
+  ASSERT_OK(tail->bind_prefix(g));
+  // The prefix's outputs: what the tail reads, in the order it reads them (the
+  // condition, then r; two is a constant the tail holds).
+  ASSERT_EQ(g.outputs.size(), 2u);
+  const graph::HostTensor r = graph::HostTensor::floats({2, 3}, {1, 2, 3, 0, 0, 1});
+  ASSERT_OK_AND_ASSIGN(std::vector<graph::HostTensor> y,
+                       tail->run({graph::HostTensor::floats({1}, {1}), r}));
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0].f, (std::vector<float>{-2, -4, -6, 0, 0, -2}));
+  ASSERT_OK_AND_ASSIGN(y, tail->run({graph::HostTensor::floats({1}, {0}), r}));
+  EXPECT_EQ(y[0].f, (std::vector<float>{1, 0, -1, 2, 2, 1}));
+  // A Loop body (declared inputs) is refused, naming the attribute.
+  ModelBuilder l(13);
+  l.input("x", {2});
+  l.output("y");
+  auto* loop = l.node("Loop", {"", "", "x"}, {"y"});
+  auto* body = loop->add_attribute();
+  body->set_name("body");
+  body->set_type(onnx::AttributeProto::GRAPH);
+  body->mutable_g()->add_input()->set_name("i");
+  EXPECT_THAT(import_onnx_bytes(l.bytes(), o).status().message(),
+              HasSubstr("attribute 'body': a subgraph with declared inputs (a Loop or Scan body) is not supported"));
 }
 
 TEST(OnnxImport, MalformedFilesGiveClearErrors) {
