@@ -10,6 +10,23 @@
 
 namespace tessera::graph {
 
+namespace {
+
+// UNIMPLEMENTED naming the first node of `n` or of its subgraphs (If's
+// branches) that has no host kernel.
+Status check_host_kernels(const Node& n, const std::string& where) {
+  if (!host_supports(n.op_type))
+    return unimplemented_error("{}{} reads the result of a data-dependent shape and has no host kernel", n.label(),
+                               where);
+  for (const auto& [name, a] : n.attrs)
+    if (a.kind == Attribute::Kind::GRAPH && a.g)
+      for (const Node& m : a.g->nodes)
+        TS_RETURN_IF_ERROR(check_host_kernels(m, fmt::format(" (in {}'s {})", n.label(), name)));
+  return ok_status();
+}
+
+}  // namespace
+
 bool has_data_dependent_shape(const std::string& op_type) {
   // (Unique, Compress and Loop would join here with their host kernels.)
   return op_type == "NonMaxSuppression" || op_type == "NonZero" || op_type == "If";
@@ -26,8 +43,7 @@ StatusOr<std::optional<HostTail>> HostTail::split(Graph& g) {
     const bool reads_tail = std::any_of(n.inputs.begin(), n.inputs.end(),
                                         [&](int v) { return v >= 0 && from_tail[static_cast<size_t>(v)]; });
     if (!has_data_dependent_shape(n.op_type) && !reads_tail) continue;
-    if (!host_supports(n.op_type))
-      return unimplemented_error("{} reads the result of a data-dependent shape and has no host kernel", n.label());
+    TS_RETURN_IF_ERROR(check_host_kernels(n, ""));
     nodes.push_back(ni);
     for (int v : n.outputs)
       if (v >= 0) from_tail[static_cast<size_t>(v)] = true;

@@ -6,6 +6,7 @@
 #include "tessera/graph/host_tail.h"
 
 #include <cmath>
+#include <memory>
 
 #include "tessera/graph/host_eval.h"
 #include "tessera/graph/shape_inference.h"
@@ -166,6 +167,15 @@ TEST(HostTail, SplitLeavesStaticGraphsAndRefusesWhatItCannotRun) {
   const Status s = HostTail::split(loop).status();
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_THAT(s.message(), HasSubstr("Loop 'c' reads the result of a data-dependent shape and has no host kernel"));
+  // ... or inside an If's branch.
+  Graph branchy = detector();
+  auto branch = std::make_shared<Graph>();
+  branch->nodes.push_back(Node{.name = "seq", .op_type = "SequenceConstruct"});
+  branchy.nodes[3].op_type = "If";
+  branchy.nodes[3].attrs["then_branch"] = Attribute{.kind = Attribute::Kind::GRAPH, .g = branch};
+  EXPECT_THAT(HostTail::split(branchy).status().message(),
+              HasSubstr("SequenceConstruct 'seq' (in If 'c''s then_branch) reads the result of a data-dependent shape "
+                        "and has no host kernel"));
 }
 
 }  // namespace
