@@ -27,15 +27,23 @@ Box box_at(const float* b, bool center) {
   return {std::min(b[0], b[2]), std::min(b[1], b[3]), std::max(b[0], b[2]), std::max(b[1], b[3])};
 }
 
-// Whether `a` overlaps `b` by more than `threshold` of their union. Empty
-// intersections and degenerate boxes never suppress (ONNX Runtime's rule).
-bool suppresses(const Box& a, const Box& b, float threshold) {
-  const float iy1 = std::max(a.y1, b.y1), ix1 = std::max(a.x1, b.x1);
-  const float iy2 = std::min(a.y2, b.y2), ix2 = std::min(a.x2, b.x2);
+// A kept box, its area computed once: every later candidate is checked
+// against it.
+struct KeptBox {
+  Box box;
+  float area;
+};
+
+// Whether the kept box `a` overlaps `b` (of area `ub`) by more than
+// `threshold` of their union. Empty intersections and degenerate boxes never
+// suppress (ONNX Runtime's rule, and its arithmetic).
+bool suppresses(const KeptBox& a, const Box& b, float ub, float threshold) {
+  const float iy1 = std::max(a.box.y1, b.y1), ix1 = std::max(a.box.x1, b.x1);
+  const float iy2 = std::min(a.box.y2, b.y2), ix2 = std::min(a.box.x2, b.x2);
   if (iy2 <= iy1 || ix2 <= ix1) return false;
   const float inter = (iy2 - iy1) * (ix2 - ix1);
-  const float ua = a.area(), ub = b.area(), uni = ua + ub - inter;
-  if (ua <= 0 || ub <= 0 || uni <= 0) return false;
+  const float uni = a.area + ub - inter;
+  if (a.area <= 0 || ub <= 0 || uni <= 0) return false;
   return inter / uni > threshold;
 }
 
@@ -80,7 +88,7 @@ StatusOr<HostTensor> non_max_suppression(const Node& n, Ins ins) {
   const int64_t batches = boxes.dims[0], count = boxes.dims[1], classes = scores.dims[1];
   std::vector<int64_t> out;
   std::vector<int64_t> order(static_cast<size_t>(count));
-  std::vector<Box> kept;
+  std::vector<KeptBox> kept;
   for (int64_t b = 0; b < batches; ++b) {
     const float* bb = boxes.f.data() + b * count * 4;
     for (int64_t c = 0; c < classes; ++c) {
@@ -93,8 +101,15 @@ StatusOr<HostTensor> non_max_suppression(const Node& n, Ins ins) {
       for (int64_t k : order) {
         if (static_cast<int64_t>(kept.size()) >= max_out) break;
         const Box box = box_at(bb + k * 4, center == 1);
-        if (std::any_of(kept.begin(), kept.end(), [&](const Box& o) { return suppresses(o, box, iou); })) continue;
-        kept.push_back(box);
+        const float area = box.area();
+        bool suppressed = false;
+        for (const KeptBox& o : kept)
+          if (suppresses(o, box, area, iou)) {
+            suppressed = true;
+            break;
+          }
+        if (suppressed) continue;
+        kept.push_back({box, area});
         out.insert(out.end(), {b, c, k});
       }
     }
