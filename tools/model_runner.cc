@@ -117,10 +117,11 @@ StatusOr<graph::Graph> import_graph(const std::string& path, const ModelOptions&
   g.remove_dead_nodes();
   if (g.inputs.empty()) return invalid_argument_error("{}: the model has no run-time inputs", path);
   if (t) {
+    TS_RETURN_IF_ERROR(t->bind_prefix(g));
+    g.remove_dead_nodes();  // (what only computed the constants the tail took)
     if (g.nodes.empty() || g.outputs.empty())
       return unimplemented_error("{}: the whole model depends on the data's shapes ({}); nothing runs on the device",
                                  path, t->summary());
-    TS_RETURN_IF_ERROR(t->bind_prefix(g));
     *tail = std::move(t);
   }
   if (import_ms) *import_ms = ms_since(t0);

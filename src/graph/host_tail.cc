@@ -92,24 +92,35 @@ StatusOr<std::optional<HostTail>> HostTail::split(Graph& g) {
   for (int v : boundary) outputs.push_back(v);  // (a model output too: listed twice)
   t.boundary_ = t.tail_.inputs;
   t.bound_.assign(t.boundary_.size(), false);
+  for (size_t k = 0; k < t.boundary_.size(); ++k) t.pos_.push_back(static_cast<int>(t.prefix_outputs_ + k));
   g.outputs = std::move(outputs);
   g.remove_dead_nodes();
   return std::optional<HostTail>(std::move(t));
 }
 
-Status HostTail::bind_prefix(const Graph& prefix) {
+Status HostTail::bind_prefix(Graph& prefix) {
+  if (std::find(bound_.begin(), bound_.end(), true) != bound_.end())
+    return failed_precondition_error("the host tail is bound to its prefix already");
   if (prefix.outputs.size() != num_prefix_outputs())
     return invalid_argument_error("the prefix graph has {} outputs; the host tail split it with {}",
                                   prefix.outputs.size(), num_prefix_outputs());
+  std::vector<int> outputs(prefix.outputs.begin(), prefix.outputs.begin() + static_cast<int64_t>(prefix_outputs_));
   for (size_t k = 0; k < boundary_.size(); ++k) {
-    const Value& p = prefix.value(prefix.outputs[prefix_outputs_ + k]);
+    const int id = prefix.outputs[static_cast<size_t>(pos_[k])];
+    const Value& p = prefix.value(id);
     Value& v = tail_.value(boundary_[k]);
     if (p.name != v.name)
-      return invalid_argument_error("prefix output {} is '{}'; the host tail reads '{}' there", prefix_outputs_ + k,
-                                    p.name, v.name);
+      return invalid_argument_error("prefix output {} is '{}'; the host tail reads '{}' there", pos_[k], p.name,
+                                    v.name);
     v.type = p.type, v.dims = p.dims, v.has_shape = p.has_shape;
-    if (p.constant) v.constant = p.constant, bound_[k] = true;
+    if (p.constant) {  // the tail holds it; the prefix no longer returns it
+      v.constant = p.constant, bound_[k] = true, pos_[k] = -1;
+    } else {
+      pos_[k] = static_cast<int>(outputs.size());
+      outputs.push_back(id);
+    }
   }
+  prefix.outputs = std::move(outputs);
   return ok_status();
 }
 
@@ -123,7 +134,7 @@ StatusOr<std::vector<HostTensor>> HostTail::run(const std::vector<HostTensor>& p
   for (size_t k = 0; k < boundary_.size(); ++k) {
     if (bound_[k]) continue;
     const Value& want = tail_.value(boundary_[k]);
-    HostTensor x = prefix_outputs[prefix_outputs_ + k];
+    HostTensor x = prefix_outputs[static_cast<size_t>(pos_[k])];
     if (want.has_shape) {
       if (dims_volume(want.dims) != x.volume())
         return invalid_argument_error("prefix output '{}': {} values, the host tail reads {}", want.name, x.volume(),

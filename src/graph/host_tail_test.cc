@@ -150,6 +150,28 @@ TEST(HostTail, SplitRunsTheTailOnThePrefixOutputs) {
               HasSubstr("prefix output 'scores': 2 values, the host tail reads [1,1,3]"));
 }
 
+// A value the tail reads that shape inference folds (the threshold below,
+// as an image size computed from Shape would be): the tail takes the
+// constant and the prefix stops returning it (a device output that is a
+// constant would be one persistent tensor for every frame).
+TEST(HostTail, ConstantsTheTailReadsLeaveThePrefixOutputs) {
+  Graph g = detector();
+  const int folded = value(g, "iou_folded");
+  g.nodes.push_back(Node{.name = "fold", .op_type = "Relu", .inputs = {g.find("iou")}, .outputs = {folded}});
+  g.nodes[2].inputs[3] = folded;
+  ASSERT_OK_AND_ASSIGN(std::optional<HostTail> tail, HostTail::split(g));
+  ASSERT_TRUE(tail);
+  EXPECT_EQ(g.outputs.size(), 4u);  // boxes; boxes, scores, iou_folded
+  ASSERT_OK(infer_shapes(g));
+  ASSERT_OK(tail->bind_prefix(g));
+  ASSERT_EQ(g.outputs.size(), 3u);
+  EXPECT_EQ(tail->num_prefix_outputs(), 3u);
+  EXPECT_THAT(tail->bind_prefix(g).message(), HasSubstr("bound to its prefix already"));
+  const HostTensor scores = HostTensor::floats({1, 1, 3}, {0.8f, 0.9f, 0.3f});
+  ASSERT_OK_AND_ASSIGN(std::vector<HostTensor> out, tail->run({kBoxes, kBoxes, scores}));
+  EXPECT_EQ(out[0].f, (std::vector<float>{0, 0, 1, 0, 0, 2}));
+}
+
 TEST(HostTail, SplitLeavesStaticGraphsAndRefusesWhatItCannotRun) {
   Graph g = detector();
   g.nodes.resize(2);

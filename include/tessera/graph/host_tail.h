@@ -13,6 +13,7 @@
 //   ... compile and run g; outputs = (*tail)->run(prefix outputs)
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,9 +37,10 @@ class HostTail {
   static StatusOr<std::optional<HostTail>> split(Graph& g);
 
   // After the prefix's shapes are inferred: the type and shape of each value
-  // the tail reads (a constant there, folded by shape inference, is taken as
-  // it is). INVALID_ARGUMENT when `prefix` is not the graph split() left.
-  Status bind_prefix(const Graph& prefix);
+  // the tail reads. A constant there (folded by shape inference: an image
+  // size from Shape) the tail takes as it is, and the prefix stops returning
+  // it. INVALID_ARGUMENT when `prefix` is not the graph split() left.
+  Status bind_prefix(Graph& prefix);
 
   // The model's outputs, in the model's order, from the prefix's outputs
   // (its graph's outputs, in order; float32 values standing for integers
@@ -49,7 +51,9 @@ class HostTail {
   const std::vector<std::string>& output_names() const { return names_; }
   // How many of the prefix's outputs come first as model outputs.
   size_t num_model_outputs_in_prefix() const { return prefix_outputs_; }
-  size_t num_prefix_outputs() const { return prefix_outputs_ + boundary_.size(); }
+  size_t num_prefix_outputs() const {
+    return prefix_outputs_ + static_cast<size_t>(std::count_if(pos_.begin(), pos_.end(), [](int p) { return p >= 0; }));
+  }
   size_t num_nodes() const { return tail_.nodes.size(); }
   // "5 node(s) from NonMaxSuppression '/nms': Gather x3, NonMaxSuppression,
   // Squeeze": its op types, the most frequent first (six at most).
@@ -64,6 +68,7 @@ class HostTail {
   size_t prefix_outputs_ = 0;
   std::vector<int> boundary_;  // the tail's input value ids, in prefix output order
   std::vector<bool> bound_;    // bind_prefix took a constant for that input
+  std::vector<int> pos_;       // each tail input's index among the prefix's outputs (-1: bound, a constant)
   std::string first_;          // the first data-dependent node's label
 };
 
