@@ -281,6 +281,12 @@ StatusOr<CompiledModel::Outputs> CompiledModel::run_with_intermediates(std::span
   Outputs r;
   for (int o : g.outputs) {
     TS_ASSIGN_OR_RETURN(Tensor t, m.get(slots, o));
+    // A constant output is the model's own tensor, there for every run: the
+    // caller gets a copy it may release (the Pipeline releases each output
+    // it reads back).
+    if (g.is_constant(o)) {
+      TS_ASSIGN_OR_RETURN(t, reshard(t, t.memory_config(), std::nullopt, cq_id));
+    }
     if (m.nhwc[static_cast<size_t>(o)]) {
       TS_ASSIGN_OR_RETURN(t, permute(t, kNhwcToNchwPerm, {.cq_id = cq_id}));
     }

@@ -342,6 +342,44 @@ TEST(CompiledModel, FramesOfTwoInputsRunThroughThePipeline) {
   ASSERT_OK(pipe->cleanup());
 }
 
+// An output that folds to a constant (a shape, cast to float): each run
+// returns a copy, which the caller may release (the Pipeline does) while the
+// model keeps its own; three frames through the traced Pipeline.
+TEST(CompiledModel, ConstantOutputsAreCopiesTheCallerMayRelease) {
+  testing_onnx::ModelBuilder b(13);
+  b.input("x", {1, 3, 4, 4});
+  b.node("Relu", {"x"}, {"y"});
+  b.node("Shape", {"x"}, {"s"});
+  b.node("Cast", {"s"}, {"dims"})->add_attribute()->set_name("to");
+  b.graph().mutable_node(2)->mutable_attribute(0)->set_type(onnx::AttributeProto::INT);
+  b.graph().mutable_node(2)->mutable_attribute(0)->set_i(1);
+  b.output("y");
+  b.output("dims");
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(b.bytes()));
+  ASSERT_TRUE(g.is_constant(g.outputs[1]));
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({.trace_region_size = 1 << 20, .num_command_queues = 2}));
+  ASSERT_OK_AND_ASSIGN(auto model, CompiledModel::compile(g, *dev, {}));
+  const Tensor x = device_input(input_for({1, 3, 4, 4}, 5), *dev);
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_OK_AND_ASSIGN(std::vector<Tensor> outs, model->run(std::span<const Tensor>(&x, 1)));
+    EXPECT_EQ(outs[1].cpu().value().to_vector().value(), (std::vector<float>{1, 3, 4, 4}));
+    deallocate(outs[1], /*force=*/true);
+  }
+  std::vector<cnn::Frame> frames(3, cnn::Frame{x.cpu().value()});
+  ASSERT_OK_AND_ASSIGN(
+      auto pipe, cnn::create_pipeline_from_config({.use_trace = true, .num_command_queues = 2}, model->pipeline_model(),
+                                                  *dev, DRAM_MEMORY_CONFIG, DRAM_MEMORY_CONFIG));
+  ASSERT_OK(pipe->compile(frames[0]));
+  ASSERT_OK(pipe->enqueue(std::span<const cnn::Frame>(frames)));
+  ASSERT_OK_AND_ASSIGN(auto outs, pipe->pop_all());
+  ASSERT_EQ(outs.size(), 3u);
+  for (const auto& o : outs) {
+    ASSERT_EQ(o.list.size(), 2u);
+    EXPECT_EQ(o.list[1].tensor->to_vector().value(), (std::vector<float>{1, 3, 4, 4}));
+  }
+  ASSERT_OK(pipe->cleanup());
+}
+
 // On the emulated Wormhole the per-conv plan shards the small convs in L1
 // (and puts their outputs back in DRAM for readers other than convs).
 TEST(CompiledModel, ConvShardingPlanOnTheEmulatedWormhole) {
