@@ -136,7 +136,7 @@ StatusOr<HostTensor> non_zero(const Node&, const HostTensor& x) {
 // The branch the condition picks, evaluated node by node on the values it
 // reads from the scopes around it (the node's inputs after the condition,
 // named in "tessera_captures": the importer's add_captures).
-StatusOr<std::vector<HostTensor>> if_branch(const Node& n, Ins ins, int opset) {
+StatusOr<std::vector<HostTensor>> if_branch(const Node& n, Ins ins, int /*opset: the branch graph holds its own*/) {
   TS_RETURN_IF_ERROR(need(n, ins, 0));
   if (ins[0]->size() != 1)
     return invalid_argument_error("{}: the condition must hold one value, found {}", n.label(), ins[0]->descriptor());
@@ -157,18 +157,7 @@ StatusOr<std::vector<HostTensor>> if_branch(const Node& n, Ins ins, int opset) {
       return invalid_argument_error("{}: its {} reads '{}', which no enclosing scope gives", n.label(), branch, name);
     vals[static_cast<size_t>(v)] = *x;
   }
-  for (const Node& m : g.nodes) {
-    std::vector<const HostTensor*> mins;
-    for (int v : m.inputs) {
-      if (v >= 0 && !vals[static_cast<size_t>(v)])
-        return invalid_argument_error("{} in {}'s {}: input '{}' is not computed", m.label(), n.label(), branch,
-                                      g.value(v).name);
-      mins.push_back(v < 0 ? nullptr : &*vals[static_cast<size_t>(v)]);
-    }
-    TS_ASSIGN_OR_RETURN(std::vector<HostTensor> outs, evaluate(m, mins, opset));
-    for (size_t k = 0; k < m.outputs.size() && k < outs.size(); ++k)
-      if (m.outputs[k] >= 0) vals[static_cast<size_t>(m.outputs[k])] = std::move(outs[k]);
-  }
+  TS_RETURN_IF_ERROR(evaluate_nodes(g, vals));
   std::vector<HostTensor> out;
   for (int v : g.outputs) {
     if (!vals[static_cast<size_t>(v)])

@@ -588,6 +588,21 @@ std::vector<std::string> host_supported_ops() {
   return ops;
 }
 
+Status evaluate_nodes(const Graph& g, std::vector<std::optional<HostTensor>>& values) {
+  for (const Node& n : g.nodes) {
+    std::vector<const HostTensor*> ins;
+    for (int v : n.inputs) {
+      if (v >= 0 && !values[static_cast<size_t>(v)])
+        return invalid_argument_error("{}: input '{}' is not computed", n.label(), g.value(v).name);
+      ins.push_back(v < 0 ? nullptr : &*values[static_cast<size_t>(v)]);
+    }
+    TS_ASSIGN_OR_RETURN(std::vector<HostTensor> outs, evaluate(n, ins, g.opset));
+    for (size_t k = 0; k < n.outputs.size() && k < outs.size(); ++k)
+      if (n.outputs[k] >= 0) values[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
+  }
+  return ok_status();
+}
+
 StatusOr<std::vector<HostTensor>> evaluate(const Node& node, std::span<const HostTensor* const> inputs, int opset) {
   auto it = table().find(node.op_type);
   if (it == table().end()) return unimplemented_error("{} has no host kernel", node.label());

@@ -149,17 +149,7 @@ StatusOr<std::vector<HostTensor>> HostTail::run(const std::vector<HostTensor>& p
     }
     vals[static_cast<size_t>(boundary_[k])] = std::move(x);
   }
-  for (const Node& n : tail_.nodes) {
-    std::vector<const HostTensor*> ins;
-    for (int v : n.inputs) {
-      if (v >= 0 && !vals[static_cast<size_t>(v)])
-        return internal_error("{}: input '{}' was not computed", n.label(), tail_.value(v).name);
-      ins.push_back(v < 0 ? nullptr : &*vals[static_cast<size_t>(v)]);
-    }
-    TS_ASSIGN_OR_RETURN(std::vector<HostTensor> outs, evaluate(n, ins, tail_.opset));
-    for (size_t k = 0; k < n.outputs.size() && k < outs.size(); ++k)
-      if (n.outputs[k] >= 0) vals[static_cast<size_t>(n.outputs[k])] = std::move(outs[k]);
-  }
+  TS_RETURN_IF_ERROR(evaluate_nodes(tail_, vals));
   std::vector<HostTensor> out;
   for (int s : source_) {
     if (s >= 0) {

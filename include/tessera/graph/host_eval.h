@@ -6,6 +6,7 @@
 // no device kernel covers (run as one device launch, reported to the user),
 // and tests, as the oracle for the device lowering of whole graphs.
 #pragma once
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,6 +25,12 @@ std::vector<std::string> host_supported_ops();
 // the default-domain `opset`. INVALID_ARGUMENT for inputs that contradict the
 // op (naming the node), UNIMPLEMENTED for op variants not covered.
 StatusOr<std::vector<HostTensor>> evaluate(const Node& node, std::span<const HostTensor* const> inputs, int opset);
+
+// Evaluates `g`'s nodes in order on `values` (a slot per value of `g`, its
+// constants and inputs filled in); each node's outputs land in their slots.
+// INVALID_ARGUMENT naming a node that reads a value not computed. (A host
+// tail, host_tail.h, and If's branches run this way.)
+Status evaluate_nodes(const Graph& g, std::vector<std::optional<HostTensor>>& values);
 
 // numpy broadcasting of two shapes; INVALID_ARGUMENT when they do not broadcast.
 StatusOr<std::vector<int64_t>> broadcast_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
