@@ -91,7 +91,6 @@ StatusOr<std::optional<HostTail>> HostTail::split(Graph& g) {
   t.prefix_outputs_ = outputs.size();
   for (int v : boundary) outputs.push_back(v);  // (a model output too: listed twice)
   t.boundary_ = t.tail_.inputs;
-  t.bound_.assign(t.boundary_.size(), false);
   for (size_t k = 0; k < t.boundary_.size(); ++k) t.pos_.push_back(static_cast<int>(t.prefix_outputs_ + k));
   g.outputs = std::move(outputs);
   g.remove_dead_nodes();
@@ -99,7 +98,7 @@ StatusOr<std::optional<HostTail>> HostTail::split(Graph& g) {
 }
 
 Status HostTail::bind_prefix(Graph& prefix) {
-  if (std::find(bound_.begin(), bound_.end(), true) != bound_.end())
+  if (std::find(pos_.begin(), pos_.end(), -1) != pos_.end())
     return failed_precondition_error("the host tail is bound to its prefix already");
   if (prefix.outputs.size() != num_prefix_outputs())
     return invalid_argument_error("the prefix graph has {} outputs; the host tail split it with {}",
@@ -114,7 +113,7 @@ Status HostTail::bind_prefix(Graph& prefix) {
                                     v.name);
     v.type = p.type, v.dims = p.dims, v.has_shape = p.has_shape;
     if (p.constant) {  // the tail holds it; the prefix no longer returns it
-      v.constant = p.constant, bound_[k] = true, pos_[k] = -1;
+      v.constant = p.constant, pos_[k] = -1;
     } else {
       pos_[k] = static_cast<int>(outputs.size());
       outputs.push_back(id);
@@ -132,7 +131,7 @@ StatusOr<std::vector<HostTensor>> HostTail::run(const std::vector<HostTensor>& p
   for (size_t v = 0; v < tail_.values.size(); ++v)
     if (tail_.values[v].constant) vals[v] = tail_.values[v].constant;
   for (size_t k = 0; k < boundary_.size(); ++k) {
-    if (bound_[k]) continue;
+    if (pos_[k] < 0) continue;  // a constant the tail holds
     const Value& want = tail_.value(boundary_[k]);
     HostTensor x = prefix_outputs[static_cast<size_t>(pos_[k])];
     if (want.has_shape) {
