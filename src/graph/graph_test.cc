@@ -191,6 +191,15 @@ std::vector<HostTensor> run_host(const Graph& g, const HostTensor& x) {
     if (n.op_type == "SiLU") {
       for (float& f : (*outs)[0].f) f = static_cast<float>(f / (1 + std::exp(-double{f})));
     }
+    if (const auto scale = n.attr_floats("tessera_channel_scale"); !scale.empty()) {  // fuse_concat_affine, NCHW
+      const auto shift = n.attr_floats("tessera_channel_shift");
+      const auto& d = (*outs)[0].dims;
+      std::vector<float>& y = (*outs)[0].f;
+      for (size_t k = 0; k < y.size(); ++k) {
+        const auto c = static_cast<size_t>(static_cast<int64_t>(k) / (d[2] * d[3]) % d[1]);
+        y[k] = std::fma(y[k], scale[c], shift[c]);
+      }
+    }
     if (const std::string act = n.attr_string("tessera_activation", ""); !act.empty()) {
       const auto op = parse_unary_op(act);
       EXPECT_TRUE(op.has_value()) << act;
@@ -237,7 +246,7 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 22u);
+  ASSERT_EQ(reports.size(), 23u);
   EXPECT_EQ(rewrites(reports, "fold_bias_add"), 0);  // no bias add
   EXPECT_EQ(rewrites(reports, "fold_batch_norm"), 1);  // batch norm folded
   EXPECT_EQ(rewrites(reports, "fold_scale_mul"), 0);  // no scale
@@ -442,6 +451,51 @@ TEST(Passes, StandaloneBatchNormBecomesADepthwiseConv) {
   EXPECT_EQ(g.nodes[1].attr_int("group", 1), 2);
   EXPECT_EQ(g.nodes[1].attr_string("tessera_activation", ""), "relu");
   expect_same_results(before, run_host(g, xin), 1e-5);
+}
+
+// DenseNet's layers: Concat -> BatchNormalization -> ReLU -> Conv. The batch
+// norm and its ReLU join the concat (one pass over the data); a concat whose
+// output something else reads too keeps its own, as does a batch norm along
+// another axis than the concat's.
+TEST(Passes, BatchNormAfterAConcatJoinsIt) {
+  for (bool read_twice : {false, true}) {
+    SCOPED_TRACE(read_twice ? "concat read twice" : "concat read once");
+    Graph g;
+    const int x = value(g, "x", {1, 2, 4, 4});
+    g.inputs = {x};
+    const int sc = constant(g, "s", {4}, {1.5f, -0.5f, 2, 0.25f}), sh = constant(g, "sh", {4}, {0.1f, 0.2f, -1, 0});
+    const int mean = constant(g, "m", {4}, {0.2f, -0.1f, 0, 1}), var = constant(g, "v", {4}, {0.5f, 2, 1, 4});
+    const int w = constant(g, "w", {3, 4, 1, 1}, {1, 2, 3, 4, -1, 0.5f, 0, 2, 0.25f, 1, -2, 1});
+    const int a = value(g, "a"), b = value(g, "b"), cat = value(g, "cat"), bn = value(g, "bn"), r = value(g, "r"),
+              y = value(g, "y");
+    g.nodes.push_back(node("Relu", {x}, {a}, "a"));
+    g.nodes.push_back(node("Sigmoid", {x}, {b}, "b"));
+    Node c = node("Concat", {a, b}, {cat}, "cat");
+    c.attrs["axis"] = Attribute{.kind = Attribute::Kind::INT, .i = 1};
+    g.nodes.push_back(c);
+    g.nodes.push_back(node("BatchNormalization", {cat, sc, sh, mean, var}, {bn}, "bn"));
+    g.nodes.push_back(node("Relu", {bn}, {r}, "relu"));
+    g.nodes.push_back(node("Conv", {r, w}, {y}, "conv"));
+    g.outputs = {y};
+    if (read_twice) g.outputs.push_back(cat);
+    ASSERT_OK(g.topological_sort());
+    ASSERT_OK(infer_shapes(g));
+    const HostTensor xin = sine_input();
+    const auto before = run_host(g, xin);
+    const auto reports = optimize(g);
+    EXPECT_EQ(rewrites(reports, "batch_norm_to_conv"), 1);
+    EXPECT_EQ(rewrites(reports, "fuse_concat_affine"), read_twice ? 0 : 1);
+    ASSERT_EQ(g.nodes.size(), read_twice ? 5u : 4u);
+    const Node& joined = g.nodes[2];
+    EXPECT_EQ(joined.op_type, "Concat");
+    if (!read_twice) {
+      EXPECT_EQ(joined.attr_floats("tessera_channel_scale").size(), 4u);
+      EXPECT_EQ(joined.attr_floats("tessera_channel_shift").size(), 4u);
+      EXPECT_EQ(joined.attr_string("tessera_activation", ""), "relu");
+      EXPECT_EQ(joined.outputs[0], g.nodes[3].inputs[0]);
+    }
+    expect_same_results(before, run_host(g, xin), 1e-5);
+  }
 }
 
 // Transposes that do not undo each other, a transposed value read twice, a

@@ -1,5 +1,6 @@
 // Rewrites of what exporters write out for GroupNorm and Conv1d into forms
-// the device kernels run (passes.h has the contracts).
+// the device kernels run, and the per-channel affine a Concat takes on
+// (passes.h has the contracts).
 #include <algorithm>
 
 #include "pass_util.h"
@@ -10,6 +11,7 @@ namespace tessera::graph {
 using detail::Consumers;
 using detail::drop_nodes;
 using detail::float_attr;
+using detail::floats_attr;
 using detail::int_attr;
 using detail::ints_attr;
 using detail::replace_nodes;
@@ -151,6 +153,55 @@ PassReport conv1d_to_conv2d(Graph& g) {
   }
   if (r.rewrites == 0) return r;
   replace_nodes(g, replaced);
+  return r;
+}
+
+PassReport fuse_concat_affine(Graph& g) {
+  PassReport r{"fuse_concat_affine"};
+  const Consumers consumers = g.consumers();
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
+    Node& cat = g.nodes[ci];
+    if (cat.op_type != "Concat" || cat.outputs.size() != 1 || cat.has_attr("tessera_channel_scale")) continue;
+    const Value& y = g.value(cat.outputs[0]);
+    if (!y.has_shape || y.dims.size() != 4 || y.type != ElemType::FLOAT32) continue;
+    const int64_t axis = cat.attr_int("axis", 0);
+    if (axis != 1 && axis != -3) continue;
+    const int di = sole_reader(g, consumers, cat.outputs[0]);
+    if (di < 0) continue;
+    const Node& dw = g.nodes[static_cast<size_t>(di)];
+    // A 1x1 depthwise Conv of stride 1 without padding (batch_norm_to_conv's),
+    // constant weights (C, 1, 1, 1) and bias, no residual.
+    const int64_t c = y.dims[1];
+    if (dw.op_type != "Conv" || dw.outputs.size() != 1 || dw.inputs.size() < 2 || dw.inputs.size() > 3 ||
+        dw.inputs[0] != cat.outputs[0] || !g.is_constant(dw.inputs[1]) || dw.attr_int("group", 1) != c)
+      continue;
+    const bool has_bias = dw.inputs.size() == 3 && dw.inputs[2] >= 0;
+    if (has_bias && !g.is_constant(dw.inputs[2])) continue;
+    const HostTensor& w = *g.value(dw.inputs[1]).constant;
+    if (w.dims != std::vector<int64_t>{c, 1, 1, 1} || (has_bias && g.value(dw.inputs[2]).constant->volume() != c))
+      continue;
+    auto all_of = [&](const char* name, int64_t v) {
+      const std::vector<int64_t> a = dw.attr_ints(name, {});
+      return std::all_of(a.begin(), a.end(), [v](int64_t x) { return x == v; });
+    };
+    if (!all_of("strides", 1) || !all_of("pads", 0) || dw.attr_string("auto_pad", "NOTSET") != "NOTSET" ||
+        g.value(dw.outputs[0]).dims != y.dims)
+      continue;
+    std::vector<float> scale(static_cast<size_t>(c)), shift(static_cast<size_t>(c), 0.0f);
+    for (size_t k = 0; k < scale.size(); ++k) {
+      scale[k] = static_cast<float>(w.at(k));
+      if (has_bias) shift[k] = static_cast<float>(g.value(dw.inputs[2]).constant->at(k));
+    }
+    cat.attrs["tessera_channel_scale"] = floats_attr(std::move(scale));
+    cat.attrs["tessera_channel_shift"] = floats_attr(std::move(shift));
+    for (const auto& [name, a] : dw.attrs)
+      if (name.starts_with("tessera_activation")) cat.attrs[name] = a;
+    cat.outputs[0] = dw.outputs[0];
+    dead[static_cast<size_t>(di)] = true;
+    ++r.rewrites;
+  }
+  drop_nodes(g, dead);
   return r;
 }
 

@@ -39,5 +39,6 @@ inline Attribute int_attr(int64_t i) { return {.kind = Attribute::Kind::INT, .i 
 inline Attribute float_attr(float f) { return {.kind = Attribute::Kind::FLOAT, .f = f}; }
 inline Attribute string_attr(std::string s) { return {.kind = Attribute::Kind::STRING, .s = std::move(s)}; }
 inline Attribute ints_attr(std::vector<int64_t> v) { return {.kind = Attribute::Kind::INTS, .ints = std::move(v)}; }
+inline Attribute floats_attr(std::vector<float> v) { return {.kind = Attribute::Kind::FLOATS, .floats = std::move(v)}; }
 
 }  // namespace tessera::graph::detail

@@ -889,6 +889,7 @@ std::vector<PassReport> optimize(Graph& g) {
   reports.push_back(fuse_activations(g));
   reports.push_back(fuse_activation_affine(g));
   reports.push_back(fuse_residual_adds(g));
+  reports.push_back(fuse_concat_affine(g));
   g.remove_dead_nodes();
   return reports;
 }

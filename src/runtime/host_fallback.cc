@@ -1,5 +1,6 @@
 #include "host_fallback.h"
 
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -52,8 +53,19 @@ StatusOr<std::vector<graph::HostTensor>> evaluate_fused(const graph::Node& n, st
   if (residual) plain.inputs.resize(3), ins.resize(3);
   TS_ASSIGN_OR_RETURN(std::vector<graph::HostTensor> outs, graph::evaluate(plain, ins, opset));
   const std::optional<UnaryWithParam> act = activation_of(n);
-  if ((!act && !residual) || outs.empty() || outs[0].type != graph::ElemType::FLOAT32) return outs;
+  const std::vector<float> scale = n.attr_floats("tessera_channel_scale"), shift = n.attr_floats("tessera_channel_shift");
+  if ((!act && !residual && scale.empty()) || outs.empty() || outs[0].type != graph::ElemType::FLOAT32) return outs;
   std::vector<float>& y = outs[0].f;
+  if (!scale.empty()) {  // a Concat's channel affine (graph::fuse_concat_affine), over NCHW
+    const auto& d = outs[0].dims;
+    if (d.size() != 4 || scale.size() != static_cast<size_t>(d[1]) || shift.size() != scale.size())
+      return internal_error("{}: {} channel scales for an output of {} dims", n.label(), scale.size(), d.size());
+    const auto plane = static_cast<size_t>(d[2] * d[3]);
+    for (size_t k = 0; k < y.size(); ++k) {
+      const size_t c = k / plane % scale.size();
+      y[k] = std::fma(y[k], scale[c], shift[c]);
+    }
+  }
   if (act)
     for (float& v : y) v = static_cast<float>(apply_activation(*act, v));
   if (residual) {

@@ -1,6 +1,8 @@
 // Lowering data movement: Concat, the Reshape family, Transpose, Slice / Pad / Split.
 #include "lowering.h"
 
+#include "tessera/ops/concat_affine.h"
+
 namespace tessera::runtime {
 
 namespace {
@@ -89,7 +91,22 @@ Status CompiledModel::Impl::lower_concat(const Node& n) {
   if (axis < 0) axis += static_cast<int64_t>(r);
   bool any_nhwc = false;
   for (int in : n.inputs) any_nhwc = any_nhwc || (in >= 0 && nhwc[static_cast<size_t>(in)]);
-  const bool out_nhwc = r == 4 && any_nhwc;
+  // A per-channel affine (graph::fuse_concat_affine) runs over NHWC rows,
+  // the channels last.
+  const std::vector<float> scale = n.attr_floats("tessera_channel_scale"),
+                           shift = n.attr_floats("tessera_channel_shift");
+  const bool affine = !scale.empty();
+  if (affine && (r != 4 || (axis != 1) || scale.size() != static_cast<size_t>(dims(y)[1]) || shift.size() != scale.size()))
+    return internal_error("{}: a channel affine of {} scales and {} shifts for a {}-D output along axis {}", n.label(),
+                          scale.size(), shift.size(), r, axis);
+  const bool out_nhwc = r == 4 && (any_nhwc || affine);
+  std::optional<Tensor> scale_t, shift_t;
+  if (affine) {
+    const auto c = static_cast<int64_t>(scale.size());
+    TS_ASSIGN_OR_RETURN(scale_t, upload(graph::HostTensor::floats({c}, scale), {c}, DataType::FLOAT32));
+    TS_ASSIGN_OR_RETURN(shift_t, upload(graph::HostTensor::floats({c}, shift), {c}, DataType::FLOAT32));
+  }
+  const UnaryWithParam act = activation_of(n).value_or(UnaryWithParam{UnaryOpType::IDENTITY});
   std::vector<std::optional<Tensor>> consts(n.inputs.size());
   for (size_t k = 0; k < n.inputs.size(); ++k) {
     const int in = n.inputs[k];
@@ -103,7 +120,7 @@ Status CompiledModel::Impl::lower_concat(const Node& n) {
   nhwc[static_cast<size_t>(y)] = out_nhwc;
   const int dim = out_nhwc ? kToNhwc[axis] : static_cast<int>(axis);
   const std::vector<int> ins = n.inputs;
-  if (out_nhwc && dim == 3 && ins.size() <= 4 &&
+  if (out_nhwc && dim == 3 && ins.size() <= 4 && !affine &&
       std::none_of(ins.begin(), ins.end(), [&](int in) { return in < 0 || g.is_constant(in); }))
     channel_concats[y] = {lowering, ins};
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
@@ -122,7 +139,12 @@ Status CompiledModel::Impl::lower_concat(const Node& n) {
     }
     // A graph output in a bfloat16 run leaves in float32, converted as it
     // is copied (out_dtype).
-    TS_ASSIGN_OR_RETURN(Tensor out, concat(ts, dim, out_dtype(y).value_or(ts[0].dtype()), {.cq_id = cq}));
+    const DataType dtype = out_dtype(y).value_or(ts[0].dtype());
+    if (affine) {
+      TS_ASSIGN_OR_RETURN(Tensor out, concat_affine(ts, *scale_t, *shift_t, act, dtype, {.cq_id = cq}));
+      return put(s, y, out);
+    }
+    TS_ASSIGN_OR_RETURN(Tensor out, concat(ts, dim, dtype, {.cq_id = cq}));
     return put(s, y, out);
   });
   return ok_status();

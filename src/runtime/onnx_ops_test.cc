@@ -252,6 +252,42 @@ TEST(OnnxOps, LrnRunsOnTheDevice) {
   }
 }
 
+// DenseNet's layers: each Concat read by a BatchNormalization and its ReLU
+// (then a conv), which the concat applies as it copies
+// (graph::fuse_concat_affine); one without an activation; a concat of more
+// inputs than one launch reads (70); NaN, infinities and denormals kept.
+TEST(OnnxOps, BatchNormAfterAConcatRunsInTheConcat) {
+  for (int inputs : {2, 3, 70}) {
+    SCOPED_TRACE(inputs);
+    ModelBuilder b(13);
+    b.input("x", {2, 3, 7, 9});
+    std::vector<std::string> parts = {"x"};
+    for (int k = 1; k < inputs; ++k) {
+      const std::string w = fmt::format("w{}", k), y = fmt::format("y{}", k);
+      b.random_initializer(w, {k % 3 + 1, 3, 1, 1}, 1.0f, static_cast<uint32_t>(20 + k));
+      b.node("Conv", {"x", w}, {y});
+      parts.push_back(y);
+    }
+    int64_t c = 3;
+    for (int k = 1; k < inputs; ++k) c += k % 3 + 1;
+    auto* cat = b.node("Concat", parts, {"cat"});
+    ModelBuilder::i(cat, "axis", 1);
+    std::vector<float> var(static_cast<size_t>(c));
+    for (size_t k = 0; k < var.size(); ++k) var[k] = 0.25f + static_cast<float>(k % 5);
+    b.random_initializer("scale", {c}, 1.0f, 5);
+    b.random_initializer("bias", {c}, 1.0f, 6);
+    b.random_initializer("mean", {c}, 1.0f, 7);
+    b.initializer("var", {c}, var);
+    b.node("BatchNormalization", {"cat", "scale", "bias", "mean", "var"}, {"bn"});
+    const bool relu = inputs != 3;
+    if (relu) b.node("Relu", {"bn"}, {"act"});
+    b.random_initializer("wo", {4, c, 1, 1}, 0.5f, 8);
+    b.node("Conv", {relu ? "act" : "bn", "wo"}, {"out"});
+    b.output("out");
+    expect_device_matches_reference(b, special_input({2, 3, 7, 9}, 19), 0, 1e-5);
+  }
+}
+
 // What Swin-T's export needs: a roll (Slices to INT64_MAX, "to the end",
 // and a Concat), a mask built by ScatterND on constants (folded), Dropout
 // with ratio 0 in training mode and Identity (removed), and Gathers of one

@@ -159,6 +159,16 @@ PassReport fuse_activation_affine(Graph& g);
 // Add alone: the conv adds r itself (ops/conv2d.h's conv2d_with_residual),
 // with the Add's fused activation after. Runs after fuse_activations.
 PassReport fuse_residual_adds(Graph& g);
+// Concat along the channels of a 4-D value whose only reader is a 1x1
+// depthwise Conv of stride 1 without padding (constant weights (C, 1, 1, 1)
+// and bias: what batch_norm_to_conv makes of a BatchNormalization after a
+// concat, as densely connected blocks' pre-activation layers have), with
+// or without a fused activation: the Concat takes the conv's scale and shift
+// (tessera_channel_scale / _shift, C floats each) and its activation, and
+// the conv goes. The Concat then computes act(fma(x, scale[c], shift[c]))
+// as it copies (ops/concat_affine.h): one pass where there were two.
+// Runs after fuse_activations.
+PassReport fuse_concat_affine(Graph& g);
 
 // Runs the passes: fuse_activation_patterns, fuse_layer_norm,
 // linear_to_conv, cancel_transposes, the folds (fold_bias_add again after

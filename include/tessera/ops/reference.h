@@ -16,6 +16,7 @@
 
 #include <optional>
 
+#include "tessera/ops/concat_affine.h"
 #include "tessera/ops/conv2d_params.h"
 #include "tessera/ops/conv_transpose2d.h"
 #include "tessera/ops/eltwise.h"
@@ -83,5 +84,9 @@ StatusOr<Tensor> arg_reduce(const Tensor& input, bool max, bool select_last_inde
 StatusOr<Tensor> pad(const Tensor& input, std::span<const std::array<uint32_t, 2>> padding, float value);
 StatusOr<Tensor> slice(const Tensor& input, const SliceParams& slice);
 StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim);
+// concat_affine.h: the concat along the last dim, then per channel
+// act(fma(x, scale, shift)) rounded to `dtype`.
+StatusOr<Tensor> concat_affine(std::span<const Tensor> inputs, const Tensor& scale, const Tensor& shift,
+                               const UnaryWithParam& act, DataType dtype);
 
 }  // namespace tessera::reference

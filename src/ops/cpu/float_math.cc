@@ -23,9 +23,9 @@ void binary_scalar(BinaryOpType op, const float* a, const float* b, float* y, si
   }
 }
 
-constexpr FloatMath kScalar{"generic", unary_scalar, binary_scalar, nullptr, nullptr, nullptr, nullptr};
-constexpr FloatMath kAvx2{"avx2", avx2::unary_f32, avx2::binary_f32, avx2::fused_eltwise, avx2::softmax_row, avx2::layer_norm_row, nullptr};
-constexpr FloatMath kAvx512{"avx512", avx512::unary_f32, avx512::binary_f32, avx512::fused_eltwise, avx512::softmax_row, avx512::layer_norm_row, avx512::arg_extreme};
+constexpr FloatMath kScalar{"generic", unary_scalar, binary_scalar, nullptr, nullptr, nullptr, nullptr, nullptr};
+constexpr FloatMath kAvx2{"avx2", avx2::unary_f32, avx2::binary_f32, avx2::fused_eltwise, avx2::softmax_row, avx2::layer_norm_row, nullptr, avx2::affine_rows};
+constexpr FloatMath kAvx512{"avx512", avx512::unary_f32, avx512::binary_f32, avx512::fused_eltwise, avx512::softmax_row, avx512::layer_norm_row, avx512::arg_extreme, avx512::affine_rows};
 
 }  // namespace
 

@@ -46,6 +46,13 @@ struct FloatMath {
   // `last`), a NaN before every number. Null for the portable and AVX2
   // tables (arg_reduce.cc's scalar loop).
   uint32_t (*arg_extreme)(const float* x, size_t n, bool max, bool last);
+  // Rows of a per-channel affine and activation in one pass, in registers:
+  // out row r [i] = act(fma(x row r [i], scale[i], shift[i])) for i < n (one
+  // rounding for the fma, then the activation, then the store's rounding),
+  // `rows` rows `x_stride` and `out_stride` bytes apart, float32 or bfloat16
+  // each. Null for the portable table (concat_affine's scalar loop).
+  void (*affine_rows)(const FusedOperand& x, size_t x_stride, const FusedOperand& out, size_t out_stride, size_t rows,
+                      size_t n, const float* scale, const float* shift, const UnaryWithParam& act);
 };
 
 const FloatMath& select_float_math();  // by kernel_isa()
@@ -59,6 +66,8 @@ const FloatMath& select_float_math();  // by kernel_isa()
   void softmax_row(float* x, size_t n, bool log);                                                         \
   void layer_norm_row(float* x, size_t n, const float* w, const float* b, float eps);                     \
   uint32_t arg_extreme(const float* x, size_t n, bool max, bool last);                                    \
+  void affine_rows(const FusedOperand& x, size_t x_stride, const FusedOperand& out, size_t out_stride,       \
+                   size_t rows, size_t n, const float* scale, const float* shift, const UnaryWithParam& act); \
   }
 TESSERA_FLOAT_MATH_ISA(avx512)
 TESSERA_FLOAT_MATH_ISA(avx2)

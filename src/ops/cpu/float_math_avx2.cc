@@ -193,4 +193,39 @@ void layer_norm_row(float* x, size_t n, const float* w, const float* b, float ep
   }
 }
 
+void affine_rows(const FusedOperand& x, size_t x_stride, const FusedOperand& out, size_t out_stride, size_t rows,
+                 size_t n, const float* scale, const float* shift, const UnaryWithParam& act) {
+  // float32 rows in place; bfloat16 ones widened and rounded a chunk at a
+  // time around the float32 loop (as `over` does for mixed operands).
+  constexpr size_t kChunk = 256;
+  alignas(32) float fx[kChunk];
+  auto type = [](const FusedOperand& v) { return v.bf16 ? DataType::BFLOAT16 : DataType::FLOAT32; };
+  const size_t in_unit = x.bf16 ? 2 : 4, out_unit = out.bf16 ? 2 : 4;
+  with_activation(act, [&](auto f) {
+    for (size_t r = 0; r < rows; ++r) {
+      const auto* in = static_cast<const std::byte*>(x.data) + r * x_stride;
+      auto* o = static_cast<std::byte*>(out.data) + r * out_stride;
+      for (size_t c = 0; c < n; c += kChunk) {
+        const size_t m = std::min(kChunk, n - c);
+        const bool plain = !x.bf16 && !out.bf16;
+        const float* src = plain ? reinterpret_cast<const float*>(in) + c : fx;
+        float* dst = plain ? reinterpret_cast<float*>(o) + c : fx;
+        if (!plain) convert_to_float(in + c * in_unit, type(x), fx, m);
+        size_t i = 0;
+        for (; i + 8 <= m; i += 8)
+          _mm256_storeu_ps(dst + i, f(_mm256_fmadd_ps(_mm256_loadu_ps(src + i), _mm256_loadu_ps(scale + c + i),
+                                                      _mm256_loadu_ps(shift + c + i))));
+        if (i < m) {  // the tail through a stack vector
+          alignas(32) float t[8] = {}, s8[8] = {}, h8[8] = {};
+          std::copy(src + i, src + m, t), std::copy(scale + c + i, scale + c + m, s8);
+          std::copy(shift + c + i, shift + c + m, h8);
+          _mm256_store_ps(t, f(_mm256_fmadd_ps(_mm256_load_ps(t), _mm256_load_ps(s8), _mm256_load_ps(h8))));
+          std::copy(t, t + (m - i), dst + i);
+        }
+        if (!plain) convert_from_float(fx, o + c * out_unit, type(out), m);
+      }
+    }
+  });
+}
+
 }  // namespace tessera::cpu::avx2

@@ -171,6 +171,36 @@ void layer_norm_row(float* x, size_t n, const float* w, const float* b, float ep
   });
 }
 
+namespace {
+
+template <bool kBf16Out>
+[[gnu::noinline]] void affine_rows_to(const FusedOperand& x, size_t x_stride, const FusedOperand& out,
+                                      size_t out_stride, size_t rows, size_t n, const float* scale,
+                                      const float* shift, const UnaryWithParam& act) {
+  constexpr std::bool_constant<kBf16Out> same;
+  const auto* in = static_cast<const std::byte*>(x.data);
+  auto* o = static_cast<std::byte*>(out.data);
+  with_activation<kBf16Out>(act, [&](auto f) {
+    auto row = [&](auto in_bf16) {
+      for (size_t r = 0; r < rows; ++r, in += x_stride, o += out_stride)
+        for_each_vector(n, [&](size_t i, __mmask16 m) {
+          const __m512 v = _mm512_fmadd_ps(load(in, in_bf16, i, m), loadu_ps(scale + i, m), loadu_ps(shift + i, m));
+          store(o, same, i, m, f(v));
+        });
+    };
+    if (x.bf16 == kBf16Out) row(same);
+    else row(std::bool_constant<!kBf16Out>());
+  });
+}
+
+}  // namespace
+
+void affine_rows(const FusedOperand& x, size_t x_stride, const FusedOperand& out, size_t out_stride, size_t rows,
+                 size_t n, const float* scale, const float* shift, const UnaryWithParam& act) {
+  if (out.bf16) affine_rows_to<true>(x, x_stride, out, out_stride, rows, n, scale, shift, act);
+  else affine_rows_to<false>(x, x_stride, out, out_stride, rows, n, scale, shift, act);
+}
+
 uint32_t arg_extreme(const float* x, size_t n, bool max, bool last) {
   // The extreme value first (masked-off tail lanes load as the identity),
   // then the first (or last) lane holding it: the NaNs when there are any.

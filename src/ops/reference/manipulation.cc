@@ -1,5 +1,8 @@
 // Reference manipulation kernels: index arithmetic on logical values.
+#include <cmath>
+
 #include "tessera/ops/manipulation.h"
+#include "tessera/ops/reference.h"
 
 namespace tessera::reference {
 
@@ -98,6 +101,20 @@ StatusOr<Tensor> concat(std::span<const Tensor> inputs, int dim) {
     offset += t.shape()[d];
   }
   return Tensor::from_vector(o, out, inputs[0].dtype());
+}
+
+StatusOr<Tensor> concat_affine(std::span<const Tensor> inputs, const Tensor& scale, const Tensor& shift,
+                               const UnaryWithParam& act, DataType dtype) {
+  TS_ASSIGN_OR_RETURN(Tensor joined, reference::concat(inputs, -1));
+  TS_ASSIGN_OR_RETURN(std::vector<float> v, joined.to_vector());
+  TS_ASSIGN_OR_RETURN(const std::vector<float> s, scale.to_vector());
+  TS_ASSIGN_OR_RETURN(const std::vector<float> t, shift.to_vector());
+  const uint32_t c = joined.shape()[-1];
+  if (s.size() != c || t.size() != c)
+    return invalid_argument_error("concat_affine: {} and {} scale and shift values for {} channels", s.size(), t.size(), c);
+  for (uint64_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(apply_activation(act, std::fma(v[i], s[i % c], t[i % c])));
+  return Tensor::from_vector(v, joined.shape(), dtype);
 }
 
 }  // namespace tessera::reference
