@@ -16,6 +16,9 @@
 #include "../src/image/image_format.h"
 #include "onnx_model_builder.h"
 #include "tessera/device/device.h"
+#include "tessera/graph/host_tail.h"
+#include "tessera/graph/shape_inference.h"
+#include "tessera/image/session.h"
 #include "tessera/import/onnx.h"
 #include "tessera/tensor/tensor.h"
 
@@ -531,6 +534,70 @@ TEST(Image, InfoNamesWhatTheImageHolds) {
   for (const char* want : {"\"format_version\": \"2.0\"", "\"prepared_layers\": 3", "\"name\": \"small\"",
                            "\"shape\": [", "\"op_counts\"", "\"conv_kernels\": [\n"})
     EXPECT_NE(json.find(want), std::string::npos) << want << "\n" << json;
+}
+
+// A model whose outputs' shapes depend on the data (NonMaxSuppression, an
+// If with its branches): the image holds its host tail (format 3), `info`
+// names it, and the loaded image's outputs equal those of the model
+// compiled directly, through the embedded Session too.
+TEST(Image, HostTailTravelsWithItsSubgraphs) {
+  auto d = cpu();
+  importer::OnnxImportOptions io;
+  io.infer_shapes = false;
+  graph::Graph g = importer::import_onnx_bytes(testing_onnx::nms_detector().bytes(), io).value();
+  auto split = graph::HostTail::split(g);
+  ASSERT_TRUE(split.ok() && *split) << split.status().to_string();
+  graph::HostTail tail = std::move(**split);
+  ASSERT_TRUE(graph::infer_shapes(g).ok());
+  ASSERT_TRUE(tail.bind_prefix(g).ok());
+  g.remove_dead_nodes();
+  auto direct = CompiledModel::compile(g, *d, {}).value();
+  auto m = compile_model("det", g, *d, {});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  m->tail = tail;
+  const std::string path = ::testing::TempDir() + "/host_tail.tsi";
+  const ImageModel* ms[] = {&*m};
+  ASSERT_TRUE(write_image(path, header_for(*d), ms).ok());
+  auto img = Image::open(path).value();
+  const ModelInfo& info = img->info().models[0];
+  EXPECT_EQ(img->info().header.format_major, 3);
+  EXPECT_EQ(info.model_outputs, (std::vector<std::string>{"boxes", "keep"}));
+  EXPECT_EQ(info.host_tail_nodes, static_cast<int>(tail.num_nodes()));
+  EXPECT_NE(info_text(img->info()).find("host tail: "), std::string::npos) << info_text(img->info());
+  auto back = img->model(0);
+  ASSERT_TRUE(back.ok() && back->tail) << back.status().to_string();
+  EXPECT_EQ(back->tail->summary(), tail.summary());
+
+  std::vector<float> x(40);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 4 * std::sin(0.9f * static_cast<float>(i)) + 2;
+  const Tensor xt = Tensor::from_vector(x, Shape{1, 8, 5}, DataType::FLOAT32).value();
+  const Tensor in[] = {to_device(xt, *d).value()};
+  std::vector<graph::HostTensor> device_outs;
+  const std::vector<Tensor> outs = direct->run(in).value();
+  for (const Tensor& t : outs)
+    device_outs.push_back(graph::HostTensor::floats(
+        std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end()), t.cpu().value().to_vector().value()));
+  const std::vector<graph::HostTensor> want = tail.run(device_outs).value();
+  ASSERT_EQ(want.size(), 2u);
+  ASSERT_GT(want[1].i.size(), 0u);  // some boxes kept (else the If's empty branch)
+
+  auto session = Session::open(path);
+  ASSERT_TRUE(session.ok()) << session.status().to_string();
+  EXPECT_EQ((*session)->output_names(), (std::vector<std::string>{"boxes", "keep"}));
+  const Tensor host_in[] = {xt};
+  const auto refused = (*session)->run(host_in);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("run_outputs"), std::string::npos) << refused.status().message();
+  auto got = (*session)->run_outputs(host_in);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ((*got)[k].type, want[k].type);
+    EXPECT_EQ((*got)[k].dims, want[k].dims);
+    EXPECT_EQ((*got)[k].f, want[k].f);
+    EXPECT_EQ((*got)[k].i, want[k].i);
+  }
+  std::remove(path.c_str());
 }
 
 // Every device allocation a load makes, failed in turn: each is a clear

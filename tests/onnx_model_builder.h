@@ -101,6 +101,22 @@ class ModelBuilder {
     a->set_type(onnx::AttributeProto::STRINGS);
     for (const auto& x : v) a->add_strings(x);
   }
+  // A GRAPH attribute (If's branches): a subgraph of `nodes`' kind, built by
+  // `fill`, whose outputs are `outputs` (element type FLOAT).
+  template <class Fill>
+  static void subgraph(onnx::NodeProto* n, const std::string& name, const std::vector<std::string>& outputs, Fill fill) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    onnx::GraphProto* g = a->mutable_g();
+    g->set_name(name);
+    fill(*g);
+    for (const auto& o : outputs) {
+      auto* vi = g->add_output();
+      vi->set_name(o);
+      vi->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    }
+  }
   std::string bytes() const { return model_.SerializeAsString(); }
 
  private:
@@ -116,6 +132,50 @@ class ModelBuilder {
   }
   onnx::ModelProto model_;
 };
+
+// A detector's post-processing after a few device ops: x (1, 8, 5) -> Relu;
+// boxes = its first 4 columns, scores = sigmoid of the 5th; NonMaxSuppression
+// (at most 5, IoU 0.5) -> the kept indices `keep` (int64), the kept boxes
+// gathered, and an If (torchvision's pattern) returning them when any were
+// kept, else an empty (0, 4) constant: outputs `boxes`, `keep`.
+inline ModelBuilder nms_detector() {
+  ModelBuilder b(13);
+  b.input("x", {1, 8, 5});
+  b.int_initializer("s0", {0}), b.int_initializer("s4", {4}), b.int_initializer("s5", {5});
+  b.int_initializer("axis2", {2}), b.int_initializer("max", {5}), b.int_initializer("col", {2});
+  b.int_initializer("axis1", {1}), b.int_initializer("shape84", {8, 4}), b.int_initializer("zero", {0});
+  b.initializer("iou", {1}, {0.5f});
+  b.node("Relu", {"x"}, {"r"});
+  b.node("Slice", {"r", "s0", "s4", "axis2"}, {"boxes3"});
+  b.node("Slice", {"r", "s4", "s5", "axis2"}, {"s_col"});
+  auto* t = b.node("Transpose", {"s_col"}, {"s_row"});
+  ModelBuilder::ints(t, "perm", {0, 2, 1});
+  b.node("Sigmoid", {"s_row"}, {"scores"});
+  b.node("NonMaxSuppression", {"boxes3", "scores", "max", "iou"}, {"sel"});
+  auto* g1 = b.node("Gather", {"sel", "col"}, {"keep2"});
+  ModelBuilder::i(g1, "axis", 1);
+  b.node("Squeeze", {"keep2", "axis1"}, {"keep"});
+  b.node("Reshape", {"boxes3", "shape84"}, {"boxes2"});
+  b.node("Gather", {"boxes2", "keep"}, {"kept"});
+  b.node("Size", {"keep"}, {"count"});
+  b.node("Greater", {"count", "zero"}, {"any"});
+  auto* ifn = b.node("If", {"any"}, {"boxes"});
+  ModelBuilder::subgraph(ifn, "then_branch", {"tb"}, [](onnx::GraphProto& g) {
+    auto* n = g.add_node();
+    n->set_op_type("Identity"), n->set_name("then_id"), n->add_input("kept"), n->add_output("tb");
+  });
+  ModelBuilder::subgraph(ifn, "else_branch", {"eb"}, [](onnx::GraphProto& g) {
+    auto* n = g.add_node();
+    n->set_op_type("Constant"), n->set_name("else_empty"), n->add_output("eb");
+    auto* a = n->add_attribute();
+    a->set_name("value"), a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+    a->mutable_t()->add_dims(0), a->mutable_t()->add_dims(4);
+  });
+  b.output("boxes");
+  b.output("keep");
+  return b;
+}
 
 // A small CNN with the patterns the passes rewrite: Conv -> BatchNormalization
 // -> Relu, Conv -> Sigmoid * x (SiLU), a residual Add, MaxPool, Concat,

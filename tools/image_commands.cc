@@ -46,10 +46,12 @@ Status compile_command(const CompileRequest& r) {
           declared[k].name, graph::dims_to_string(d), k > 0 ? " (only the first input's can be given yet)" : "");
   }
   double import_ms = 0;
-  TS_ASSIGN_OR_RETURN(graph::Graph g, import_graph(r.model, r.options, &import_ms));
+  std::optional<graph::HostTail> tail;  // (a detector's post-processing: the host runs it after the device part)
+  TS_ASSIGN_OR_RETURN(graph::Graph g, import_graph(r.model, r.options, &import_ms, &tail));
   const std::string name = r.name.empty() ? std::filesystem::path(r.model).stem().string() : r.name;
   const auto t0 = std::chrono::steady_clock::now();
   TS_ASSIGN_OR_RETURN(image::ImageModel m, image::compile_model(name, std::move(g), *device, copts, r.portable));
+  m.tail = std::move(tail);
   const double compile_ms = ms_since(t0);
   const image::ImageHeader header = image::header_for(*device);
   const image::ImageModel* models[] = {&m};
@@ -61,6 +63,7 @@ Status compile_command(const CompileRequest& r) {
       name.c_str(), header.target.name.c_str(), header.kernel_isa.c_str(), compile_ms, import_ms, rep.device_ops,
       rep.fallbacks.size(), rep.conv_flops * 1e-9);
   for (const auto& f : rep.fallbacks) std::printf("  host fallback: %s\n", f.c_str());
+  if (m.tail) std::printf("  host tail, %s\n", m.tail->summary().c_str());
   std::printf("wrote %s: %s\n", r.output.c_str(), mib(std::filesystem::file_size(r.output)).c_str());
   return close_device(*device);
 }

@@ -110,8 +110,8 @@ StatusOr<graph::Graph> import_graph(const std::string& path, const ModelOptions&
   TS_ASSIGN_OR_RETURN(std::optional<graph::HostTail> t, graph::HostTail::split(g));
   if (t && !tail)
     return unimplemented_error(
-        "{}: its output shapes depend on the data ({}); `tessera run` and `tessera bench` run such a "
-        "host tail, compiled images do not hold one yet",
+        "{}: its output shapes depend on the data ({}); `tessera run`, `bench` and `compile` run such a "
+        "host tail, `compare` does not",
         path, t->summary());
   TS_RETURN_IF_ERROR(graph::infer_shapes(g));
   g.remove_dead_nodes();
@@ -159,6 +159,7 @@ StatusOr<LoadedModel> load_image_model(const std::string& path, Device& device, 
   TS_ASSIGN_OR_RETURN(image::LoadedModel m, image::load_model(*img, index, device));
   r.compile_ms = ms_since(t0);
   r.model = std::move(m.model);
+  r.tail = std::move(m.tail);
   r.notes = std::move(m.notes);
   const auto& dims = r.model->input_shapes().at(0);
   if (options.batch != 1 && !dims.empty() && dims[0] != options.batch)

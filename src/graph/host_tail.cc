@@ -162,6 +162,67 @@ StatusOr<std::vector<HostTensor>> HostTail::run(const std::vector<HostTensor>& p
   return out;
 }
 
+HostTail::Parts HostTail::parts() const {
+  return {.tail = tail_, .names = names_, .source = source_, .prefix_outputs = prefix_outputs_, .boundary = boundary_,
+          .pos = pos_, .first = first_};
+}
+
+namespace {
+
+// Every value id `g` and its subgraphs name within their graph's values.
+Status check_ids(const Graph& g, const std::string& where) {
+  const auto nv = static_cast<int>(g.values.size());
+  auto bad = [&](int id, bool optional) { return id >= nv || id < (optional ? -1 : 0); };
+  for (const auto* ids : {&g.inputs, &g.outputs})
+    for (int id : *ids)
+      if (bad(id, false)) return invalid_argument_error("{}: graph input or output {} of {} values", where, id, nv);
+  for (const Node& n : g.nodes) {
+    for (const auto* ids : {&n.inputs, &n.outputs})
+      for (int id : *ids)
+        if (bad(id, true)) return invalid_argument_error("{}: {} names value {} of {}", where, n.label(), id, nv);
+    for (const auto& [name, a] : n.attrs)
+      if (a.kind == Attribute::Kind::GRAPH) {
+        if (!a.g) return invalid_argument_error("{}: {}'s graph attribute '{}' is empty", where, n.label(), name);
+        TS_RETURN_IF_ERROR(check_ids(*a.g, fmt::format("{}'s '{}'", n.label(), name)));
+      }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+StatusOr<HostTail> HostTail::from_parts(Parts p) {
+  TS_RETURN_IF_ERROR(check_ids(p.tail, "the host tail"));
+  for (const Node& n : p.tail.nodes) TS_RETURN_IF_ERROR(check_host_kernels(n, ""));
+  const auto nv = static_cast<int>(p.tail.values.size());
+  if (p.boundary.size() != p.pos.size() || p.boundary != p.tail.inputs)
+    return invalid_argument_error("the host tail: {} boundary values, {} positions, {} inputs", p.boundary.size(),
+                                  p.pos.size(), p.tail.inputs.size());
+  const uint64_t returned = p.prefix_outputs + static_cast<uint64_t>(std::count_if(p.pos.begin(), p.pos.end(),
+                                                                                 [](int k) { return k >= 0; }));
+  for (size_t k = 0; k < p.pos.size(); ++k) {
+    if (p.pos[k] < -1 || (p.pos[k] >= 0 && static_cast<uint64_t>(p.pos[k]) >= returned))
+      return invalid_argument_error("the host tail reads prefix output {} of {}", p.pos[k], returned);
+    if (p.boundary[k] < 0 || p.boundary[k] >= nv || (p.pos[k] < 0 && !p.tail.values[static_cast<size_t>(p.boundary[k])].constant))
+      return invalid_argument_error("the host tail's boundary value {} is out of range or lacks its constant",
+                                    p.boundary[k]);
+  }
+  if (p.names.size() != p.source.size())
+    return invalid_argument_error("the host tail: {} output names for {} outputs", p.names.size(), p.source.size());
+  for (int s : p.source)
+    if (s >= 0 ? static_cast<uint64_t>(s) >= p.prefix_outputs : static_cast<size_t>(-1 - int64_t{s}) >= p.tail.outputs.size())
+      return invalid_argument_error("the host tail's output source {} is out of range", s);
+  HostTail t;
+  t.tail_ = std::move(p.tail), t.names_ = std::move(p.names), t.source_ = std::move(p.source);
+  t.prefix_outputs_ = p.prefix_outputs, t.boundary_ = std::move(p.boundary), t.pos_ = std::move(p.pos);
+  t.first_ = std::move(p.first);
+  for (size_t v = 0; v < t.tail_.values.size(); ++v) t.tail_.values[v].producer = -1;
+  for (size_t ni = 0; ni < t.tail_.nodes.size(); ++ni)
+    for (int o : t.tail_.nodes[ni].outputs)
+      if (o >= 0) t.tail_.values[static_cast<size_t>(o)].producer = static_cast<int>(ni);
+  return t;
+}
+
 std::string HostTail::summary() const {
   std::map<std::string, int> count;  // op type -> nodes
   for (const Node& n : tail_.nodes) ++count[n.op_type];

@@ -172,6 +172,45 @@ TEST(HostTail, ConstantsTheTailReadsLeaveThePrefixOutputs) {
   EXPECT_EQ(out[0].f, (std::vector<float>{0, 0, 1, 0, 0, 2}));
 }
 
+// What an image stores of a tail (parts) gives the same tail back; parts
+// whose indices disagree are refused, naming what is out of range.
+TEST(HostTail, PartsRoundTripAndBadPartsAreRefused) {
+  Graph g = detector();
+  ASSERT_OK_AND_ASSIGN(std::optional<HostTail> tail, HostTail::split(g));
+  ASSERT_OK(infer_shapes(g));
+  ASSERT_OK(tail->bind_prefix(g));
+  ASSERT_OK_AND_ASSIGN(HostTail back, HostTail::from_parts(tail->parts()));
+  EXPECT_EQ(back.summary(), tail->summary());
+  EXPECT_EQ(back.output_names(), tail->output_names());
+  EXPECT_EQ(back.num_prefix_outputs(), tail->num_prefix_outputs());
+  const HostTensor scores = HostTensor::floats({1, 1, 3}, {0.8f, 0.9f, 0.3f});
+  ASSERT_OK_AND_ASSIGN(std::vector<HostTensor> want, tail->run({kBoxes, kBoxes, scores}));
+  ASSERT_OK_AND_ASSIGN(std::vector<HostTensor> got, back.run({kBoxes, kBoxes, scores}));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_EQ(got[k].f, want[k].f);
+
+  auto refused = [&](auto&& forge, const std::string& message) {
+    HostTail::Parts p = tail->parts();
+    forge(p);
+    const auto r = HostTail::from_parts(std::move(p));
+    ASSERT_FALSE(r.ok()) << message;
+    EXPECT_THAT(r.status().message(), HasSubstr(message));
+  };
+  refused([](HostTail::Parts& p) { p.tail.nodes[0].inputs[0] = 99; }, "names value 99 of");
+  refused([](HostTail::Parts& p) { p.tail.outputs[0] = -2; }, "graph input or output -2");
+  refused([](HostTail::Parts& p) { p.pos[0] = 7; }, "reads prefix output 7 of 3");
+  refused([](HostTail::Parts& p) { p.pos.pop_back(); }, "positions");
+  refused([](HostTail::Parts& p) { p.source[0] = 5; }, "output source 5 is out of range");
+  refused([](HostTail::Parts& p) { p.source[0] = -9; }, "output source -9 is out of range");
+  refused([](HostTail::Parts& p) { p.names.pop_back(); }, "1 output names for 2 outputs");
+  refused([](HostTail::Parts& p) { p.tail.nodes[0].op_type = "NoSuchOp"; }, "has no host kernel");
+  refused(
+      [](HostTail::Parts& p) {
+        p.tail.nodes[0].attrs["then_branch"] = Attribute{.kind = Attribute::Kind::GRAPH};
+      },
+      "graph attribute 'then_branch' is empty");
+}
+
 TEST(HostTail, SplitLeavesStaticGraphsAndRefusesWhatItCannotRun) {
   Graph g = detector();
   g.nodes.resize(2);

@@ -57,7 +57,13 @@ std::string info_text(const ImageInfo& info) {
     const runtime::CompileReport& r = m.report;
     s += fmt::format("\nmodel '{}'\n  options: {}\n", m.name, options_line(m.options));
     for (const IoInfo& io : m.inputs) s += fmt::format("  input  {}\n", io_line(io));
-    for (const IoInfo& io : m.outputs) s += fmt::format("  output {}\n", io_line(io));
+    for (const IoInfo& io : m.outputs) s += fmt::format("  {} {}\n", m.host_tail_nodes ? "device output" : "output", io_line(io));
+    if (m.host_tail_nodes) {
+      std::string ops;
+      for (const auto& [op, n] : m.host_tail_ops) ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", op, n);
+      s += fmt::format("  host tail: {} node(s) on the device outputs ({}); the model's outputs: {}\n",
+                       m.host_tail_nodes, ops, fmt::join(m.model_outputs, ", "));
+    }
     int nodes = 0;
     std::string ops;
     for (const auto& [op, n] : m.op_counts) nodes += n, ops += fmt::format("{}{} {}", ops.empty() ? "" : ", ", op, n);
@@ -162,6 +168,12 @@ std::string info_json(const ImageInfo& info) {
          {"resident_dram_bytes", m.resident_dram_bytes},
          {"resident_dram_bytes_per_bank", m.resident_dram_bytes / std::max<uint32_t>(t.num_dram_banks, 1)},
          {"resident_l1_bytes", m.resident_l1_bytes}});
+    if (m.host_tail_nodes) {
+      json tail_ops = json::object();
+      for (const auto& [op, n] : m.host_tail_ops) tail_ops[op] = n;
+      j["models"].back()["host_tail"] = {
+          {"nodes", m.host_tail_nodes}, {"op_counts", tail_ops}, {"model_outputs", m.model_outputs}};
+    }
   }
   // Names come from the file: bytes that are not UTF-8 print as U+FFFD.
   return j.dump(2, ' ', false, json::error_handler_t::replace);

@@ -126,6 +126,7 @@ StatusOr<LoadedModel> load_model(const Image& image, size_t index, Device& devic
   TS_ASSIGN_OR_RETURN(out.model,
                       runtime::CompiledModel::compile(std::move(m.graph), device, m.options, std::move(prepared)));
   out.model->set_pass_reports(std::move(m.report.passes));
+  out.tail = std::move(m.tail);
   return out;
 }
 

@@ -237,6 +237,87 @@ graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> we
   return h;
 }
 
+// A graph table with no prepared constants (a host tail, If's branches):
+// every table present, every constant inside the weights, every value id in
+// range, subgraphs likewise (nested at most kMaxGraphDepth deep).
+constexpr int kMaxGraphDepth = 8;
+Status check_plain_graph(const fb::Graph* g, uint64_t weights_bytes, const std::string& what, int depth = 0) {
+  if (!g || !g->values() || !g->nodes() || !g->inputs() || !g->outputs())
+    return damaged("{}: an incomplete graph", what);
+  if (depth > kMaxGraphDepth) return damaged("{}: graphs nested more than {} deep", what, kMaxGraphDepth);
+  const auto nv = static_cast<int>(g->values()->size());
+  for (const fb::Value* v : *g->values()) {
+    if (!aligned(v->dims())) return damaged("{}: value '{}' has misaligned dims", what, str(v->name()));
+    if (v->constant())
+      TS_RETURN_IF_ERROR(check_tensor(v->constant(), weights_bytes, fmt::format("{}: value '{}'", what, str(v->name()))));
+  }
+  for (const auto* ids : {g->inputs(), g->outputs()})
+    for (int id : *ids)
+      if (id < 0 || id >= nv) return damaged("{}: graph input/output {} of {} values", what, id, nv);
+  for (const fb::Node* n : *g->nodes()) {
+    for (const auto* ids : {n->inputs(), n->outputs()})
+      if (ids)
+        for (int id : *ids)
+          if (id < -1 || id >= nv)
+            return damaged("{}: node '{}' refers to value {}, the graph has {}", what, str(n->name()), id, nv);
+    if (n->attrs())
+      for (const fb::Attribute* a : *n->attrs()) {
+        if (!aligned(a->ints())) return damaged("{}: node '{}' has a misaligned attribute", what, str(n->name()));
+        if (a->t()) TS_RETURN_IF_ERROR(check_tensor(a->t(), weights_bytes, fmt::format("{}: node '{}'", what, str(n->name()))));
+        if (a->kind() == fb::AttrKind::GRAPH)
+          TS_RETURN_IF_ERROR(check_plain_graph(a->g(), weights_bytes,
+                                               fmt::format("{}: node '{}' attribute '{}'", what, str(n->name()),
+                                                           str(a->name())),
+                                               depth + 1));
+      }
+  }
+  return ok_status();
+}
+
+// The graph a table holds, as stored (check_plain_graph or Image::verify
+// checked it at open).
+StatusOr<graph::Graph> decode_graph(const fb::Graph* fg, std::span<const uint8_t> weights) {
+  graph::Graph g;
+  g.opset = fg->opset();
+  for (const fb::Value* v : *fg->values()) {
+    graph::Value val;
+    val.name = str(v->name());
+    val.type = v->type() == fb::ElemType::INT64 ? graph::ElemType::INT64 : graph::ElemType::FLOAT32;
+    val.dims = vec(v->dims());
+    val.has_shape = v->has_shape();
+    if (v->constant()) val.constant = decode_tensor(v->constant(), weights);
+    g.values.push_back(std::move(val));
+  }
+  for (const fb::Node* fn : *fg->nodes()) {
+    graph::Node n;
+    n.name = str(fn->name());
+    n.op_type = str(fn->op_type());
+    n.inputs = vec(fn->inputs());
+    n.outputs = vec(fn->outputs());
+    if (fn->attrs())
+      for (const fb::Attribute* a : *fn->attrs()) {
+        graph::Attribute at;
+        if (a->kind() > fb::AttrKind::MAX) return damaged("node '{}': an attribute of unknown kind", n.name);
+        at.kind = static_cast<graph::Attribute::Kind>(a->kind());
+        at.i = a->i(), at.f = a->f(), at.s = str(a->s());
+        at.ints = vec(a->ints()), at.floats = vec(a->floats());
+        if (a->t()) at.t = decode_tensor(a->t(), weights);
+        if (a->strings())
+          for (const flatbuffers::String* s : *a->strings()) at.strings.push_back(str(s));
+        if (a->kind() == fb::AttrKind::GRAPH) {
+          if (!a->g()) return damaged("node '{}': graph attribute '{}' holds no graph", n.name, str(a->name()));
+          TS_ASSIGN_OR_RETURN(graph::Graph sub, decode_graph(a->g(), weights));
+          at.g = std::make_shared<const graph::Graph>(std::move(sub));
+        }
+        n.attrs[str(a->name())] = std::move(at);
+      }
+    g.nodes.push_back(std::move(n));
+  }
+  g.inputs = vec(fg->inputs());
+  g.outputs = vec(fg->outputs());
+  return g;
+}
+
 const fb::Image* root(std::span<const uint8_t> meta) { return fb::GetImage(meta.data()); }
 
 // A prepared weights entry against the graph and the weights section: a conv
@@ -472,7 +553,19 @@ StatusOr<std::unique_ptr<Image>> Image::verify(std::unique_ptr<Mapping> mapping)
           if (!aligned(a->ints()))
             return damaged("model '{}': node '{}' has a misaligned attribute", mi.name, str(n->name()));
           if (a->t()) TS_RETURN_IF_ERROR(count(a->t(), fmt::format("node '{}' attribute", str(n->name())), false));
+          if (a->kind() == fb::AttrKind::GRAPH)
+            TS_RETURN_IF_ERROR(check_plain_graph(a->g(), p.weights_bytes,
+                                                 fmt::format("model '{}': node '{}'", mi.name, str(n->name()))));
         }
+    }
+    if (const fb::Tail* t = m->tail()) {
+      TS_RETURN_IF_ERROR(check_plain_graph(t->graph(), p.weights_bytes, fmt::format("model '{}': host tail", mi.name)));
+      mi.host_tail_nodes = static_cast<int>(t->graph()->nodes()->size());
+      std::map<std::string, int> tail_ops;
+      for (const fb::Node* n : *t->graph()->nodes()) ++tail_ops[str(n->op_type())];
+      mi.host_tail_ops.assign(tail_ops.begin(), tail_ops.end());
+      if (t->names())
+        for (const flatbuffers::String* n : *t->names()) mi.model_outputs.push_back(str(n));
     }
     mi.op_counts.assign(ops.begin(), ops.end());
     mi.weight_bytes.assign(bytes.begin(), bytes.end());
@@ -522,39 +615,8 @@ StatusOr<ImageModel> Image::model(size_t index) const {
       b.bias = decode_tensor(pw->bias(), weights_);
       out.prepared.push_back(std::move(b));
     }
+  TS_ASSIGN_OR_RETURN(out.graph, decode_graph(fg, weights_));
   graph::Graph& g = out.graph;
-  g.opset = fg->opset();
-  for (const fb::Value* v : *fg->values()) {
-    graph::Value val;
-    val.name = str(v->name());
-    val.type = v->type() == fb::ElemType::INT64 ? graph::ElemType::INT64 : graph::ElemType::FLOAT32;
-    val.dims = vec(v->dims());
-    val.has_shape = v->has_shape();
-    if (v->constant()) val.constant = decode_tensor(v->constant(), weights_);
-    g.values.push_back(std::move(val));
-  }
-  for (const fb::Node* fn : *fg->nodes()) {
-    graph::Node n;
-    n.name = str(fn->name());
-    n.op_type = str(fn->op_type());
-    n.inputs = vec(fn->inputs());
-    n.outputs = vec(fn->outputs());
-    if (fn->attrs())
-      for (const fb::Attribute* a : *fn->attrs()) {
-        graph::Attribute at;
-        if (a->kind() > fb::AttrKind::MAX) return damaged("node '{}': an attribute of unknown kind", n.name);
-        at.kind = static_cast<graph::Attribute::Kind>(a->kind());
-        at.i = a->i(), at.f = a->f(), at.s = str(a->s());
-        at.ints = vec(a->ints()), at.floats = vec(a->floats());
-        if (a->t()) at.t = decode_tensor(a->t(), weights_);
-        if (a->strings())
-          for (const flatbuffers::String* s : *a->strings()) at.strings.push_back(str(s));
-        n.attrs[str(a->name())] = std::move(at);
-      }
-    g.nodes.push_back(std::move(n));
-  }
-  g.inputs = vec(fg->inputs());
-  g.outputs = vec(fg->outputs());
   // The graph as the compiler left it: in topological order, each value
   // produced once, every value read known, and the shapes shape inference
   // gives; anything else is a damaged or forged image, refused here rather
@@ -603,6 +665,21 @@ StatusOr<ImageModel> Image::model(size_t index) const {
     if (g.values[v].dims != stored[v])
       return damaged("model '{}': value '{}' is stored as {}, its producer gives {}", out.name, g.values[v].name,
                      graph::dims_to_string(stored[v]), graph::dims_to_string(g.values[v].dims));
+  if (const fb::Tail* t = m->tail()) {  // (check_plain_graph checked its graph at open)
+    graph::HostTail::Parts parts;
+    TS_ASSIGN_OR_RETURN(parts.tail, decode_graph(t->graph(), weights_));
+    if (t->names())
+      for (const flatbuffers::String* n : *t->names()) parts.names.push_back(str(n));
+    parts.source = vec(t->source()), parts.boundary = vec(t->boundary()), parts.pos = vec(t->pos());
+    parts.prefix_outputs = t->prefix_outputs();
+    parts.first = str(t->first());
+    auto tail = graph::HostTail::from_parts(std::move(parts));
+    if (!tail.ok()) return damaged("model '{}': {}", out.name, tail.status().message());
+    if (tail->num_prefix_outputs() != g.outputs.size())
+      return damaged("model '{}': its host tail reads {} outputs of the device part, which has {}", out.name,
+                     tail->num_prefix_outputs(), g.outputs.size());
+    out.tail = std::move(*tail);
+  }
   return out;
 }
 

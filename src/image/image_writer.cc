@@ -105,7 +105,20 @@ class Writer {
     const auto floats = fbb.CreateVector(a.floats);
     const auto t = a.t ? tensor(*a.t) : Offset<fb::Tensor>();
     const auto strings = fbb.CreateVectorOfStrings(a.strings);
-    return fb::CreateAttribute(fbb, n, static_cast<fb::AttrKind>(a.kind), a.i, a.f, s, ints, floats, t, strings);
+    const auto sub = a.kind == graph::Attribute::Kind::GRAPH && a.g ? plain_graph(*a.g) : Offset<fb::Graph>();
+    return fb::CreateAttribute(fbb, n, static_cast<fb::AttrKind>(a.kind), a.i, a.f, s, ints, floats, t, strings, sub);
+  }
+
+  // A graph with its constants in float32 / int64 (a host tail, If's branches).
+  Offset<fb::Graph> plain_graph(const graph::Graph& g) {
+    return graph(g, runtime::CompileOptions{}, std::vector<bool>(g.values.size(), false));
+  }
+
+  Offset<fb::Tail> tail(const graph::HostTail& t) {
+    const graph::HostTail::Parts p = t.parts();
+    const auto g = plain_graph(p.tail);
+    return fb::CreateTail(fbb, g, fbb.CreateVectorOfStrings(p.names), fbb.CreateVector(p.source), p.prefix_outputs,
+                          fbb.CreateVector(p.boundary), fbb.CreateVector(p.pos), fbb.CreateString(p.first));
   }
 
   // Constants only conv weights read, in a model whose conv weights are
@@ -194,7 +207,8 @@ class Writer {
     const auto r = report(m);
     std::vector<Offset<fb::PreparedWeights>> ps;
     for (const PreparedBlob& p : m.prepared) ps.push_back(prepared(p));
-    return fb::CreateModel(fbb, name, o, g, r, fbb.CreateVector(ps), fbb.CreateString(m.prepared_for));
+    const auto t = m.tail ? tail(*m.tail) : Offset<fb::Tail>();
+    return fb::CreateModel(fbb, name, o, g, r, fbb.CreateVector(ps), fbb.CreateString(m.prepared_for), t);
   }
 
   // Constants that only prepared weights serve: read by nothing but the
@@ -313,7 +327,8 @@ StatusOr<std::vector<uint8_t>> serialize_image(const ImageHeader& header, std::s
   const std::span<const uint8_t> meta(w.fbb.GetBufferPointer(), w.fbb.GetSize());
   format::Preamble p{};
   std::memcpy(p.magic, format::kMagic, sizeof p.magic);
-  p.format_major = header.format_major;
+  const bool tails = std::any_of(models.begin(), models.end(), [](const ImageModel* m) { return m->tail.has_value(); });
+  p.format_major = header.format_major == kFormatMajor && !tails ? kFormatMajorWithoutTail : header.format_major;
   p.format_minor = header.format_minor;
   p.preamble_bytes = format::kPreambleBytes;
   p.meta_offset = format::kPreambleBytes;

@@ -32,12 +32,37 @@ StatusOr<std::unique_ptr<Session>> Session::open(const std::string& image_path, 
                                    .pin_threads = options.pin_threads}));
   TS_ASSIGN_OR_RETURN(image::LoadedModel m, image::load_model(*img, index, *s->device_));
   s->model_ = std::move(m.model);
+  s->tail_ = std::move(m.tail);
   s->notes_ = std::move(m.notes);
   s->info_ = img->info().models[index];
   return s;
 }
 
+std::vector<std::string> Session::output_names() const {
+  return tail_ ? tail_->output_names() : model_->output_names();
+}
+
+StatusOr<std::vector<graph::HostTensor>> Session::run_outputs(std::span<const Tensor> inputs) {
+  TS_ASSIGN_OR_RETURN(std::vector<Tensor> outs, run_device(inputs));
+  std::vector<graph::HostTensor> host;
+  for (const Tensor& t : outs) {
+    TS_ASSIGN_OR_RETURN(std::vector<float> v, t.to_vector());
+    host.push_back(graph::HostTensor::floats(std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end()),
+                                             std::move(v)));
+  }
+  if (!tail_) return host;
+  return tail_->run(host);
+}
+
 StatusOr<std::vector<Tensor>> Session::run(std::span<const Tensor> inputs) {
+  if (tail_)
+    return failed_precondition_error(
+        "model '{}' ends in a host tail ({}): its outputs' shapes depend on the data; run it with run_outputs",
+        info_.name, tail_->summary());
+  return run_device(inputs);
+}
+
+StatusOr<std::vector<Tensor>> Session::run_device(std::span<const Tensor> inputs) {
   const auto& shapes = model_->input_shapes();
   if (inputs.size() != shapes.size())
     return invalid_argument_error("model '{}' takes {} input(s), got {}", info_.name, shapes.size(), inputs.size());

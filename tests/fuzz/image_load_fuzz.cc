@@ -6,7 +6,8 @@
 //
 //   fuzz_image_load [--seconds S] [--seed N] [SEED.tsi ...]
 //
-// Seeds: an image of a small CNN compiled here, plus any files given. Half
+// Seeds: images of a small CNN and of a detector with a host tail compiled
+// here, plus any files given. Half
 // the mutants get their checksums recomputed, so that the mutations reach
 // the FlatBuffers verifier and the graph checks behind the CRCs. Each mutant
 // is opened, every model decoded and described; the target fails only on a
@@ -24,6 +25,8 @@
 #include "fuzz/fuzz_args.h"
 #include "onnx_model_builder.h"
 #include "tessera/device/device.h"
+#include "tessera/graph/host_tail.h"
+#include "tessera/graph/shape_inference.h"
 #include "tessera/image/image.h"
 #include "tessera/import/onnx.h"
 
@@ -57,6 +60,22 @@ std::vector<uint8_t> small_image() {
   return image::serialize_image(image::header_for(*device), ms).value();
 }
 
+// A detector's image with its host tail (NonMaxSuppression, an If's branches).
+std::vector<uint8_t> tail_image() {
+  using namespace tessera;
+  importer::OnnxImportOptions io;
+  io.infer_shapes = false;
+  auto g = importer::import_onnx_bytes(testing_onnx::nms_detector().bytes(), io).value();
+  auto tail = graph::HostTail::split(g).value();
+  if (!graph::infer_shapes(g).ok() || !tail || !tail->bind_prefix(g).ok()) __builtin_trap();
+  g.remove_dead_nodes();
+  auto device = open_device({.descriptor = "cpu"}).value();
+  auto m = image::compile_model("det", std::move(g), *device, {}).value();
+  m.tail = std::move(tail);
+  const image::ImageModel* ms[] = {&m};
+  return image::serialize_image(image::header_for(*device), ms).value();
+}
+
 // Recomputes the section and preamble checksums where the layout still allows.
 void fix_checksums(std::vector<uint8_t>& b) {
   using namespace tessera::image::format;
@@ -77,7 +96,7 @@ int main(int argc, char** argv) {
   const auto args = tessera::fuzz::parse_fuzz_args(argc, argv, "fuzz_image_load");
   if (!args) return 2;
   const double seconds = args->seconds;
-  std::vector<std::vector<uint8_t>> seeds{small_image()};
+  std::vector<std::vector<uint8_t>> seeds{small_image(), tail_image()};
   for (const std::string& f : args->files) seeds.emplace_back(f.begin(), f.end());
   std::mt19937 rng(args->seed);
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

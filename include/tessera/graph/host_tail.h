@@ -57,6 +57,21 @@ class HostTail {
   // Squeeze": its op types, the most frequent first (six at most).
   std::string summary() const;
 
+  // What an image keeps of a bound tail (image/image.h), field for field.
+  struct Parts {
+    Graph tail;  // inputs: the boundary values; outputs: the model's outputs it makes
+    std::vector<std::string> names;
+    std::vector<int> source;
+    uint64_t prefix_outputs = 0;
+    std::vector<int> boundary, pos;
+    std::string first;
+  };
+  Parts parts() const;
+  // A bound tail from what parts() gave, every index checked against the
+  // others (an image's bytes are not trusted): INVALID_ARGUMENT naming the
+  // first that is out of range; UNIMPLEMENTED for a node with no host kernel.
+  static StatusOr<HostTail> from_parts(Parts p);
+
  private:
   Graph tail_;  // inputs: the boundary values; outputs: the model's outputs it makes
   std::vector<std::string> names_;

@@ -62,6 +62,7 @@
 #include "tessera/base/status.h"
 #include "tessera/device/descriptor.h"
 #include "tessera/graph/graph.h"
+#include "tessera/graph/host_tail.h"
 #include "tessera/runtime/compiled_model.h"
 #include "tessera/tensor/tensor_spec.h"
 
@@ -72,10 +73,15 @@ class ThreadPool;
 
 namespace tessera::image {
 
-inline constexpr uint16_t kFormatMajor = 2;
+inline constexpr uint16_t kFormatMajor = 3;
 inline constexpr uint16_t kFormatMinor = 0;
 // Format 1 (no prepared weights) is a subset of format 2: both load.
 inline constexpr uint16_t kOldestFormatMajor = 1;
+// Format 3 is format 2 with host tails (ImageModel::tail), which a reader
+// must not ignore: an image whose models have none is written as format 2,
+// so that format 2 readers load it, and one with a tail as 3, which they
+// refuse naming the version.
+inline constexpr uint16_t kFormatMajorWithoutTail = 2;
 
 // Who wrote an image, for what.
 struct ImageHeader {
@@ -120,6 +126,10 @@ struct ImageModel {
   // only these read are then not stored (they hold dims and no values).
   std::vector<PreparedBlob> prepared;
   std::string prepared_for;
+  // The nodes the host evaluates on the device part's outputs (a detector's
+  // post-processing: graph/host_tail.h), bound to `graph`, which is then the
+  // device part; the model's outputs are the tail's.
+  std::optional<graph::HostTail> tail;
 };
 
 // Runs the passes on `graph` (when options.optimize), compiles the result
@@ -162,6 +172,11 @@ struct ModelInfo {
   std::vector<std::string> conv_kernels;  // ImageModel::conv_kernels
   uint64_t prepared_layers = 0, prepared_bytes = 0;  // ImageModel::prepared
   std::string prepared_for;
+  // A host tail (ImageModel::tail): its nodes, their op types, and the
+  // model's output names (`outputs` are then the device part's).
+  int host_tail_nodes = 0;
+  std::vector<std::pair<std::string, int>> host_tail_ops;  // sorted
+  std::vector<std::string> model_outputs;
 };
 
 struct ImageInfo {
@@ -226,6 +241,9 @@ class Image {
 
 struct LoadedModel {
   std::unique_ptr<runtime::CompiledModel> model;
+  // Where the model has a host tail, `model` is its device part: the
+  // model's outputs are tail->run(model's outputs).
+  std::optional<graph::HostTail> tail;
   // What the load did that the user should know: kernels re-selected for
   // another ISA tier, a CPU other than the compiling one.
   std::vector<std::string> notes;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -44,12 +45,23 @@ class Session {
   // another dtype, converted); returns one host float32 array per output in
   // the output's shape. INVALID_ARGUMENT naming the input for a wrong count
   // or volume.
+  // FAILED_PRECONDITION for a model with a host tail (a detector's
+  // post-processing: its outputs' shapes depend on the data and some are
+  // int64): run_outputs returns those.
   StatusOr<std::vector<Tensor>> run(std::span<const Tensor> inputs);
+  // The same inputs; every output of the model as the model defines it,
+  // float32 or int64, in the shape its data gives (empty ones too), through
+  // the host tail where the model has one.
+  StatusOr<std::vector<graph::HostTensor>> run_outputs(std::span<const Tensor> inputs);
+  // The model's output names, in order (the host tail's where it has one).
+  std::vector<std::string> output_names() const;
 
  private:
   Session() = default;
+  StatusOr<std::vector<Tensor>> run_device(std::span<const Tensor> inputs);  // the compiled model's outputs, on the host
   std::shared_ptr<Device> device_;
   std::unique_ptr<runtime::CompiledModel> model_;
+  std::optional<graph::HostTail> tail_;
   image::ModelInfo info_;
   std::vector<std::string> notes_;
 };
