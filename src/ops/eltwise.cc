@@ -164,7 +164,7 @@ StatusOr<Tensor> run_broadcast(std::string_view name, const Tensor& a, const Ten
 }  // namespace
 
 std::string_view binary_op_name(BinaryOpType op) {
-  constexpr std::string_view names[] = {"add", "sub", "mul", "div", "max", "min"};
+  constexpr std::string_view names[] = {"add", "sub", "mul", "div", "max", "min", "gt", "ge", "lt", "le", "eq"};
   return names[static_cast<int>(op)];
 }
 
@@ -215,12 +215,18 @@ StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const
     return t.shape().volume() == 1 && t.layout() == Layout::ROW_MAJOR &&
            (t.dtype() == DataType::FLOAT32 || t.dtype() == DataType::BFLOAT16);
   };
+  // Operands swapped: the op itself, or its mirror (a > b is b < a).
+  const BinaryOpType swapped = op == BinaryOpType::GREATER         ? BinaryOpType::LESS
+                               : op == BinaryOpType::LESS          ? BinaryOpType::GREATER
+                               : op == BinaryOpType::GREATER_EQUAL ? BinaryOpType::LESS_EQUAL
+                               : op == BinaryOpType::LESS_EQUAL    ? BinaryOpType::GREATER_EQUAL
+                                                                   : op;
   const bool commutes = op != BinaryOpType::SUB && op != BinaryOpType::DIV;
   const Tensor* full = scalar(b) && a.shape() == *shape               ? &a
                        : commutes && scalar(a) && b.shape() == *shape ? &b
                                                                       : nullptr;
   if (full && full->layout() == Layout::ROW_MAJOR && (!p.memory_config || *p.memory_config == full->memory_config()))
-    return run_eltwise(EltwiseOp::kBinary, name, *full, full == &a ? &b : &a, out, op,
+    return run_eltwise(EltwiseOp::kBinary, name, *full, full == &a ? &b : &a, out, full == &a ? op : swapped,
                        p.activation.value_or(UnaryWithParam{}), p.cq_id, /*b_scalar=*/true);
   return run_broadcast(name, a, b, *shape, out, op, p);
 }

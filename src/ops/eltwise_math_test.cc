@@ -279,6 +279,38 @@ TEST(Binary, MaxAndMinKeepNan) {
   set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
+// Comparisons give 1 or 0; a NaN on either side compares false (0), -0
+// equals +0, infinities compare as numbers; the same on every ISA tier, in
+// float32 and bfloat16 out.
+TEST(Binary, ComparisonsGiveOneOrZeroAndNanComparesFalse) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> a = {NAN,  1.0f, NAN, -inf, inf, 2.0f, -0.0f, 0.0f, 1e-40f, 3.0f, inf,  5.0f, -2.0f,
+                                4.0f, 0.5f, 7.0f, 1.0f, 2.0f, -1e-40f};
+  const std::vector<float> b = {1.0f, NAN,  NAN, 0.0f, inf, 3.0f, 0.0f,  -0.0f, 0.0f, 3.0f,  -inf, 5.0f, -3.0f,
+                                8.0f, 0.25f, -7.0f, 1.0f, 2.0f, 0.0f};
+  const auto n = static_cast<uint32_t>(a.size());
+  const std::pair<BinaryOpType, bool (*)(float, float)> ops[] = {
+      {BinaryOpType::GREATER, [](float x, float y) { return x > y; }},
+      {BinaryOpType::GREATER_EQUAL, [](float x, float y) { return x >= y; }},
+      {BinaryOpType::LESS, [](float x, float y) { return x < y; }},
+      {BinaryOpType::LESS_EQUAL, [](float x, float y) { return x <= y; }},
+      {BinaryOpType::EQUAL, [](float x, float y) { return x == y; }}};
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
+    for (const auto& [op, holds] : ops)
+      for (DataType out : {DataType::FLOAT32, DataType::BFLOAT16}) {
+        SCOPED_TRACE(fmt::format("{} isa={} {}", binary_op_name(op), kernel_isa_name(kernel_isa()), data_type_name(out)));
+        ASSERT_OK_AND_ASSIGN(Tensor da, to_device(Tensor::from_vector(a, Shape{1, n}, DataType::FLOAT32).value(), *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor db, to_device(Tensor::from_vector(b, Shape{1, n}, DataType::FLOAT32).value(), *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor y, binary(da, db, op, {.dtype = out}));
+        ASSERT_OK_AND_ASSIGN(std::vector<float> got, y.cpu().value().to_vector());
+        for (size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], holds(a[i], b[i]) ? 1.0f : 0.0f) << a[i] << ", " << b[i];
+      }
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
 // Every bfloat16 value, infinities and NaN included, through each
 // transcendental activation with a bfloat16 result: the AVX-512 path computes
 // these on an exp accurate to bfloat16, not float32. Each result is within one
@@ -381,8 +413,10 @@ TEST(Unary, NanPropagatesThroughEveryActivation) {
   set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
-const BinaryOpType kBinaryOps[] = {BinaryOpType::ADD, BinaryOpType::SUB, BinaryOpType::MUL,
-                                   BinaryOpType::DIV, BinaryOpType::MAX, BinaryOpType::MIN};
+const BinaryOpType kBinaryOps[] = {BinaryOpType::ADD,     BinaryOpType::SUB,           BinaryOpType::MUL,
+                                   BinaryOpType::DIV,     BinaryOpType::MAX,           BinaryOpType::MIN,
+                                   BinaryOpType::GREATER, BinaryOpType::GREATER_EQUAL, BinaryOpType::LESS,
+                                   BinaryOpType::LESS_EQUAL, BinaryOpType::EQUAL};
 
 TEST(Binary, SameShapeEveryOpDtypeAndConfig) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));

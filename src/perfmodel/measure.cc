@@ -185,6 +185,11 @@ StatusOr<std::function<Status()>> make_call(Device& device, const OpQuery& q) {
                            : op == "mul" ? BinaryOpType::MUL
                            : op == "max" ? BinaryOpType::MAX
                            : op == "min" ? BinaryOpType::MIN
+                           : op == "gt"  ? BinaryOpType::GREATER
+                           : op == "ge"  ? BinaryOpType::GREATER_EQUAL
+                           : op == "lt"  ? BinaryOpType::LESS
+                           : op == "le"  ? BinaryOpType::LESS_EQUAL
+                           : op == "eq"  ? BinaryOpType::EQUAL
                                          : BinaryOpType::DIV;
     EltwiseParams ep{.dtype = dtype_arg("dtype")};
     TS_ASSIGN_OR_RETURN(UnaryWithParam a, activation(q.word("activation")));

@@ -101,8 +101,16 @@ Status CompiledModel::Impl::lower_fallback(const Node& n, const std::string& why
 
 Status CompiledModel::Impl::lower(size_t ni) {
   const Node& n = g.nodes[ni];
+  if (n.op_type == "Cast" && n.inputs.size() == 1 && n.inputs[0] >= 0 && !g.is_constant(n.inputs[0]) &&
+      g.value(n.inputs[0]).type != graph::ElemType::FLOAT32 && (n.attr_int("to", 1) == 1 || n.attr_int("to", 1) == 11)) {
+    ++report.device_ops;
+    return lower_integer_cast(n);
+  }
+  // And, Or, Xor and Not read booleans: 1 and 0 in float slots, as the
+  // comparisons make them (lower_logic).
+  const bool logic = n.op_type == "And" || n.op_type == "Or" || n.op_type == "Xor" || n.op_type == "Not";
   for (int in : n.inputs)
-    if (in >= 0 && !g.is_constant(in) && g.value(in).type != graph::ElemType::FLOAT32)
+    if (in >= 0 && !g.is_constant(in) && g.value(in).type != graph::ElemType::FLOAT32 && !logic)
       return lower_fallback(n, "integer tensors at run time");
   const OpTraits* traits = find_op_traits(n.op_type);
   for (int o : n.outputs)

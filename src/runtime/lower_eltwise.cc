@@ -19,10 +19,53 @@ Status CompiledModel::Impl::lower_unary(const Node& n) {
   return ok_status();
 }
 
+// A Cast of integers or booleans to FLOAT / DOUBLE: run-time slots hold
+// integers as exact floats (OpTraits::integer_results; the host's results
+// rounded to float as Cast rounds), so the value passes on as it is.
+Status CompiledModel::Impl::lower_integer_cast(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  nhwc[static_cast<size_t>(y)] = nhwc[static_cast<size_t>(x)];
+  steps.push_back([=, this](Slots& s, uint8_t) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+    return put(s, y, in);
+  });
+  return ok_status();
+}
+
+// Boolean logic on 1 / 0 values: And as min, Or as max, Xor as |a - b|,
+// Not as -a * 1 + 1 (a constant operand's booleans are 1 / 0 floats too).
+Status CompiledModel::Impl::lower_logic(const Node& n) {
+  if (n.op_type == "Not") {
+    if (n.inputs.size() != 1 || n.inputs[0] < 0 || g.is_constant(n.inputs[0])) return not_covered(n);
+    const int x = n.inputs[0], y = n.outputs[0];
+    nhwc[static_cast<size_t>(y)] = nhwc[static_cast<size_t>(x)];
+    steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+      TS_ASSIGN_OR_RETURN(Tensor in, get(s, x));
+      const UnaryWithParam one_minus{.op = UnaryOpType::NEG, .scale = 1.0f, .shift = 1.0f};
+      TS_ASSIGN_OR_RETURN(Tensor out, unary(in, one_minus, {.dtype = out_dtype(y), .cq_id = cq}));
+      return put(s, y, out);
+    });
+    return ok_status();
+  }
+  if (n.inputs.size() != 2 || n.inputs[0] < 0 || n.inputs[1] < 0) return not_covered(n);
+  if (n.op_type == "Xor") {
+    Node x = n;
+    x.attrs["tessera_activation"] = {.kind = graph::Attribute::Kind::STRING, .s = "abs"};
+    return lower_binary(x, BinaryOpType::SUB);
+  }
+  return lower_binary(n, n.op_type == "And" ? BinaryOpType::MIN : BinaryOpType::MAX);
+}
+
 Status CompiledModel::Impl::lower_arith(const Node& n) {
-  static const std::map<std::string, BinaryOpType> binaries = {{"Add", BinaryOpType::ADD}, {"Sub", BinaryOpType::SUB},
-                                                               {"Mul", BinaryOpType::MUL}, {"Div", BinaryOpType::DIV},
-                                                               {"Max", BinaryOpType::MAX}, {"Min", BinaryOpType::MIN}};
+  // (The comparisons' booleans are 1 and 0 in the value's float slots, as
+  // integer results are.)
+  static const std::map<std::string, BinaryOpType> binaries = {
+      {"Add", BinaryOpType::ADD},         {"Sub", BinaryOpType::SUB},
+      {"Mul", BinaryOpType::MUL},         {"Div", BinaryOpType::DIV},
+      {"Max", BinaryOpType::MAX},         {"Min", BinaryOpType::MIN},
+      {"Greater", BinaryOpType::GREATER}, {"GreaterOrEqual", BinaryOpType::GREATER_EQUAL},
+      {"Less", BinaryOpType::LESS},       {"LessOrEqual", BinaryOpType::LESS_EQUAL},
+      {"Equal", BinaryOpType::EQUAL}};
   // (graph::split_variadic makes Max and Min of other arities binary.)
   if (n.inputs.size() != 2 || n.inputs[0] < 0 || n.inputs[1] < 0)
     return lower_fallback(n,

@@ -271,6 +271,8 @@ struct CompiledModel::Impl {
   Status lower_batch_norm(const Node& n);
   Status lower_instance_norm(const Node& n);
   Status lower_unary(const Node& n);  // lower_eltwise.cc
+  Status lower_integer_cast(const Node& n);
+  Status lower_logic(const Node& n);
   Node spatial_reduce(const Node& n, const char* op) const;  // lower_spatial.cc
   Status lower_arith(const Node& n);
   Status lower_binary(const Node& n, BinaryOpType op);

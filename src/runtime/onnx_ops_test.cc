@@ -252,6 +252,52 @@ TEST(OnnxOps, LrnRunsOnTheDevice) {
   }
 }
 
+// Comparisons of float values on the device, their booleans 1 and 0 in the
+// value's float slots: a detector's score threshold (Greater against a
+// constant), the other four between two run-time values, each Cast to
+// float (the slot as it is) and used in arithmetic, NaN comparing false.
+TEST(OnnxOps, ComparisonsAndTheirCastsRunOnTheDevice) {
+  for (const char* op : {"Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Equal"}) {
+    SCOPED_TRACE(op);
+    ModelBuilder b(13);
+    b.input("x", {2, 3, 5, 7});
+    b.initializer("t", {1}, {0.5f});
+    b.node("Relu", {"x"}, {"r"});
+    b.node("Floor", {"x"}, {"f"});  // (equal to r in places: Equal and the *OrEqual hold somewhere)
+    b.node(op, {"r", "f"}, {"c"});
+    auto* cast = b.node("Cast", {"c"}, {"cf"});
+    ModelBuilder::i(cast, "to", 1);
+    b.node("Mul", {"cf", "x"}, {"masked"});
+    b.node("Greater", {"x", "t"}, {"above"});
+    auto* cast2 = b.node("Cast", {"above"}, {"af"});
+    ModelBuilder::i(cast2, "to", 1);
+    b.node("Add", {"masked", "af"}, {"y"});
+    b.output("y");
+    expect_device_matches_reference(b, special_input({2, 3, 5, 7}, 23), 0, 0);
+  }
+}
+
+// Boolean logic on comparisons' results on the device: And, Or, Xor, Not
+// (ONNX's GreaterOrEqual written out as Or(Greater, Equal), as its
+// conformance tests' expanded forms are), the result Cast to float.
+TEST(OnnxOps, BooleanLogicRunsOnTheDevice) {
+  ModelBuilder b(13);
+  b.input("x", {2, 3, 5, 7});
+  b.initializer("t", {1}, {0.5f});
+  b.node("Floor", {"x"}, {"f"});
+  b.node("Greater", {"x", "t"}, {"gt"});
+  b.node("Equal", {"x", "f"}, {"eq"});
+  b.node("Less", {"f", "t"}, {"lt"});
+  b.node("Or", {"gt", "eq"}, {"ge"});
+  b.node("And", {"ge", "lt"}, {"both"});
+  b.node("Xor", {"both", "gt"}, {"x1"});
+  b.node("Not", {"x1"}, {"n"});
+  auto* cast = b.node("Cast", {"n"}, {"y"});
+  ModelBuilder::i(cast, "to", 1);
+  b.output("y");
+  expect_device_matches_reference(b, special_input({2, 3, 5, 7}, 29), 0, 0);
+}
+
 // DenseNet's layers: each Concat read by a BatchNormalization and its ReLU
 // (then a conv), which the concat applies as it copies
 // (graph::fuse_concat_affine); one without an activation; a concat of more

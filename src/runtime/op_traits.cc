@@ -20,6 +20,7 @@ constexpr OpTraits kOpTraits[] = {
     // op type, lowering, per image, constant first operand, constant inputs, integer results
     {"Abs", &I::lower_unary, true},
     {"Add", &I::lower_arith, true, true},
+    {"And", &I::lower_logic, true, false, kNone, true},  // booleans as 1 / 0 (lower_logic)
     {"ArgMax", &I::lower_arg_reduce, false, false, kNone, true},  // indices (arg_reduce.h)
     {"ArgMin", &I::lower_arg_reduce, false, false, kNone, true},
     {"AveragePool", &I::lower_pool, true},
@@ -39,6 +40,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Div", &I::lower_arith, true, true},
     {"Dropout", &I::lower_unary},
     {"Elu", &I::lower_unary, true},
+    {"Equal", &I::lower_arith, true, true, kNone, true},  // 1 / 0 (activation.h's comparisons)
     {"Erf", &I::lower_unary, true},
     {"Exp", &I::lower_unary, true},
     {"Expand", nullptr, false, false, kAfterFirst},
@@ -49,6 +51,8 @@ constexpr OpTraits kOpTraits[] = {
     {"Gemm", &I::lower_gemm, false, false, kAfterFirst},
     {"GlobalAveragePool", &I::lower_global_avg_pool, true},
     {"GlobalMaxPool", &I::lower_global_max_pool, true},
+    {"Greater", &I::lower_arith, true, true, kNone, true},
+    {"GreaterOrEqual", &I::lower_arith, true, true, kNone, true},
     {"GroupNorm", &I::lower_instance_norm, true, false, kAfterFirst},
     {"HardSigmoid", &I::lower_unary, true},
     {"HardSwish", &I::lower_unary, true},
@@ -56,6 +60,8 @@ constexpr OpTraits kOpTraits[] = {
     {"InstanceNormalization", &I::lower_instance_norm, true, false, kAfterFirst},
     {"LayerNormalization", &I::lower_layer_norm, false, false, kAfterFirst},
     {"LeakyRelu", &I::lower_unary, true},
+    {"Less", &I::lower_arith, true, true, kNone, true},
+    {"LessOrEqual", &I::lower_arith, true, true, kNone, true},
     {"Log", &I::lower_unary, true},
     {"LogSoftmax", &I::lower_softmax},
     {"MatMul", &I::lower_matmul},
@@ -66,7 +72,9 @@ constexpr OpTraits kOpTraits[] = {
     {"Mish", &I::lower_unary, true},
     {"Mul", &I::lower_arith, true, true},
     {"Neg", &I::lower_unary, true},
+    {"Not", &I::lower_logic, true, false, kNone, true},
     {"OneHot", nullptr, false, false, kAfterFirst},
+    {"Or", &I::lower_logic, true, false, kNone, true},
     {"PRelu", &I::lower_prelu, false, false, kAfterFirst},
     {"Pad", &I::lower_slice_pad_split, false, false, kAfterFirst},
     {"Pow", &I::lower_pow, true},
@@ -110,6 +118,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Trilu", nullptr, false, false, kAfterFirst},
     {"Unsqueeze", &I::lower_reshape, false, false, kAfterFirst},
     {"Upsample", &I::lower_resize_node, false, false, kAfterFirst},
+    {"Xor", &I::lower_logic, true, false, kNone, true},
 };
 
 constexpr bool sorted() {

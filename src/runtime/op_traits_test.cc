@@ -18,7 +18,7 @@ graph::Node node(std::string op) {
 TEST(OpTraits, DeviceOpsAreTheRowsWithALoweringSorted) {
   const std::vector<std::string> ops = device_ops();
   EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
-  EXPECT_EQ(ops.size(), 76u);
+  EXPECT_EQ(ops.size(), 85u);
   for (const std::string& op : ops) {
     const OpTraits* t = find_op_traits(op);
     ASSERT_NE(t, nullptr) << op;
@@ -26,7 +26,8 @@ TEST(OpTraits, DeviceOpsAreTheRowsWithALoweringSorted) {
   }
   for (const char* op :
        {"Conv", "ConvTranspose", "MatMul", "Concat", "Resize", "LayerNormalization", "InstanceNormalization", "Elu",
-        "Erf", "Reciprocal", "Softplus", "Selu", "Max", "Sign", "LogSoftmax", "Gather", "ArgMax", "ArgMin"})
+        "Erf", "Reciprocal", "Softplus", "Selu", "Max", "Sign", "LogSoftmax", "Gather", "ArgMax", "ArgMin", "Greater",
+        "GreaterOrEqual", "Less", "LessOrEqual", "Equal"})
     EXPECT_TRUE(std::count(ops.begin(), ops.end(), op)) << op;
   // Known to the table, run on the host only.
   for (const char* op : {"ReduceProd", "Range"}) {

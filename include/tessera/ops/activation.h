@@ -40,9 +40,13 @@
 
 namespace tessera {
 
-// MAX and MIN keep NaN (numpy's maximum / minimum, ONNX Max / Min).
-enum class BinaryOpType : uint8_t { ADD, SUB, MUL, DIV, MAX, MIN };
-std::string_view binary_op_name(BinaryOpType op);  // "add", "sub", "mul", "div", "max", "min"
+// MAX and MIN keep NaN (numpy's maximum / minimum, ONNX Max / Min). The
+// comparisons give 1 where they hold and 0 where not (a NaN operand: 0), the
+// booleans Tessera keeps in float slots (ONNX Greater, GreaterOrEqual, Less,
+// LessOrEqual, Equal).
+enum class BinaryOpType : uint8_t { ADD, SUB, MUL, DIV, MAX, MIN, GREATER, GREATER_EQUAL, LESS, LESS_EQUAL, EQUAL };
+// "add", "sub", "mul", "div", "max", "min", "gt", "ge", "lt", "le", "eq"
+std::string_view binary_op_name(BinaryOpType op);
 
 enum class UnaryOpType : uint8_t {
   IDENTITY,

@@ -20,6 +20,11 @@ void binary_scalar(BinaryOpType op, const float* a, const float* b, float* y, si
     case BinaryOpType::DIV: for (size_t i = 0; i < n; ++i) y[i] = a[i] / b[i]; break;
     case BinaryOpType::MAX: for (size_t i = 0; i < n; ++i) y[i] = std::isnan(a[i]) || a[i] > b[i] ? a[i] : b[i]; break;
     case BinaryOpType::MIN: for (size_t i = 0; i < n; ++i) y[i] = std::isnan(a[i]) || a[i] < b[i] ? a[i] : b[i]; break;
+    case BinaryOpType::GREATER: for (size_t i = 0; i < n; ++i) y[i] = a[i] > b[i]; break;
+    case BinaryOpType::GREATER_EQUAL: for (size_t i = 0; i < n; ++i) y[i] = a[i] >= b[i]; break;
+    case BinaryOpType::LESS: for (size_t i = 0; i < n; ++i) y[i] = a[i] < b[i]; break;
+    case BinaryOpType::LESS_EQUAL: for (size_t i = 0; i < n; ++i) y[i] = a[i] <= b[i]; break;
+    case BinaryOpType::EQUAL: for (size_t i = 0; i < n; ++i) y[i] = a[i] == b[i]; break;
   }
 }
 

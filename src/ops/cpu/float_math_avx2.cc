@@ -26,6 +26,12 @@ void with_binary_op(BinaryOpType op, F&& f) {
     // vmaxps / vminps return v when either is NaN: u's NaN put back.
     case BinaryOpType::MAX: return f([](__m256 u, __m256 v) { return _mm256_blendv_ps(_mm256_max_ps(u, v), u, _mm256_cmp_ps(u, u, _CMP_UNORD_Q)); });
     case BinaryOpType::MIN: return f([](__m256 u, __m256 v) { return _mm256_blendv_ps(_mm256_min_ps(u, v), u, _mm256_cmp_ps(u, u, _CMP_UNORD_Q)); });
+    // Comparisons: 1 where the ordered (NaN: false) predicate holds, else 0.
+    case BinaryOpType::GREATER: return f([](__m256 u, __m256 v) { return _mm256_and_ps(_mm256_cmp_ps(u, v, _CMP_GT_OQ), _mm256_set1_ps(1.0f)); });
+    case BinaryOpType::GREATER_EQUAL: return f([](__m256 u, __m256 v) { return _mm256_and_ps(_mm256_cmp_ps(u, v, _CMP_GE_OQ), _mm256_set1_ps(1.0f)); });
+    case BinaryOpType::LESS: return f([](__m256 u, __m256 v) { return _mm256_and_ps(_mm256_cmp_ps(u, v, _CMP_LT_OQ), _mm256_set1_ps(1.0f)); });
+    case BinaryOpType::LESS_EQUAL: return f([](__m256 u, __m256 v) { return _mm256_and_ps(_mm256_cmp_ps(u, v, _CMP_LE_OQ), _mm256_set1_ps(1.0f)); });
+    case BinaryOpType::EQUAL: return f([](__m256 u, __m256 v) { return _mm256_and_ps(_mm256_cmp_ps(u, v, _CMP_EQ_OQ), _mm256_set1_ps(1.0f)); });
   }
 }
 

@@ -24,6 +24,12 @@ void with_binary_op(BinaryOpType op, F&& f) {
     // vmaxps / vminps return v when either is NaN: u's NaN put back.
     case BinaryOpType::MAX: return f([](__m512 u, __m512 v) { return _mm512_mask_mov_ps(_mm512_max_ps(u, v), _mm512_cmp_ps_mask(u, u, _CMP_UNORD_Q), u); });
     case BinaryOpType::MIN: return f([](__m512 u, __m512 v) { return _mm512_mask_mov_ps(_mm512_min_ps(u, v), _mm512_cmp_ps_mask(u, u, _CMP_UNORD_Q), u); });
+    // Comparisons: 1 where the ordered (NaN: false) predicate holds, else 0.
+    case BinaryOpType::GREATER: return f([](__m512 u, __m512 v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, v, _CMP_GT_OQ), _mm512_set1_ps(1.0f)); });
+    case BinaryOpType::GREATER_EQUAL: return f([](__m512 u, __m512 v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, v, _CMP_GE_OQ), _mm512_set1_ps(1.0f)); });
+    case BinaryOpType::LESS: return f([](__m512 u, __m512 v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, v, _CMP_LT_OQ), _mm512_set1_ps(1.0f)); });
+    case BinaryOpType::LESS_EQUAL: return f([](__m512 u, __m512 v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, v, _CMP_LE_OQ), _mm512_set1_ps(1.0f)); });
+    case BinaryOpType::EQUAL: return f([](__m512 u, __m512 v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, v, _CMP_EQ_OQ), _mm512_set1_ps(1.0f)); });
   }
 }
 

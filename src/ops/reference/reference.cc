@@ -50,6 +50,11 @@ StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const
       case BinaryOpType::DIV: r = x / y; break;
       case BinaryOpType::MAX: r = std::isnan(x) || x > y ? x : y; break;  // NaN kept
       case BinaryOpType::MIN: r = std::isnan(x) || x < y ? x : y; break;
+      case BinaryOpType::GREATER: r = x > y; break;  // (NaN compares false)
+      case BinaryOpType::GREATER_EQUAL: r = x >= y; break;
+      case BinaryOpType::LESS: r = x < y; break;
+      case BinaryOpType::LESS_EQUAL: r = x <= y; break;
+      case BinaryOpType::EQUAL: r = x == y; break;
     }
     v[i] = static_cast<float>(apply_activation(act, static_cast<float>(r)));
   }
