@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <queue>
 #include <unordered_map>
 
@@ -30,8 +31,13 @@ HostTensor HostTensor::ints(std::vector<int64_t> dims, std::vector<int64_t> valu
 }
 
 int64_t dims_volume(const std::vector<int64_t>& dims) {
+  // Saturating: dims from a file may multiply past int64 (a forged image's
+  // shape); such a volume then matches nothing real and fails the checks.
   int64_t n = 1;
-  for (int64_t d : dims) n *= d;
+  for (int64_t d : dims) {
+    const bool negative = (n < 0) != (d < 0);
+    if (__builtin_mul_overflow(n, d, &n)) return negative ? INT64_MIN : INT64_MAX;
+  }
   return n;
 }
 

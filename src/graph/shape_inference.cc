@@ -240,8 +240,9 @@ StatusOr<std::vector<Out>> reshape(const Ctx& c) {
       infer = static_cast<int>(k);
     } else if (shape[k] < 0) {
       return invalid_argument_error("{}: negative entry in shape {}", c.n.label(), dims_to_string(shape));
-    } else {
-      known *= shape[k];
+    } else if (__builtin_mul_overflow(known, shape[k], &known)) {
+      return invalid_argument_error("{}: shape {} has more elements than int64 counts", c.n.label(),
+                                    dims_to_string(shape));
     }
   }
   if (infer >= 0) {

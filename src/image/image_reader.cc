@@ -223,8 +223,9 @@ graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> we
     h.f = conv2d_weights_from_tiles(tiles, Shape(std::span<const uint32_t>(d))).value();  // shapes checked above
     return h;
   }
+  if (t->type() == fb::ElemType::INT64) h.type = graph::ElemType::INT64;
+  if (t->bytes() == 0) return h;  // an empty constant (an If branch's (0, 4) boxes): no bytes to copy
   if (t->type() == fb::ElemType::INT64) {
-    h.type = graph::ElemType::INT64;
     resize_untouched(h.i, t->bytes() / 8);
     std::memcpy(h.i.data(), p, t->bytes());
   } else if (t->storage() == fb::Storage::BFLOAT16) {

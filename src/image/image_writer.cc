@@ -59,7 +59,7 @@ class Writer {
       auto [lo, hi] = seen_.equal_range(key);
       for (auto it = lo; it != hi; ++it)
         if (it->second.second == n && it->second.first % alignment == 0 &&
-            std::memcmp(weights.data() + it->second.first, p, n) == 0)
+            (n == 0 || std::memcmp(weights.data() + it->second.first, p, n) == 0))
           return it->second.first;
     }
     const uint64_t at = format::align_up(weights.size(), alignment);
