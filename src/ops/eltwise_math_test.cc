@@ -448,6 +448,42 @@ TEST(Binary, SameShapeEveryOpDtypeAndConfig) {
   set_kernel_isa_limit(KernelIsa::kAvx512);
 }
 
+// Every activation (and one with an affine after it) fused into a binary
+// op, at lengths around the 1024-element chunks the vector kernels run an
+// op and a rarer activation in, with mixed operand dtypes.
+TEST(Binary, EveryFusedActivationAcrossChunks) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  std::vector<UnaryWithParam> acts = all_activations();
+  acts.push_back({.op = UnaryOpType::RELU, .scale = 0.5f, .shift = -0.25f});
+  acts.push_back({.op = UnaryOpType::SILU, .scale = 2.0f, .shift = 1.0f});
+  for (KernelIsa isa : kIsas) {
+    set_kernel_isa_limit(isa);
+    for (const UnaryWithParam& act : acts)
+      for (uint32_t n : {1023u, 1024u, 2500u})
+        for (auto [da, db, out] : {std::tuple{DataType::FLOAT32, DataType::FLOAT32, DataType::FLOAT32},
+                                   std::tuple{DataType::BFLOAT16, DataType::BFLOAT16, DataType::BFLOAT16},
+                                   std::tuple{DataType::FLOAT32, DataType::BFLOAT16, DataType::FLOAT32},
+                                   std::tuple{DataType::BFLOAT16, DataType::FLOAT32, DataType::BFLOAT16}}) {
+          SCOPED_TRACE(fmt::format("{} scale {} n={} {} {} -> {} isa={}", unary_op_name(act.op), act.scale, n,
+                                   data_type_name(da), data_type_name(db), data_type_name(out),
+                                   kernel_isa_name(kernel_isa())));
+          Tensor ha = testing::random_tensor(Shape{n}, da, Layout::ROW_MAJOR, 21);
+          Tensor hb = testing::random_tensor(Shape{n}, db, Layout::ROW_MAJOR, 22);
+          if (act.op == UnaryOpType::SQRT || act.op == UnaryOpType::LOG || act.op == UnaryOpType::POW) {
+            ha = reference::unary(ha, UnaryWithParam{UnaryOpType::ABS}, da).value();
+            hb = reference::unary(hb, UnaryWithParam{UnaryOpType::ABS}, db).value();
+          }
+          ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev));
+          ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev));
+          ASSERT_OK_AND_ASSIGN(Tensor y, add(a, b, {.dtype = out, .activation = act}));
+          ASSERT_OK_AND_ASSIGN(Tensor want, reference::binary(ha, hb, BinaryOpType::ADD, act, out));
+          const bool exact = kernel_isa() == KernelIsa::kScalar || (exact_op(act.op) && !act.has_affine());
+          expect_close(y.cpu().value(), want, exact, out);
+        }
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
 struct BroadcastCase {
   Shape a, b;
 };

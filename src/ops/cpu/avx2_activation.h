@@ -231,22 +231,49 @@ TS_VINLINE __m256 round_bf16_ps(__m256 x) {
   return blend(rounded, quiet, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+// Calls f with the vector functor of the activation alone (one dispatch per
+// call, not per vector). with_hot_activation takes the activations kernels
+// meet most after a conv (and says whether it took `act`);
+// with_other_activation the rest.
 template <class F>
-void with_plain_activation(const UnaryWithParam& act, F&& f) {
+bool with_hot_activation(const UnaryWithParam& act, F&& f) {
   const __m256 zero = _mm256_setzero_ps();
+  auto take = [&](auto g) { return f(g), true; };
   switch (act.op) {
     case UnaryOpType::IDENTITY:
-      return f([](__m256 v) { return v; });
+      return take([](__m256 v) { return v; });
     case UnaryOpType::RELU:
-      return f([=](__m256 v) { return _mm256_max_ps(zero, v); });
+      return take([=](__m256 v) { return _mm256_max_ps(zero, v); });
     case UnaryOpType::RELU6:
-      return f([](__m256 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
+      return take([](__m256 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
     case UnaryOpType::LEAKY_RELU: {
       const __m256 slope = set(act.param);
-      return f([=](__m256 v) { return blend(v, _mm256_mul_ps(v, slope), lt(v, zero)); });
+      return take([=](__m256 v) { return blend(v, _mm256_mul_ps(v, slope), lt(v, zero)); });
     }
     case UnaryOpType::SILU:
-      return f([](__m256 v) { return silu_ps(v); });
+      return take([](__m256 v) { return silu_ps(v); });
+    case UnaryOpType::CLIP: {
+      const __m256 lo = set(act.param), hi = set(act.param2);
+      return take([=](__m256 v) { return _mm256_min_ps(hi, _mm256_max_ps(lo, v)); });
+    }
+    case UnaryOpType::HARDSWISH:
+      return take([=](__m256 v) {
+        const __m256 t = _mm256_min_ps(set(6.0f), _mm256_max_ps(_mm256_add_ps(v, set(3.0f)), zero));
+        return _mm256_div_ps(_mm256_mul_ps(v, t), set(6.0f));
+      });
+    case UnaryOpType::HARDSIGMOID:
+      return take([=](__m256 v) {
+        const __m256 t = _mm256_fmadd_ps(v, set(1.0f / 6.0f), set(0.5f));
+        return _mm256_min_ps(set(1.0f), _mm256_max_ps(zero, t));  // NaN stays NaN (MAXPS returns its second operand)
+      });
+    default:
+      return false;
+  }
+}
+
+template <class F>
+void with_other_activation(const UnaryWithParam& act, F&& f) {
+  switch (act.op) {
     case UnaryOpType::SIGMOID:
       return f([](__m256 v) { return sigmoid_ps(v); });
     case UnaryOpType::GELU:
@@ -292,10 +319,6 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
       const __m256 t = set(act.param);  // v > t or NaN: v
       return f([=](__m256 v) { return _mm256_and_ps(_mm256_cmp_ps(v, t, _CMP_NLE_UQ), v); });
     }
-    case UnaryOpType::CLIP: {
-      const __m256 lo = set(act.param), hi = set(act.param2);
-      return f([=](__m256 v) { return _mm256_min_ps(hi, _mm256_max_ps(lo, v)); });
-    }
     case UnaryOpType::FLOOR:
       return f([](__m256 v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); });
     case UnaryOpType::CEIL:
@@ -308,26 +331,36 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
       return f([](__m256 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); });
     case UnaryOpType::TO_BFLOAT16:
       return f([](__m256 v) { return round_bf16_ps(v); });
-    case UnaryOpType::HARDSWISH:
-      return f([=](__m256 v) {
-        const __m256 t = _mm256_min_ps(set(6.0f), _mm256_max_ps(_mm256_add_ps(v, set(3.0f)), zero));
-        return _mm256_div_ps(_mm256_mul_ps(v, t), set(6.0f));
-      });
-    case UnaryOpType::HARDSIGMOID:
-      return f([=](__m256 v) {
-        const __m256 t = _mm256_fmadd_ps(v, set(1.0f / 6.0f), set(0.5f));
-        return _mm256_min_ps(set(1.0f), _mm256_max_ps(zero, t));  // NaN stays NaN (MAXPS returns its second operand)
-      });
+    default:  // (with_hot_activation's)
+      return;
   }
 }
 
+// apply_activation(act, v): act (its affine too) on one vector, dispatched
+// per call: one out-of-line function (float_math_avx2.cc) for every activation.
+__m256 apply_activation(const UnaryWithParam& act, __m256 v);
+
+struct AnyActivation {
+  const UnaryWithParam* act;
+  __m256 operator()(__m256 v) const { return apply_activation(*act, v); }
+};
+
 // Calls f with the vector functor of `act`; an affine after the activation
-// is one FMA in the same functor.
-template <class F>
+// is one FMA in the same functor. kCompact (as avx512_activation.h's): only
+// the hot activations without an affine get a functor of their own, every
+// other runs through AnyActivation, one shared instantiation of f.
+template <bool kCompact = false, class F>
 void with_activation(const UnaryWithParam& act, F&& f) {
-  if (!act.has_affine()) return with_plain_activation(act, f);
-  const __m256 scale = set(act.scale), shift = set(act.shift);
-  with_plain_activation(act, [&](auto g) { f([=](__m256 v) { return _mm256_fmadd_ps(g(v), scale, shift); }); });
+  if constexpr (kCompact) {
+    if (act.has_affine() || !with_hot_activation(act, f)) f(AnyActivation{&act});
+  } else {
+    auto plain = [&](auto&& g) {
+      if (!with_hot_activation(act, g)) with_other_activation(act, g);
+    };
+    if (!act.has_affine()) return plain(f);
+    const __m256 scale = set(act.scale), shift = set(act.shift);
+    plain([&](auto g) { f([=](__m256 v) { return _mm256_fmadd_ps(g(v), scale, shift); }); });
+  }
 }
 
 }  // namespace tessera::cpu::avx2

@@ -275,47 +275,50 @@ inline __m512 clamp_in_registers(UnaryOpType op, __m512 v) {
 
 // Calls f with the vector functor of the activation alone (one dispatch per
 // call, not per vector). kBf16Out: the results are rounded to bfloat16.
-// kCompact: sigmoid, gelu, tanh, mish and exp share one instantiation of f
-// through a function pointer (silu, on every conv of YOLO-style models, keeps
-// a functor of its own). For kernels with many variants of f: the depthwise
-// kernel's file took 54 s to compile (513 s under ASan) with a functor each,
-// 38 s with the pointer. The element-wise pass keeps a functor each: any
-// change to this switch's shape there made GCC inline its bfloat16 add + relu
-// loop worse (1.5x slower).
-template <bool kBf16Out = false, bool kCompact = false, class F>
-void with_plain_activation(const UnaryWithParam& act, F&& f) {
-  if constexpr (kCompact) {
-    switch (act.op) {
-      case UnaryOpType::SIGMOID:
-        return f(sigmoid_ps<kBf16Out>);
-      case UnaryOpType::GELU:
-        return f(gelu_ps<kBf16Out>);
-      case UnaryOpType::TANH:
-        return f(tanh_ps<kBf16Out>);
-      case UnaryOpType::MISH:
-        return f(mish_ps<kBf16Out>);
-      case UnaryOpType::EXP:
-        return f(exp_act_ps<kBf16Out>);
-      default:
-        break;
-    }
-  }
+// with_hot_activation takes the activations kernels meet most after a conv
+// (and says whether it took `act`); with_other_activation the rest.
+template <bool kBf16Out, class F>
+bool with_hot_activation(const UnaryWithParam& act, F&& f) {
   const __m512 zero = _mm512_setzero_ps();
+  auto take = [&](auto g) { return f(g), true; };
   switch (act.op) {
     case UnaryOpType::IDENTITY:
-      return f([](__m512 v) { return v; });
+      return take([](__m512 v) { return v; });
     case UnaryOpType::RELU:
-      return f([](__m512 v) { return relu_keep_nan(v); });
+      return take([](__m512 v) { return relu_keep_nan(v); });
     case UnaryOpType::RELU6:
-      return f([](__m512 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
+      return take([](__m512 v) { return clamp_keep_nan(v, 0.0f, 6.0f); });
     case UnaryOpType::LEAKY_RELU: {
       const __m512 slope = set(act.param);
-      return f([=](__m512 v) { return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, slope); });
+      return take([=](__m512 v) { return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, slope); });
     }
     // Lambdas, not function pointers: GCC does not always inline a call
-    // through a pointer inside the kernels' loops.
+    // through a pointer inside the kernels' loops (silu: on every conv of
+    // YOLO-style models).
     case UnaryOpType::SILU:
-      return f([](__m512 v) { return silu_ps<kBf16Out>(v); });
+      return take([](__m512 v) { return silu_ps<kBf16Out>(v); });
+    case UnaryOpType::CLIP: {
+      const __m512 lo = set(act.param), hi = set(act.param2);
+      return take([=](__m512 v) { return _mm512_min_ps(hi, _mm512_max_ps(lo, v)); });
+    }
+    case UnaryOpType::HARDSWISH:
+      return take([=](__m512 v) {
+        const __m512 t = _mm512_min_ps(set(6.0f), _mm512_max_ps(_mm512_add_ps(v, set(3.0f)), zero));
+        return _mm512_div_ps(_mm512_mul_ps(v, t), set(6.0f));
+      });
+    case UnaryOpType::HARDSIGMOID:
+      return take([=](__m512 v) {
+        const __m512 t = _mm512_fmadd_ps(v, set(1.0f / 6.0f), set(0.5f));
+        return _mm512_min_ps(set(1.0f), _mm512_max_ps(zero, t));  // NaN stays NaN (MAXPS returns its second operand)
+      });
+    default:
+      return false;
+  }
+}
+
+template <bool kBf16Out, class F>
+void with_other_activation(const UnaryWithParam& act, F&& f) {
+  switch (act.op) {
     case UnaryOpType::SIGMOID:
       return f([](__m512 v) { return sigmoid_ps<kBf16Out>(v); });
     case UnaryOpType::GELU:
@@ -361,10 +364,6 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
       const __m512 t = set(act.param);  // v > t or NaN: v
       return f([=](__m512 v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, t, _CMP_NLE_UQ), v); });
     }
-    case UnaryOpType::CLIP: {
-      const __m512 lo = set(act.param), hi = set(act.param2);
-      return f([=](__m512 v) { return _mm512_min_ps(hi, _mm512_max_ps(lo, v)); });
-    }
     case UnaryOpType::FLOOR:
       return f([](__m512 v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); });
     case UnaryOpType::CEIL:
@@ -378,16 +377,40 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
           [](__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); });
     case UnaryOpType::TO_BFLOAT16:
       return f([](__m512 v) { return round_bf16_ps(v); });
-    case UnaryOpType::HARDSWISH:
-      return f([=](__m512 v) {
-        const __m512 t = _mm512_min_ps(set(6.0f), _mm512_max_ps(_mm512_add_ps(v, set(3.0f)), zero));
-        return _mm512_div_ps(_mm512_mul_ps(v, t), set(6.0f));
-      });
-    case UnaryOpType::HARDSIGMOID:
-      return f([=](__m512 v) {
-        const __m512 t = _mm512_fmadd_ps(v, set(1.0f / 6.0f), set(0.5f));
-        return _mm512_min_ps(set(1.0f), _mm512_max_ps(zero, t));  // NaN stays NaN (MAXPS returns its second operand)
-      });
+    default:  // (with_hot_activation's)
+      return;
+  }
+}
+
+template <bool kBf16Out, class F>
+void with_any_activation(const UnaryWithParam& act, F&& f) {
+  if (!with_hot_activation<kBf16Out>(act, f)) with_other_activation<kBf16Out>(act, f);
+}
+
+// apply_activation(act, v): act (its affine too) on one vector, dispatched
+// per call: one out-of-line function for every activation.
+template <bool kBf16Out>
+[[gnu::noinline]] __m512 apply_activation(const UnaryWithParam& act, __m512 v);
+
+template <bool kBf16Out>
+struct AnyActivation {
+  const UnaryWithParam* act;
+  __m512 operator()(__m512 v) const { return apply_activation<kBf16Out>(*act, v); }
+};
+
+// kCompact: only the hot activations (without an affine) get a functor of
+// their own; every other runs through AnyActivation, one shared
+// instantiation of f with a call per vector. For kernels with many variants
+// of f: the depthwise files took minutes each to compile (up to 15 under the
+// sanitizers) with a functor per activation. The element-wise pass keeps a
+// functor each: changes to this dispatch's shape there made GCC inline its
+// bfloat16 add + relu loop worse (1.5x slower).
+template <bool kBf16Out = false, bool kCompact = false, class F>
+void with_plain_activation(const UnaryWithParam& act, F&& f) {
+  if constexpr (kCompact) {
+    if (!with_hot_activation<kBf16Out>(act, f)) f(AnyActivation<kBf16Out>{&act});
+  } else {
+    with_any_activation<kBf16Out>(act, f);
   }
 }
 
@@ -395,9 +418,20 @@ void with_plain_activation(const UnaryWithParam& act, F&& f) {
 template <bool kBf16Out = false, bool kCompact = false, class F>
 void with_activation(const UnaryWithParam& act, F&& f) {
   if (!act.has_affine()) return with_plain_activation<kBf16Out, kCompact>(act, f);
-  const __m512 scale = set(act.scale), shift = set(act.shift);
-  with_plain_activation<kBf16Out, kCompact>(
-      act, [&](auto g) { f([=](__m512 v) { return _mm512_fmadd_ps(g(v), scale, shift); }); });
+  if constexpr (kCompact) {
+    f(AnyActivation<kBf16Out>{&act});
+  } else {
+    const __m512 scale = set(act.scale), shift = set(act.shift);
+    with_any_activation<kBf16Out>(act,
+                                  [&](auto g) { f([=](__m512 v) { return _mm512_fmadd_ps(g(v), scale, shift); }); });
+  }
+}
+
+template <bool kBf16Out>
+__m512 apply_activation(const UnaryWithParam& act, __m512 v) {
+  __m512 r = v;
+  with_activation<kBf16Out>(act, [&](auto f) { r = f(v); });
+  return r;
 }
 
 inline __m512 load(const void* p, bool bf16, size_t i, __mmask16 m) {

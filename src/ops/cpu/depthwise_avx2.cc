@@ -323,7 +323,7 @@ Status depthwise_kernel(const void* raw, uint32_t begin, uint32_t end) {
   const auto& a = *static_cast<const DepthwiseArgs*>(raw);
   const bool in16 = a.src_type == DataType::BFLOAT16, out16 = a.dst_type == DataType::BFLOAT16;
   Status st;
-  with_activation(a.activation, [&](auto act) {
+  with_activation<true>(a.activation, [&](auto act) {  // (compact: the rarer activations share one instantiation)
     st = in16 ? (out16 ? run<true, true>(a, begin, end, act) : run<true, false>(a, begin, end, act))
               : (out16 ? run<false, true>(a, begin, end, act) : run<false, false>(a, begin, end, act));
   });

@@ -13,8 +13,8 @@
 namespace tessera::cpu::avx512 {
 
 inline constexpr uint32_t kMaxK = 7;
-// The rarer transcendentals through one shared instantiation of each kernel
-// (with_plain_activation): the compile time of the depthwise files.
+// The rarer activations through one shared instantiation of each kernel
+// (with_plain_activation's kCompact): the compile time of the depthwise files.
 inline constexpr bool kCompactActivations = true;
 
 // KW-wide kernels (3 or 5; up to kMaxK tall) of stride 1 or 2, dilation 1,

@@ -76,40 +76,81 @@ void unary_bf16_pairs(const uint16_t* in, uint16_t* out, size_t n, F f) {
   if (i < n) unary_bf16_pair<true>(in + i, out + i, static_cast<__mmask32>((uint64_t{1} << (n - i)) - 1), f);
 }
 
+// Activations fused into a binary op's loop: none and ReLU (a residual
+// add's). Named types, so that both output dtypes share the loops.
+struct NoActivation {
+  __m512 operator()(__m512 v) const { return v; }
+};
+struct Relu {
+  __m512 operator()(__m512 v) const { return relu_keep_nan(v); }
+};
+
+// out = f(g(a, b)) over n elements. Operands of the output's dtype (the
+// common case) get a loop with the dtype fixed at compile time; mixed ones
+// test each operand's dtype per vector.
+template <bool kBf16Out, class G, class F>
+void binary_loop(const FusedOperand& a, const FusedOperand& b, const FusedOperand& out, size_t n, G g, F f) {
+  constexpr std::bool_constant<kBf16Out> same;
+  if (a.bf16 == kBf16Out && b.bf16 == kBf16Out) {
+    for_each_vector(n, [&](size_t i, __mmask16 m) {
+      store(out.data, same, i, m, f(g(load(a.data, same, i, m), load(b.data, same, i, m))));
+    });
+  } else {
+    for_each_vector(n, [&](size_t i, __mmask16 m) {
+      store(out.data, same, i, m, f(g(load(a.data, a.bf16, i, m), load(b.data, b.bf16, i, m))));
+    });
+  }
+}
+
+FusedOperand advanced(const FusedOperand& x, size_t i) {
+  return {static_cast<std::byte*>(x.data) + i * (x.bf16 ? 2 : 4), x.bf16};
+}
+
 // One output dtype per instantiation, so that the activation can be the one
-// accurate to it (with_activation<kBf16Out>). Operands of the output's dtype
-// (the common case) and a unary's operand of the other get loops with the
-// dtype fixed at compile time; mixed binary operands test each operand's dtype
-// per vector. Kept apart per output dtype: one function holding both made
-// GCC leave some per-vector lambdas out-of-line calls (a float32 silu ran
-// 5-8% slower).
+// accurate to it (with_activation<kBf16Out>). A unary's operand of either
+// dtype gets a loop with the dtype fixed at compile time. Kept apart per
+// output dtype: one function holding both made GCC leave some per-vector
+// lambdas out-of-line calls (a float32 silu ran 5-8% slower).
+//
+// A binary op with an activation other than none or ReLU runs in two steps
+// over chunks that stay in L1 (the op into float32, then the activation into
+// the output): a loop per op and activation pair (11 x 66 of them) took this
+// file and its AVX2 twin minutes to compile (15 under the sanitizers) for
+// pairs models rarely hold.
 template <bool kBf16Out>
 [[gnu::noinline]] void fused_eltwise_to(const FusedOperand& a, const FusedOperand* b, const FusedOperand& out,
                                         BinaryOpType op, const UnaryWithParam& act, size_t n) {
   constexpr std::bool_constant<kBf16Out> same;
   constexpr std::bool_constant<!kBf16Out> other;
-  with_activation<kBf16Out>(act, [&](auto f) {
-    if (!b) {
+  if (!b) {
+    with_activation<kBf16Out>(act, [&](auto f) {
       if (kBf16Out && a.bf16)
         unary_bf16_pairs(static_cast<const uint16_t*>(a.data), static_cast<uint16_t*>(out.data), n, f);
       else if (a.bf16 == kBf16Out)
         for_each_vector(n, [&](size_t i, __mmask16 m) { store(out.data, same, i, m, f(load(a.data, same, i, m))); });
       else
         for_each_vector(n, [&](size_t i, __mmask16 m) { store(out.data, same, i, m, f(load(a.data, other, i, m))); });
-      return;
-    }
-    with_binary_op(op, [&](auto g) {
-      if (a.bf16 == kBf16Out && b->bf16 == kBf16Out) {
-        for_each_vector(n, [&](size_t i, __mmask16 m) {
-          store(out.data, same, i, m, f(g(load(a.data, same, i, m), load(b->data, same, i, m))));
-        });
-      } else {
-        for_each_vector(n, [&](size_t i, __mmask16 m) {
-          store(out.data, same, i, m, f(g(load(a.data, a.bf16, i, m), load(b->data, b->bf16, i, m))));
-        });
-      }
     });
-  });
+    return;
+  }
+  if (!act.has_affine() && (act.op == UnaryOpType::IDENTITY || act.op == UnaryOpType::RELU)) {
+    const bool relu = act.op == UnaryOpType::RELU;
+    with_binary_op(op, [&](auto g) {
+      if (relu) binary_loop<kBf16Out>(a, *b, out, n, g, Relu{});
+      else binary_loop<kBf16Out>(a, *b, out, n, g, NoActivation{});
+    });
+    return;
+  }
+  constexpr size_t kChunk = 1024;
+  alignas(64) float chunk[kChunk];
+  for (size_t c = 0; c < n; c += kChunk) {
+    const size_t m = std::min(kChunk, n - c);
+    const FusedOperand o = advanced(out, c);
+    with_binary_op(op, [&](auto g) { binary_loop<false>(advanced(a, c), advanced(*b, c), {chunk, false}, m, g, NoActivation{}); });
+    with_activation<kBf16Out>(act, [&](auto f) {
+      for_each_vector(m, [&](size_t i, __mmask16 k) { store(o.data, same, i, k, f(loadu_ps(chunk + i, k))); });
+    });
+  }
 }
 
 }  // namespace
