@@ -24,6 +24,7 @@
 #include "tessera/ops/matmul.h"
 #include "tessera/ops/normalization.h"
 #include "tessera/ops/pool2d.h"
+#include "tessera/ops/quantized_conv2d.h"
 #include "tessera/ops/upsample.h"
 #include "tessera/tensor/tensor.h"
 
@@ -45,6 +46,12 @@ StatusOr<Tensor> untilize(const Tensor& input, DataType out_dtype);
 // output is (1, 1, N*OH*OW, out_channels) ROW_MAJOR (see conv2d_params.h).
 StatusOr<Tensor> conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
                         const Conv2dParams& params, DataType out_dtype);
+
+// quantized_conv2d (quantized_conv2d.h): the input quantized, the integer
+// sums exact (int64), s[c] * acc and the bias as two float32 roundings, then
+// the activation in double; host NHWC input, (1, 1, N*OH*OW, out) float32 out.
+StatusOr<Tensor> quantized_conv2d(const Tensor& input, const QuantizedConv2dParams& params, const Tensor& weights,
+                                  std::span<const float> weight_scales, std::span<const float> bias);
 
 // conv_transpose2d (conv_transpose2d.h)
 // Double accumulation, bias, activation, one rounding to `out_dtype`.

@@ -1,0 +1,168 @@
+// quantized_conv2d against its reference kernel: shapes (batches, strides,
+// padding, dilation, odd channel counts, 1x1 and 7x7), zero points, per
+// tensor and per channel weight scales, saturating inputs, special values,
+// bfloat16 rows, and the errors. With VNNI the int8 kernels run; elsewhere
+// (and in ops_test_as_avx2) the float32 ones: both exact here, as the sums
+// stay under 2^24.
+#include "tessera/ops/quantized_conv2d.h"
+
+#include <random>
+
+#include "tessera/ops/reference.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+struct Case {
+  uint32_t n, h, w, cin, cout, k, stride, pad, dilation;
+  UnaryWithParam act;
+  int32_t zero_point;
+  bool per_channel, bias;
+};
+
+std::vector<float> int8_weights(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(-128, 127);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(d(rng));
+  return v;
+}
+
+struct Layer {
+  QuantizedConv2dParams params;
+  Tensor weights;
+  std::vector<float> scales, bias;
+};
+
+Layer make_layer(const Case& c, uint32_t seed) {
+  Layer l;
+  Conv2dParams& p = l.params.conv;
+  p.batch_size = c.n, p.input_height = c.h, p.input_width = c.w, p.in_channels = c.cin, p.out_channels = c.cout;
+  p.kernel_size = {c.k, c.k}, p.stride = {c.stride, c.stride}, p.dilation = {c.dilation, c.dilation};
+  p.with_padding(c.pad, c.pad);
+  p.activation = c.act;
+  l.params.input_scale = 0.03125f;  // inputs of scale 4: some saturate at both ends
+  l.params.input_zero_point = c.zero_point;
+  l.weights = Tensor::from_vector(int8_weights(uint64_t{c.cout} * c.cin * c.k * c.k, seed),
+                                  Shape{c.cout, c.cin, c.k, c.k}, DataType::FLOAT32)
+                  .value();
+  for (uint32_t o = 0; o < (c.per_channel ? c.cout : 1); ++o)
+    l.scales.push_back(0.001f * static_cast<float>(1 + o % 5));
+  if (c.bias)
+    for (uint32_t o = 0; o < c.cout; ++o) l.bias.push_back(0.25f * static_cast<float>(o % 7) - 0.5f);
+  return l;
+}
+
+void check(Device& dev, const Case& c, DataType rows, bool specials, uint32_t seed) {
+  SCOPED_TRACE(fmt::format("n{} {}x{}x{} -> {} k{} s{} p{} d{} {} zp {} {} {} kernel {}", c.n, c.h, c.w, c.cin, c.cout,
+                           c.k, c.stride, c.pad, c.dilation, unary_op_name(c.act.op), c.zero_point,
+                           c.per_channel ? "per channel" : "per tensor", data_type_name(rows),
+                           quantized_conv2d_kernel()));
+  const Layer l = make_layer(c, seed);
+  std::vector<float> v = testing::random_values(uint64_t{c.n} * c.h * c.w * c.cin, seed + 1);
+  if (specials) testing::add_special_values(v, 1, 13);
+  ASSERT_OK_AND_ASSIGN(Tensor host, Tensor::from_vector(v, Shape{c.n, c.h, c.w, c.cin}, rows));
+  ASSERT_OK_AND_ASSIGN(Tensor x, to_device(host, dev));
+  ASSERT_OK_AND_ASSIGN(auto layer, QuantizedConv2d::create(dev, l.params, l.weights, l.scales, l.bias));
+  ASSERT_OK_AND_ASSIGN(Tensor y, (*layer)(x));
+  ASSERT_OK_AND_ASSIGN(Tensor got, y.cpu());
+  ASSERT_OK_AND_ASSIGN(Tensor want, reference::quantized_conv2d(host, l.params, l.weights, l.scales, l.bias));
+  const bool exact = c.act.op == UnaryOpType::IDENTITY || c.act.op == UnaryOpType::RELU;
+  if (exact)
+    EXPECT_EQ(testing::host_bytes(got), testing::host_bytes(want));
+  else
+    testing::expect_allclose(got, want, 1e-6, 1e-6);
+}
+
+const UnaryWithParam kRelu{UnaryOpType::RELU}, kNone{}, kSilu{UnaryOpType::SILU}, kRelu6{UnaryOpType::RELU6};
+
+TEST(QuantizedConv2d, MatchesReferenceOverShapes) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Case cases[] = {
+      {1, 9, 11, 8, 16, 3, 1, 1, 1, kRelu, 0, true, true},
+      {2, 13, 7, 5, 7, 3, 2, 1, 1, kNone, 57, true, true},       // batch, stride 2, odd channels
+      {1, 17, 19, 16, 32, 3, 1, 2, 2, kRelu, 128, false, true},  // dilation, per tensor
+      {1, 12, 12, 24, 40, 1, 1, 0, 1, kNone, 3, true, false},    // 1x1, no bias
+      {1, 14, 14, 3, 16, 7, 2, 3, 1, kRelu, 114, true, true},    // stem
+      {3, 5, 6, 32, 8, 3, 1, 0, 1, kRelu6, 255, true, true},     // no padding, zero point 255
+      {1, 2, 2, 7, 9, 3, 1, 1, 1, kSilu, 10, true, true},        // more padding than input
+      {1, 21, 10, 16, 16, 5, 2, 2, 1, kNone, 0, true, true},
+  };
+  uint32_t seed = 1;
+  for (const Case& c : cases) check(*dev, c, DataType::FLOAT32, false, seed += 10);
+}
+
+TEST(QuantizedConv2d, SpecialValuesAndBfloat16Rows) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Case c{2, 9, 9, 12, 16, 3, 1, 1, 1, kRelu, 37, true, true};
+  check(*dev, c, DataType::FLOAT32, /*specials=*/true, 5);
+  check(*dev, c, DataType::BFLOAT16, /*specials=*/true, 6);
+}
+
+// NaN quantizes to 0, +-Inf saturates, -0.0 and denormals to the zero point.
+TEST(QuantizedConv2d, QuantizesLikeQuantizeLinear) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  QuantizedConv2dParams p;
+  p.conv.input_height = p.conv.input_width = 1;
+  p.conv.in_channels = 8, p.conv.out_channels = 8;
+  p.conv.kernel_size = {1, 1};
+  p.input_scale = 0.5f, p.input_zero_point = 10;
+  std::vector<float> eye(64, 0.0f);
+  for (uint32_t i = 0; i < 8; ++i) eye[i * 9] = 1.0f;  // each output channel reads its input channel
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(eye, Shape{8, 8, 1, 1}, DataType::FLOAT32));
+  const float one = 1.0f;
+  ASSERT_OK_AND_ASSIGN(auto layer, QuantizedConv2d::create(*dev, p, w, {&one, 1}, {}));
+  const std::vector<float> in = {NAN, INFINITY, -INFINITY, -0.0f, 1e-40f, 0.75f, 1.25f, -1.75f};
+  // q - zp: NaN -> 0 - 10; Inf -> 255 - 10; -Inf -> 0 - 10; 1.5 -> 2 (even); 2.5 -> 2; -3.5 -> -4
+  const std::vector<float> want = {-5.0f, 122.5f, -5.0f, 0.0f, 0.0f, 1.0f, 1.0f, -2.0f};
+  ASSERT_OK_AND_ASSIGN(Tensor x,
+                       to_device(Tensor::from_vector(in, Shape{1, 1, 1, 8}, DataType::FLOAT32).value(), *dev));
+  ASSERT_OK_AND_ASSIGN(Tensor y, (*layer)(x));
+  EXPECT_EQ(y.cpu().value().to_vector().value(), want);
+}
+
+TEST(QuantizedConv2d, Errors) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  const Case c{1, 6, 6, 4, 8, 3, 1, 1, 1, kNone, 0, true, true};
+  const Layer l = make_layer(c, 3);
+  auto fails = [&](QuantizedConv2dParams p, const Tensor& w, std::vector<float> scales, std::vector<float> bias,
+                   std::string_view what) {
+    auto r = QuantizedConv2d::create(*dev, p, w, scales, bias);
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().message();
+  };
+  QuantizedConv2dParams p = l.params;
+  p.input_scale = 0;
+  fails(p, l.weights, l.scales, l.bias, "input scale must be positive");
+  p = l.params, p.input_zero_point = 256;
+  fails(p, l.weights, l.scales, l.bias, "zero point must be a uint8");
+  p = l.params, p.conv.groups = 2;
+  fails(p, l.weights, l.scales, l.bias, "groups must be 1");
+  fails(l.params, l.weights, {1.0f, 2.0f}, l.bias, "expected 1 or 8 weight scales");
+  fails(l.params, l.weights, std::vector<float>(8, -1.0f), l.bias, "positive and finite");
+  fails(l.params, l.weights, l.scales, {1.0f}, "no bias or 8 values");
+  std::vector<float> big = l.weights.to_vector().value();
+  big[5] = 128.0f;
+  fails(l.params, Tensor::from_vector(big, l.weights.shape(), DataType::FLOAT32).value(), l.scales, l.bias,
+        "int8 values, found 128 at index 5");
+  big[5] = 0.5f;
+  fails(l.params, Tensor::from_vector(big, l.weights.shape(), DataType::FLOAT32).value(), l.scales, l.bias,
+        "int8 values, found 0.5");
+  fails(l.params, Tensor::from_vector(big, Shape{8, 4, 9, 1}, DataType::FLOAT32).value(), l.scales, l.bias,
+        "expected weight shape");
+  ASSERT_OK_AND_ASSIGN(auto layer, QuantizedConv2d::create(*dev, l.params, l.weights, l.scales, l.bias));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor wrong,
+      to_device(testing::random_tensor(Shape{1, 6, 5, 4}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *dev));
+  EXPECT_FALSE((*layer)(wrong).ok());
+  ASSERT_OK_AND_ASSIGN(Tensor tiles,
+                       to_device(testing::random_tensor(Shape{1, 1, 36, 4}, DataType::FLOAT32, Layout::TILE, 1), *dev));
+  auto r = (*layer)(tiles);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("ROW_MAJOR"), std::string::npos) << r.status().message();
+  EXPECT_FALSE((*layer)(l.weights).ok());  // a host tensor
+}
+
+}  // namespace
+}  // namespace tessera
