@@ -42,6 +42,7 @@
 #include "tessera/cnn/testing.h"
 #include "tessera/cnn/weights.h"
 #include "tessera/device/profiler.h"
+#include "tessera/ops/quantized_conv2d.h"
 
 namespace tessera::tools {
 namespace {
@@ -162,11 +163,13 @@ void print_report(const LoadedModel& m, const Common& c) {
       m.from_image ? "loaded" : "compiled", m.compile_ms, m.from_image ? "reading the image" : "import", m.import_ms,
       r.device_ops, r.fallbacks.size(), r.layout_conversions, r.conv_flops * 1e-9);
   for (const auto& f : r.fallbacks) std::printf("  host fallback: %s\n", f.c_str());
-  for (const auto& p : r.passes)
+  for (const auto& p : r.passes) {
+    if (p.pass == "fuse_quantized_convs" && p.rewrites > 0)
+      std::printf("note: %d quantized conv(s) multiply integers (quantized_conv2d, %s sums on this CPU)\n",
+                  p.rewrites, std::string(quantized_conv2d_kernel()).c_str());
     if (p.pass == "lower_quantized" && p.rewrites > 0)
-      std::printf("note: %d quantization op(s) computed in float32 holding the integers (Tessera has no int8 "
-                  "kernels: the model runs at its float speed)\n",
-                  p.rewrites);
+      std::printf("note: %d other quantization op(s) computed in float32 holding the integers\n", p.rewrites);
+  }
   size_t applied = 0;
   for (const auto& p : r.conv_plans) applied += p.find("(applied)") != std::string::npos;
   std::printf("conv placement: %zu of %zu convs sharded in L1%s\n", applied, r.conv_plans.size(),

@@ -246,7 +246,7 @@ TEST(Passes, FoldBatchNormAndFuseActivationsKeepResults) {
   const HostTensor xin = sine_input();
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
-  ASSERT_EQ(reports.size(), 23u);
+  ASSERT_EQ(reports.size(), 24u);
   EXPECT_EQ(rewrites(reports, "fold_bias_add"), 0);  // no bias add
   EXPECT_EQ(rewrites(reports, "fold_batch_norm"), 1);  // batch norm folded
   EXPECT_EQ(rewrites(reports, "fold_scale_mul"), 0);  // no scale

@@ -483,6 +483,7 @@ const std::map<std::string, Eval>& table() {
     m["ConvInteger"] = one([](const Node& n, Ins ins, int) { return conv_integer(n, ins); });
     m["MatMulInteger"] = one([](const Node& n, Ins ins, int) { return matmul_integer(n, ins); });
     m["QLinearConv"] = one([](const Node& n, Ins ins, int) { return qlinear_conv(n, ins); });
+    m["QuantizedConv"] = one([](const Node& n, Ins ins, int) { return quantized_conv(n, ins); });
     m["QLinearMatMul"] = one([](const Node& n, Ins ins, int) { return qlinear_matmul(n, ins); });
     m["GridSample"] = [](const Node& n, Ins ins, int) { return host::grid_sample(n, ins); };
     m["NonMaxSuppression"] = one([](const Node& n, Ins ins, int) { return non_max_suppression(n, ins); });

@@ -172,6 +172,10 @@ StatusOr<std::vector<HostTensor>> dynamic_quantize_linear(const HostTensor& x);
 StatusOr<HostTensor> conv_integer(const Node& n, Ins ins);
 StatusOr<HostTensor> matmul_integer(const Node& n, Ins ins);
 StatusOr<HostTensor> qlinear_conv(const Node& n, Ins ins);
+// fuse_quantized_convs's QuantizedConv (passes.h): x quantized to uint8 (a
+// NaN stays NaN, as on the device), the centered integer conv, times
+// input_scale * weight_scales[c], plus the bias (quantized_conv2d.h).
+StatusOr<HostTensor> quantized_conv(const Node& n, Ins ins);
 StatusOr<HostTensor> qlinear_matmul(const Node& n, Ins ins);
 
 // An Einsum equation resolved against its inputs' dims (einsum.cc): each

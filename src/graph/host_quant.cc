@@ -221,6 +221,36 @@ StatusOr<HostTensor> qlinear_conv(const Node& n, Ins ins) {
   return requantize(n, acc, multiplier, zero_point_at(in(ins, 7), 0));
 }
 
+StatusOr<HostTensor> quantized_conv(const Node& n, Ins ins) {
+  TS_RETURN_IF_ERROR(need(n, ins, 0));
+  TS_RETURN_IF_ERROR(need(n, ins, 1));
+  const auto s = n.attr_float("input_scale", 1.0f);
+  const int64_t zp = n.attr_int("input_zero_point", 0);
+  const std::vector<float> ws = n.attr_floats("weight_scales");
+  const HostTensor& x = *ins[0];
+  const int64_t M = ins[1]->dims.empty() ? 0 : ins[1]->dims[0];
+  if (ws.size() != 1 && static_cast<int64_t>(ws.size()) != M)
+    return invalid_argument_error("{}: {} weight scales for {} output channels", n.label(), ws.size(), M);
+  HostTensor xc = make(ElemType::FLOAT32, x.dims);
+  for (size_t k = 0; k < x.size(); ++k) {
+    const auto v = static_cast<float>(x.at(k));
+    xc.f[k] = std::isnan(v) ? v : static_cast<float>(quantize(v, s, static_cast<double>(zp), QuantRange{0, 255}) - zp);
+  }
+  const HostTensor* args[] = {&xc, ins[1]};
+  TS_ASSIGN_OR_RETURN(std::vector<HostTensor> y, conv(n, args));
+  HostTensor& acc = y[0];
+  const HostTensor* bias = in(ins, 2);
+  if (bias && bias->volume() != M)
+    return invalid_argument_error("{}: bias has {} values for {} output channels", n.label(), bias->volume(), M);
+  const int64_t inner = acc.volume() / std::max<int64_t>(1, acc.dims[0] * M);
+  for (size_t k = 0; k < acc.size(); ++k) {
+    const auto c = static_cast<size_t>(static_cast<int64_t>(k) / inner % M);
+    const float scaled = s * ws[ws.size() == 1 ? 0 : c] * acc.f[k];  // (s * ws first, as the device)
+    acc.f[k] = scaled + (bias ? static_cast<float>(bias->at(c)) : 0.0f);
+  }
+  return std::move(acc);
+}
+
 StatusOr<HostTensor> qlinear_matmul(const Node& n, Ins ins) {
   // a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point
   for (size_t k : {size_t{0}, size_t{3}}) TS_RETURN_IF_ERROR(need(n, ins, k));

@@ -614,7 +614,8 @@ std::optional<FusableActivation> fusable_activation(const Graph& g, const Node& 
 PassReport fuse_activations(Graph& g) {
   PassReport r{"fuse_activations"};
   g.values.reserve(g.values.size() + 2 * g.nodes.size());  // add_value below keeps references valid
-  const std::set<std::string> producers = {"Conv", "ConvTranspose", "Add", "Sub", "Mul", "Div", "MatMul", "Gemm"};
+  const std::set<std::string> producers = {"Conv", "ConvTranspose", "QuantizedConv", "Add", "Sub",
+                                           "Mul",  "Div",           "MatMul",        "Gemm"};
   const auto consumers = g.consumers();
   std::vector<bool> dead(g.nodes.size(), false);
   for (size_t pi = 0; pi < g.nodes.size(); ++pi) {
@@ -865,7 +866,8 @@ std::vector<PassReport> optimize(Graph& g) {
   // Activations and LayerNorm rebuilt first: linear_to_conv and
   // cancel_transposes see whole activations between transposes, and the
   // folds below see the convs linear_to_conv makes.
-  reports.push_back(lower_quantized(g));  // (its Casts of floats become Identity)
+  reports.push_back(fuse_quantized_convs(g));  // (before lower_quantized takes the pairs apart)
+  reports.push_back(lower_quantized(g));       // (its Casts of floats become Identity)
   reports.push_back(split_variadic(g));
   reports.push_back(remove_identities(g));  // (split_variadic's Identity for one operand too)
   reports.push_back(lower_einsum(g));       // (its transposes meet cancel_transposes)

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -509,5 +510,132 @@ class Lowering {
 }  // namespace
 
 PassReport lower_quantized(Graph& g) { return Lowering(g).run(); }
+
+namespace {
+
+// The constant scalar (one value) `v`, or nullopt; absent (-1): `dflt`.
+std::optional<double> const_scalar(const Graph& g, int v, std::optional<double> dflt = std::nullopt) {
+  if (v < 0) return dflt;
+  if (!g.is_constant(v) || g.value(v).constant->volume() != 1) return std::nullopt;
+  return g.value(v).constant->at(0);
+}
+const Node* made_by(const Graph& g, int v, const char* op) {
+  if (v < 0 || g.value(v).producer < 0) return nullptr;
+  const Node& n = g.nodes[static_cast<size_t>(g.value(v).producer)];
+  return n.op_type == op ? &n : nullptr;
+}
+
+}  // namespace
+
+PassReport fuse_quantized_convs(Graph& g) {
+  PassReport r{"fuse_quantized_convs"};
+  g.remove_dead_nodes();                                   // (fresh producers)
+  g.values.reserve(g.values.size() + 2 * g.nodes.size());  // add_value below keeps references valid
+  for (Node& conv : g.nodes) {
+    if (conv.op_type != "Conv" || conv.attr_int("group", 1) != 1 || conv.inputs.size() < 2 ||
+        g.value(conv.inputs[0]).dims.size() != 4)
+      continue;
+    // The input: DequantizeLinear(uint8 QuantizeLinear(x)) of one scale and zero point.
+    const Node* dq = made_by(g, conv.inputs[0], "DequantizeLinear");
+    if (!dq || dq->inputs.size() < 2) continue;
+    int xq = dq->inputs[0];
+    if (const Node* cast = made_by(g, xq, "Cast"); cast && cast->attr_int("to", 0) == 2) xq = cast->inputs[0];
+    const Node* q = made_by(g, xq, "QuantizeLinear");
+    if (!q || q->inputs.size() < 2 || q->attr_string("tessera_quant_type", "uint8") != "uint8" ||
+        q->attr_int("saturate", 1) == 0)
+      continue;
+    const auto sx = const_scalar(g, dq->inputs[1]), zx = const_scalar(g, dq->inputs.size() > 2 ? dq->inputs[2] : -1, 0);
+    const auto sq = const_scalar(g, q->inputs[1]), zq = const_scalar(g, q->inputs.size() > 2 ? q->inputs[2] : -1, 0);
+    if (!sx || !zx || sx != sq || zx != zq || !(*sx > 0) || !std::isfinite(*sx) || *zx < 0 || *zx > 255 ||
+        *zx != std::nearbyint(*zx))
+      continue;
+    // The weights: constant int8 values behind a DequantizeLinear of zero
+    // point 0, per tensor or per output channel (axis 0).
+    const Node* wdq = made_by(g, conv.inputs[1], "DequantizeLinear");
+    if (!wdq || wdq->inputs.size() < 2 || !g.is_constant(wdq->inputs[0]) || !g.is_constant(wdq->inputs[1])) continue;
+    const HostTensor& wq = *g.value(wdq->inputs[0]).constant;
+    const HostTensor& ws = *g.value(wdq->inputs[1]).constant;
+    if (wq.dims.size() != 4 || wq.size() != static_cast<size_t>(wq.volume())) continue;
+    const int64_t cout = wq.dims[0];
+    const int wzp = wdq->inputs.size() > 2 ? wdq->inputs[2] : -1;
+    bool ok = (ws.volume() == 1 || (ws.volume() == cout && ws.dims.size() == 1 && wdq->attr_int("axis", 1) == 0)) &&
+              (wzp < 0 || g.is_constant(wzp));
+    for (size_t k = 0; ok && wzp >= 0 && k < g.value(wzp).constant->size(); ++k) ok = g.value(wzp).constant->at(k) == 0;
+    std::vector<float> w(wq.size()), scales;
+    for (size_t k = 0; ok && k < wq.size(); ++k) {
+      const double v = wq.at(k);
+      ok = v >= -128 && v <= 127 && v == std::nearbyint(v);
+      w[k] = static_cast<float>(v);
+    }
+    for (size_t k = 0; ok && k < ws.size(); ++k) {
+      scales.push_back(static_cast<float>(ws.at(k)));
+      ok = scales.back() > 0 && std::isfinite(scales.back());
+    }
+    // The bias: a float constant, or a constant behind a DequantizeLinear (int32).
+    const int b = conv.inputs.size() > 2 ? conv.inputs[2] : -1;
+    std::optional<HostTensor> bias;
+    if (ok && b >= 0) {
+      if (g.is_constant(b)) {
+        bias = *g.value(b).constant;
+      } else if (const Node* bdq = made_by(g, b, "DequantizeLinear")) {
+        std::vector<const HostTensor*> ins;
+        bool all = true;
+        for (int v : bdq->inputs) {
+          all = all && (v < 0 || g.is_constant(v));
+          ins.push_back(v >= 0 && g.is_constant(v) ? &*g.value(v).constant : nullptr);
+        }
+        if (all) {
+          auto out = evaluate(*bdq, ins, g.opset);
+          if (out.ok()) bias = std::move((*out)[0]);
+        }
+      }
+      ok = bias && bias->volume() == cout;
+    }
+    if (!ok) continue;
+    const int wv = g.add_value({.name = g.value(conv.inputs[1]).name + ":int8",
+                                .type = ElemType::FLOAT32,
+                                .dims = wq.dims,
+                                .has_shape = true,
+                                .constant = HostTensor::floats(wq.dims, std::move(w))});
+    std::vector<int> inputs = {q->inputs[0], wv};
+    if (bias) {
+      std::vector<float> bf(static_cast<size_t>(cout));
+      for (size_t k = 0; k < bf.size(); ++k) bf[k] = static_cast<float>(bias->at(k));
+      inputs.push_back(g.add_value({.name = g.value(b).name + ":float",
+                                    .type = ElemType::FLOAT32,
+                                    .dims = {cout},
+                                    .has_shape = true,
+                                    .constant = HostTensor::floats({cout}, std::move(bf))}));
+    }
+    Node& c = conv;  // (add_value keeps node references)
+    c.op_type = "QuantizedConv";
+    c.inputs = std::move(inputs);
+    c.attrs["input_scale"] = float_attr(static_cast<float>(*sx));
+    c.attrs["input_zero_point"] = int_attr(static_cast<int64_t>(*zx));
+    c.attrs["weight_scales"] = floats_attr(std::move(scales));
+    ++r.rewrites;
+  }
+  // The DequantizeLinear of weights no QuantizedConv took (infer_shapes
+  // left them) fold into float constants, as every other constant node did.
+  std::vector<bool> dead(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op_type != "DequantizeLinear" || n.outputs.size() != 1) continue;
+    std::vector<const HostTensor*> ins;
+    bool all = true;
+    for (int v : n.inputs) {
+      all = all && (v < 0 || g.is_constant(v));
+      ins.push_back(v >= 0 && g.is_constant(v) ? &*g.value(v).constant : nullptr);
+    }
+    if (!all || !g.is_constant(n.inputs[0])) continue;
+    auto out = evaluate(n, ins, g.opset);
+    if (!out.ok()) continue;  // (lowered or run on the host as before)
+    g.value(n.outputs[0]).constant = std::move((*out)[0]);
+    dead[i] = true;
+  }
+  drop_nodes(g, dead);
+  g.remove_dead_nodes();
+  return r;
+}
 
 }  // namespace tessera::graph

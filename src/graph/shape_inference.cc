@@ -508,6 +508,7 @@ const std::map<std::string, Rule>& rules() {
       return o;
     };
     m["Conv"] = [](const Ctx& c) { return conv(c, false); };
+    m["QuantizedConv"] = [](const Ctx& c) { return conv(c, false); };
     m["ConvInteger"] = [](const Ctx& c) { return integer_result(c, 1, [](const Ctx& x) { return conv(x, false); }); };
     m["QLinearConv"] = [](const Ctx& c) { return integer_result(c, 3, [](const Ctx& x) { return conv(x, false); }); };
     m["MatMulInteger"] = [](const Ctx& c) { return integer_result(c, 1, matmul); };
@@ -798,6 +799,10 @@ Status infer_shapes(Graph& g, const InferOptions& options) {
       else in_elems += g.value(in).constant->volume();
     }
     if (n.op_type == "Shape" || n.op_type == "Size") all_const = true;  // needs only the input's dims
+    // Quantized conv weights stay behind their DequantizeLinear, so that
+    // graph::fuse_quantized_convs finds the integers (it folds the rest).
+    if (n.op_type == "DequantizeLinear" && !n.inputs.empty() && g.value(n.inputs[0]).dims.size() == 4)
+      all_const = false;
     if (all_const && host_supports(n.op_type) && in_elems <= options.max_folded_elements) {
       std::vector<HostTensor> stand_ins;  // Shape / Size of a computed value
       std::vector<const HostTensor*> args;

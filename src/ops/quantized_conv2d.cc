@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -24,25 +25,32 @@ using md = memory::dim;
 // QuantizeLinear to uint8 (quantized_conv2d.h): x / scale rounded to nearest
 // even (adding and taking away 1.5 * 2^23 rounds anything under 2^22 so, in
 // the default rounding mode; the clamp before it keeps values there), plus
-// the zero point, saturated. A NaN fails both comparisons and saturates low.
+// the zero point, saturated. A NaN fails both comparisons (it saturates low
+// here; the caller marks what it reaches): returns whether there was one.
 // Plain C++ the compiler vectorizes for the baseline ISA.
-void quantize(const float* x, size_t n, float scale, int32_t zp, uint8_t* q) {
+bool quantize(const float* x, size_t n, float scale, int32_t zp, uint8_t* q) {
+  bool nan = false;
   for (size_t i = 0; i < n; ++i) {
     float v = x[i] / scale;
+    nan |= v != v;
     v = v >= -1024.0f ? v : -1024.0f;
     v = v <= 1024.0f ? v : 1024.0f;
     const float r = (v + 12582912.0f) - 12582912.0f;
     q[i] = static_cast<uint8_t>(std::clamp(static_cast<int32_t>(r) + zp, 0, 255));
   }
+  return nan;
 }
-// The same, minus the zero point, as floats, in place (the float32 kernels' input).
+// The same minus the zero point, as floats, in place (the float32 kernels'
+// input); a NaN stays NaN, and the conv carries it.
 void quantize_centered(float* x, size_t n, float scale, int32_t zp) {
   for (size_t i = 0; i < n; ++i) {
     float v = x[i] / scale;
+    const bool nan = v != v;
     v = v >= -1024.0f ? v : -1024.0f;
     v = v <= 1024.0f ? v : 1024.0f;
     const float r = (v + 12582912.0f) - 12582912.0f;
-    x[i] = static_cast<float>(std::clamp(static_cast<int32_t>(r) + zp, 0, 255) - zp);
+    const auto c = static_cast<float>(std::clamp(static_cast<int32_t>(r) + zp, 0, 255) - zp);
+    x[i] = nan ? x[i] : c;
   }
 }
 
@@ -86,6 +94,30 @@ struct Args {
   Plan* plan;
 };
 
+// The int8 kernels saw a NaN as 0: every output whose window holds it
+// becomes NaN (all channels), as the float ops of the QDQ model compute it.
+void mark_nan_windows(const Conv2dParams& p, const Shard& sh, const float* rows, float* y) {
+  const uint32_t w = p.input_width, c = p.in_channels, k = p.out_channels, ow = p.output_width();
+  for (uint32_t li = 0; li < sh.in_rows; ++li)
+    for (uint32_t ix = 0; ix < w; ++ix) {
+      const float* px = rows + (uint64_t{li} * w + ix) * c;
+      if (std::none_of(px, px + c, [](float v) { return std::isnan(v); })) continue;
+      const int64_t iy = int64_t{sh.in_row0} + li;
+      for (uint32_t ky = 0; ky < p.kernel_size[0]; ++ky) {
+        const int64_t ty = iy + p.padding[0] - int64_t{ky} * p.dilation[0];
+        if (ty < 0 || ty % p.stride[0]) continue;
+        const int64_t oy = ty / p.stride[0] - sh.out_row0;
+        if (oy < 0 || oy >= sh.out_rows) continue;
+        for (uint32_t kx = 0; kx < p.kernel_size[1]; ++kx) {
+          const int64_t tx = int64_t{ix} + p.padding[2] - int64_t{kx} * p.dilation[1];
+          if (tx < 0 || tx % p.stride[1] || tx / p.stride[1] >= ow) continue;
+          float* out = y + (static_cast<uint64_t>(oy) * ow + static_cast<uint64_t>(tx / p.stride[1])) * k;
+          std::fill(out, out + k, std::numeric_limits<float>::quiet_NaN());
+        }
+      }
+    }
+}
+
 Status run_shard(const Args& a, Shard& sh) {
   std::lock_guard<std::mutex> lock(sh.mu);
   omp_set_num_threads(1);
@@ -96,8 +128,9 @@ Status run_shard(const Args& a, Shard& sh) {
   const uint64_t pix0 = (uint64_t{sh.n} * p.input_height + sh.in_row0) * w, pixels = uint64_t{sh.in_rows} * w;
   auto* rows = reinterpret_cast<float*>(sh.rows.get());
   onednn::gather_rows(a.src, a.src_type, pix0, pix0 + pixels, 0, c, sh.rows.get(), DataType::FLOAT32);
+  bool nan = false;
   if (plan.int8)
-    quantize(rows, pixels * c, a.input_scale, a.zero_point, reinterpret_cast<uint8_t*>(sh.src_stage.get()));
+    nan = quantize(rows, pixels * c, a.input_scale, a.zero_point, reinterpret_cast<uint8_t*>(sh.src_stage.get()));
   else
     quantize_centered(rows, pixels * c, a.input_scale, a.zero_point);
   TS_RETURN_IF_ERROR(onednn::guard("quantized_conv2d", "running", [&] {
@@ -123,6 +156,7 @@ Status run_shard(const Args& a, Shard& sh) {
       const float scaled = a.scales[o] * (plan.int8 ? static_cast<float>(acc_i[i]) : acc_f[i]);
       y[i] = scaled + a.bias[o];
     }
+  if (nan) mark_nan_windows(p, sh, rows, y);
   if (!a.activation.is_identity()) cpu::select_float_math().unary(a.activation, y, out_pixels * k);
   const uint64_t row0 = (uint64_t{sh.n} * oh + sh.out_row0) * ow;
   onednn::scatter_rows(a.dst, DataType::FLOAT32, row0, row0 + out_pixels, 0, k, sh.out.get(), DataType::FLOAT32);

@@ -100,26 +100,58 @@ TEST(QuantizedConv2d, SpecialValuesAndBfloat16Rows) {
   check(*dev, c, DataType::BFLOAT16, /*specials=*/true, 6);
 }
 
-// NaN quantizes to 0, +-Inf saturates, -0.0 and denormals to the zero point.
+// +-Inf saturates, -0.0 and denormals quantize to the zero point, halves
+// round to even; a NaN makes the outputs it reaches NaN. One channel, eight
+// pixels in a row, a 1x1 kernel of weight 1: each output is its pixel's.
 TEST(QuantizedConv2d, QuantizesLikeQuantizeLinear) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   QuantizedConv2dParams p;
-  p.conv.input_height = p.conv.input_width = 1;
-  p.conv.in_channels = 8, p.conv.out_channels = 8;
+  p.conv.input_height = 1, p.conv.input_width = 8;
+  p.conv.in_channels = 1, p.conv.out_channels = 1;
   p.conv.kernel_size = {1, 1};
   p.input_scale = 0.5f, p.input_zero_point = 10;
-  std::vector<float> eye(64, 0.0f);
-  for (uint32_t i = 0; i < 8; ++i) eye[i * 9] = 1.0f;  // each output channel reads its input channel
-  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector(eye, Shape{8, 8, 1, 1}, DataType::FLOAT32));
+  ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector({1.0f}, Shape{1, 1, 1, 1}, DataType::FLOAT32));
   const float one = 1.0f;
   ASSERT_OK_AND_ASSIGN(auto layer, QuantizedConv2d::create(*dev, p, w, {&one, 1}, {}));
   const std::vector<float> in = {NAN, INFINITY, -INFINITY, -0.0f, 1e-40f, 0.75f, 1.25f, -1.75f};
-  // q - zp: NaN -> 0 - 10; Inf -> 255 - 10; -Inf -> 0 - 10; 1.5 -> 2 (even); 2.5 -> 2; -3.5 -> -4
-  const std::vector<float> want = {-5.0f, 122.5f, -5.0f, 0.0f, 0.0f, 1.0f, 1.0f, -2.0f};
+  // q - zp: Inf -> 255 - 10; -Inf -> 0 - 10; 1.5 -> 2 (even); 2.5 -> 2; -3.5 -> -4
+  const std::vector<float> want = {NAN, 122.5f, -5.0f, 0.0f, 0.0f, 1.0f, 1.0f, -2.0f};
   ASSERT_OK_AND_ASSIGN(Tensor x,
-                       to_device(Tensor::from_vector(in, Shape{1, 1, 1, 8}, DataType::FLOAT32).value(), *dev));
+                       to_device(Tensor::from_vector(in, Shape{1, 1, 8, 1}, DataType::FLOAT32).value(), *dev));
   ASSERT_OK_AND_ASSIGN(Tensor y, (*layer)(x));
-  EXPECT_EQ(y.cpu().value().to_vector().value(), want);
+  const std::vector<float> got = y.cpu().value().to_vector().value();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_TRUE(std::isnan(got[0]));
+  for (size_t i = 1; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
+}
+
+// A NaN reaches every output channel of the pixels whose windows hold it,
+// and only those (strides, padding and dilation).
+TEST(QuantizedConv2d, NanReachesTheWindowsThatHoldIt) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (const Case& c : {Case{1, 11, 9, 4, 8, 3, 2, 1, 1, kRelu, 20, true, true},
+                        Case{2, 10, 10, 3, 5, 3, 1, 2, 2, kNone, 0, false, false}}) {
+    SCOPED_TRACE(fmt::format("stride {} dilation {}", c.stride, c.dilation));
+    const Layer l = make_layer(c, 9);
+    std::vector<float> v = testing::random_values(uint64_t{c.n} * c.h * c.w * c.cin, 4);
+    v[(uint64_t{4} * c.w + 5) * c.cin + 1] = NAN;
+    v[((uint64_t{c.n} - 1) * c.h * c.w + (c.h - 1) * c.w) * c.cin + 2] = NAN;
+    ASSERT_OK_AND_ASSIGN(Tensor host, Tensor::from_vector(v, Shape{c.n, c.h, c.w, c.cin}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(auto layer, QuantizedConv2d::create(*dev, l.params, l.weights, l.scales, l.bias));
+    ASSERT_OK_AND_ASSIGN(Tensor x, to_device(host, *dev));
+    ASSERT_OK_AND_ASSIGN(Tensor y, (*layer)(x));
+    ASSERT_OK_AND_ASSIGN(Tensor want, reference::quantized_conv2d(host, l.params, l.weights, l.scales, l.bias));
+    const auto g = y.cpu().value().to_vector().value(), r = want.to_vector().value();
+    size_t nans = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      nans += std::isnan(r[i]);
+      if (std::isnan(r[i]))
+        EXPECT_TRUE(std::isnan(g[i])) << i;
+      else
+        EXPECT_EQ(g[i], r[i]) << i;
+    }
+    EXPECT_GT(nans, 0u);
+  }
 }
 
 TEST(QuantizedConv2d, Errors) {

@@ -180,6 +180,39 @@ Status CompiledModel::Impl::lower_conv(const Node& n) {
   return ok_status();
 }
 
+// A QuantizedConv (graph::fuse_quantized_convs) onto quantized_conv2d:
+// float32 rows out, typecast when the plan keeps the value in bfloat16.
+Status CompiledModel::Impl::lower_quantized_conv(const Node& n) {
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D quantized convolution", rank(x) - 2));
+  TS_ASSIGN_OR_RETURN(const Conv2dParams p, conv_params(n));
+  const QuantizedConv2dParams qp{.conv = p,
+                                 .input_scale = n.attr_float("input_scale", 1.0f),
+                                 .input_zero_point = static_cast<int32_t>(n.attr_int("input_zero_point", 0))};
+  TS_ASSIGN_OR_RETURN(
+      Tensor w, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(dims(n.inputs[1])), DataType::FLOAT32));
+  std::vector<float> bias;
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0) bias = g.value(n.inputs[2]).constant->f;
+  const std::vector<float> scales = n.attr_floats("weight_scales");
+  auto layer = QuantizedConv2d::create(*device, qp, w, scales, bias);
+  if (!layer.ok()) return Status(layer.status().code(), fmt::format("{}: {}", n.label(), layer.status().message()));
+  quantized_convs.push_back(std::move(*layer));
+  const QuantizedConv2d* conv = quantized_convs.back().get();
+  report.conv_flops += per_run(lowering, p.flops());
+  note_nhwc(x);
+  nhwc[static_cast<size_t>(y)] = true;
+  const DataType out = planned_dtype(y);
+  steps.push_back([this, conv, x, y, out](Slots& s, uint8_t cq) -> Status {
+    TS_ASSIGN_OR_RETURN(Tensor in, as_nhwc(s, x, cq, /*dense=*/true));
+    TS_ASSIGN_OR_RETURN(Tensor r, (*conv)(in, cq));
+    if (out != r.dtype()) {
+      TS_ASSIGN_OR_RETURN(r, typecast(r, out, cq));
+    }
+    return put_nhwc(s, y, r);
+  });
+  return ok_status();
+}
+
 Status CompiledModel::Impl::lower_conv_transpose(const Node& n) {
   if (opt.numerics == Numerics::kTt) return lower_conv_tt(n, /*transposed=*/true);
   const int x = n.inputs[0], y = n.outputs[0];

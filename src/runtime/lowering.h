@@ -41,6 +41,7 @@
 #include "tessera/ops/matrix_engine.h"
 #include "tessera/ops/normalization.h"
 #include "tessera/ops/pool2d.h"
+#include "tessera/ops/quantized_conv2d.h"
 #include "tessera/ops/upsample.h"
 #include "tessera/runtime/compiled_model.h"
 
@@ -124,6 +125,7 @@ struct CompiledModel::Impl {
   std::vector<Dims> in_shapes, out_shapes;
   std::vector<std::unique_ptr<cnn::DirectConv2d>> convs;
   std::vector<std::unique_ptr<cnn::ConvTranspose2d>> deconvs;
+  std::vector<std::unique_ptr<QuantizedConv2d>> quantized_convs;
   // Each conv layer with its node, in lowering order (conv_selections,
   // prepared_weights).
   struct ConvLayerRef {
@@ -248,6 +250,7 @@ struct CompiledModel::Impl {
   Status lower(size_t ni);
   // One per op family; each the `lower` of its ops' OpTraits rows.
   Status lower_conv(const Node& n);  // lower_conv.cc
+  Status lower_quantized_conv(const Node& n);
   struct ConvLayerInputs {
     Tensor weight;
     std::optional<Tensor> bias;

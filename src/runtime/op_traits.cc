@@ -81,6 +81,7 @@ constexpr OpTraits kOpTraits[] = {
     {"QLinearConv", nullptr, false, false, kAfterFirst},
     {"QLinearMatMul", nullptr, false, false, kAfterFirst},
     {"QuantizeLinear", nullptr, false, false, kAfterFirst},
+    {"QuantizedConv", &I::lower_quantized_conv, true, false, kAfterFirst},  // (graph::fuse_quantized_convs)
     {"Range", nullptr, false, false, kAll},
     {"Reciprocal", &I::lower_unary, true},
     {"ReduceL1", &I::lower_reduce, false, false, kAfterFirst},

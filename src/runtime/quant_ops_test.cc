@@ -112,6 +112,25 @@ TEST(QuantOps, QdqModelRunsOnTheDevice) {
   for (int64_t batch : {1, 2}) expect_matches_reference(qdq_model(batch), input({batch, 4, 10, 10}, 3), 0.04f);
 }
 
+// The QDQ conv (uint8 activations, int8 per-channel weights, a float bias)
+// becomes one QuantizedConv of the float input (graph::fuse_quantized_convs):
+// the device multiplies integers; the model's Quantize / Dequantize pair
+// before it is gone.
+TEST(QuantOps, QdqConvRunsAsAnIntegerConv) {
+  ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(qdq_model(1).bytes()));
+  graph::Graph opt = g;
+  bool fused = false;
+  for (const auto& r : graph::optimize(opt)) fused |= r.pass == "fuse_quantized_convs" && r.rewrites == 1;
+  EXPECT_TRUE(fused);
+  size_t qconvs = 0, convs = 0;
+  for (const graph::Node& n : opt.nodes) qconvs += n.op_type == "QuantizedConv", convs += n.op_type == "Conv";
+  EXPECT_EQ(qconvs, 1u);
+  EXPECT_EQ(convs, 0u);
+  // On the device (exact integer sums where the CPU has VNNI) against the
+  // model's own ops on the host, within one step of the last quantizer.
+  for (int64_t batch : {1, 3}) expect_matches_reference(qdq_model(batch), input({batch, 4, 10, 10}, 5), 0.04f);
+}
+
 // Weights too large for constant folding (a VGG's classifier) stay a
 // DequantizeLinear of constants, which lower_quantized dequantizes once.
 TEST(QuantOps, LargeQuantizedWeightsAreDequantizedOnce) {

@@ -98,6 +98,17 @@ PassReport conv1d_to_conv2d(Graph& g);
 // Transpose, Concat, nearest Resize and the like. Readers that need the
 // integers back (host ops, graph outputs) get them through a Cast. Ops with
 // run-time weights or per-axis run-time scales stay on the host.
+// A Conv (group 1) of DequantizeLinear(QuantizeLinear(x)) (uint8, one
+// constant scale and zero point, perhaps through a Cast to uint8) with
+// constant int8 weights behind a DequantizeLinear of zero point 0 (per
+// tensor or per output channel) and a constant bias (float, or behind a
+// DequantizeLinear) becomes a QuantizedConv of x: inputs x, the int8
+// weights as floats and the float bias; attributes the Conv's, input_scale,
+// input_zero_point and weight_scales (quantized_conv2d.h computes it). The
+// Quantize / Dequantize pair stays for other readers. Runs before
+// lower_quantized, where the device runs integer convs exactly
+// (quantized_conv2d_kernel() == "int8"; the compiler asks).
+PassReport fuse_quantized_convs(Graph& g);
 PassReport lower_quantized(Graph& g);
 // Conv over (N, C, T, H, W) (a video model's 3-D conv; constant weights,
 // no fused activation) as 2-D convs over frames: the frames moved into the

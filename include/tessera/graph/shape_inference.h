@@ -1,6 +1,8 @@
 // Shape inference with constant folding, in one walk over a sorted graph:
 // a node whose inputs are all constants (and whose op has a host kernel) is
-// evaluated on the host and its outputs become constants; every other node
+// evaluated on the host and its outputs become constants (but the
+// DequantizeLinear of 4-D weights, which graph::fuse_quantized_convs reads
+// and then folds); every other node
 // gets its output shapes from the op's shape rule. Shapes are static: the
 // values a shape depends on (Reshape's shape, Slice's starts, Resize's
 // scales) must fold to constants.

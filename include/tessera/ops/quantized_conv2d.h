@@ -5,10 +5,12 @@
 //   q(x)  = clamp(round_half_even(x / sx) + zx, 0, 255)   (QuantizeLinear to uint8)
 //   y[c]  = act(s[c] * acc[c] + bias[c]),  s[c] = sx * sw[c] (float32),
 //   acc[c] = sum over taps of (q(x) - zx) * wq   (exact, in integers)
-// Padding taps hold the zero point (a 0.0 in the dequantized input). A NaN
-// input quantizes to 0 (the low saturation, as ONNX Runtime's kernels do);
-// +-Inf saturates. s[c] * acc and the bias are two float32 roundings, then the
-// activation, the way reference::quantized_conv2d computes them.
+// Padding taps hold the zero point (a 0.0 in the dequantized input). +-Inf
+// saturates; a NaN input makes every output whose window holds it NaN (all
+// channels), as the QDQ model's float ops compute it (ONNX Runtime's int8
+// kernels quantize it to 0 instead). s[c] * acc and the bias are two float32
+// roundings, then the activation, the way reference::quantized_conv2d
+// computes them.
 //
 // Input: device rows in NHWC, (N, H, W, C) or (1, 1, N*H*W, C), float32 or
 // bfloat16, ROW_MAJOR, any memory config. Output: (1, 1, N*OH*OW, out_channels)

@@ -67,10 +67,12 @@ StatusOr<Tensor> quantized_conv2d(const Tensor& input, const QuantizedConv2dPara
                                   p.descriptor());
   TS_ASSIGN_OR_RETURN(std::vector<float> x, input.to_vector());
   TS_ASSIGN_OR_RETURN(std::vector<float> w, weights.to_vector());
-  // QuantizeLinear to uint8, minus the zero point: NaN saturates low.
+  // QuantizeLinear to uint8, minus the zero point; a NaN taints the outputs it reaches.
   std::vector<int32_t> q(x.size());
+  std::vector<bool> nan(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    const double v = std::isnan(x[i]) ? -1e9 : std::nearbyint(static_cast<double>(x[i] / qp.input_scale));
+    nan[i] = std::isnan(x[i]);
+    const double v = nan[i] ? 0 : std::nearbyint(static_cast<double>(x[i] / qp.input_scale));
     q[i] = static_cast<int32_t>(std::clamp(v + qp.input_zero_point, 0.0, 255.0)) - qp.input_zero_point;
   }
   const uint32_t oh = p.output_height(), ow = p.output_width(), kh = p.kernel_size[0], kw = p.kernel_size[1];
@@ -80,20 +82,23 @@ StatusOr<Tensor> quantized_conv2d(const Tensor& input, const QuantizedConv2dPara
       for (uint32_t ox = 0; ox < ow; ++ox)
         for (uint32_t oc = 0; oc < p.out_channels; ++oc) {
           int64_t acc = 0;
+          bool tainted = false;
           for (uint32_t ky = 0; ky < kh; ++ky) {
             const int64_t iy = int64_t{oy} * p.stride[0] + int64_t{ky} * p.dilation[0] - p.padding[0];
             if (iy < 0 || iy >= p.input_height) continue;
             for (uint32_t kx = 0; kx < kw; ++kx) {
               const int64_t ix = int64_t{ox} * p.stride[1] + int64_t{kx} * p.dilation[1] - p.padding[2];
               if (ix < 0 || ix >= p.input_width) continue;
-              const int32_t* xp = &q[((uint64_t{n} * p.input_height + iy) * p.input_width + ix) * p.in_channels];
+              const uint64_t at = ((uint64_t{n} * p.input_height + iy) * p.input_width + ix) * p.in_channels;
+              const int32_t* xp = &q[at];
+              for (uint32_t ic = 0; ic < p.in_channels; ++ic) tainted = tainted || nan[at + ic];
               for (uint32_t ic = 0; ic < p.in_channels; ++ic)
                 acc += int64_t{xp[ic]} * static_cast<int64_t>(w[((uint64_t{oc} * p.in_channels + ic) * kh + ky) * kw + kx]);
             }
           }
           const float s = qp.input_scale * weight_scales[weight_scales.size() == 1 ? 0 : oc];
           const float scaled = s * static_cast<float>(acc);
-          const float biased = scaled + (bias.empty() ? 0.0f : bias[oc]);
+          const float biased = tainted ? NAN : scaled + (bias.empty() ? 0.0f : bias[oc]);
           y[((uint64_t{n} * oh + oy) * ow + ox) * p.out_channels + oc] =
               static_cast<float>(apply_activation(p.activation, biased));
         }
