@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "cpu/float_math.h"
+#include "cpu/quantize_kernels.h"
 #include "onednn_util.h"
 #include "op_common.h"
 #include "tessera/base/aligned.h"
@@ -21,38 +22,6 @@ namespace {
 
 using dnnl::memory;
 using md = memory::dim;
-
-// QuantizeLinear to uint8 (quantized_conv2d.h): x / scale rounded to nearest
-// even (adding and taking away 1.5 * 2^23 rounds anything under 2^22 so, in
-// the default rounding mode; the clamp before it keeps values there), plus
-// the zero point, saturated. A NaN fails both comparisons (it saturates low
-// here; the caller marks what it reaches): returns whether there was one.
-// Plain C++ the compiler vectorizes for the baseline ISA.
-bool quantize(const float* x, size_t n, float scale, int32_t zp, uint8_t* q) {
-  bool nan = false;
-  for (size_t i = 0; i < n; ++i) {
-    float v = x[i] / scale;
-    nan |= v != v;
-    v = v >= -1024.0f ? v : -1024.0f;
-    v = v <= 1024.0f ? v : 1024.0f;
-    const float r = (v + 12582912.0f) - 12582912.0f;
-    q[i] = static_cast<uint8_t>(std::clamp(static_cast<int32_t>(r) + zp, 0, 255));
-  }
-  return nan;
-}
-// The same minus the zero point, as floats, in place (the float32 kernels'
-// input); a NaN stays NaN, and the conv carries it.
-void quantize_centered(float* x, size_t n, float scale, int32_t zp) {
-  for (size_t i = 0; i < n; ++i) {
-    float v = x[i] / scale;
-    const bool nan = v != v;
-    v = v >= -1024.0f ? v : -1024.0f;
-    v = v <= 1024.0f ? v : 1024.0f;
-    const float r = (v + 12582912.0f) - 12582912.0f;
-    const auto c = static_cast<float>(std::clamp(static_cast<int32_t>(r) + zp, 0, 255) - zp);
-    x[i] = nan ? x[i] : c;
-  }
-}
 
 // One image's band of output rows [out_row0, out_row0 + out_rows): the input
 // rows it reads (halo included), its own primitive (its share of the
@@ -126,13 +95,18 @@ Status run_shard(const Args& a, Shard& sh) {
   const uint32_t w = p.input_width, c = p.in_channels, k = p.out_channels, oh = p.output_height(),
                  ow = p.output_width();
   const uint64_t pix0 = (uint64_t{sh.n} * p.input_height + sh.in_row0) * w, pixels = uint64_t{sh.in_rows} * w;
-  auto* rows = reinterpret_cast<float*>(sh.rows.get());
-  onednn::gather_rows(a.src, a.src_type, pix0, pix0 + pixels, 0, c, sh.rows.get(), DataType::FLOAT32);
+  const cpu::QuantizeKernels& qk = cpu::select_quantize_kernels();
+  // Dense float32 rows are read where they are, others gathered first.
+  const float* rows = reinterpret_cast<const float*>(sh.rows.get());
+  if (a.src_type == DataType::FLOAT32 && a.src.uniform_row_stride() == uint64_t{c} * 4)
+    rows = reinterpret_cast<const float*>(a.src.base + pix0 * a.src.uniform_row_stride());
+  else
+    onednn::gather_rows(a.src, a.src_type, pix0, pix0 + pixels, 0, c, sh.rows.get(), DataType::FLOAT32);
   bool nan = false;
   if (plan.int8)
-    nan = quantize(rows, pixels * c, a.input_scale, a.zero_point, reinterpret_cast<uint8_t*>(sh.src_stage.get()));
+    nan = qk.to_u8(rows, pixels * c, a.input_scale, a.zero_point, reinterpret_cast<uint8_t*>(sh.src_stage.get()));
   else
-    quantize_centered(rows, pixels * c, a.input_scale, a.zero_point);
+    qk.centered(rows, pixels * c, a.input_scale, a.zero_point, reinterpret_cast<float*>(sh.src_stage.get()));
   TS_RETURN_IF_ERROR(onednn::guard("quantized_conv2d", "running", [&] {
     sh.zp = a.zero_point;
     sh.weights_mem.set_data_handle(const_cast<std::byte*>(a.weights));
@@ -145,21 +119,17 @@ Status run_shard(const Args& a, Shard& sh) {
     sh.stream.wait();
   }));
   // The sums scaled and biased (two roundings, as the reference), then the
-  // activation, while they are in this core's cache.
-  const uint64_t out_pixels = uint64_t{sh.out_rows} * ow;
-  auto* y = reinterpret_cast<float*>(sh.out.get());
-  const auto* acc_i = reinterpret_cast<const int32_t*>(sh.acc.get());
-  const auto* acc_f = reinterpret_cast<const float*>(sh.acc.get());
-  for (uint64_t px = 0; px < out_pixels; ++px)
-    for (uint32_t o = 0; o < k; ++o) {
-      const uint64_t i = px * k + o;
-      const float scaled = a.scales[o] * (plan.int8 ? static_cast<float>(acc_i[i]) : acc_f[i]);
-      y[i] = scaled + a.bias[o];
-    }
+  // activation, while they are in this core's cache: straight into dense
+  // output rows, else through staging.
+  const uint64_t out_pixels = uint64_t{sh.out_rows} * ow, row0 = (uint64_t{sh.n} * oh + sh.out_row0) * ow;
+  const bool direct = a.dst.uniform_row_stride() == uint64_t{k} * 4;
+  auto* y = direct ? reinterpret_cast<float*>(a.dst.base + row0 * a.dst.uniform_row_stride())
+                   : reinterpret_cast<float*>(sh.out.get());
+  qk.dequantize(sh.acc.get(), !plan.int8, out_pixels, k, a.scales, a.bias, y, k);
   if (nan) mark_nan_windows(p, sh, rows, y);
   if (!a.activation.is_identity()) cpu::select_float_math().unary(a.activation, y, out_pixels * k);
-  const uint64_t row0 = (uint64_t{sh.n} * oh + sh.out_row0) * ow;
-  onednn::scatter_rows(a.dst, DataType::FLOAT32, row0, row0 + out_pixels, 0, k, sh.out.get(), DataType::FLOAT32);
+  if (!direct)
+    onednn::scatter_rows(a.dst, DataType::FLOAT32, row0, row0 + out_pixels, 0, k, sh.out.get(), DataType::FLOAT32);
   return ok_status();
 }
 
@@ -224,7 +194,7 @@ Status build(Plan& plan, uint32_t threads, bool int8) {
         const uint64_t in_values = uint64_t{sh->in_rows} * p.input_width * p.in_channels;
         const uint64_t out_values = uint64_t{sh->out_rows} * ow * p.out_channels;
         sh->rows = make_aligned_bytes(in_values * 4);
-        sh->src_stage = int8 ? make_aligned_bytes(in_values) : sh->rows;
+        sh->src_stage = make_aligned_bytes(in_values * (int8 ? 1 : 4));
         sh->acc = make_aligned_bytes(out_values * 4);
         sh->out = make_aligned_bytes(out_values * 4);
         sh->scratch = make_aligned_bytes(std::max<size_t>(pd.scratchpad_desc().get_size(), 64));

@@ -8,6 +8,7 @@
 
 #include <random>
 
+#include "tessera/base/cpu_features.h"
 #include "tessera/ops/reference.h"
 #include "test_util.h"
 
@@ -75,6 +76,17 @@ void check(Device& dev, const Case& c, DataType rows, bool specials, uint32_t se
     testing::expect_allclose(got, want, 1e-6, 1e-6);
 }
 
+// f under each kernel set of the quantize and epilogue passes (quantize_kernels.h).
+template <class F>
+void on_every_isa(F f) {
+  for (KernelIsa isa : {KernelIsa::kAvx512, KernelIsa::kAvx2, KernelIsa::kScalar}) {
+    set_kernel_isa_limit(isa);
+    SCOPED_TRACE(fmt::format("isa={}", kernel_isa_name(kernel_isa())));
+    f();
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
 const UnaryWithParam kRelu{UnaryOpType::RELU}, kNone{}, kSilu{UnaryOpType::SILU}, kRelu6{UnaryOpType::RELU6};
 
 TEST(QuantizedConv2d, MatchesReferenceOverShapes) {
@@ -89,15 +101,19 @@ TEST(QuantizedConv2d, MatchesReferenceOverShapes) {
       {1, 2, 2, 7, 9, 3, 1, 1, 1, kSilu, 10, true, true},        // more padding than input
       {1, 21, 10, 16, 16, 5, 2, 2, 1, kNone, 0, true, true},
   };
-  uint32_t seed = 1;
-  for (const Case& c : cases) check(*dev, c, DataType::FLOAT32, false, seed += 10);
+  on_every_isa([&] {
+    uint32_t seed = 1;
+    for (const Case& c : cases) check(*dev, c, DataType::FLOAT32, false, seed += 10);
+  });
 }
 
 TEST(QuantizedConv2d, SpecialValuesAndBfloat16Rows) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const Case c{2, 9, 9, 12, 16, 3, 1, 1, 1, kRelu, 37, true, true};
-  check(*dev, c, DataType::FLOAT32, /*specials=*/true, 5);
-  check(*dev, c, DataType::BFLOAT16, /*specials=*/true, 6);
+  on_every_isa([&] {
+    check(*dev, c, DataType::FLOAT32, /*specials=*/true, 5);
+    check(*dev, c, DataType::BFLOAT16, /*specials=*/true, 6);
+  });
 }
 
 // +-Inf saturates, -0.0 and denormals quantize to the zero point, halves
@@ -118,11 +134,13 @@ TEST(QuantizedConv2d, QuantizesLikeQuantizeLinear) {
   const std::vector<float> want = {NAN, 122.5f, -5.0f, 0.0f, 0.0f, 1.0f, 1.0f, -2.0f};
   ASSERT_OK_AND_ASSIGN(Tensor x,
                        to_device(Tensor::from_vector(in, Shape{1, 1, 8, 1}, DataType::FLOAT32).value(), *dev));
-  ASSERT_OK_AND_ASSIGN(Tensor y, (*layer)(x));
-  const std::vector<float> got = y.cpu().value().to_vector().value();
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_TRUE(std::isnan(got[0]));
-  for (size_t i = 1; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
+  on_every_isa([&] {
+    ASSERT_OK_AND_ASSIGN(Tensor y, (*layer)(x));
+    const std::vector<float> got = y.cpu().value().to_vector().value();
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_TRUE(std::isnan(got[0]));
+    for (size_t i = 1; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
+  });
 }
 
 // A NaN reaches every output channel of the pixels whose windows hold it,
