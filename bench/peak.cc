@@ -40,6 +40,11 @@ double dot_bf16_peak_gflops(int threads, uint64_t iterations, int reps) {
   return peak_gflops(dot_bf16_loop_avx512, 12 * 32.0 * 2, threads, iterations, reps);
 }
 
+double dot_u8s8_peak_gops(int threads, uint64_t iterations, int reps) {
+  if (!has_bf16_dot() || !cpu_features().avx512_vnni) return 0;
+  return peak_gflops(dot_u8s8_loop_avx512, 12 * 64.0 * 2, threads, iterations, reps);
+}
+
 double amx_bf16_peak_gflops(int threads, uint64_t iterations, int reps) {
   if (!cpu_features().amx_bf16 || !request_amx_tiles()) return 0;
   return peak_gflops(amx_bf16_loop, 4 * 16 * 16 * 32 * 2.0, threads, iterations, reps);

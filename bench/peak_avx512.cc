@@ -41,4 +41,17 @@ float dot_bf16_loop_avx512(uint64_t iterations) {
   return run_chains(iterations, [&](__m512 acc) { return _mm512_dpbf16_ps(acc, a, b); });
 }
 
+// u8 x s8 dot products into int32 (VNNI's vpdpbusd: 64 products per
+// instruction), the integer convs' (quantized_conv2d.h) instruction.
+__attribute__((target("avx512vnni"))) float dot_u8s8_loop_avx512(uint64_t iterations) {
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  __m512i acc[kChains];
+  for (int k = 0; k < kChains; ++k) acc[k] = _mm512_set1_epi32(k);
+  for (uint64_t i = 0; i < iterations; ++i)
+    for (int k = 0; k < kChains; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b);
+  __m512 f[kChains];
+  for (int k = 0; k < kChains; ++k) f[k] = _mm512_cvtepi32_ps(acc[k]);
+  return combine(f);
+}
+
 }  // namespace tessera::bench

@@ -54,17 +54,19 @@ int main() {
               std::string(bench::peak_isa()).c_str());
   if (!bench::has_bf16_dot())
     std::printf("No BF16 dot-product instruction: bfloat16 computes in float32, and its peak is the FP32 one.\n\n");
-  std::printf("| threads | FP32 FMA GFLOP/s | BF16 dot GFLOP/s | AMX BF16 GFLOP/s | read GB/s | write GB/s | copy GB/s "
-              "(read+write) |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("| threads | FP32 FMA GFLOP/s | BF16 dot GFLOP/s | AMX BF16 GFLOP/s | VNNI u8s8 GOP/s | read GB/s | "
+              "write GB/s | copy GB/s (read+write) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   const int all = static_cast<int>(std::thread::hardware_concurrency());
   for (int threads : {1, all}) {
     ThreadPool pool(threads);
     const size_t bytes = size_t{256} << 20;
     const double amx = bench::amx_bf16_peak_gflops(threads);
-    std::printf("| %d | %.0f | %.0f | %s | %.1f | %.1f | %.1f |\n", threads, bench::fma_f32_peak_gflops(threads),
+    const double vnni = bench::dot_u8s8_peak_gops(threads);
+    std::printf("| %d | %.0f | %.0f | %s | %s | %.1f | %.1f | %.1f |\n", threads, bench::fma_f32_peak_gflops(threads),
                 bench::dot_bf16_peak_gflops(threads), amx > 0 ? std::to_string(std::lround(amx)).c_str() : "-",
-                bandwidth(pool, bytes, 0), bandwidth(pool, bytes, 1), bandwidth(pool, bytes, 2));
+                vnni > 0 ? std::to_string(std::lround(vnni)).c_str() : "-", bandwidth(pool, bytes, 0),
+                bandwidth(pool, bytes, 1), bandwidth(pool, bytes, 2));
   }
   return 0;
 }
