@@ -248,6 +248,19 @@ StatusOr<HostTensor> quantized_conv(const Node& n, Ins ins) {
     const float scaled = s * ws[ws.size() == 1 ? 0 : c] * acc.f[k];  // (s * ws first, as the device)
     acc.f[k] = scaled + (bias ? static_cast<float>(bias->at(c)) : 0.0f);
   }
+  // The output's QuantizeLinear -> DequantizeLinear (fuse_quantized_convs),
+  // after its Relu (which evaluate_fused applies again, to the same values).
+  if (n.has_attr("output_scale")) {
+    const float os = n.attr_float("output_scale", 1.0f);
+    const auto oz = static_cast<double>(n.attr_int("output_zero_point", 0));
+    const QuantRange r{static_cast<double>(n.attr_int("output_lo", 0)),
+                       static_cast<double>(n.attr_int("output_hi", 255))};
+    const bool relu = n.attr_string("tessera_activation", "") == "relu";
+    for (float& v : acc.f) {
+      if (relu && v < 0) v = 0;
+      if (!std::isnan(v)) v = static_cast<float>(static_cast<double>(quantize(v, os, oz, r)) - oz) * os;
+    }
+  }
   return std::move(acc);
 }
 

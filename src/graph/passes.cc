@@ -620,7 +620,10 @@ PassReport fuse_activations(Graph& g) {
   std::vector<bool> dead(g.nodes.size(), false);
   for (size_t pi = 0; pi < g.nodes.size(); ++pi) {
     Node& p = g.nodes[pi];
-    if (!producers.count(p.op_type) || p.has_attr("tessera_activation") || p.outputs.size() != 1) continue;
+    // (A QuantizedConv that quantizes its output applies nothing after that.)
+    if (!producers.count(p.op_type) || p.has_attr("tessera_activation") || p.has_attr("output_scale") ||
+        p.outputs.size() != 1)
+      continue;
     const int ai = sole_reader(g, consumers, p.outputs[0]);
     if (ai < 0) continue;
     const Node& act = g.nodes[static_cast<size_t>(ai)];

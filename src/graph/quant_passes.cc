@@ -525,6 +525,75 @@ const Node* made_by(const Graph& g, int v, const char* op) {
   return n.op_type == op ? &n : nullptr;
 }
 
+// A QuantizedConv's output through [Relu ->] QuantizeLinear (uint8 / int8,
+// constant scalars) [-> Cast to its type] -> DequantizeLinear of the same
+// scale and zero point: the pair moves into the conv's epilogue
+// (output_scale, output_zero_point, output_lo / hi; the Relu as its
+// activation), and the conv writes the DequantizeLinear's value. The Relu's
+// value may also feed QuantizedConvs that quantize it with the same scale
+// and zero point: they read the new value instead, which quantizes to the
+// same integers. Marks the folded nodes in `dead`.
+void fold_output_quantization(Graph& g, std::vector<bool>& dead) {
+  const auto consumers = g.consumers();
+  auto is_output = [&](int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
+  for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
+    if (g.nodes[ci].op_type != "QuantizedConv" || g.nodes[ci].has_attr("tessera_activation")) continue;
+    int v = g.nodes[ci].outputs[0];
+    int relu = sole_reader(g, consumers, v);
+    if (relu < 0 || g.nodes[static_cast<size_t>(relu)].op_type != "Relu") relu = -1;
+    if (relu >= 0) v = g.nodes[static_cast<size_t>(relu)].outputs[0];
+    if (is_output(v)) continue;
+    // v's readers: one QuantizeLinear, and QuantizedConvs of its scale and zero point.
+    int qi = -1;
+    std::vector<std::pair<int, int>> convs;
+    bool ok = true;
+    for (const auto& [reader, slot] : consumers[static_cast<size_t>(v)]) {
+      const Node& n = g.nodes[static_cast<size_t>(reader)];
+      if (n.op_type == "QuantizeLinear" && slot == 0 && qi < 0)
+        qi = reader;
+      else if (n.op_type == "QuantizedConv" && slot == 0)
+        convs.emplace_back(reader, slot);
+      else
+        ok = false;
+    }
+    if (!ok || qi < 0) continue;
+    const Node& q = g.nodes[static_cast<size_t>(qi)];
+    const std::string type = q.attr_string("tessera_quant_type", "uint8");
+    const auto s = const_scalar(g, q.inputs.size() > 1 ? q.inputs[1] : -1);
+    const auto z = const_scalar(g, q.inputs.size() > 2 ? q.inputs[2] : -1, 0);
+    if ((type != "uint8" && type != "int8") || q.attr_int("saturate", 1) == 0 || !s || !z || !(*s > 0) ||
+        !std::isfinite(*s))
+      continue;
+    for (const auto& [reader, slot] : convs) {
+      const Node& n = g.nodes[static_cast<size_t>(reader)];
+      ok = ok && n.attr_float("input_scale", 0) == static_cast<float>(*s) && n.attr_int("input_zero_point", -1) == *z;
+    }
+    int w = q.outputs[0], cast = sole_reader(g, consumers, w);
+    if (cast >= 0 && g.nodes[static_cast<size_t>(cast)].op_type == "Cast" &&
+        g.nodes[static_cast<size_t>(cast)].attr_int("to", 0) == (type == "uint8" ? 2 : 3))
+      w = g.nodes[static_cast<size_t>(cast)].outputs[0];
+    else
+      cast = -1;
+    const int di = sole_reader(g, consumers, w);
+    if (!ok || di < 0 || g.nodes[static_cast<size_t>(di)].op_type != "DequantizeLinear") continue;
+    const Node& dq = g.nodes[static_cast<size_t>(di)];
+    if (dq.inputs.size() < 2 || dq.inputs[0] != w || const_scalar(g, dq.inputs[1]) != s ||
+        const_scalar(g, dq.inputs.size() > 2 ? dq.inputs[2] : -1, 0) != z)
+      continue;
+    const int d = dq.outputs[0];
+    Node& c = g.nodes[ci];
+    if (relu >= 0) c.attrs["tessera_activation"] = string_attr("relu");
+    c.attrs["output_scale"] = float_attr(static_cast<float>(*s));
+    c.attrs["output_zero_point"] = int_attr(static_cast<int64_t>(*z));
+    c.attrs["output_lo"] = int_attr(type == "uint8" ? 0 : -128);
+    c.attrs["output_hi"] = int_attr(type == "uint8" ? 255 : 127);
+    c.outputs = {d};
+    for (const auto& [reader, slot] : convs) g.nodes[static_cast<size_t>(reader)].inputs[0] = d;
+    for (int k : {relu, qi, cast, di})
+      if (k >= 0) dead[static_cast<size_t>(k)] = true;
+  }
+}
+
 }  // namespace
 
 PassReport fuse_quantized_convs(Graph& g) {
@@ -615,9 +684,10 @@ PassReport fuse_quantized_convs(Graph& g) {
     c.attrs["weight_scales"] = floats_attr(std::move(scales));
     ++r.rewrites;
   }
+  std::vector<bool> dead(g.nodes.size(), false);
+  fold_output_quantization(g, dead);
   // The DequantizeLinear of weights no QuantizedConv took (infer_shapes
   // left them) fold into float constants, as every other constant node did.
-  std::vector<bool> dead(g.nodes.size(), false);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.op_type != "DequantizeLinear" || n.outputs.size() != 1) continue;

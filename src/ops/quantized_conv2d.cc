@@ -60,6 +60,7 @@ struct Args {
   float input_scale;
   int32_t zero_point;
   UnaryWithParam activation;
+  OutputQuantization output;  // scale 0: none
   Plan* plan;
 };
 
@@ -106,7 +107,8 @@ Status run_shard(const Args& a, Shard& sh) {
   if (plan.int8)
     nan = qk.to_u8(rows, pixels * c, a.input_scale, a.zero_point, reinterpret_cast<uint8_t*>(sh.src_stage.get()));
   else
-    qk.centered(rows, pixels * c, a.input_scale, a.zero_point, reinterpret_cast<float*>(sh.src_stage.get()));
+    qk.centered(rows, pixels * c, a.input_scale, a.zero_point, 0, 255, 1.0f,
+                reinterpret_cast<float*>(sh.src_stage.get()));
   TS_RETURN_IF_ERROR(onednn::guard("quantized_conv2d", "running", [&] {
     sh.zp = a.zero_point;
     sh.weights_mem.set_data_handle(const_cast<std::byte*>(a.weights));
@@ -128,6 +130,8 @@ Status run_shard(const Args& a, Shard& sh) {
   qk.dequantize(sh.acc.get(), !plan.int8, out_pixels, k, a.scales, a.bias, y, k);
   if (nan) mark_nan_windows(p, sh, rows, y);
   if (!a.activation.is_identity()) cpu::select_float_math().unary(a.activation, y, out_pixels * k);
+  if (a.output.scale > 0)
+    qk.centered(y, out_pixels * k, a.output.scale, a.output.zero_point, a.output.lo, a.output.hi, a.output.scale, y);
   if (!direct)
     onednn::scatter_rows(a.dst, DataType::FLOAT32, row0, row0 + out_pixels, 0, k, sh.out.get(), DataType::FLOAT32);
   return ok_status();
@@ -270,6 +274,11 @@ StatusOr<std::unique_ptr<QuantizedConv2d>> QuantizedConv2d::create(Device& devic
   if (!(params.input_scale > 0) || !std::isfinite(params.input_scale))
     return invalid_argument_error("quantized_conv2d: the input scale must be positive and finite, found {}",
                                   params.input_scale);
+  if (const auto& o = params.output; o && (!(o->scale > 0) || !std::isfinite(o->scale) || o->lo > o->hi ||
+                                           o->zero_point < o->lo || o->zero_point > o->hi))
+    return invalid_argument_error(
+        "quantized_conv2d: the output quantization needs a positive finite scale and a zero "
+        "point within [lo, hi]");
   if (params.input_zero_point < 0 || params.input_zero_point > 255)
     return invalid_argument_error("quantized_conv2d: the input zero point must be a uint8 (0..255), found {}",
                                   params.input_zero_point);
@@ -346,6 +355,7 @@ StatusOr<Tensor> QuantizedConv2d::operator()(const Tensor& input, uint8_t cq_id)
   args.input_scale = impl_->params.input_scale;
   args.zero_point = impl_->params.input_zero_point;
   args.activation = p.activation;
+  if (impl_->params.output) args.output = *impl_->params.output;
   args.plan = static_cast<Plan*>(impl_->program->plan.get());
   TS_RETURN_IF_ERROR(device.enqueue_program(cq_id, *impl_->program, &args, sizeof(args)));
   return out;

@@ -172,6 +172,44 @@ TEST(QuantizedConv2d, NanReachesTheWindowsThatHoldIt) {
   }
 }
 
+// The output's QuantizeLinear -> DequantizeLinear, after the activation,
+// uint8 and int8, against the reference bit for bit on every kernel set.
+TEST(QuantizedConv2d, OutputQuantizationIsQuantizeThenDequantize) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  for (const auto& [act, out] : {std::pair{kRelu, OutputQuantization{0.05f, 10, 0, 255}},
+                                 std::pair{kNone, OutputQuantization{0.04f, -3, -128, 127}}}) {
+    Layer l = make_layer({2, 9, 8, 8, 24, 3, 1, 1, 1, act, 30, true, true}, 17);
+    l.params.output = out;
+    std::vector<float> v = testing::random_values(2 * 9 * 8 * 8, 18);
+    v[5] = NAN;
+    ASSERT_OK_AND_ASSIGN(Tensor host, Tensor::from_vector(v, Shape{2, 9, 8, 8}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(auto layer, QuantizedConv2d::create(*dev, l.params, l.weights, l.scales, l.bias));
+    ASSERT_OK_AND_ASSIGN(Tensor want, reference::quantized_conv2d(host, l.params, l.weights, l.scales, l.bias));
+    on_every_isa([&] {
+      ASSERT_OK_AND_ASSIGN(Tensor x, to_device(host, *dev));
+      ASSERT_OK_AND_ASSIGN(Tensor y, (*layer)(x));
+      const auto g = y.cpu().value().to_vector().value(), r = want.to_vector().value();
+      size_t nans = 0;
+      for (size_t i = 0; i < g.size(); ++i) {
+        nans += std::isnan(r[i]);
+        if (std::isnan(r[i]))
+          EXPECT_TRUE(std::isnan(g[i])) << i;
+        else
+          EXPECT_EQ(g[i], r[i]) << i;
+        // Every value is a multiple of the scale within the type's range.
+        if (!std::isnan(r[i])) {
+          EXPECT_EQ(std::nearbyint(r[i] / out.scale) * out.scale, r[i]) << i;
+        }
+      }
+      EXPECT_GT(nans, 0u);
+    });
+  }
+  QuantizedConv2dParams bad = make_layer({1, 4, 4, 8, 8, 3, 1, 1, 1, kNone, 0, true, false}, 1).params;
+  bad.output = OutputQuantization{0.1f, 300, 0, 255};
+  const Layer l = make_layer({1, 4, 4, 8, 8, 3, 1, 1, 1, kNone, 0, true, false}, 1);
+  EXPECT_FALSE(QuantizedConv2d::create(*dev, bad, l.weights, l.scales, l.bias).ok());
+}
+
 TEST(QuantizedConv2d, Errors) {
   ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
   const Case c{1, 6, 6, 4, 8, 3, 1, 1, 1, kNone, 0, true, true};

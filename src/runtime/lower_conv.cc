@@ -186,9 +186,14 @@ Status CompiledModel::Impl::lower_quantized_conv(const Node& n) {
   const int x = n.inputs[0], y = n.outputs[0];
   if (rank(x) != 4) return lower_fallback(n, fmt::format("{}-D quantized convolution", rank(x) - 2));
   TS_ASSIGN_OR_RETURN(const Conv2dParams p, conv_params(n));
-  const QuantizedConv2dParams qp{.conv = p,
-                                 .input_scale = n.attr_float("input_scale", 1.0f),
-                                 .input_zero_point = static_cast<int32_t>(n.attr_int("input_zero_point", 0))};
+  QuantizedConv2dParams qp{.conv = p,
+                           .input_scale = n.attr_float("input_scale", 1.0f),
+                           .input_zero_point = static_cast<int32_t>(n.attr_int("input_zero_point", 0))};
+  if (n.has_attr("output_scale"))
+    qp.output = OutputQuantization{.scale = n.attr_float("output_scale", 0.0f),
+                                   .zero_point = static_cast<int32_t>(n.attr_int("output_zero_point", 0)),
+                                   .lo = static_cast<int32_t>(n.attr_int("output_lo", 0)),
+                                   .hi = static_cast<int32_t>(n.attr_int("output_hi", 255))};
   TS_ASSIGN_OR_RETURN(
       Tensor w, Tensor::from_vector(g.value(n.inputs[1]).constant->f, to_shape(dims(n.inputs[1])), DataType::FLOAT32));
   std::vector<float> bias;

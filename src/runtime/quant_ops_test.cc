@@ -114,8 +114,8 @@ TEST(QuantOps, QdqModelRunsOnTheDevice) {
 
 // The QDQ conv (uint8 activations, int8 per-channel weights, a float bias)
 // becomes one QuantizedConv of the float input (graph::fuse_quantized_convs):
-// the device multiplies integers; the model's Quantize / Dequantize pair
-// before it is gone.
+// the device multiplies integers; the model's Quantize / Dequantize pairs
+// before and after it are gone.
 TEST(QuantOps, QdqConvRunsAsAnIntegerConv) {
   ASSERT_OK_AND_ASSIGN(graph::Graph g, importer::import_onnx_bytes(qdq_model(1).bytes()));
   graph::Graph opt = g;
@@ -126,6 +126,15 @@ TEST(QuantOps, QdqConvRunsAsAnIntegerConv) {
   for (const graph::Node& n : opt.nodes) qconvs += n.op_type == "QuantizedConv", convs += n.op_type == "Conv";
   EXPECT_EQ(qconvs, 1u);
   EXPECT_EQ(convs, 0u);
+  // Its Relu -> Quantize (int8, 0.04) -> Dequantize moved into it.
+  for (const graph::Node& n : opt.nodes) {
+    EXPECT_NE(n.op_type, "Relu");
+    if (n.op_type != "QuantizedConv") continue;
+    EXPECT_EQ(n.attr_string("tessera_activation", ""), "relu");
+    EXPECT_EQ(n.attr_float("output_scale", 0), 0.04f);
+    EXPECT_EQ(n.attr_int("output_lo", 0), -128);
+    EXPECT_EQ(n.attr_int("output_hi", 0), 127);
+  }
   // On the device (exact integer sums where the CPU has VNNI) against the
   // model's own ops on the host, within one step of the last quantizer.
   for (int64_t batch : {1, 3}) expect_matches_reference(qdq_model(batch), input({batch, 4, 10, 10}, 5), 0.04f);

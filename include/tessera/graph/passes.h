@@ -105,7 +105,10 @@ PassReport conv1d_to_conv2d(Graph& g);
 // DequantizeLinear) becomes a QuantizedConv of x: inputs x, the int8
 // weights as floats and the float bias; attributes the Conv's, input_scale,
 // input_zero_point and weight_scales (quantized_conv2d.h computes it). The
-// Quantize / Dequantize pair stays for other readers. Runs before
+// Quantize / Dequantize pair stays for other readers. A QuantizedConv's own
+// output pair ([Relu ->] QuantizeLinear -> DequantizeLinear) moves into it
+// (output_scale, output_zero_point, output_lo, output_hi; the Relu as its
+// tessera_activation), and fuse_activations then adds nothing after it. Runs before
 // lower_quantized, where the device runs integer convs exactly
 // (quantized_conv2d_kernel() == "int8"; the compiler asks).
 PassReport fuse_quantized_convs(Graph& g);

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -37,10 +38,20 @@
 
 namespace tessera {
 
+// A QuantizeLinear -> DequantizeLinear pair after the activation, applied to
+// the float output: (clamp(round(y / scale) + zero_point, lo, hi) - zero_point)
+// * scale (a NaN stays NaN); lo / hi: the quantized type's range (uint8 0 /
+// 255, int8 -128 / 127).
+struct OutputQuantization {
+  float scale = 0;
+  int32_t zero_point = 0, lo = 0, hi = 255;
+};
+
 struct QuantizedConv2dParams {
   Conv2dParams conv;             // geometry (groups 1) and the fused activation
   float input_scale = 1.0f;      // QuantizeLinear's y_scale: positive, finite
   int32_t input_zero_point = 0;  // uint8: 0..255
+  std::optional<OutputQuantization> output;
 };
 
 // "int8" where this CPU's int8 kernels sum exactly (VNNI), else "f32".

@@ -19,8 +19,9 @@ inline __m256i quantized(__m256 x, __m256 scale, __m256& nan) {
   const __m256 c = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-1024.0f)), _mm256_set1_ps(1024.0f));
   return _mm256_cvtps_epi32(_mm256_round_ps(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-inline __m256i saturated(__m256i q, __m256i zp) {
-  return _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(q, zp), _mm256_setzero_si256()), _mm256_set1_epi32(255));
+inline __m256i saturated(__m256i q, __m256i zp, __m256i lo = _mm256_setzero_si256(),
+                         __m256i hi = _mm256_set1_epi32(255)) {
+  return _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(q, zp), lo), hi);
 }
 
 }  // namespace
@@ -50,9 +51,10 @@ bool quantize_to_u8(const float* x, size_t n, float scale, int32_t zp, uint8_t* 
   return _mm256_movemask_ps(nan) != 0;
 }
 
-void quantize_centered(const float* x, size_t n, float scale, int32_t zp, float* y) {
-  const __m256 s = _mm256_set1_ps(scale);
-  const __m256i z = _mm256_set1_epi32(zp);
+void quantize_centered(const float* x, size_t n, float scale, int32_t zp, int32_t lo, int32_t hi, float out_scale,
+                       float* y) {
+  const __m256 s = _mm256_set1_ps(scale), os = _mm256_set1_ps(out_scale);
+  const __m256i z = _mm256_set1_epi32(zp), l = _mm256_set1_epi32(lo), h = _mm256_set1_epi32(hi);
   alignas(32) float in[8], res[8];
   for (size_t i = 0; i < n; i += 8) {
     const size_t m = std::min<size_t>(8, n - i);
@@ -60,8 +62,8 @@ void quantize_centered(const float* x, size_t n, float scale, int32_t zp, float*
     if (m < 8) std::fill(in, in + 8, 0.0f), std::copy(x + i, x + i + m, in), src = in;
     const __m256 v = _mm256_loadu_ps(src);
     __m256 nan = _mm256_setzero_ps();
-    const __m256 c = _mm256_cvtepi32_ps(_mm256_sub_epi32(saturated(quantized(v, s, nan), z), z));
-    const __m256 r = _mm256_blendv_ps(c, v, nan);
+    const __m256 c = _mm256_cvtepi32_ps(_mm256_sub_epi32(saturated(quantized(v, s, nan), z, l, h), z));
+    const __m256 r = _mm256_blendv_ps(_mm256_mul_ps(c, os), v, nan);
     if (m == 8) {
       _mm256_storeu_ps(y + i, r);
     } else {

@@ -15,8 +15,9 @@ inline __m512i quantized(__m512 x, __m512 scale, __mmask16& nan) {
   const __m512 c = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-1024.0f)), _mm512_set1_ps(1024.0f));
   return _mm512_cvtps_epi32(_mm512_roundscale_ps(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-inline __m512i saturated(__m512i q, __m512i zp) {
-  return _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(q, zp), _mm512_setzero_si512()), _mm512_set1_epi32(255));
+inline __m512i saturated(__m512i q, __m512i zp, __m512i lo = _mm512_setzero_si512(),
+                         __m512i hi = _mm512_set1_epi32(255)) {
+  return _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(q, zp), lo), hi);
 }
 inline __mmask16 tail(size_t m) { return static_cast<__mmask16>((1u << m) - 1); }
 
@@ -40,15 +41,16 @@ bool quantize_to_u8(const float* x, size_t n, float scale, int32_t zp, uint8_t* 
   return nan != 0;
 }
 
-void quantize_centered(const float* x, size_t n, float scale, int32_t zp, float* y) {
-  const __m512 s = _mm512_set1_ps(scale);
-  const __m512i z = _mm512_set1_epi32(zp);
+void quantize_centered(const float* x, size_t n, float scale, int32_t zp, int32_t lo, int32_t hi, float out_scale,
+                       float* y) {
+  const __m512 s = _mm512_set1_ps(scale), os = _mm512_set1_ps(out_scale);
+  const __m512i z = _mm512_set1_epi32(zp), l = _mm512_set1_epi32(lo), h = _mm512_set1_epi32(hi);
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail(n - i);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
     __mmask16 nan = 0;
-    const __m512 c = _mm512_cvtepi32_ps(_mm512_sub_epi32(saturated(quantized(v, s, nan), z), z));
-    _mm512_mask_storeu_ps(y + i, m, _mm512_mask_mov_ps(c, nan, v));
+    const __m512 c = _mm512_cvtepi32_ps(_mm512_sub_epi32(saturated(quantized(v, s, nan), z, l, h), z));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mask_mov_ps(_mm512_mul_ps(c, os), nan, v));
   }
 }
 

@@ -30,11 +30,12 @@ bool to_u8_scalar(const float* x, size_t n, float scale, int32_t zp, uint8_t* q)
   return any;
 }
 
-void centered_scalar(const float* x, size_t n, float scale, int32_t zp, float* y) {
+void centered_scalar(const float* x, size_t n, float scale, int32_t zp, int32_t lo, int32_t hi, float out_scale,
+                     float* y) {
   for (size_t i = 0; i < n; ++i) {
     bool nan = false;
-    const int32_t q = std::clamp(quantized(x[i], scale, nan) + zp, 0, 255) - zp;
-    y[i] = nan ? x[i] : static_cast<float>(q);
+    const int32_t q = std::clamp(quantized(x[i], scale, nan) + zp, lo, hi) - zp;
+    y[i] = nan ? x[i] : static_cast<float>(q) * out_scale;
   }
 }
 

@@ -18,8 +18,12 @@ struct QuantizeKernels {
   // q[i] = clamp(round(x[i] / scale) + zp, 0, 255); a NaN gives 0. Returns
   // whether any x[i] / scale was NaN.
   bool (*to_u8)(const float* x, size_t n, float scale, int32_t zp, uint8_t* q);
-  // y[i] = that minus zp, as a float; a NaN stays NaN (y may be x).
-  void (*centered)(const float* x, size_t n, float scale, int32_t zp, float* y);
+  // y[i] = (clamp(round(x[i] / scale) + zp, lo, hi) - zp) * out_scale, the
+  // product rounded once; a NaN stays NaN (y may be x). out_scale 1: the
+  // centered integers (the float32 kernels' input); scale: QuantizeLinear
+  // then DequantizeLinear.
+  void (*centered)(const float* x, size_t n, float scale, int32_t zp, int32_t lo, int32_t hi, float out_scale,
+                   float* y);
   // y[p * ldy + c] = s[c] * float(acc[p * k + c]) + b[c] over `pixels` rows
   // of k channels (acc float32 sums when `float_acc`).
   void (*dequantize)(const void* acc, bool float_acc, size_t pixels, uint32_t k, const float* s, const float* b,
@@ -28,12 +32,13 @@ struct QuantizeKernels {
 
 const QuantizeKernels& select_quantize_kernels();  // by kernel_isa()
 
-#define TESSERA_QUANTIZE_ISA(ns)                                                                                   \
-  namespace ns {                                                                                                   \
-  bool quantize_to_u8(const float* x, size_t n, float scale, int32_t zp, uint8_t* q);                              \
-  void quantize_centered(const float* x, size_t n, float scale, int32_t zp, float* y);                             \
-  void dequantize_sums(const void* acc, bool float_acc, size_t pixels, uint32_t k, const float* s, const float* b, \
-                       float* y, size_t ldy);                                                                      \
+#define TESSERA_QUANTIZE_ISA(ns)                                                                                     \
+  namespace ns {                                                                                                     \
+  bool quantize_to_u8(const float* x, size_t n, float scale, int32_t zp, uint8_t* q);                                \
+  void quantize_centered(const float* x, size_t n, float scale, int32_t zp, int32_t lo, int32_t hi, float out_scale, \
+                         float* y);                                                                                  \
+  void dequantize_sums(const void* acc, bool float_acc, size_t pixels, uint32_t k, const float* s, const float* b,   \
+                       float* y, size_t ldy);                                                                        \
   }
 TESSERA_QUANTIZE_ISA(avx512)
 TESSERA_QUANTIZE_ISA(avx2)

@@ -99,8 +99,13 @@ StatusOr<Tensor> quantized_conv2d(const Tensor& input, const QuantizedConv2dPara
           const float s = qp.input_scale * weight_scales[weight_scales.size() == 1 ? 0 : oc];
           const float scaled = s * static_cast<float>(acc);
           const float biased = tainted ? NAN : scaled + (bias.empty() ? 0.0f : bias[oc]);
-          y[((uint64_t{n} * oh + oy) * ow + ox) * p.out_channels + oc] =
-              static_cast<float>(apply_activation(p.activation, biased));
+          float v = static_cast<float>(apply_activation(p.activation, biased));
+          if (const auto& o = qp.output; o && !std::isnan(v)) {
+            const double q = std::clamp(std::nearbyint(static_cast<double>(v / o->scale)) + o->zero_point,
+                                        static_cast<double>(o->lo), static_cast<double>(o->hi));
+            v = static_cast<float>(q - o->zero_point) * o->scale;
+          }
+          y[((uint64_t{n} * oh + oy) * ow + ox) * p.out_channels + oc] = v;
         }
   return Tensor::from_vector(y, Shape{1, 1, p.batch_size * oh * ow, p.out_channels}, DataType::FLOAT32,
                              Layout::ROW_MAJOR);
