@@ -26,6 +26,20 @@ namespace {
 
 using namespace detail;
 
+// The single output of `n` evaluated on the host when every input it has is
+// a constant; nullopt otherwise, or when the host kernel refuses (the node
+// then runs, and reports its error, as it would have).
+std::optional<HostTensor> evaluated(const Graph& g, const Node& n) {
+  std::vector<const HostTensor*> ins;
+  for (int v : n.inputs) {
+    if (v >= 0 && !g.is_constant(v)) return std::nullopt;
+    ins.push_back(v < 0 ? nullptr : &*g.value(v).constant);
+  }
+  auto y = evaluate(n, ins, g.opset);
+  if (!y.ok() || y->size() != 1) return std::nullopt;
+  return std::move((*y)[0]);
+}
+
 // Ops whose result is a choice or an arrangement of their first input's
 // elements, valid on integers held in floats.
 bool moves_values(const Graph& g, const Node& n) {
@@ -356,14 +370,9 @@ class Lowering {
   // elements than it folds: a VGG's 102 M classifier weights) dequantized
   // here, once, instead of on the host at every run.
   bool dequantize_constant(const Node& n) {
-    std::vector<const HostTensor*> ins;
-    for (int v : n.inputs) {
-      if (v >= 0 && !g_.is_constant(v)) return false;
-      ins.push_back(v < 0 ? nullptr : &*g_.value(v).constant);
-    }
-    auto y = evaluate(n, ins, g_.opset);
-    if (!y.ok() || y->size() != 1) return false;  // (the host reports the error when the node runs)
-    g_.value(n.outputs[0]).constant = std::move((*y)[0]);
+    std::optional<HostTensor> y = evaluated(g_, n);
+    if (!y) return false;
+    g_.value(n.outputs[0]).constant = std::move(*y);
     return true;
   }
 
@@ -647,16 +656,7 @@ PassReport fuse_quantized_convs(Graph& g) {
       if (g.is_constant(b)) {
         bias = *g.value(b).constant;
       } else if (const Node* bdq = made_by(g, b, "DequantizeLinear")) {
-        std::vector<const HostTensor*> ins;
-        bool all = true;
-        for (int v : bdq->inputs) {
-          all = all && (v < 0 || g.is_constant(v));
-          ins.push_back(v >= 0 && g.is_constant(v) ? &*g.value(v).constant : nullptr);
-        }
-        if (all) {
-          auto out = evaluate(*bdq, ins, g.opset);
-          if (out.ok()) bias = std::move((*out)[0]);
-        }
+        bias = evaluated(g, *bdq);
       }
       ok = bias && bias->volume() == cout;
     }
@@ -691,16 +691,10 @@ PassReport fuse_quantized_convs(Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.op_type != "DequantizeLinear" || n.outputs.size() != 1) continue;
-    std::vector<const HostTensor*> ins;
-    bool all = true;
-    for (int v : n.inputs) {
-      all = all && (v < 0 || g.is_constant(v));
-      ins.push_back(v >= 0 && g.is_constant(v) ? &*g.value(v).constant : nullptr);
-    }
-    if (!all || !g.is_constant(n.inputs[0])) continue;
-    auto out = evaluate(n, ins, g.opset);
-    if (!out.ok()) continue;  // (lowered or run on the host as before)
-    g.value(n.outputs[0]).constant = std::move((*out)[0]);
+    if (n.inputs.empty() || !g.is_constant(n.inputs[0])) continue;
+    std::optional<HostTensor> y = evaluated(g, n);
+    if (!y) continue;  // (lowered or run on the host as before)
+    g.value(n.outputs[0]).constant = std::move(*y);
     dead[i] = true;
   }
   drop_nodes(g, dead);

@@ -251,6 +251,15 @@ TEST(QuantizedConv2d, Errors) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("ROW_MAJOR"), std::string::npos) << r.status().message();
   EXPECT_FALSE((*layer)(l.weights).ok());  // a host tensor
+  ASSERT_OK_AND_ASSIGN(Tensor device_weights, to_device(l.weights, *dev));
+  fails(l.params, device_weights, l.scales, l.bias, "expected host weights");
+  ASSERT_OK_AND_ASSIGN(auto other, open_device({}));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor elsewhere,
+      to_device(testing::random_tensor(Shape{1, 6, 6, 4}, DataType::FLOAT32, Layout::ROW_MAJOR, 1), *other));
+  r = (*layer)(elsewhere);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("another device"), std::string::npos) << r.status().message();
 }
 
 }  // namespace

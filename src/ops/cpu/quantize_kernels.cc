@@ -9,9 +9,9 @@ namespace tessera::cpu {
 
 namespace {
 
-// The quantized value of x (before the zero point), or nullopt-like NaN
-// flag: x / scale clamped to +-1024 (past any uint8 result, NaN to the low
-// end), then rounded to nearest even.
+// The quantized value of x before the zero point: x / scale clamped to
+// +-1024 (past any 8-bit result; a NaN to the low end, flagged in `nan`),
+// rounded to nearest even.
 inline int32_t quantized(float x, float scale, bool& nan) {
   float v = x / scale;
   nan = v != v;
