@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <utility>
 
 #include "../src/image/image_format.h"
@@ -412,6 +413,47 @@ TEST(Image, PortableBlockFloatWeightsAreStoredAsTiles) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << data_type_name(wt);
   }
+}
+
+// Constants of integers in [-128, 127] (a QDQ model's quantized weights)
+// take one byte each and read back bit for bit; any other value (-0.0, a
+// fraction, 128, NaN) keeps its float32 bytes, as do small constants.
+TEST(Image, IntegerConstantsAreStoredAsInt8) {
+  auto d = cpu();
+  auto m = compile_model("small", small_graph(), *d, {}, /*portable=*/true).value();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // 2048 integers, then each other case among 2048 integers, then a few integers.
+  std::vector<std::vector<float>> cases(6, std::vector<float>(2048));
+  for (auto& c : cases)
+    for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(static_cast<int>(i * 37 % 256) - 128);
+  cases[1][9] = -0.0f, cases[2][2047] = 0.5f, cases[3][0] = 128, cases[4][100] = -129, cases[5][7] = nan;
+  cases.push_back({-128, -1, 0, 1, 127});
+  const size_t first = m.graph.values.size();
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const int64_t n = static_cast<int64_t>(cases[k].size());
+    m.graph.add_value({.name = "c" + std::to_string(k),
+                       .type = graph::ElemType::FLOAT32,
+                       .dims = {n},
+                       .has_shape = true,
+                       .constant = graph::HostTensor::floats({n}, cases[k])});
+  }
+  const ImageModel* ms[] = {&m};
+  const std::vector<uint8_t> bytes = serialize_image(header_for(*d), ms).value();
+  EXPECT_EQ(preamble(bytes).format_major, kFormatMajor);  // int8 storage: format 2 readers must refuse it
+  auto img = Image::from_bytes(bytes).value();
+  const auto& stored = img->info().models[0].weight_bytes;
+  const auto int8 = std::find_if(stored.begin(), stored.end(), [](const auto& b) { return b.first == "int8"; });
+  ASSERT_NE(int8, stored.end());
+  EXPECT_EQ(int8->second, cases[0].size());  // the first case alone
+  ImageModel back = img->model(0).value();
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const auto& c = back.graph.values[first + k].constant;
+    ASSERT_TRUE(c.has_value()) << k;
+    ASSERT_EQ(c->f.size(), cases[k].size()) << k;
+    EXPECT_EQ(std::memcmp(c->f.data(), cases[k].data(), cases[k].size() * 4), 0) << k;
+  }
+  // An image without such constants stays format 2.
+  EXPECT_EQ(preamble(image_bytes(*d)).format_major, kFormatMajorWithoutTail);
 }
 
 TEST(Image, IdenticalWeightsAreStoredOnce) {

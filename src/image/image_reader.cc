@@ -123,6 +123,8 @@ const char* storage_name(fb::Storage s) {
       return "bfloat4_b";
     case fb::Storage::BFLOAT2_B:
       return "bfloat2_b";
+    case fb::Storage::INT8:
+      return "int8";
   }
   return "unknown";
 }
@@ -186,6 +188,7 @@ Status check_tensor(const fb::Tensor* t, uint64_t weights_bytes, const std::stri
     uint64_t elem = 0;
     if (t->type() == fb::ElemType::FLOAT32 && t->storage() == fb::Storage::FLOAT32) elem = 4;
     if (t->type() == fb::ElemType::FLOAT32 && t->storage() == fb::Storage::BFLOAT16) elem = 2;
+    if (t->type() == fb::ElemType::FLOAT32 && t->storage() == fb::Storage::INT8) elem = 1;
     if (t->type() == fb::ElemType::INT64 && t->storage() == fb::Storage::INT64) elem = 8;
     if (!elem)
       return damaged("{}: element type {} stored as {}, which this Tessera cannot read", what,
@@ -228,6 +231,10 @@ graph::HostTensor decode_tensor(const fb::Tensor* t, std::span<const uint8_t> we
   if (t->type() == fb::ElemType::INT64) {
     resize_untouched(h.i, t->bytes() / 8);
     std::memcpy(h.i.data(), p, t->bytes());
+  } else if (t->storage() == fb::Storage::INT8) {
+    resize_untouched(h.f, t->bytes());
+    const auto* q = reinterpret_cast<const int8_t*>(p);
+    std::copy(q, q + h.f.size(), h.f.begin());
   } else if (t->storage() == fb::Storage::BFLOAT16) {
     resize_untouched(h.f, t->bytes() / 2);
     bfloat16_to_float(reinterpret_cast<const uint16_t*>(p), h.f.data(), h.f.size());  // aligned (check_tensor)

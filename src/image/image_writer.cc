@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -25,6 +26,18 @@ namespace {
 
 using flatbuffers::FlatBufferBuilder;
 using flatbuffers::Offset;
+
+// True where every value is an integer in [-128, 127] and none is -0.0: an
+// int8 byte holds each exactly (a QDQ model's quantized weights). Small
+// constants (a bias of zeros, an exponent of 2) stay float32: the bytes
+// saved are nothing, and int8 storage makes the image format 3.
+inline constexpr size_t kInt8StorageMinValues = 1024;
+bool holds_int8(std::span<const float> v) {
+  return v.size() >= kInt8StorageMinValues && std::all_of(v.begin(), v.end(), [](float x) {
+           return x >= -128.0f && x <= 127.0f && x == static_cast<float>(static_cast<int8_t>(x)) &&
+                  (x != 0.0f || !std::signbit(x));
+         });
+}
 
 std::string cpu_model_name() {
   std::ifstream f("/proc/cpuinfo");
@@ -49,6 +62,7 @@ class Writer {
 
   FlatBufferBuilder fbb{1 << 16};
   std::vector<uint8_t> weights;
+  bool uses_int8 = false;  // INT8 storage, which format 2 readers lack
 
  private:
   // Appends `n` bytes to the weights section (or finds them there) and
@@ -85,6 +99,12 @@ class Writer {
                                                                   : fb::Storage::BFLOAT2_B,
                                 at, n);
       }  // (not a conv weight's dims: stored as float32 below)
+    }
+    if (f && holds_int8(t.f)) {
+      std::vector<int8_t> b(t.f.begin(), t.f.end());
+      const uint64_t at = blob(b.data(), b.size());
+      uses_int8 = true;
+      return fb::CreateTensor(fbb, fb::ElemType::FLOAT32, fbb.CreateVector(t.dims), fb::Storage::INT8, at, b.size());
     }
     if (f && rounded == DataType::BFLOAT16) {
       std::vector<uint16_t> b(t.f.size());
@@ -328,7 +348,8 @@ StatusOr<std::vector<uint8_t>> serialize_image(const ImageHeader& header, std::s
   format::Preamble p{};
   std::memcpy(p.magic, format::kMagic, sizeof p.magic);
   const bool tails = std::any_of(models.begin(), models.end(), [](const ImageModel* m) { return m->tail.has_value(); });
-  p.format_major = header.format_major == kFormatMajor && !tails ? kFormatMajorWithoutTail : header.format_major;
+  p.format_major =
+      header.format_major == kFormatMajor && !tails && !w.uses_int8 ? kFormatMajorWithoutTail : header.format_major;
   p.format_minor = header.format_minor;
   p.preamble_bytes = format::kPreambleBytes;
   p.meta_offset = format::kPreambleBytes;

@@ -6,8 +6,8 @@
 //
 //   fuzz_image_load [--seconds S] [--seed N] [SEED.tsi ...]
 //
-// Seeds: images of a small CNN and of a detector with a host tail compiled
-// here, plus any files given. Half
+// Seeds: images of a small CNN (one with int8 storage) and of a detector
+// with a host tail compiled here, plus any files given. Half
 // the mutants get their checksums recomputed, so that the mutations reach
 // the FlatBuffers verifier and the graph checks behind the CRCs. Each mutant
 // is opened, every model decoded and described; the target fails only on a
@@ -60,6 +60,20 @@ std::vector<uint8_t> small_image() {
   return image::serialize_image(image::header_for(*device), ms).value();
 }
 
+// A portable image with a constant of 1024 integers, stored as int8.
+std::vector<uint8_t> int8_image() {
+  using namespace tessera;
+  auto g = importer::import_onnx_bytes(testing_onnx::small_cnn(1).bytes()).value();
+  auto device = open_device({.descriptor = "cpu"}).value();
+  auto m = image::compile_model("small", std::move(g), *device, {}, /*portable=*/true).value();
+  std::vector<float> q(1024);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(static_cast<int>(i % 256) - 128);
+  m.graph.add_value({.name = "q", .type = graph::ElemType::FLOAT32, .dims = {1024}, .has_shape = true,
+                     .constant = graph::HostTensor::floats({1024}, std::move(q))});
+  const image::ImageModel* ms[] = {&m};
+  return image::serialize_image(image::header_for(*device), ms).value();
+}
+
 // A detector's image with its host tail (NonMaxSuppression, an If's branches).
 std::vector<uint8_t> tail_image() {
   using namespace tessera;
@@ -96,7 +110,7 @@ int main(int argc, char** argv) {
   const auto args = tessera::fuzz::parse_fuzz_args(argc, argv, "fuzz_image_load");
   if (!args) return 2;
   const double seconds = args->seconds;
-  std::vector<std::vector<uint8_t>> seeds{small_image(), tail_image()};
+  std::vector<std::vector<uint8_t>> seeds{small_image(), tail_image(), int8_image()};
   for (const std::string& f : args->files) seeds.emplace_back(f.begin(), f.end());
   std::mt19937 rng(args->seed);
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

@@ -77,10 +77,11 @@ inline constexpr uint16_t kFormatMajor = 3;
 inline constexpr uint16_t kFormatMinor = 0;
 // Format 1 (no prepared weights) is a subset of format 2: both load.
 inline constexpr uint16_t kOldestFormatMajor = 1;
-// Format 3 is format 2 with host tails (ImageModel::tail), which a reader
-// must not ignore: an image whose models have none is written as format 2,
-// so that format 2 readers load it, and one with a tail as 3, which they
-// refuse naming the version.
+// Format 3 is format 2 with host tails (ImageModel::tail) and int8 storage
+// of integer-valued constants (a QDQ model's weights), which a reader must
+// not ignore: an image that uses neither is written as format 2, so that
+// format 2 readers load it, and one that does as 3, which they refuse naming
+// the version.
 inline constexpr uint16_t kFormatMajorWithoutTail = 2;
 
 // Who wrote an image, for what.
