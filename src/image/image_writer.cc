@@ -85,7 +85,10 @@ class Writer {
 
   // `rounded`: stored as the model's conv weights dtype (bfloat16, or the
   // block-float tiles of a Conv weight), the values the kernels round to.
-  Offset<fb::Tensor> tensor(const graph::HostTensor& t, std::optional<DataType> rounded = std::nullopt) {
+  // `int8`: integer values may take INT8 storage (not a prepared conv's
+  // bias, which loading maps as float32).
+  Offset<fb::Tensor> tensor(const graph::HostTensor& t, std::optional<DataType> rounded = std::nullopt,
+                            bool int8 = true) {
     const bool f = t.type == graph::ElemType::FLOAT32;
     if (f && rounded && is_block_float(*rounded)) {
       const std::vector<uint32_t> d(t.dims.begin(), t.dims.end());
@@ -100,7 +103,7 @@ class Writer {
                                 at, n);
       }  // (not a conv weight's dims: stored as float32 below)
     }
-    if (f && holds_int8(t.f)) {
+    if (f && int8 && holds_int8(t.f)) {
       std::vector<int8_t> b(t.f.begin(), t.f.end());
       const uint64_t at = blob(b.data(), b.size());
       uses_int8 = true;
@@ -214,7 +217,7 @@ class Writer {
     const std::span<const uint8_t> b = p.bytes();
     const uint64_t at = blob(b.data(), b.size(), format::kWeightsAlignment);
     const std::vector<int64_t> dims(p.spec.shape.dims().begin(), p.spec.shape.dims().end());
-    const auto bt = tensor(p.bias);
+    const auto bt = tensor(p.bias, std::nullopt, /*int8=*/false);
     return fb::CreatePreparedWeights(
         fbb, fbb.CreateString(p.node), fbb.CreateString(p.key), fbb.CreateString(p.selection), fbb.CreateVector(dims),
         fbb.CreateString(data_type_name(p.spec.dtype)), fbb.CreateString(layout_name(p.spec.layout)), at, b.size(), bt);
