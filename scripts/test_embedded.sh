@@ -2,12 +2,13 @@
 # The embedded runtime as a user gets it: installs BUILD_DIR into a fresh
 # prefix, builds examples/embedded against the installed package (CMake and
 # pkg-config), checks that nothing there links protobuf or ONNX, and runs an
-# image through it: its outputs must be bit-identical to `tessera run`'s.
+# image of each model through it: its outputs must be bit-identical to
+# `tessera run`'s.
 #
-#   bash scripts/test_embedded.sh BUILD_DIR MODEL.onnx INPUT.npy
+#   bash scripts/test_embedded.sh BUILD_DIR MODEL.onnx INPUT.npy [MODEL.onnx INPUT.npy ...]
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "$1" && pwd) model=$2 input=$3
+build=$(cd "$1" && pwd)
 work=$build/embedded_test
 rm -rf "$work"
 mkdir -p "$work/out_cli" "$work/out_embedded" "$work/out_pkgconfig"
@@ -24,14 +25,21 @@ fi
 if nm -DC "$lib" | grep -Eq "google::protobuf|onnx::"; then
   echo "FAIL: the embedded runtime defines or needs protobuf / ONNX symbols"; exit 1
 fi
-"$work/prefix/bin/tessera" compile "$model" -o "$work/model.tsi" >/dev/null
-"$work/prefix/bin/tessera" run "$work/model.tsi" --input "$input" --output-dir "$work/out_cli" >/dev/null
-"$work/build/embedded_run" "$work/model.tsi" "$work/out_embedded" "$input"
-"$work/embedded_pkgconfig" "$work/model.tsi" "$work/out_pkgconfig" "$input" >/dev/null
+# Each MODEL INPUT pair: compiled, run by the CLI and by both builds of the example.
 n=0
-for f in "$work"/out_cli/*.npy; do
-  cmp "$f" "$work/out_embedded/$(basename "$f")"
-  cmp "$f" "$work/out_pkgconfig/$(basename "$f")"
-  n=$((n + 1))
+set -- "${@:2}"
+while [ $# -ge 2 ]; do
+  model=$1 input=$2
+  shift 2
+  rm -rf "$work"/out_*/ && mkdir -p "$work/out_cli" "$work/out_embedded" "$work/out_pkgconfig"
+  "$work/prefix/bin/tessera" compile "$model" -o "$work/model.tsi" >/dev/null
+  "$work/prefix/bin/tessera" run "$work/model.tsi" --input "$input" --output-dir "$work/out_cli" >/dev/null
+  "$work/build/embedded_run" "$work/model.tsi" "$work/out_embedded" "$input"
+  "$work/embedded_pkgconfig" "$work/model.tsi" "$work/out_pkgconfig" "$input" >/dev/null
+  for f in "$work"/out_cli/*.npy; do
+    cmp "$f" "$work/out_embedded/$(basename "$f")"
+    cmp "$f" "$work/out_pkgconfig/$(basename "$f")"
+    n=$((n + 1))
+  done
 done
 echo "embedded runtime: installed, built with CMake and pkg-config, no protobuf; $n output(s) bit-identical to tessera run"

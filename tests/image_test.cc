@@ -21,6 +21,7 @@
 #include "tessera/graph/shape_inference.h"
 #include "tessera/image/session.h"
 #include "tessera/import/onnx.h"
+#include "tessera/runtime/inference_queue.h"
 #include "tessera/tensor/tensor.h"
 
 namespace tessera::image {
@@ -581,7 +582,7 @@ TEST(Image, InfoNamesWhatTheImageHolds) {
 // A model whose outputs' shapes depend on the data (NonMaxSuppression, an
 // If with its branches): the image holds its host tail (format 3), `info`
 // names it, and the loaded image's outputs equal those of the model
-// compiled directly, through the embedded Session too.
+// compiled directly, through the embedded Session and its queues too.
 TEST(Image, HostTailTravelsWithItsSubgraphs) {
   auto d = cpu();
   importer::OnnxImportOptions io;
@@ -638,6 +639,35 @@ TEST(Image, HostTailTravelsWithItsSubgraphs) {
     EXPECT_EQ((*got)[k].dims, want[k].dims);
     EXPECT_EQ((*got)[k].f, want[k].f);
     EXPECT_EQ((*got)[k].i, want[k].i);
+  }
+  // The run_inference queues run the tail too, each sample's values as
+  // run_outputs gives them, in push order (the traced pipeline and plain runs).
+  Session& s = **session;
+  ASSERT_NE(s.tail(), nullptr);
+  auto sample = [&](int i) {
+    std::vector<float> v(x);
+    for (size_t k = 0; k < v.size(); ++k) v[k] += 0.25f * static_cast<float>(i) * std::cos(static_cast<float>(k));
+    return Tensor::from_vector(v, Shape{1, 8, 5}, DataType::FLOAT32).value();
+  };
+  for (bool pipeline : {true, false}) {
+    const int n = 4;
+    auto q = runtime::InferenceQueue::start(s.compiled(), s.device(),
+                                            {.input_count = n, .use_pipeline = pipeline, .tail = s.tail()});
+    ASSERT_TRUE(q.ok()) << q.status().to_string();
+    for (int i = 0; i < n; ++i) ASSERT_TRUE((*q)->push({sample(i)}).ok());
+    for (int i = 0; i < n; ++i) {
+      auto o = (*q)->pop();
+      ASSERT_TRUE(o.ok() && o->status.ok()) << o.status().to_string() << " " << o->status.to_string();
+      EXPECT_EQ(o->index, static_cast<uint64_t>(i));
+      const Tensor one[] = {sample(i)};
+      const std::vector<graph::HostTensor> ref = s.run_outputs(one).value();
+      ASSERT_EQ(o->values.size(), ref.size()) << (pipeline ? "pipeline" : "run");
+      for (size_t k = 0; k < ref.size(); ++k) {
+        EXPECT_EQ(o->values[k].dims, ref[k].dims) << i << " " << k;
+        EXPECT_EQ(o->values[k].f, ref[k].f) << i << " " << k;
+        EXPECT_EQ(o->values[k].i, ref[k].i) << i << " " << k;
+      }
+    }
   }
   std::remove(path.c_str());
 }

@@ -9,6 +9,7 @@
 #include "tessera/graph/shape_inference.h"
 #include "tessera/import/onnx.h"
 #include "tessera/perfmodel/conv_choosers.h"
+#include "tessera/runtime/model_outputs.h"
 
 namespace tessera::tools {
 
@@ -202,14 +203,7 @@ std::vector<std::string> output_names(const LoadedModel& m) {
 }
 
 StatusOr<std::vector<graph::HostTensor>> finish_outputs(const LoadedModel& m, const std::vector<Tensor>& outputs) {
-  std::vector<graph::HostTensor> host;
-  for (const Tensor& t : outputs) {
-    TS_ASSIGN_OR_RETURN(std::vector<float> v, t.to_vector());
-    host.push_back(graph::HostTensor::floats(std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end()),
-                                             std::move(v)));
-  }
-  if (!m.tail) return host;
-  return m.tail->run(host);
+  return runtime::model_outputs(outputs, m.tail ? &*m.tail : nullptr);
 }
 
 Status shapes_from_inputs(const std::vector<DeclaredInput>& declared, const std::map<std::string, Tensor>& files,

@@ -1,6 +1,7 @@
 // Loads a compiled image and runs it: the whole of what a C++ program needs
 // to ship a model. Inputs come from .npy files (random where none is given),
-// each output goes to OUTDIR/NAME.npy.
+// each output goes to OUTDIR/NAME.npy (a detector's post-processing
+// included: its int64 indices as '<i8').
 //
 //   tessera compile model.onnx -o model.tsi      # once, anywhere
 //   embedded_run model.tsi OUTDIR [INPUT.npy ...] [--model NAME]
@@ -9,6 +10,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -46,11 +48,22 @@ tessera::Status run(int argc, char** argv) {
     TS_ASSIGN_OR_RETURN(Tensor x, Tensor::from_vector(v, shape, DataType::FLOAT32));
     inputs.push_back(std::move(x));
   }
-  TS_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, session->run(inputs));
+  // Every output as the model defines it: float32, or int64 (a detector's
+  // post-processing, which the image runs on the host), shaped by its data.
+  TS_ASSIGN_OR_RETURN(std::vector<graph::HostTensor> outputs, session->run_outputs(inputs));
+  const std::vector<std::string> names = session->output_names();
   for (size_t k = 0; k < outputs.size(); ++k) {
-    const std::string path = std::string(argv[2]) + "/" + m.outputs[k].name + ".npy";
-    TS_RETURN_IF_ERROR(cnn::save_npy(path, outputs[k]));
-    std::printf("output '%s' %s -> %s\n", m.outputs[k].name.c_str(), outputs[k].shape().to_string().c_str(),
+    const graph::HostTensor& y = outputs[k];
+    const bool i64 = y.type == graph::ElemType::INT64;
+    const std::string bytes = i64 ? cnn::npy_file_bytes("<i8", y.dims, y.i.data(), y.i.size() * 8)
+                                  : cnn::npy_file_bytes("<f4", y.dims, y.f.data(), y.f.size() * 4);
+    const std::string path = std::string(argv[2]) + "/" + names[k] + ".npy";
+    std::ofstream out(path, std::ios::binary);
+    if (!out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())))
+      return invalid_argument_error("{}: cannot write the file", path);
+    std::string dims;
+    for (int64_t d : y.dims) dims += (dims.empty() ? "" : "x") + std::to_string(d);
+    std::printf("output '%s' %s [%s] -> %s\n", names[k].c_str(), i64 ? "int64" : "float32", dims.c_str(),
                 path.c_str());
   }
   return ok_status();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "tessera/device/device.h"
+#include "tessera/runtime/model_outputs.h"
 
 namespace tessera {
 
@@ -44,14 +45,7 @@ std::vector<std::string> Session::output_names() const {
 
 StatusOr<std::vector<graph::HostTensor>> Session::run_outputs(std::span<const Tensor> inputs) {
   TS_ASSIGN_OR_RETURN(std::vector<Tensor> outs, run_device(inputs));
-  std::vector<graph::HostTensor> host;
-  for (const Tensor& t : outs) {
-    TS_ASSIGN_OR_RETURN(std::vector<float> v, t.to_vector());
-    host.push_back(graph::HostTensor::floats(std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end()),
-                                             std::move(v)));
-  }
-  if (!tail_) return host;
-  return tail_->run(host);
+  return runtime::model_outputs(outs, tail_ ? &*tail_ : nullptr);
 }
 
 StatusOr<std::vector<Tensor>> Session::run(std::span<const Tensor> inputs) {

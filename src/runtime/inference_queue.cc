@@ -4,6 +4,7 @@
 
 #include "tessera/cnn/pipeline.h"
 #include "tessera/device/device.h"
+#include "tessera/runtime/model_outputs.h"
 
 namespace tessera::runtime {
 
@@ -97,6 +98,7 @@ InferenceQueue::Output InferenceQueue::run_one(uint64_t index, std::vector<Tenso
   auto fail = [&](const Status& s) {
     out.status = s.annotate(fmt::format("sample {}", index));
     out.outputs.clear();
+    out.values.clear();
     pipeline_.reset();  // a failed run may leave the pipeline mid-frame: a fresh one for the next sample
     return std::move(out);
   };
@@ -121,20 +123,29 @@ InferenceQueue::Output InferenceQueue::run_one(uint64_t index, std::vector<Tenso
     const cnn::ModelOutput& o = (*outs)[0];
     if (o.is_tensor()) out.outputs.push_back(*o.tensor);
     for (const auto& e : o.list) out.outputs.push_back(*e.tensor);
-    return out;
+  } else {
+    std::vector<Tensor> on_device;
+    for (const Tensor& x : inputs) {
+      auto d = to_device(x, device_);
+      if (!d.ok()) return fail(d.status());
+      on_device.push_back(std::move(d).value());
+    }
+    auto ys = model_.run(on_device);
+    if (!ys.ok()) return fail(ys.status());
+    for (const Tensor& y : *ys) {
+      auto h = y.cpu();
+      if (!h.ok()) return fail(h.status());
+      out.outputs.push_back(std::move(h).value());
+    }
   }
-  std::vector<Tensor> on_device;
-  for (const Tensor& x : inputs) {
-    auto d = to_device(x, device_);
-    if (!d.ok()) return fail(d.status());
-    on_device.push_back(std::move(d).value());
-  }
-  auto ys = model_.run(on_device);
-  if (!ys.ok()) return fail(ys.status());
-  for (const Tensor& y : *ys) {
-    auto h = y.cpu();
-    if (!h.ok()) return fail(h.status());
-    out.outputs.push_back(std::move(h).value());
+  if (options_.tail) {
+    auto values = model_outputs(out.outputs, options_.tail);
+    if (!values.ok()) {  // (the device part ran: its pipeline stays)
+      out.status = values.status().annotate(fmt::format("sample {}: the host tail", index));
+      out.outputs.clear();
+      return out;
+    }
+    out.values = std::move(values).value();
   }
   return out;
 }

@@ -40,6 +40,9 @@ class Session {
   const std::vector<std::string>& notes() const { return notes_; }  // the load's (image::LoadedModel::notes)
   Device& device() const { return *device_; }
   runtime::CompiledModel& compiled() const { return *model_; }
+  // The model's host tail, null where it has none: with compiled(), what the
+  // run_inference queues take (InferenceQueue::Options::tail).
+  const graph::HostTail* tail() const { return tail_ ? &*tail_ : nullptr; }
 
   // One host array per input, in order, of the input's volume (float32 or
   // another dtype, converted); returns one host float32 array per output in

@@ -13,6 +13,10 @@
 // Pipeline as one frame (its inputs written on queue 1 while queue 0
 // replays the trace). A sample that fails yields an Output
 // with its error and the loop goes on with the next (the Pipeline rebuilt).
+// A model with a host tail (a detector's post-processing; Session::tail(),
+// image::LoadedModel::tail) gives it as Options::tail: each sample's outputs
+// then run through it on the loop's thread, and Output::values holds the
+// model's outputs as it defines them (float32 / int64, shaped by the data).
 // push blocks while `capacity` samples wait; pop blocks until an output is
 // ready, and returns OUT_OF_RANGE once the loop has finished (input_count
 // reached, or stopped) and every output was popped.
@@ -28,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "tessera/graph/host_tail.h"
 #include "tessera/runtime/compiled_model.h"
 
 namespace tessera::runtime {
@@ -35,14 +40,18 @@ namespace tessera::runtime {
 class InferenceQueue {
  public:
   struct Options {
-    uint64_t input_count = 1;  // samples the loop runs before it finishes; 0: until stop()
-    size_t capacity = 16;      // samples waiting before push blocks
-    bool use_pipeline = true;  // the traced two-queue Pipeline (false: CompiledModel::run)
+    uint64_t input_count = 1;               // samples the loop runs before it finishes; 0: until stop()
+    size_t capacity = 16;                   // samples waiting before push blocks
+    bool use_pipeline = true;               // the traced two-queue Pipeline (false: CompiledModel::run)
+    const graph::HostTail* tail = nullptr;  // the model's host tail (outliving the queue), if it has one
   };
   struct Output {
     uint64_t index = 0;           // the sample's position in push order, from 0
     Status status;                // its error, if it failed
-    std::vector<Tensor> outputs;  // host float32, one per model output
+    std::vector<Tensor> outputs;  // host float32, one per compiled model output
+    // With Options::tail: the model's outputs through the tail, in the
+    // model's order (runtime/model_outputs.h); empty otherwise.
+    std::vector<graph::HostTensor> values;
   };
 
   // `model` and `device` must outlive the queue. INVALID_ARGUMENT for a
