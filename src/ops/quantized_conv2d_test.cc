@@ -159,6 +159,47 @@ TEST(QuantizedConv2d, QuantizesLikeQuantizeLinear) {
   });
 }
 
+// QuantizeLinear rounds the float32 quotient x / scale: inputs a few ulps
+// around (n + 0.5) * scale and outputs whose quotients are near halves (an
+// output scale of 2/3 the input's) match the reference bit for bit over many
+// scales, on every kernel set (a reciprocal multiply instead of the division
+// fails this test).
+TEST(QuantizedConv2d, NearHalfQuotientsRoundAsDivisionDoes) {
+  ASSERT_OK_AND_ASSIGN(auto dev, open_device({}));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> log_scale(-12.0f, 3.0f);
+  for (int t = 0; t < 24; ++t) {
+    const float sx = std::exp2(log_scale(rng));
+    std::vector<float> v;
+    for (int n = -140; n < 140; ++n) {
+      const float mid = (static_cast<float>(n) + 0.5f) * sx;
+      float lo = mid, hi = mid;
+      v.push_back(mid);
+      for (int u = 0; u < 3; ++u)
+        v.push_back(lo = std::nextafter(lo, -INFINITY)), v.push_back(hi = std::nextafter(hi, INFINITY));
+    }
+    QuantizedConv2dParams p;
+    p.conv.input_height = 1, p.conv.input_width = static_cast<uint32_t>(v.size());
+    p.conv.in_channels = 1, p.conv.out_channels = 1;
+    p.conv.kernel_size = {1, 1};
+    p.input_scale = sx, p.input_zero_point = 128;
+    const float one = 1.0f;
+    ASSERT_OK_AND_ASSIGN(Tensor w, Tensor::from_vector({1.0f}, Shape{1, 1, 1, 1}, DataType::FLOAT32));
+    ASSERT_OK_AND_ASSIGN(Tensor host, Tensor::from_vector(v, Shape{1, 1, p.conv.input_width, 1}, DataType::FLOAT32));
+    for (bool out : {false, true}) {
+      SCOPED_TRACE(fmt::format("scale {} {}", sx, out ? "output quantized" : "input"));
+      if (out) p.output = OutputQuantization{sx * 2 / 3, 0, -128, 127};
+      ASSERT_OK_AND_ASSIGN(auto layer, QuantizedConv2d::create(*dev, p, w, {&one, 1}, {}));
+      ASSERT_OK_AND_ASSIGN(Tensor want, reference::quantized_conv2d(host, p, w, {&one, 1}, {}));
+      on_every_isa([&] {
+        ASSERT_OK_AND_ASSIGN(Tensor x, to_device(host, *dev));
+        ASSERT_OK_AND_ASSIGN(Tensor y, (*layer)(x));
+        EXPECT_EQ(expect_equal_nan_where_nan(y, want), 0u);
+      });
+    }
+  }
+}
+
 // A NaN reaches every output channel of the pixels whose windows hold it,
 // and only those (strides, padding and dilation).
 TEST(QuantizedConv2d, NanReachesTheWindowsThatHoldIt) {
