@@ -107,11 +107,14 @@ Status CompiledModel::Impl::lower(size_t ni) {
     return lower_integer_cast(n);
   }
   // And, Or, Xor and Not read booleans: 1 and 0 in float slots, as the
-  // comparisons make them (lower_logic).
+  // comparisons make them (lower_logic); so does Where's condition.
   const bool logic = n.op_type == "And" || n.op_type == "Or" || n.op_type == "Xor" || n.op_type == "Not";
-  for (int in : n.inputs)
-    if (in >= 0 && !g.is_constant(in) && g.value(in).type != graph::ElemType::FLOAT32 && !logic)
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const int in = n.inputs[k];
+    if (in >= 0 && !g.is_constant(in) && g.value(in).type != graph::ElemType::FLOAT32 && !logic &&
+        !(k == 0 && n.op_type == "Where"))
       return lower_fallback(n, "integer tensors at run time");
+  }
   const OpTraits* traits = find_op_traits(n.op_type);
   for (int o : n.outputs)
     if (g.value(o).type != graph::ElemType::FLOAT32 && !(traits && traits->integer_results))

@@ -1,4 +1,5 @@
 // Lowering unary activations, Add / Sub / Mul / Div, Softmax and LayerNormalization.
+#include <array>
 #include <numeric>
 
 #include "lowering.h"
@@ -54,6 +55,40 @@ Status CompiledModel::Impl::lower_logic(const Node& n) {
     return lower_binary(x, BinaryOpType::SUB);
   }
   return lower_binary(n, n.op_type == "And" ? BinaryOpType::MIN : BinaryOpType::MAX);
+}
+
+// Where(cond, a, b): the condition's booleans as 1 / 0 (or any number:
+// nonzero selects a). In NHWC where every run-time operand is an NHWC value
+// of the output's dims and every constant one value (a select is the same in
+// either layout); plain otherwise.
+Status CompiledModel::Impl::lower_where(const Node& n) {
+  if (n.inputs.size() != 3 || std::any_of(n.inputs.begin(), n.inputs.end(), [](int v) { return v < 0; }))
+    return not_covered(n);
+  const std::array<int, 3> in = {n.inputs[0], n.inputs[1], n.inputs[2]};
+  const int y = n.outputs[0];
+  bool out_nhwc = rank(y) == 4, runtime = false;
+  for (int v : in) {
+    if (g.is_constant(v)) {
+      out_nhwc = out_nhwc && graph::dims_volume(dims(v)) == 1;
+    } else {
+      runtime = true;
+      out_nhwc = out_nhwc && nhwc[static_cast<size_t>(v)] && dims(v) == dims(y);
+    }
+  }
+  out_nhwc = out_nhwc && runtime;
+  for (int v : in) out_nhwc && !g.is_constant(v) ? note_nhwc(v) : note_plain(v);
+  nhwc[static_cast<size_t>(y)] = out_nhwc;
+  steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
+    std::array<Tensor, 3> t;
+    for (size_t k = 0; k < 3; ++k) {
+      TS_ASSIGN_OR_RETURN(t[k], out_nhwc && !g.is_constant(in[k]) ? as_nhwc(s, in[k], cq) : plain(s, in[k], cq));
+    }
+    TS_ASSIGN_OR_RETURN(
+        Tensor out,
+        tessera::where(t[0], t[1], t[2], WhereParams{.dtype = out_dtype(y).value_or(act_dtype()), .cq_id = cq}));
+    return out_nhwc ? put(s, y, out) : put_plain(s, y, out);
+  });
+  return ok_status();
 }
 
 Status CompiledModel::Impl::lower_arith(const Node& n) {

@@ -42,6 +42,7 @@
 #include "tessera/ops/normalization.h"
 #include "tessera/ops/pool2d.h"
 #include "tessera/ops/quantized_conv2d.h"
+#include "tessera/ops/select.h"
 #include "tessera/ops/upsample.h"
 #include "tessera/runtime/compiled_model.h"
 
@@ -276,6 +277,7 @@ struct CompiledModel::Impl {
   Status lower_unary(const Node& n);  // lower_eltwise.cc
   Status lower_integer_cast(const Node& n);
   Status lower_logic(const Node& n);
+  Status lower_where(const Node& n);
   Node spatial_reduce(const Node& n, const char* op) const;  // lower_spatial.cc
   Status lower_arith(const Node& n);
   Status lower_binary(const Node& n, BinaryOpType op);

@@ -277,6 +277,34 @@ TEST(OnnxOps, ComparisonsAndTheirCastsRunOnTheDevice) {
   }
 }
 
+// Where on the device: a condition from a comparison and a constant boolean
+// mask that broadcasts (an attention mask: Where(mask, x, -inf)), constant
+// scalar operands, rank 4 (images, NHWC) and rank 3 (plain); NaN, infinities
+// and -0.0 pass through as chosen.
+TEST(OnnxOps, WhereRunsOnTheDevice) {
+  ModelBuilder b(13);
+  b.input("x", {2, 3, 5, 7});
+  b.initializer("t", {1}, {0.5f});
+  b.initializer("neg", {1}, {-1.5f});
+  b.initializer("ninf", {1}, {-std::numeric_limits<float>::infinity()});
+  std::vector<float> mask(35);
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = i % 3 ? 1.0f : 0.0f;
+  b.initializer("maskf", {1, 1, 5, 7}, mask);
+  b.int_initializer("s3", {6, 5, 7});
+  b.node("Greater", {"x", "t"}, {"gt"});
+  b.node("Where", {"gt", "x", "neg"}, {"w1"});
+  auto* cast = b.node("Cast", {"maskf"}, {"mask"});
+  ModelBuilder::i(cast, "to", 9);  // bool: folded into a constant
+  b.node("Where", {"mask", "w1", "ninf"}, {"y1"});
+  b.node("Floor", {"x"}, {"f"});
+  b.node("Where", {"gt", "f", "x"}, {"y2"});
+  b.node("Reshape", {"x", "s3"}, {"x3"});
+  b.node("Less", {"x3", "t"}, {"gt3"});
+  b.node("Where", {"gt3", "neg", "x3"}, {"y3"});
+  b.output("y1"), b.output("y2"), b.output("y3");
+  expect_device_matches_reference(b, special_input({2, 3, 5, 7}, 31), 0, 0);
+}
+
 // Boolean logic on comparisons' results on the device: And, Or, Xor, Not
 // (ONNX's GreaterOrEqual written out as Or(Greater, Equal), as its
 // conformance tests' expanded forms are), the result Cast to float.

@@ -119,6 +119,7 @@ constexpr OpTraits kOpTraits[] = {
     {"Trilu", nullptr, false, false, kAfterFirst},
     {"Unsqueeze", &I::lower_reshape, false, false, kAfterFirst},
     {"Upsample", &I::lower_resize_node, false, false, kAfterFirst},
+    {"Where", &I::lower_where, false, true},  // its condition: booleans as 1 / 0 (lower_where)
     {"Xor", &I::lower_logic, true, false, kNone, true},
 };
 

@@ -18,7 +18,7 @@ graph::Node node(std::string op) {
 TEST(OpTraits, DeviceOpsAreTheRowsWithALoweringSorted) {
   const std::vector<std::string> ops = device_ops();
   EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
-  EXPECT_EQ(ops.size(), 86u);
+  EXPECT_EQ(ops.size(), 87u);
   for (const std::string& op : ops) {
     const OpTraits* t = find_op_traits(op);
     ASSERT_NE(t, nullptr) << op;
@@ -29,6 +29,7 @@ TEST(OpTraits, DeviceOpsAreTheRowsWithALoweringSorted) {
         "Erf", "Reciprocal", "Softplus", "Selu", "Max", "Sign", "LogSoftmax", "Gather", "ArgMax", "ArgMin", "Greater",
         "GreaterOrEqual", "Less", "LessOrEqual", "Equal"})
     EXPECT_TRUE(std::count(ops.begin(), ops.end(), op)) << op;
+  EXPECT_TRUE(std::count(ops.begin(), ops.end(), "Where"));
   // Known to the table, run on the host only.
   for (const char* op : {"ReduceProd", "Range"}) {
     ASSERT_NE(find_op_traits(op), nullptr) << op;

@@ -35,6 +35,9 @@ namespace tessera::reference {
 StatusOr<Tensor> unary(const Tensor& input, const UnaryWithParam& activation, DataType out_dtype);
 StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const UnaryWithParam& activation,
                         DataType out_dtype);
+// select.h's where: cond != 0 (a NaN is) ? a : b, numpy broadcasting; the
+// chosen value rounded to `out_dtype` once.
+StatusOr<Tensor> where(const Tensor& cond, const Tensor& a, const Tensor& b, DataType out_dtype);
 StatusOr<Tensor> relu(const Tensor& input, DataType out_dtype);
 StatusOr<Tensor> add(const Tensor& a, const Tensor& b, DataType out_dtype);
 StatusOr<Tensor> typecast(const Tensor& input, DataType out_dtype);

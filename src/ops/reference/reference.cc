@@ -11,6 +11,20 @@ Status require_host(const Tensor& t, std::string_view op) {
   if (t.is_on_device()) return invalid_argument_error("reference::{}: expected a host tensor", op);
   return ok_status();
 }
+
+// The flat index of element i of the broadcast `shape` in an operand of
+// shape `s`: the coordinates of the dims it broadcasts dropped.
+uint64_t source_index(const Shape& shape, const Shape& s, uint64_t i) {
+  uint64_t idx = 0, stride = 1;
+  for (int d = 1; d <= shape.rank(); ++d) {
+    const uint64_t coord = i % shape[-d];
+    i /= shape[-d];
+    if (d > s.rank()) continue;
+    if (s[-d] != 1) idx += coord * stride;
+    stride *= s[-d];
+  }
+  return idx;
+}
 }  // namespace
 
 StatusOr<Tensor> unary(const Tensor& input, const UnaryWithParam& act, DataType out) {
@@ -26,22 +40,9 @@ StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const
   TS_ASSIGN_OR_RETURN(Shape shape, broadcast_shapes(a.shape(), b.shape()));
   TS_ASSIGN_OR_RETURN(std::vector<float> va, a.to_vector());
   TS_ASSIGN_OR_RETURN(std::vector<float> vb, b.to_vector());
-  // Flat index of output element i in an operand: drop the coordinates of
-  // the dims it broadcasts.
-  auto source_index = [&](const Shape& s, uint64_t i) {
-    uint64_t idx = 0, stride = 1;
-    for (int d = 1; d <= shape.rank(); ++d) {
-      const uint64_t coord = i % shape[-d];
-      i /= shape[-d];
-      if (d > s.rank()) continue;
-      if (s[-d] != 1) idx += coord * stride;
-      stride *= s[-d];
-    }
-    return idx;
-  };
   std::vector<float> v(shape.volume());
   for (uint64_t i = 0; i < v.size(); ++i) {
-    const double x = va[source_index(a.shape(), i)], y = vb[source_index(b.shape(), i)];
+    const double x = va[source_index(shape, a.shape(), i)], y = vb[source_index(shape, b.shape(), i)];
     double r = 0;
     switch (op) {
       case BinaryOpType::ADD: r = x + y; break;
@@ -59,6 +60,21 @@ StatusOr<Tensor> binary(const Tensor& a, const Tensor& b, BinaryOpType op, const
     v[i] = static_cast<float>(apply_activation(act, static_cast<float>(r)));
   }
   return Tensor::from_vector(v, shape, out, a.shape() == shape ? a.layout() : Layout::ROW_MAJOR);
+}
+
+StatusOr<Tensor> where(const Tensor& cond, const Tensor& a, const Tensor& b, DataType out) {
+  for (const Tensor* t : {&cond, &a, &b}) TS_RETURN_IF_ERROR(require_host(*t, "where"));
+  TS_ASSIGN_OR_RETURN(Shape ab, broadcast_shapes(a.shape(), b.shape()));
+  TS_ASSIGN_OR_RETURN(Shape shape, broadcast_shapes(cond.shape(), ab));
+  TS_ASSIGN_OR_RETURN(std::vector<float> vc, cond.to_vector());
+  TS_ASSIGN_OR_RETURN(std::vector<float> va, a.to_vector());
+  TS_ASSIGN_OR_RETURN(std::vector<float> vb, b.to_vector());
+  std::vector<float> v(shape.volume());
+  for (uint64_t i = 0; i < v.size(); ++i) {
+    const bool c = vc[source_index(shape, cond.shape(), i)] != 0.0f;  // (NaN: true)
+    v[i] = c ? va[source_index(shape, a.shape(), i)] : vb[source_index(shape, b.shape(), i)];
+  }
+  return Tensor::from_vector(v, shape, out);
 }
 
 StatusOr<Tensor> relu(const Tensor& input, DataType out) { return unary(input, {UnaryOpType::RELU}, out); }
