@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <utility>
 
 #include "cpu/gemv_kernels.h"
@@ -16,6 +17,11 @@
 #include "tessera/ops/eltwise.h"
 
 namespace tessera {
+
+struct PackedMatmulWeights::Impl {
+  std::shared_ptr<void> plan;  // the program's plan it was packed for
+  std::shared_ptr<std::byte[]> bytes;
+};
 
 namespace {
 
@@ -29,6 +35,7 @@ struct MatmulBlock {
   uint32_t row0 = 0, rows = 0;
   uint32_t col0 = 0, cols = 0;  // a block of output columns (few rows, as a classifier's 1 x K)
   size_t primitive = 0;
+  uint64_t b_offset = 0;  // with packed b: its packed columns' place in PackedMatmulWeights' bytes
   dnnl::stream stream;
   memory a_mem, b_mem, bias_mem, dst_mem, scratch_mem;
   std::shared_ptr<std::byte[]> scratch, a_stage, b_stage, bias_stage, dst_stage;
@@ -78,10 +85,16 @@ struct MatmulPlan : MatmulGeometry {
   // instead of oneDNN (cpu/gemv_kernels.h), over blocks of gemv_cols columns.
   bool gemv = false;
   uint32_t gemv_cols = 0;
+  // b packed once (pack_matmul_weights): each block reads its primitive's
+  // weights layout at b_offset of packed_bytes.
+  bool packed_b = false;
+  uint64_t packed_bytes = 0;
+  std::vector<size_t> pack_regions;  // a block per packed copy
 };
 
 struct MatmulArgs {
   TensorAccess a, b, bias, dst;
+  const std::byte* b_packed;  // with plan->packed_b
   bool has_bias;
   MatmulPlan* plan;
 };
@@ -115,6 +128,7 @@ Status run_block(const MatmulArgs& g, MatmulBlock& blk) {
       onednn::gather_rows(g.b, p.b_type, b0, b0 + p.b_rows, 0, g.b.cols, b, p.kernel_in);
     // The block's first column of b: a column offset, or that many stored rows down when transposed.
     b += uint64_t{blk.col0} * (p.transpose_b ? p.ldb : 1) * element_size(p.kernel_in);
+    if (p.packed_b) b = const_cast<std::byte*>(g.b_packed) + blk.b_offset;
     TS_RETURN_IF_ERROR(onednn::guard("matmul", "running", [&] {
       blk.a_mem.set_data_handle(a);
       blk.b_mem.set_data_handle(b);
@@ -174,7 +188,7 @@ Status check_operand(const Tensor& t, std::string_view name) {
 }
 
 StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, const Tensor& a, const Tensor& b,
-                          const Tensor* bias, const Tensor& out, const MatmulParams& params) {
+                          const Tensor* bias, const Tensor& out, const MatmulParams& params, bool packed) {
   auto plan = std::make_shared<MatmulPlan>();
   static_cast<MatmulGeometry&>(*plan) = geometry;
   TS_ASSIGN_OR_RETURN(TensorAccess aa, make_access(a));
@@ -231,6 +245,7 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
   // Blocks of rows, one per worker; with fewer rows than workers (a
   // classifier's 1 x K input), blocks of columns of at least 64 instead, so
   // both cores read half the weights.
+  plan->packed_b = packed && !plan->stage_b && plan->batches == 1 && !plan->lofi;
   const bool split_cols = plan->m < threads && plan->n >= 128;
   const uint32_t row_parts = split_cols ? 1 : std::max<uint32_t>(1, std::min(threads, plan->m));
   const uint32_t col_step = split_cols ? std::max<uint32_t>(64, (plan->n / threads + 15) / 16 * 16) : plan->n;
@@ -244,6 +259,7 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
     attr.set_post_ops(po);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     std::map<std::pair<uint32_t, uint32_t>, size_t> by_shape;
+    std::map<std::pair<size_t, uint32_t>, uint64_t> packed_at;
     const uint32_t base = plan->m / row_parts, extra = plan->m % row_parts;
     for (uint32_t i = 0, r0 = 0; i < row_parts; ++i) {
       const uint32_t rows = base + (i < extra ? 1 : 0);
@@ -255,9 +271,10 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
         blk->cols = std::min(col_step, plan->n - c0);
         const memory::dim cols = d(blk->cols);
         const memory::desc a_md({d(rows), d(plan->k)}, onednn::dnnl_type(ct), {d(plan->lda), 1});
-        const memory::desc b_md = params.transpose_b
-                                      ? memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), {1, d(plan->ldb)})
-                                      : memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), {d(plan->ldb), 1});
+        const memory::desc b_md =
+            plan->packed_b   ? memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), memory::format_tag::any)
+            : params.transpose_b ? memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), {1, d(plan->ldb)})
+                                 : memory::desc({d(plan->k), cols}, onednn::dnnl_type(ct), {d(plan->ldb), 1});
         const memory::desc dst_md({d(rows), cols}, onednn::dnnl_type(plan->kernel_out),
                                   {plan->stage_dst ? cols : d(plan->ldd), 1});
         memory::desc bias_md;
@@ -274,7 +291,15 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
         blk->stream = dnnl::stream(plan->engine);
         blk->scratch = make_aligned_bytes(std::max<size_t>(pd.scratchpad_desc().get_size(), 64));
         blk->a_mem = memory(a_md, plan->engine, DNNL_MEMORY_NONE);
-        blk->b_mem = memory(b_md, plan->engine, DNNL_MEMORY_NONE);
+        blk->b_mem = memory(plan->packed_b ? pd.weights_desc() : b_md, plan->engine, DNNL_MEMORY_NONE);
+        if (plan->packed_b) {  // one packed copy per primitive and first column
+          auto [at, added] = packed_at.try_emplace({blk->primitive, blk->col0}, plan->packed_bytes);
+          if (added) {
+            plan->packed_bytes += (pd.weights_desc().get_size() + 63) / 64 * 64;
+            plan->pack_regions.push_back(plan->blocks.size());
+          }
+          blk->b_offset = at->second;
+        }
         blk->dst_mem = memory(dst_md, plan->engine, DNNL_MEMORY_NONE);
         if (bias) blk->bias_mem = memory(bias_md, plan->engine, DNNL_MEMORY_NONE);
         blk->scratch_mem = memory(pd.scratchpad_desc(), plan->engine, blk->scratch.get());
@@ -299,7 +324,38 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
   return prog;
 }
 
-StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const MatmulParams& params) {
+// Packing b, a launch on b's queue (so it reads b after whatever wrote it):
+// task t reorders the columns of the plan's t-th packed copy.
+struct PackArgs {
+  const MatmulPlan* plan;
+  TensorAccess b;
+  std::byte* bytes;
+};
+
+Status pack_kernel(const void* raw, uint32_t begin, uint32_t end) {
+  const auto& a = *static_cast<const PackArgs*>(raw);
+  const MatmulPlan& p = *a.plan;
+  omp_set_num_threads(1);
+  return onednn::guard("matmul", "packing b", [&] {
+    dnnl::stream stream(p.engine);
+    for (uint32_t t = begin; t < end; ++t) {
+      const MatmulBlock& blk = *p.blocks[p.pack_regions[t]];
+      const auto k = static_cast<memory::dim>(p.k), cols = static_cast<memory::dim>(blk.cols),
+                 ld = static_cast<memory::dim>(p.ldb);
+      const memory::desc src_md = p.transpose_b ? memory::desc({k, cols}, onednn::dnnl_type(p.kernel_in), {1, ld})
+                                                : memory::desc({k, cols}, onednn::dnnl_type(p.kernel_in), {ld, 1});
+      std::byte* src = a.b.base + uint64_t{blk.col0} * (p.transpose_b ? p.ldb : 1) * element_size(p.kernel_in);
+      memory from(src_md, p.engine, src), to(p.pds[blk.primitive].weights_desc(), p.engine, a.bytes + blk.b_offset);
+      dnnl::reorder(from, to).execute(stream, from, to);
+      stream.wait();
+    }
+  });
+}
+
+// With `pack`: packs b for these operands into *pack (nullptr where the
+// kernel reads b in place) instead of launching.
+StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const MatmulParams& params,
+                            std::shared_ptr<const PackedMatmulWeights>* pack = nullptr) {
   const std::string_view op = bias ? "linear" : "matmul";
   TS_RETURN_IF_ERROR(check_operand(a, "a"));
   TS_RETURN_IF_ERROR(check_operand(b, "b"));
@@ -331,7 +387,8 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   if (ba.rank() > 0 && bb.volume() == 1 && ba.volume() > 1) {
     StatusOr<Tensor> flat = a.view(Shape{static_cast<uint32_t>(sa.volume() / plan.k), plan.k});
     if (flat.ok()) {
-      TS_ASSIGN_OR_RETURN(Tensor y, run_matmul(*flat, b, bias, params));
+      TS_ASSIGN_OR_RETURN(Tensor y, run_matmul(*flat, b, bias, params, pack));
+      if (pack) return y;
       std::vector<uint32_t> dims(batch->dims().begin(), batch->dims().end());
       dims.push_back(plan.m), dims.push_back(plan.n);
       return y.view(Shape(std::span<const uint32_t>(dims)));
@@ -375,15 +432,41 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   TS_ASSIGN_OR_RETURN(Tensor out, allocate_tensor_on_device(out_spec, device));
   const UnaryWithParam act = params.activation.value_or(UnaryWithParam{});
   // The kernel set is in the key: the gemv kernel is chosen by it.
-  const std::string key = fmt::format("{}:{},{}{}{}->{}:{}:{}{}", op, a.spec().to_string(), b.spec().to_string(),
+  const bool packed = pack || params.packed_b;
+  const std::string key = fmt::format("{}:{},{}{}{}->{}:{}:{}{}{}", op, a.spec().to_string(), b.spec().to_string(),
                                       params.transpose_b ? "^T" : "", bias ? "," + bias->spec().to_string() : "",
                                       out_spec.to_string(), activation_name(act), kernel_isa_name(kernel_isa()),
-                                      plan.lofi ? ":lofi" : "");
+                                      plan.lofi ? ":lofi" : "", packed ? ":packed" : "");
   TS_ASSIGN_OR_RETURN(const Program* prog,
                       device.program_cache().get_or_compile(key, device.may_compile_programs(params.cq_id), [&] {
-                        return compile(device, plan, a, b, bias, out, params);
+                        return compile(device, plan, a, b, bias, out, params, packed);
                       }));
   const auto* plan_of = static_cast<const MatmulPlan*>(prog->plan.get());
+  if (pack) {
+    *pack = nullptr;
+    if (!plan_of->gemv && plan_of->packed_b) {
+      TS_ASSIGN_OR_RETURN(const Program* packer,
+                          device.program_cache().get_or_compile(
+                              key + ":pack", device.may_compile_programs(params.cq_id), [&]() -> StatusOr<Program> {
+                                Program pp;
+                                pp.kernel = pack_kernel;
+                                pp.kernel_name = fmt::format("{}_matmul_pack__onednn", short_dtype_name(b.dtype()));
+                                pp.num_tasks = static_cast<uint32_t>(plan_of->pack_regions.size());
+                                pp.grain = 1;
+                                pp.plan = prog->plan;
+                                return pp;
+                              }));
+      auto bytes = make_aligned_bytes(std::max<uint64_t>(plan_of->packed_bytes, 64));
+      PackArgs pa{.plan = plan_of, .bytes = bytes.get()};
+      TS_ASSIGN_OR_RETURN(pa.b, make_access(b));
+      TS_RETURN_IF_ERROR(device.enqueue_program(params.cq_id, *packer, &pa, sizeof(pa)));
+      *pack = std::make_shared<const PackedMatmulWeights>(
+          std::make_shared<PackedMatmulWeights::Impl>(PackedMatmulWeights::Impl{prog->plan, std::move(bytes)}));
+    }
+    return out;
+  }
+  if (params.packed_b && params.packed_b->impl().plan != prog->plan)
+    return failed_precondition_error("{}: b was packed for other operands or params than {}", op, key);
   if (plan_of->gemv) {
     TS_ASSIGN_OR_RETURN(TensorAccess aa, make_access(a));
     TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(b));
@@ -416,6 +499,7 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   }
   args.has_bias = bias != nullptr;
   args.plan = static_cast<MatmulPlan*>(prog->plan.get());
+  if (params.packed_b) args.b_packed = params.packed_b->impl().bytes.get();
   TS_RETURN_IF_ERROR(device.enqueue_program(params.cq_id, *prog, &args, sizeof(args)));
   return out;
 }
@@ -426,6 +510,16 @@ DataType matmul_weights_dtype(DataType activations) {
   return activations == DataType::BFLOAT16 && onednn::kernel_type(DataType::BFLOAT16) == DataType::FLOAT32
              ? DataType::FLOAT32
              : activations;
+}
+
+StatusOr<std::shared_ptr<const PackedMatmulWeights>> pack_matmul_weights(const Tensor& a, const Tensor& b,
+                                                                         const std::optional<Tensor>& bias,
+                                                                         const MatmulParams& params) {
+  MatmulParams p = params;
+  p.packed_b = nullptr;
+  std::shared_ptr<const PackedMatmulWeights> packed;
+  TS_RETURN_IF_ERROR(run_matmul(a, b, bias ? &*bias : nullptr, p, &packed).status());
+  return packed;
 }
 
 StatusOr<Tensor> matmul(const Tensor& a, const Tensor& b, const MatmulParams& params) {

@@ -1,6 +1,6 @@
 // matmul / linear against the double-accumulation reference over shapes
 // (batched, broadcast, transposed, M = 1), dtypes, memory configs and fused
-// activations. Tolerance: float32 accumulation of K products of N(0, 16)
+// activations, with b as given and packed once (pack_matmul_weights). Tolerance: float32 accumulation of K products of N(0, 16)
 // operands, |err| <= 1e-6 * 16 * K absolute, plus one bfloat16 ulp (2^-7
 // relative) when the output is bfloat16.
 #include "tessera/ops/reference.h"
@@ -47,14 +47,21 @@ TEST(Matmul, MatchesReference) {
             if (mc == L1_MEMORY_CONFIG && c.b.volume() > 100000) continue;  // does not fit the cpu's L1
             ASSERT_OK_AND_ASSIGN(Tensor a, to_device(ha, *dev, mc));
             ASSERT_OK_AND_ASSIGN(Tensor b, to_device(hb, *dev, mc));
-            StatusOr<Tensor> y = [&]() -> StatusOr<Tensor> {
-              if (!c.bias) return matmul(a, b, params);
-              TS_ASSIGN_OR_RETURN(Tensor bias, to_device(*hbias, *dev, mc));
-              return linear(a, b, bias, params);
-            }();
-            ASSERT_TRUE(y.ok()) << y.status().to_string();
-            EXPECT_EQ(y->shape(), want.shape());
-            testing::expect_allclose(y->cpu().value(), want, testing::rounding_tolerance(out, 0), 16e-6 * k);
+            std::optional<Tensor> bias;
+            if (c.bias) {
+              ASSERT_OK_AND_ASSIGN(bias, to_device(*hbias, *dev, mc));
+            }
+            // b as given, then packed once (where the kernel packs) and used twice.
+            ASSERT_OK_AND_ASSIGN(auto packed, pack_matmul_weights(a, b, bias, params));
+            for (int run = 0; run < (packed ? 3 : 1); ++run) {
+              SCOPED_TRACE(fmt::format("{} {}", run ? "packed b" : "b as given", mc == L1_MEMORY_CONFIG ? "L1" : "DRAM"));
+              MatmulParams p = params;
+              if (run) p.packed_b = packed.get();
+              StatusOr<Tensor> y = c.bias ? linear(a, b, bias, p) : matmul(a, b, p);
+              ASSERT_TRUE(y.ok()) << y.status().to_string();
+              EXPECT_EQ(y->shape(), want.shape());
+              testing::expect_allclose(y->cpu().value(), want, testing::rounding_tolerance(out, 0), 16e-6 * k);
+            }
           }
         }
 }
@@ -277,6 +284,12 @@ TEST(Matmul, Errors) {
   Tensor a = put(Shape{4, 8});
   EXPECT_ERROR(matmul(a, put(Shape{7, 3})), StatusCode::kInvalidArgument,
                "matmul: inner dims differ: a [4,8] has K = 8, b [7,3] has K = 7");
+  // Weights packed for 64 rows do not serve 32.
+  const Tensor w = put(Shape{96, 80});
+  ASSERT_OK_AND_ASSIGN(auto packed, pack_matmul_weights(put(Shape{64, 96}), w, std::nullopt));
+  ASSERT_NE(packed, nullptr);
+  EXPECT_ERROR(matmul(put(Shape{32, 96}), w, {.packed_b = packed.get()}), StatusCode::kFailedPrecondition,
+               "b was packed for other operands or params");
   if (matmul_weights_dtype(DataType::BFLOAT16) == DataType::BFLOAT16)  // else mixed operands are allowed, below
     EXPECT_ERROR(matmul(a, put(Shape{8, 3}, DataType::BFLOAT16)), StatusCode::kInvalidArgument,
                  "must share a dtype, found float32 and bfloat16");

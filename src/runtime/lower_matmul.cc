@@ -1,7 +1,31 @@
 // Lowering MatMul and Gemm nodes onto matmul / linear.
+#include <mutex>
+
 #include "lowering.h"
 
 namespace tessera::runtime {
+
+namespace {
+
+// A constant b packed once for the kernels (pack_matmul_weights), on the
+// step's first run, for the operands it sees (again should they change).
+struct PackedB {
+  std::mutex mu;
+  std::optional<TensorSpec> a_spec;
+  std::shared_ptr<const PackedMatmulWeights> packed;  // nullptr: the kernel reads b in place
+};
+
+StatusOr<const PackedMatmulWeights*> packed_b(PackedB& c, const Tensor& a, const Tensor& b,
+                                              const std::optional<Tensor>& bias, const MatmulParams& p) {
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (!c.a_spec || !(*c.a_spec == a.spec())) {
+    TS_ASSIGN_OR_RETURN(c.packed, pack_matmul_weights(a, b, bias, p));
+    c.a_spec = a.spec();
+  }
+  return c.packed.get();
+}
+
+}  // namespace
 
 Status CompiledModel::Impl::lower_matmul(const Node& n) {
   if (opt.numerics == Numerics::kTt) return lower_matmul_tt(n);
@@ -20,6 +44,7 @@ Status CompiledModel::Impl::lower_matmul(const Node& n) {
   (void)bd;
   note_plain(a), note_plain(b);
   const DeviceComputeKernelConfig ckc = compute_kernel_config();
+  auto pack = std::make_shared<PackedB>();
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor ta, plain(s, a, cq));
     Tensor tb;
@@ -28,11 +53,11 @@ Status CompiledModel::Impl::lower_matmul(const Node& n) {
     else {
       TS_ASSIGN_OR_RETURN(tb, plain(s, b, cq));
     }
-    TS_ASSIGN_OR_RETURN(
-        Tensor out,
-        matmul(
-            ta, tb,
-            {.dtype = out_dtype(y), .activation = act, .compute_kernel_config = ckc, .cq_id = cq}));
+    MatmulParams mp{.dtype = out_dtype(y), .activation = act, .compute_kernel_config = ckc, .cq_id = cq};
+    if (const_b) {
+      TS_ASSIGN_OR_RETURN(mp.packed_b, packed_b(*pack, ta, tb, std::nullopt, mp));
+    }
+    TS_ASSIGN_OR_RETURN(Tensor out, matmul(ta, tb, mp));
     return put_plain(s, y, out);
   });
   return ok_status();
@@ -70,14 +95,16 @@ Status CompiledModel::Impl::lower_gemm(const Node& n) {
       per_run(lowering, 2ull * static_cast<uint64_t>(dims(y)[0] * nn) * static_cast<uint64_t>(dims(a)[1]));
   note_plain(a);
   const DeviceComputeKernelConfig ckc = compute_kernel_config();
+  auto pack = std::make_shared<PackedB>();
   steps.push_back([=, this](Slots& s, uint8_t cq) -> Status {
     TS_ASSIGN_OR_RETURN(Tensor ta, plain(s, a, cq));
-    TS_ASSIGN_OR_RETURN(Tensor out, linear(ta, weight, bias,
-                                           {.transpose_b = trans_b,
-                                            .dtype = out_dtype(y),
-                                            .activation = full_c ? std::nullopt : act,
-                                            .compute_kernel_config = ckc,
-                                            .cq_id = cq}));
+    MatmulParams mp{.transpose_b = trans_b,
+                    .dtype = out_dtype(y),
+                    .activation = full_c ? std::nullopt : act,
+                    .compute_kernel_config = ckc,
+                    .cq_id = cq};
+    TS_ASSIGN_OR_RETURN(mp.packed_b, packed_b(*pack, ta, weight, bias, mp));
+    TS_ASSIGN_OR_RETURN(Tensor out, linear(ta, weight, bias, mp));
     if (full_c) {
       TS_ASSIGN_OR_RETURN(out, add(out, *full_c, {.activation = act, .cq_id = cq}));
     }
