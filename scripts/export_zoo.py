@@ -23,7 +23,8 @@ For each NAME the output directory receives:
   /usr/bin/python3 scripts/export_zoo.py OUT_DIR [NAME ...]
 
 With no NAME, every model the manifest does not list yet (or whose files are
-gone) is exported; NAMEs are exported again.
+gone) is exported; NAMEs are exported again. The EXTRA architectures (ViT-B/16,
+MaxViT-T, RegNetY-800MF: benchmarks, not tests) are exported only when named.
 """
 import os
 import sys
@@ -126,6 +127,28 @@ ZOO = {
                                         "feature pyramid (nearest Resize to sizes from Shape), RPN heads, 6 outputs"),
 }
 
+def vit_b_16():
+    """torchvision zero-initialises ViT's head: its outputs would not depend
+    on the input. A random head (before calibration) makes them."""
+    m = tvm.vit_b_16()
+    nn.init.normal_(m.heads.head.weight, std=0.02)
+    return m
+
+
+# Architectures exported only when named (`export_zoo.py DIR vit_b_16 ...`):
+# timed against ONNX Runtime (`bench/zoo_vs_ort.sh --dir DIR`), too large or
+# slow for the tests' share of CI.
+EXTRA = {
+    "vit_b_16": (vit_b_16, (3, 224, 224), "classification",
+                 "plain transformer: 16x16 patch conv, class token Concat, 12 blocks of MultiheadAttention "
+                 "(MatMul, Softmax, Transpose), LayerNorm, GELU MLP (768 -> 3072 -> 768)"),
+    "maxvit_t": (lambda: tvm.maxvit_t(), (3, 224, 224), "classification",
+                 "MBConv with squeeze-excitation, block and grid attention (window partitions by Reshape / "
+                 "Permute), relative position bias, LayerNorm, GELU"),
+    "regnet_y_800mf": (lambda: tvm.regnet_y_800mf(), (3, 224, 224), "classification",
+                       "grouped convs, squeeze-excitation"),
+}
+
 
 def calibrate_batch_norms(model, chw, gen):
     """Randomises each BatchNorm's affine parameters a little and sets its
@@ -193,7 +216,7 @@ def pcc(a, b):
 
 
 def export(name, out_dir):
-    make, chw, task, constructs = ZOO[name]
+    make, chw, task, constructs = {**ZOO, **EXTRA}[name]
     torch.manual_seed(0)
     model = make().eval()
     gen = torch.Generator().manual_seed(1)
@@ -227,8 +250,8 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     torch.set_num_threads(2)
     for name in sys.argv[2:]:
-        if name not in ZOO:
-            sys.exit(f"unknown zoo model {name}; expected one of {', '.join(ZOO)}")
+        if name not in ZOO and name not in EXTRA:
+            sys.exit(f"unknown zoo model {name}; expected one of {', '.join(list(ZOO) + list(EXTRA))}")
     manifest = os.path.join(out_dir, "manifest.tsv")
     lines = {}
     if os.path.exists(manifest):
