@@ -266,7 +266,7 @@ def main():
         lines[name] = export(name, out_dir)
     with open(manifest, "w") as f:
         f.write("# name\ttask\tinput CHW\toutputs (per sample)\tinput dependence PCC\tconstructs\n")
-        for name in ZOO:
+        for name in list(ZOO) + list(EXTRA):
             if name in lines:
                 f.write(lines[name] + "\n")
 
