@@ -20,7 +20,9 @@ namespace tessera {
 
 struct PackedMatmulWeights::Impl {
   std::shared_ptr<void> plan;  // the program's plan it was packed for
-  std::shared_ptr<std::byte[]> bytes;
+  // Device memory (one DRAM shard: contiguous), so that launches still
+  // queued when it goes write and read the device's memory, as any tensor's.
+  Tensor bytes;
 };
 
 namespace {
@@ -456,8 +458,17 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
                                 pp.plan = prog->plan;
                                 return pp;
                               }));
-      auto bytes = make_aligned_bytes(std::max<uint64_t>(plan_of->packed_bytes, 64));
-      PackArgs pa{.plan = plan_of, .bytes = bytes.get()};
+      const auto rows = static_cast<uint32_t>(std::max<uint64_t>(plan_of->packed_bytes, 64) / 64);
+      const MemoryConfig one_shard{
+          TensorMemoryLayout::HEIGHT_SHARDED, BufferType::DRAM,
+          ShardSpec{CoreRangeSet(CoreRange({0, 0}, {0, 0})), {rows, 64}, ShardOrientation::ROW_MAJOR}};
+      TS_ASSIGN_OR_RETURN(Tensor bytes, allocate_tensor_on_device(
+                                            TensorSpec{Shape{rows, 64}, DataType::UINT8, Layout::ROW_MAJOR, one_shard},
+                                            device));
+      TS_ASSIGN_OR_RETURN(TensorAccess to, make_access(bytes));
+      if (to.uniform_row_stride() != 64 || reinterpret_cast<uintptr_t>(to.base) % 64 != 0)
+        return internal_error("{}: the packed weights' device memory is not one aligned run", op);
+      PackArgs pa{.plan = plan_of, .bytes = to.base};
       TS_ASSIGN_OR_RETURN(pa.b, make_access(b));
       TS_RETURN_IF_ERROR(device.enqueue_program(params.cq_id, *packer, &pa, sizeof(pa)));
       *pack = std::make_shared<const PackedMatmulWeights>(
@@ -499,7 +510,10 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   }
   args.has_bias = bias != nullptr;
   args.plan = static_cast<MatmulPlan*>(prog->plan.get());
-  if (params.packed_b) args.b_packed = params.packed_b->impl().bytes.get();
+  if (params.packed_b) {
+    TS_ASSIGN_OR_RETURN(TensorAccess packed, make_access(params.packed_b->impl().bytes));
+    args.b_packed = packed.base;
+  }
   TS_RETURN_IF_ERROR(device.enqueue_program(params.cq_id, *prog, &args, sizeof(args)));
   return out;
 }
