@@ -394,6 +394,44 @@ TEST(Passes, ChannelsLastLinearsBecomeConvs) {
   expect_same_results(before, run_host(g, xin), 1e-4);
 }
 
+// A transformer's MLP over tokens (N, L, C): each Linear (MatMul + Add)
+// becomes a 1x1 conv over an (N, 1, L, C) image between Reshapes, its bias
+// and GELU folded in; the results are the graph's.
+TEST(Passes, TokenLinearsBecomeConvs) {
+  Graph g;
+  const int x = value(g, "x", {2, 5, 8});
+  g.inputs = {x};
+  std::vector<float> v1(8 * 16), v2(16 * 8);
+  for (size_t k = 0; k < v1.size(); ++k) v1[k] = std::cos(static_cast<float>(k) * 0.7f);
+  for (size_t k = 0; k < v2.size(); ++k) v2[k] = std::sin(static_cast<float>(k) * 0.3f);
+  const int w1 = constant(g, "w1", {8, 16}, v1), w2 = constant(g, "w2", {16, 8}, v2);
+  const int b1 = constant(g, "b1", {16}, std::vector<float>(16, 0.25f)), b2 = constant(g, "b2", {8}, v2);
+  const int m1 = value(g, "m1"), a1 = value(g, "a1"), ge = value(g, "ge"), m2 = value(g, "m2"), a2 = value(g, "a2"),
+            y = value(g, "y");
+  g.nodes.push_back(node("MatMul", {x, w1}, {m1}, "fc1"));
+  g.nodes.push_back(node("Add", {m1, b1}, {a1}, "fc1_bias"));
+  g.nodes.push_back(node("Gelu", {a1}, {ge}, "gelu"));
+  g.nodes.push_back(node("MatMul", {ge, w2}, {m2}, "fc2"));
+  g.nodes.push_back(node("Add", {m2, b2}, {a2}, "fc2_bias"));
+  g.nodes.push_back(node("Add", {a2, x}, {y}, "residual"));
+  g.outputs = {y};
+  ASSERT_OK(g.topological_sort());
+  ASSERT_OK(infer_shapes(g));
+  std::vector<float> xv(2 * 5 * 8);
+  for (size_t k = 0; k < xv.size(); ++k) xv[k] = std::sin(static_cast<float>(k) * 0.37f);
+  const HostTensor xin = HostTensor::floats({2, 5, 8}, xv);
+  const auto before = run_host(g, xin);
+  const auto reports = optimize(g);
+  EXPECT_EQ(rewrites(reports, "linear_to_conv"), 2);
+  int convs = 0;
+  for (const Node& n : g.nodes) {
+    EXPECT_NE(n.op_type, "MatMul");
+    convs += n.op_type == "Conv";
+  }
+  EXPECT_EQ(convs, 2);
+  expect_same_results(before, run_host(g, xin), 1e-4);
+}
+
 // avg_pool2d(padding=1) as PyTorch exports it (Pad, then AveragePool): the
 // pool pads itself, counting the zeros; a pool with padding it does not
 // count keeps its Pad.

@@ -15,8 +15,10 @@ using detail::Consumers;
 using detail::drop_nodes;
 using detail::float_attr;
 using detail::int_attr;
+using detail::ints_value;
 using detail::ints_attr;
 using detail::replace_nodes;
+using detail::run_value;
 using detail::sole_reader;
 using detail::string_attr;
 
@@ -71,10 +73,13 @@ PassReport linear_to_conv(Graph& g) {
     if (mm.op_type != "MatMul" || dead[i] || mm.has_attr("tessera_activation")) continue;
     const int a = mm.inputs[0], b = mm.inputs[1], y = mm.outputs[0];
     const Value& av = g.value(a);
-    if (!av.has_shape || av.dims.size() != 4 || g.is_constant(a) || !g.is_constant(b)) continue;
+    // Tokens (N, L, C), a transformer's, as an (N, 1, L, C) image.
+    const bool tokens = av.has_shape && av.dims.size() == 3;
+    if (!av.has_shape || (av.dims.size() != 4 && !tokens) || g.is_constant(a) || !g.is_constant(b)) continue;
     const HostTensor& w = *g.value(b).constant;
-    if (w.type != ElemType::FLOAT32 || w.dims.size() != 2 || w.dims[0] != av.dims[3]) continue;
-    const int64_t n = av.dims[0], h = av.dims[1], wd = av.dims[2], k = w.dims[0], m = w.dims[1];
+    if (w.type != ElemType::FLOAT32 || w.dims.size() != 2 || w.dims[0] != av.dims.back()) continue;
+    const int64_t n = av.dims[0], h = tokens ? 1 : av.dims[1], wd = av.dims[tokens ? 1 : 2], k = w.dims[0],
+                  m = w.dims[1];
     // (References into g.values die with the first add_value below.)
     // The (K, M) matrix as M filters of K channels: (M, K, 1, 1).
     std::vector<float> filt(static_cast<size_t>(m * k));
@@ -96,20 +101,37 @@ PassReport linear_to_conv(Graph& g) {
       }
     }
     const std::string name = mm.name;
+    const int a_in = a;
+    std::vector<Node> nodes;
+    int a4 = a, out4 = out;
+    if (tokens) {
+      a4 = run_value(g, g.value(a).name + ":nhwc", {n, 1, wd, k});
+      out4 = run_value(g, g.value(out).name + ":nhwc", {n, 1, wd, m});
+      nodes.push_back({.name = name + ":to_image",
+                       .op_type = "Reshape",
+                       .inputs = {a_in, ints_value(g, name + ":image_shape", {n, 1, wd, k})},
+                       .outputs = {a4}});
+    }
     const int wid = g.add_value({.name = g.value(b).name + ":conv_weight",
                                  .dims = {m, k, 1, 1},
                                  .has_shape = true,
                                  .constant = HostTensor::floats({m, k, 1, 1}, std::move(filt))});
     const int x_nchw = g.add_value({.name = g.value(a).name + ":nchw", .dims = {n, k, h, wd}, .has_shape = true});
     const int y_nchw = g.add_value({.name = g.value(out).name + ":nchw", .dims = {n, m, h, wd}, .has_shape = true});
-    Node to_nchw{.name = name + ":to_nchw", .op_type = "Transpose", .inputs = {a}, .outputs = {x_nchw}};
+    Node to_nchw{.name = name + ":to_nchw", .op_type = "Transpose", .inputs = {a4}, .outputs = {x_nchw}};
     to_nchw.attrs["perm"] = ints_attr({0, 3, 1, 2});
     Node conv{.name = name, .op_type = "Conv", .inputs = {x_nchw, wid}, .outputs = {y_nchw}};
     if (bias >= 0) conv.inputs.push_back(bias);
     conv.attrs["kernel_shape"] = ints_attr({1, 1});
-    Node to_nhwc{.name = name + ":to_nhwc", .op_type = "Transpose", .inputs = {y_nchw}, .outputs = {out}};
+    Node to_nhwc{.name = name + ":to_nhwc", .op_type = "Transpose", .inputs = {y_nchw}, .outputs = {out4}};
     to_nhwc.attrs["perm"] = ints_attr({0, 2, 3, 1});
-    replaced[i] = {std::move(to_nchw), std::move(conv), std::move(to_nhwc)};
+    nodes.push_back(std::move(to_nchw)), nodes.push_back(std::move(conv)), nodes.push_back(std::move(to_nhwc));
+    if (tokens)
+      nodes.push_back({.name = name + ":to_tokens",
+                       .op_type = "Reshape",
+                       .inputs = {out4, ints_value(g, name + ":token_shape", {n, wd, m})},
+                       .outputs = {out}});
+    replaced[i] = std::move(nodes);
     ++r.rewrites;
   }
   // The three nodes take the MatMul's place in the order: they read what it

@@ -305,6 +305,29 @@ TEST(OnnxOps, WhereRunsOnTheDevice) {
   expect_device_matches_reference(b, special_input({2, 3, 5, 7}, 31), 0, 0);
 }
 
+// A transformer's MLP over tokens: its Linears run as 1x1 convs over an
+// (N, 1, L, C) image (graph::linear_to_conv), bias and ReLU fused, with the
+// residual; the values the host computes.
+TEST(OnnxOps, TokenLinearsRunAsConvs) {
+  ModelBuilder b(13);
+  b.input("x", {2, 7, 16});
+  std::vector<float> w1(16 * 24), w2(24 * 16), b1(24), b2(16);
+  for (size_t i = 0; i < w1.size(); ++i) w1[i] = 0.2f * std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < w2.size(); ++i) w2[i] = 0.2f * std::cos(0.23f * static_cast<float>(i));
+  for (size_t i = 0; i < b1.size(); ++i) b1[i] = 0.1f * static_cast<float>(i % 5) - 0.2f;
+  for (size_t i = 0; i < b2.size(); ++i) b2[i] = 0.05f * static_cast<float>(i % 3);
+  b.initializer("w1", {16, 24}, w1), b.initializer("w2", {24, 16}, w2);
+  b.initializer("b1", {24}, b1), b.initializer("b2", {16}, b2);
+  b.node("MatMul", {"x", "w1"}, {"m1"});
+  b.node("Add", {"m1", "b1"}, {"a1"});
+  b.node("Relu", {"a1"}, {"r"});
+  b.node("MatMul", {"r", "w2"}, {"m2"});
+  b.node("Add", {"m2", "b2"}, {"a2"});
+  b.node("Add", {"a2", "x"}, {"y"});
+  b.output("y");
+  expect_device_matches_reference(b, special_input({2, 7, 16}, 37), 0, 1e-5);
+}
+
 // Boolean logic on comparisons' results on the device: And, Or, Xor, Not
 // (ONNX's GreaterOrEqual written out as Or(Greater, Equal), as its
 // conformance tests' expanded forms are), the result Cast to float.
