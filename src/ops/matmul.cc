@@ -247,7 +247,7 @@ StatusOr<Program> compile(const Device& device, const MatmulGeometry& geometry, 
   // Blocks of rows, one per worker; with fewer rows than workers (a
   // classifier's 1 x K input), blocks of columns of at least 64 instead, so
   // both cores read half the weights.
-  plan->packed_b = packed && !plan->stage_b && plan->batches == 1 && !plan->lofi;
+  plan->packed_b = packed;  // (b_packable held: see run_matmul)
   const bool split_cols = plan->m < threads && plan->n >= 128;
   const uint32_t row_parts = split_cols ? 1 : std::max<uint32_t>(1, std::min(threads, plan->m));
   const uint32_t col_step = split_cols ? std::max<uint32_t>(64, (plan->n / threads + 15) / 16 * 16) : plan->n;
@@ -354,6 +354,14 @@ Status pack_kernel(const void* raw, uint32_t begin, uint32_t end) {
   });
 }
 
+// Whether b can be packed for the kernels: one b for every batch, its rows
+// dense in the dtype oneDNN computes on (not staged), no LoFi staging.
+StatusOr<bool> b_packable(const MatmulGeometry& g, const Tensor& a, const Tensor& b) {
+  if (g.lofi || g.batches != 1 || onednn::kernel_type(a.dtype()) != b.dtype()) return false;
+  TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(b));
+  return ba.uniform_row_stride() != 0;
+}
+
 // With `pack`: packs b for these operands into *pack (nullptr where the
 // kernel reads b in place) instead of launching.
 StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias, const MatmulParams& params,
@@ -431,6 +439,11 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
   out_dims.push_back(plan.n);
   Device& device = *a.device();
   TensorSpec out_spec{Shape(std::span<const uint32_t>(out_dims)), plan.out_type, Layout::ROW_MAJOR, mc};
+  if (pack) {  // (b_packable false: no program compiled for nothing)
+    *pack = nullptr;
+    TS_ASSIGN_OR_RETURN(const bool packable, b_packable(plan, a, b));
+    if (!packable) return Tensor();
+  }
   TS_ASSIGN_OR_RETURN(Tensor out, allocate_tensor_on_device(out_spec, device));
   const UnaryWithParam act = params.activation.value_or(UnaryWithParam{});
   // The kernel set is in the key: the gemv kernel is chosen by it.
@@ -439,14 +452,18 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
                                       params.transpose_b ? "^T" : "", bias ? "," + bias->spec().to_string() : "",
                                       out_spec.to_string(), activation_name(act), kernel_isa_name(kernel_isa()),
                                       plan.lofi ? ":lofi" : "", packed ? ":packed" : "");
-  TS_ASSIGN_OR_RETURN(const Program* prog,
-                      device.program_cache().get_or_compile(key, device.may_compile_programs(params.cq_id), [&] {
-                        return compile(device, plan, a, b, bias, out, params, packed);
-                      }));
+  // Packed b is read by the program it was packed for (never a new one).
+  const Program* prog = params.packed_b ? device.program_cache().find(key) : nullptr;
+  if (params.packed_b && (!prog || params.packed_b->impl().plan != prog->plan))
+    return failed_precondition_error("{}: b was packed for other operands or params than {}", op, key);
+  if (!prog) {
+    TS_ASSIGN_OR_RETURN(prog, device.program_cache().get_or_compile(key, device.may_compile_programs(params.cq_id), [&] {
+      return compile(device, plan, a, b, bias, out, params, packed);
+    }));
+  }
   const auto* plan_of = static_cast<const MatmulPlan*>(prog->plan.get());
   if (pack) {
-    *pack = nullptr;
-    if (!plan_of->gemv && plan_of->packed_b) {
+    if (!plan_of->gemv) {  // (a gemv plan reads b in place)
       TS_ASSIGN_OR_RETURN(const Program* packer,
                           device.program_cache().get_or_compile(
                               key + ":pack", device.may_compile_programs(params.cq_id), [&]() -> StatusOr<Program> {
@@ -476,8 +493,6 @@ StatusOr<Tensor> run_matmul(const Tensor& a, const Tensor& b, const Tensor* bias
     }
     return out;
   }
-  if (params.packed_b && params.packed_b->impl().plan != prog->plan)
-    return failed_precondition_error("{}: b was packed for other operands or params than {}", op, key);
   if (plan_of->gemv) {
     TS_ASSIGN_OR_RETURN(TensorAccess aa, make_access(a));
     TS_ASSIGN_OR_RETURN(TensorAccess ba, make_access(b));
