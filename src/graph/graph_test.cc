@@ -423,13 +423,55 @@ TEST(Passes, TokenLinearsBecomeConvs) {
   const auto before = run_host(g, xin);
   const auto reports = optimize(g);
   EXPECT_EQ(rewrites(reports, "linear_to_conv"), 2);
-  int convs = 0;
+  // fc1's reshape to tokens and fc2's back to an image, then its transpose to
+  // NHWC and fc2's back to NCHW: GELU joins fc1's conv.
+  EXPECT_EQ(rewrites(reports, "cancel_transposes"), 2);
+  int convs = 0, reshapes = 0;
   for (const Node& n : g.nodes) {
     EXPECT_NE(n.op_type, "MatMul");
+    EXPECT_NE(n.op_type, "Gelu");
     convs += n.op_type == "Conv";
+    reshapes += n.op_type == "Reshape";
   }
   EXPECT_EQ(convs, 2);
+  EXPECT_EQ(reshapes, 2);  // fc1's into the image, fc2's out of it
   expect_same_results(before, run_host(g, xin), 1e-4);
+}
+
+// Reshapes around element-wise ops cancel only where the second gives back
+// the first one's input dims, also where that is a graph output (the
+// element-wise op then writes it, in its dims).
+TEST(Passes, ReshapesCancelOnlyBackToTheSameDims) {
+  for (const std::vector<int64_t>& back : {std::vector<int64_t>{2, 3, 4}, std::vector<int64_t>{2, 12}}) {
+    for (bool output : {false, true}) {
+      Graph g;
+      const int x = value(g, "x", {2, 3, 4});
+      g.inputs = {x};
+      const auto shape = [&](const std::string& name, const std::vector<int64_t>& d) {
+        const int64_t r = static_cast<int64_t>(d.size());
+        return g.add_value({.name = name, .type = ElemType::INT64, .dims = {r}, .has_shape = true,
+                            .constant = HostTensor::ints({r}, d)});
+      };
+      const int s1 = shape("s1", {6, 4}), s2 = shape("s2", back);
+      const int r1 = value(g, "r1"), t = value(g, "t"), r2 = value(g, "r2"), y = value(g, "y");
+      g.nodes.push_back(node("Reshape", {x, s1}, {r1}, "to_rows"));
+      g.nodes.push_back(node("Tanh", {r1}, {t}, "tanh"));
+      g.nodes.push_back(node("Reshape", {t, s2}, {r2}, "back"));
+      if (!output) g.nodes.push_back(node("Neg", {r2}, {y}, "neg"));
+      g.outputs = {output ? r2 : y};
+      ASSERT_OK(g.topological_sort());
+      ASSERT_OK(infer_shapes(g));
+      const HostTensor xin = HostTensor::floats({2, 3, 4}, std::vector<float>(24, 0.5f));
+      const auto before = run_host(g, xin);
+      const bool same = back.size() == 3;
+      EXPECT_EQ(cancel_transposes(g).rewrites, same ? 1 : 0);
+      int reshapes = 0;
+      for (const Node& n : g.nodes) reshapes += n.op_type == "Reshape";
+      EXPECT_EQ(reshapes, same ? 0 : 2);
+      expect_same_results(before, run_host(g, xin), 0.0);
+      EXPECT_EQ(g.value(g.outputs[0]).dims, back);
+    }
+  }
 }
 
 // avg_pool2d(padding=1) as PyTorch exports it (Pad, then AveragePool): the

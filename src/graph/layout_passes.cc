@@ -61,6 +61,20 @@ bool elementwise_unary(const Graph& g, const Node& n) {
   return true;
 }
 
+// Whether q (a Transpose or a Reshape) gives back the layout p (of the same
+// kind) took its input from: the permutations compose to the identity, or
+// the reshapes' outer dims are the same (known) dims.
+bool undoes(const Graph& g, const Node& p, const Node& q) {
+  const Value &x = g.value(p.inputs[0]), &y = g.value(q.outputs[0]);
+  if (q.op_type == "Reshape") return x.has_shape && y.has_shape && x.dims == y.dims;
+  const size_t rank = x.dims.size();
+  const auto pp = permutation(p, rank), qp = permutation(q, rank);
+  if (pp.size() != rank || qp.size() != rank) return false;
+  for (size_t k = 0; k < rank; ++k)
+    if (pp[static_cast<size_t>(qp[k])] != static_cast<int64_t>(k)) return false;
+  return true;
+}
+
 }  // namespace
 
 PassReport linear_to_conv(Graph& g) {
@@ -256,15 +270,16 @@ PassReport cancel_transposes(Graph& g) {
     const Consumers consumers = g.consumers();
     for (size_t qi = 0; qi < g.nodes.size() && !changed; ++qi) {
       const Node& q = g.nodes[qi];
-      if (q.op_type != "Transpose") continue;
-      // Up from q through element-wise ops, each read only by the node below, to a transpose.
+      if (q.op_type != "Transpose" && q.op_type != "Reshape") continue;
+      // Up from q through element-wise ops, each read only by the node below,
+      // to a node of q's kind.
       std::vector<int> chain;  // element-wise nodes, nearest q first
       int below = static_cast<int>(qi), v = q.inputs[0], pi = -1;
       while (true) {
         const int prod = g.value(v).producer;
         if (prod < 0 || sole_reader(g, consumers, v) != below) break;
         const Node& p = g.nodes[static_cast<size_t>(prod)];
-        if (p.op_type == "Transpose") {
+        if (p.op_type == q.op_type) {
           pi = prod;
           break;
         }
@@ -274,14 +289,8 @@ PassReport cancel_transposes(Graph& g) {
       }
       if (pi < 0) continue;
       const Node& p = g.nodes[static_cast<size_t>(pi)];
-      const int x = p.inputs[0];
-      const size_t rank = g.value(x).dims.size();
-      const auto pp = permutation(p, rank), qp = permutation(q, rank);
-      if (pp.size() != rank || qp.size() != rank) continue;
-      bool identity = true;
-      for (size_t k = 0; k < rank; ++k) identity = identity && pp[static_cast<size_t>(qp[k])] == static_cast<int64_t>(k);
-      if (!identity) continue;
-      const int y = q.outputs[0];
+      const int x = p.inputs[0], y = q.outputs[0];
+      if (!undoes(g, p, q)) continue;
       if (chain.empty()) {
         // Readers of q's output read x; a graph output keeps its transposes.
         if (std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end()) continue;

@@ -142,7 +142,9 @@ PassReport linear_to_conv(Graph& g);
 // Transpose(Transpose(x, p), q) with q undoing p, and the same with
 // element-wise ops of one input between them (Gelu, Relu, Clip, ...), each
 // intermediate read only by the next: the transposes go, the element-wise
-// ops read x. Transposes whose output is a graph output stay.
+// ops read x. Transposes whose output is a graph output stay. The same for
+// Reshape(Reshape(x)) back to x's dims (a GELU between linear_to_conv's
+// token reshapes), so that the transposes around those meet too.
 PassReport cancel_transposes(Graph& g);
 // An activation whose input is read only by it moves into the producing
 // Conv, ConvTranspose, Add / Sub / Mul / Div or MatMul / Gemm. A HardSigmoid
