@@ -7,10 +7,31 @@
 #include <numeric>
 #include <set>
 
+#include "host_gemm.h"
 #include "host_kernels.h"
+#include "tessera/base/cpu_features.h"
 #include "tessera/graph/host_eval.h"
 
 namespace tessera::graph::host {
+
+namespace {
+// The portable tier of host_gemm.h: SSE2's two doubles a vector.
+constexpr int64_t L = 2, kRows = 4;
+typedef double D __attribute__((vector_size(L * sizeof(double))));
+typedef float F __attribute__((vector_size(L * sizeof(float))));
+#include "host_gemm_impl.h"
+}  // namespace
+
+void gemm_f32(const float* a, const float* b, bool b_transposed, float* y, int64_t m, int64_t n, int64_t k) {
+  switch (kernel_isa()) {
+    case KernelIsa::kAvx512:
+      return cpu::avx512::host_gemm_f32(a, b, b_transposed, y, m, n, k);
+    case KernelIsa::kAvx2:
+      return cpu::avx2::host_gemm_f32(a, b, b_transposed, y, m, n, k);
+    default:
+      return gemm(a, b, b_transposed, y, m, n, k);
+  }
+}
 
 // ---------------------------------------------------------------- shapes and data movement
 
@@ -373,6 +394,10 @@ StatusOr<HostTensor> matmul(const Node& n, const HostTensor& a0, const HostTenso
   HostTensor y = make(ElemType::FLOAT32, out);
   for (int64_t bi = 0; bi < dims_volume(batch); ++bi) {
     const int64_t ao = broadcast_index(bi, batch, ab) * m * k, bo = broadcast_index(bi, batch, bb) * k * nn;
+    if (a.type == ElemType::FLOAT32 && b.type == ElemType::FLOAT32) {
+      gemm_f32(a.f.data() + ao, b.f.data() + bo, false, y.f.data() + bi * m * nn, m, nn, k);
+      continue;
+    }
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < nn; ++j) {
         double s = 0;
@@ -388,17 +413,32 @@ StatusOr<HostTensor> matmul(const Node& n, const HostTensor& a0, const HostTenso
 }
 
 StatusOr<HostTensor> gemm(const Node& n, Ins ins) {
-  HostTensor a = *ins[0], b = *ins[1];
-  if (a.dims.size() != 2 || b.dims.size() != 2) return invalid_argument_error("{}: Gemm needs 2D A and B", n.label());
-  Node t;
-  t.op_type = "Transpose";
-  if (n.attr_int("transA", 0)) {
-    TS_ASSIGN_OR_RETURN(a, transpose(t, a));
+  const HostTensor &a0 = *ins[0], &b0 = *ins[1];
+  if (a0.dims.size() != 2 || b0.dims.size() != 2)
+    return invalid_argument_error("{}: Gemm needs 2D A and B", n.label());
+  const bool trans_a = n.attr_int("transA", 0) != 0, trans_b = n.attr_int("transB", 0) != 0;
+  HostTensor y;
+  if (!trans_a && a0.type == ElemType::FLOAT32 && b0.type == ElemType::FLOAT32) {
+    // (B as it is, transposed or not: a classifier's or a box head's weights
+    // are not copied.)
+    const int64_t m = a0.dims[0], k = a0.dims[1], nn = b0.dims[trans_b ? 0 : 1];
+    if (b0.dims[trans_b ? 1 : 0] != k)
+      return invalid_argument_error("{}: inner dims differ: {} x {}{}", n.label(), dims_to_string(a0.dims),
+                                    dims_to_string(b0.dims), trans_b ? " (transposed)" : "");
+    y = make(ElemType::FLOAT32, {m, nn});
+    gemm_f32(a0.f.data(), b0.f.data(), trans_b, y.f.data(), m, nn, k);
+  } else {
+    HostTensor a = a0, b = b0;
+    Node t;
+    t.op_type = "Transpose";
+    if (trans_a) {
+      TS_ASSIGN_OR_RETURN(a, transpose(t, a));
+    }
+    if (trans_b) {
+      TS_ASSIGN_OR_RETURN(b, transpose(t, b));
+    }
+    TS_ASSIGN_OR_RETURN(y, matmul(n, a, b));
   }
-  if (n.attr_int("transB", 0)) {
-    TS_ASSIGN_OR_RETURN(b, transpose(t, b));
-  }
-  TS_ASSIGN_OR_RETURN(HostTensor y, matmul(n, a, b));
   const double alpha = n.attr_float("alpha", 1.0f), beta = n.attr_float("beta", 1.0f);
   const HostTensor* c = in(ins, 2);
   for (int64_t k = 0; k < y.volume(); ++k) {

@@ -146,9 +146,7 @@ StatusOr<std::vector<HostTensor>> if_branch(const Node& n, Ins ins, int /*opset:
     return invalid_argument_error("{}: no {} graph", n.label(), branch);
   const Graph& g = *it->second.g;
   const std::vector<std::string> names = n.attr_strings("tessera_captures");
-  std::vector<std::optional<HostTensor>> vals(g.values.size());
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (g.values[v].constant) vals[v] = g.values[v].constant;
+  std::vector<std::optional<HostTensor>> vals(g.values.size());  // (constants read in place)
   for (int v : g.inputs) {
     const std::string& name = g.value(v).name;
     const auto at = std::find(names.begin(), names.end(), name);
@@ -160,9 +158,10 @@ StatusOr<std::vector<HostTensor>> if_branch(const Node& n, Ins ins, int /*opset:
   TS_RETURN_IF_ERROR(evaluate_nodes(g, vals));
   std::vector<HostTensor> out;
   for (int v : g.outputs) {
-    if (!vals[static_cast<size_t>(v)])
+    const auto& val = vals[static_cast<size_t>(v)];
+    if (!val && !g.value(v).constant)
       return invalid_argument_error("{}: its {} does not compute its output '{}'", n.label(), branch, g.value(v).name);
-    out.push_back(*vals[static_cast<size_t>(v)]);
+    out.push_back(val ? *val : *g.value(v).constant);
   }
   return out;
 }

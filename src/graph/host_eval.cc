@@ -486,6 +486,7 @@ const std::map<std::string, Eval>& table() {
     m["QuantizedConv"] = one([](const Node& n, Ins ins, int) { return quantized_conv(n, ins); });
     m["QLinearMatMul"] = one([](const Node& n, Ins ins, int) { return qlinear_matmul(n, ins); });
     m["GridSample"] = [](const Node& n, Ins ins, int) { return host::grid_sample(n, ins); };
+    m["RoiAlign"] = [](const Node& n, Ins ins, int opset) { return host::roi_align(n, ins, opset); };
     m["NonMaxSuppression"] = one([](const Node& n, Ins ins, int) { return non_max_suppression(n, ins); });
     m["NonZero"] = one([](const Node& n, Ins ins, int) { return non_zero(n, *ins[0]); });
     m["If"] = [](const Node& n, Ins ins, int opset) { return if_branch(n, ins, opset); };
@@ -593,9 +594,15 @@ Status evaluate_nodes(const Graph& g, std::vector<std::optional<HostTensor>>& va
   for (const Node& n : g.nodes) {
     std::vector<const HostTensor*> ins;
     for (int v : n.inputs) {
-      if (v >= 0 && !values[static_cast<size_t>(v)])
+      if (v < 0) {
+        ins.push_back(nullptr);
+      } else if (values[static_cast<size_t>(v)]) {
+        ins.push_back(&*values[static_cast<size_t>(v)]);
+      } else if (g.value(v).constant) {
+        ins.push_back(&*g.value(v).constant);
+      } else {
         return invalid_argument_error("{}: input '{}' is not computed", n.label(), g.value(v).name);
-      ins.push_back(v < 0 ? nullptr : &*values[static_cast<size_t>(v)]);
+      }
     }
     TS_ASSIGN_OR_RETURN(std::vector<HostTensor> outs, evaluate(n, ins, g.opset));
     for (size_t k = 0; k < n.outputs.size() && k < outs.size(); ++k)

@@ -4,7 +4,11 @@
 #include "tessera/graph/host_eval.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
 
+#include "tessera/base/cpu_features.h"
 #include "test_util.h"
 
 namespace tessera::graph {
@@ -153,6 +157,119 @@ TEST(HostEval, UnknownOpsAndMissingInputs) {
               HasSubstr("input 1 is missing"));
   EXPECT_FALSE(host_supports("NoSuchOp"));
   EXPECT_TRUE(host_supports("Resize"));
+}
+
+// MatMul (and Gemm with B transposed) of float32 operands sums exact double
+// products in k's order on every kernel tier: the same bits as a plain
+// double loop, over shapes with partial row and column blocks, k past a
+// block of 256, and special values.
+TEST(HostEval, MatMulSumsInDoubleBitForBitOnEveryTier) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), -0.0f, 1e-40f, -3e-39f, 3e38f};
+  for (KernelIsa isa : {KernelIsa::kScalar, KernelIsa::kAvx2, KernelIsa::kAvx512}) {
+    set_kernel_isa_limit(isa);
+    for (int64_t m : {1, 3, 8, 9})
+      for (int64_t n : {1, 7, 16, 33})
+        for (int64_t k : {1, 5, 300}) {
+          for (bool special : {false, true}) {
+            SCOPED_TRACE(fmt::format("{} x {} x {}, isa {}{}", m, n, k, kernel_isa_name(kernel_isa()),
+                                     special ? ", special values" : ""));
+            std::vector<float> av(static_cast<size_t>(m * k)), bv(static_cast<size_t>(k * n));
+            for (float& v : av) v = u(rng);
+            for (float& v : bv) v = u(rng);
+            if (special)
+              for (size_t j = 0; j < std::size(specials); ++j) {
+                av[(j * 37) % av.size()] = specials[j];
+                bv[(j * 53 + 1) % bv.size()] = specials[(j + 3) % std::size(specials)];
+              }
+            std::vector<float> btv(bv.size());  // b transposed, for Gemm's transB
+            for (int64_t q = 0; q < k; ++q)
+              for (int64_t j = 0; j < n; ++j) btv[static_cast<size_t>(j * k + q)] = bv[static_cast<size_t>(q * n + j)];
+            const HostTensor a = HostTensor::floats({m, k}, av), b = HostTensor::floats({k, n}, bv),
+                             bt = HostTensor::floats({n, k}, btv);
+            const auto y = eval(make("MatMul"), {&a, &b});
+            Node gemm = make("Gemm");
+            gemm.attrs["transB"] = {.kind = Attribute::Kind::INT, .i = 1};
+            const auto yt = eval(gemm, {&a, &bt});
+            ASSERT_EQ(y.size(), 1u);
+            ASSERT_EQ(yt.size(), 1u);
+            ASSERT_EQ(yt[0].dims, (std::vector<int64_t>{m, n}));
+            EXPECT_EQ(std::memcmp(yt[0].f.data(), y[0].f.data(), y[0].f.size() * 4), 0);
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) {
+                double sum = 0;
+                for (int64_t q = 0; q < k; ++q)
+                  sum += double{av[static_cast<size_t>(i * k + q)]} * double{bv[static_cast<size_t>(q * n + j)]};
+                const float want = static_cast<float>(sum), got = y[0].f[static_cast<size_t>(i * n + j)];
+                if (std::isnan(want)) {
+                  EXPECT_TRUE(std::isnan(got)) << i << "," << j;
+                } else {
+                  uint32_t wb, gb;
+                  std::memcpy(&wb, &want, 4), std::memcpy(&gb, &got, 4);
+                  EXPECT_EQ(gb, wb) << i << "," << j << ": " << got << " vs " << want;
+                }
+              }
+          }
+        }
+  }
+  set_kernel_isa_limit(KernelIsa::kAvx512);
+}
+
+// RoiAlign over a map whose values are linear in (y, x), which bilinear
+// sampling reproduces exactly: each bin's average is the value at its
+// samples' mean. Then max mode, regions off the map, a non-finite region
+// (NaN outputs) and the errors.
+TEST(HostEval, RoiAlignAveragesBilinearSamples) {
+  std::vector<float> v(16);
+  for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(k);  // 4 * y + x
+  const HostTensor x = HostTensor::floats({1, 1, 4, 4}, v);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const HostTensor rois = HostTensor::floats({3, 4}, {0, 0, 2, 2, 10, 10, 12, 12, 0, nan, 2, 2});
+  const HostTensor batch = HostTensor::ints({3}, {0, 0, 0});
+  auto roi_align = [&](const std::string& mode, const std::string& coords, int64_t size, int64_t ratio) {
+    Node n = make("RoiAlign");
+    n.attrs["mode"] = {.kind = Attribute::Kind::STRING, .s = mode};
+    n.attrs["coordinate_transformation_mode"] = {.kind = Attribute::Kind::STRING, .s = coords};
+    n.attrs["output_height"] = {.kind = Attribute::Kind::INT, .i = size};
+    n.attrs["output_width"] = {.kind = Attribute::Kind::INT, .i = size};
+    n.attrs["sampling_ratio"] = {.kind = Attribute::Kind::INT, .i = ratio};
+    return n;
+  };
+  // Bins of 1 x 1 pixel from (0, 0), samples at 0.25 and 0.75 of each.
+  auto y = eval(roi_align("avg", "output_half_pixel", 2, 2), {&x, &rois, &batch}, 16);
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0].dims, (std::vector<int64_t>{3, 1, 2, 2}));
+  for (int k = 0; k < 4; ++k) {
+    const float want = 4 * (0.5f + static_cast<float>(k / 2)) + 0.5f + static_cast<float>(k % 2);
+    EXPECT_FLOAT_EQ(y[0].f[static_cast<size_t>(k)], want);
+    EXPECT_EQ(y[0].f[static_cast<size_t>(4 + k)], 0.0f);  // more than a pixel off the map: zeros
+    EXPECT_TRUE(std::isnan(y[0].f[static_cast<size_t>(8 + k)]));
+  }
+  // half_pixel shifts the region back by half a pixel: the one sample of a
+  // 1 x 1 output lands on (0.5, 0.5), not on pixel (1, 1).
+  y = eval(roi_align("avg", "half_pixel", 1, 1), {&x, &rois, &batch}, 16);
+  EXPECT_FLOAT_EQ(y[0].f[0], 2.5f);
+  // Max mode: one sample on pixel (1, 1) exactly: its value, weight 1.
+  y = eval(roi_align("max", "output_half_pixel", 1, 1), {&x, &rois, &batch}, 16);
+  EXPECT_EQ(y[0].f[0], 5.0f);
+  // Opset 10's default is output_half_pixel, opset 16's half_pixel.
+  Node plain = make("RoiAlign");
+  EXPECT_FLOAT_EQ(eval(plain, {&x, &rois, &batch}, 10)[0].f[0], 5.0f);
+  EXPECT_FLOAT_EQ(eval(plain, {&x, &rois, &batch}, 16)[0].f[0], 2.5f);
+  const HostTensor far = HostTensor::ints({3}, {0, 1, 0});
+  using Ins = std::vector<const HostTensor*>;
+  auto r = evaluate(plain, Ins{&x, &rois, &far}, 16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("region 1 names image 1 of a batch of 1"));
+  r = evaluate(roi_align("median", "half_pixel", 1, 1), Ins{&x, &rois, &batch}, 16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("mode 'median', expected avg or max"));
+  const HostTensor flat = HostTensor::floats({3, 2}, {0, 0, 1, 1, 2, 2});
+  r = evaluate(plain, Ins{&x, &flat, &batch}, 16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("expected (N, C, H, W), (R, 4) and (R)"));
 }
 
 }  // namespace

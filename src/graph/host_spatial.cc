@@ -473,4 +473,105 @@ StatusOr<std::vector<HostTensor>> grid_sample(const Node& n, Ins ins) {
   return r;
 }
 
+// RoiAlign (opsets 10 and 16) as the ONNX reference computes it: each bin of
+// each region the average (or, mode "max", the largest weighted corner) of
+// its sampling grid's bilinear samples; a sample more than one pixel outside
+// the map reads 0. A region with a non-finite coordinate has no samples to
+// take: its outputs are NaN.
+StatusOr<std::vector<HostTensor>> roi_align(const Node& n, Ins ins, int opset) {
+  if (ins.size() < 3 || !ins[0] || !ins[1] || !ins[2])
+    return invalid_argument_error("{}: needs X, rois and batch_indices", n.label());
+  const HostTensor &x = *ins[0], &rois = *ins[1], &batch = *ins[2];
+  if (x.dims.size() != 4 || rois.dims.size() != 2 || rois.dims[1] != 4 || batch.dims.size() != 1 ||
+      batch.dims[0] != rois.dims[0])
+    return invalid_argument_error("{}: X {}, rois {} and batch_indices {}: expected (N, C, H, W), (R, 4) and (R)",
+                                  n.label(), dims_to_string(x.dims), dims_to_string(rois.dims),
+                                  dims_to_string(batch.dims));
+  const std::string mode = n.attr_string("mode", "avg");
+  const std::string coords =
+      n.attr_string("coordinate_transformation_mode", opset >= 16 ? "half_pixel" : "output_half_pixel");
+  if (mode != "avg" && mode != "max")
+    return invalid_argument_error("{}: mode '{}', expected avg or max", n.label(), mode);
+  if (coords != "half_pixel" && coords != "output_half_pixel")
+    return invalid_argument_error("{}: coordinate_transformation_mode '{}', expected half_pixel or output_half_pixel",
+                                  n.label(), coords);
+  const int64_t oh = n.attr_int("output_height", 1), ow = n.attr_int("output_width", 1),
+                ratio = n.attr_int("sampling_ratio", 0);
+  const double scale = n.attr_float("spatial_scale", 1.0f), offset = coords == "half_pixel" ? 0.5 : 0.0;
+  if (oh < 1 || ow < 1 || ratio < 0)
+    return invalid_argument_error("{}: output {} x {} and sampling_ratio {}: expected positive sizes", n.label(), oh,
+                                  ow, ratio);
+  const int64_t N = x.dims[0], C = x.dims[1], H = x.dims[2], W = x.dims[3], R = rois.dims[0];
+  HostTensor y = zeros({R, C, oh, ow});
+  struct Tap {
+    int64_t pos[4];
+    double w[4];
+  };
+  std::vector<Tap> taps;
+  for (int64_t r = 0; r < R; ++r) {
+    const auto b = static_cast<int64_t>(batch.at(static_cast<size_t>(r)));
+    if (b < 0 || b >= N)
+      return invalid_argument_error("{}: region {} names image {} of a batch of {}", n.label(), r, b, N);
+    double box[4];
+    bool finite = true;
+    for (int k = 0; k < 4; ++k) {
+      box[k] = rois.at(static_cast<size_t>(r * 4 + k)) * scale - offset;
+      finite = finite && std::isfinite(box[k]);
+    }
+    float* out = y.f.data() + r * C * oh * ow;
+    if (!finite) {
+      std::fill(out, out + C * oh * ow, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    double rw = box[2] - box[0], rh = box[3] - box[1];
+    if (offset == 0.0) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+    const double bh = rh / static_cast<double>(oh), bw = rw / static_cast<double>(ow);
+    // (The adaptive grid capped: a region far larger than the map samples no
+    // finer than its pixels would.)
+    const int64_t gh = ratio > 0 ? ratio : std::clamp<int64_t>(static_cast<int64_t>(std::ceil(bh)), 1, H + 1),
+                  gw = ratio > 0 ? ratio : std::clamp<int64_t>(static_cast<int64_t>(std::ceil(bw)), 1, W + 1);
+    for (int64_t ph = 0; ph < oh; ++ph)
+      for (int64_t pw = 0; pw < ow; ++pw) {
+        taps.clear();
+        for (int64_t iy = 0; iy < gh; ++iy)
+          for (int64_t ix = 0; ix < gw; ++ix) {
+            double sy =
+                box[1] + static_cast<double>(ph) * bh + (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
+            double sx =
+                box[0] + static_cast<double>(pw) * bw + (static_cast<double>(ix) + 0.5) * bw / static_cast<double>(gw);
+            Tap t{{0, 0, 0, 0}, {0, 0, 0, 0}};
+            if (sy >= -1.0 && sy <= static_cast<double>(H) && sx >= -1.0 && sx <= static_cast<double>(W)) {
+              sy = std::max(sy, 0.0), sx = std::max(sx, 0.0);
+              auto y0 = static_cast<int64_t>(sy), x0 = static_cast<int64_t>(sx), y1 = y0 + 1, x1 = x0 + 1;
+              if (y0 >= H - 1) y0 = y1 = H - 1, sy = static_cast<double>(y0);
+              if (x0 >= W - 1) x0 = x1 = W - 1, sx = static_cast<double>(x0);
+              const double ly = sy - static_cast<double>(y0), lx = sx - static_cast<double>(x0);
+              t = {{y0 * W + x0, y0 * W + x1, y1 * W + x0, y1 * W + x1},
+                   {(1 - ly) * (1 - lx), (1 - ly) * lx, ly * (1 - lx), ly * lx}};
+            }
+            taps.push_back(t);
+          }
+        const auto count = static_cast<double>(taps.size());
+        for (int64_t c = 0; c < C; ++c) {
+          const float* plane = x.f.data() + (b * C + c) * H * W;
+          double acc = 0;
+          for (size_t k = 0; k < taps.size(); ++k) {
+            const Tap& t = taps[k];
+            if (mode == "avg") {
+              for (int q = 0; q < 4; ++q) acc += t.w[q] * plane[t.pos[q]];
+            } else {
+              double v = t.w[0] * plane[t.pos[0]];
+              for (int q = 1; q < 4; ++q) v = std::max(v, t.w[q] * double{plane[t.pos[q]]});
+              acc = k == 0 ? v : std::max(acc, v);
+            }
+          }
+          out[(c * oh + ph) * ow + pw] = static_cast<float>(mode == "avg" ? acc / count : acc);
+        }
+      }
+  }
+  std::vector<HostTensor> r;
+  r.push_back(std::move(y));
+  return r;
+}
+
 }  // namespace tessera::graph::host

@@ -127,9 +127,7 @@ StatusOr<std::vector<HostTensor>> HostTail::run(const std::vector<HostTensor>& p
   if (prefix_outputs.size() != num_prefix_outputs())
     return invalid_argument_error("the host tail takes the prefix's {} outputs, got {}", num_prefix_outputs(),
                                   prefix_outputs.size());
-  std::vector<std::optional<HostTensor>> vals(tail_.values.size());
-  for (size_t v = 0; v < tail_.values.size(); ++v)
-    if (tail_.values[v].constant) vals[v] = tail_.values[v].constant;
+  std::vector<std::optional<HostTensor>> vals(tail_.values.size());  // (constants read in place)
   for (size_t k = 0; k < boundary_.size(); ++k) {
     if (pos_[k] < 0) continue;  // a constant the tail holds
     const Value& want = tail_.value(boundary_[k]);
@@ -156,8 +154,10 @@ StatusOr<std::vector<HostTensor>> HostTail::run(const std::vector<HostTensor>& p
       continue;
     }
     const int v = tail_.outputs[static_cast<size_t>(-1 - s)];
-    if (!vals[static_cast<size_t>(v)]) return internal_error("output '{}' was not computed", tail_.value(v).name);
-    out.push_back(*vals[static_cast<size_t>(v)]);
+    const auto& val = vals[static_cast<size_t>(v)];
+    if (!val && !tail_.value(v).constant)
+      return internal_error("output '{}' was not computed", tail_.value(v).name);
+    out.push_back(val ? *val : *tail_.value(v).constant);
   }
   return out;
 }

@@ -461,6 +461,15 @@ const std::map<std::string, Rule>& rules() {
                                    c.n.label(), dims_to_string(x), dims_to_string(grid));
       return std::vector<Out>{{{x[0], x[1], grid[1], grid[2]}, ElemType::FLOAT32}};
     };
+    m["RoiAlign"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
+      TS_ASSIGN_OR_RETURN(Dims x, c.dims(0));
+      TS_ASSIGN_OR_RETURN(Dims rois, c.dims(1));
+      if (x.size() != 4 || rois.size() != 2 || rois[1] != 4)
+        return invalid_argument_error("{}: X {} and rois {}: expected (N, C, H, W) and (R, 4)", c.n.label(),
+                                      dims_to_string(x), dims_to_string(rois));
+      return std::vector<Out>{
+          {{rois[0], x[1], c.n.attr_int("output_height", 1), c.n.attr_int("output_width", 1)}, ElemType::FLOAT32}};
+    };
     m["BatchNormalization"] = [](const Ctx& c) -> StatusOr<std::vector<Out>> {
       TS_ASSIGN_OR_RETURN(auto o, same_as_input(c));
       if (c.n.outputs.size() > 1) {

@@ -27,7 +27,9 @@ std::vector<std::string> host_supported_ops();
 StatusOr<std::vector<HostTensor>> evaluate(const Node& node, std::span<const HostTensor* const> inputs, int opset);
 
 // Evaluates `g`'s nodes in order on `values` (a slot per value of `g`, its
-// constants and inputs filled in); each node's outputs land in their slots.
+// inputs filled in); each node's outputs land in their slots. A constant
+// whose slot is empty is read from `g` where it is (a box head's weights are
+// not copied per run).
 // INVALID_ARGUMENT naming a node that reads a value not computed. (A host
 // tail, host_tail.h, and If's branches run this way.)
 Status evaluate_nodes(const Graph& g, std::vector<std::optional<HostTensor>>& values);

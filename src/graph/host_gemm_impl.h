@@ -1,0 +1,56 @@
+// The body of host_gemm_f32 (host_gemm.h), included by each tier inside its
+// own anonymous namespace with D (L doubles), F (L floats) and kRows (rows
+// per block) defined.
+//
+// Blocked over k (kDepth values) and over columns (2L): each block of b is
+// copied once into a dense panel (transposed when b is, zero columns past
+// n), which stays in L1 while every row block reads it; the double sums are
+// kept between k blocks, so every output still sums its products in k's
+// order.
+
+constexpr int64_t kDepth = 256, kW = 2 * L;
+
+template <int R>
+void block(const float* a, int64_t lda, const float* panel, double* acc, int64_t ldacc, int64_t depth, int64_t cols) {
+  D s[R][2] = {};
+  for (int r = 0; r < R; ++r)
+    if (cols == kW)
+      __builtin_memcpy(&s[r], acc + r * ldacc, sizeof(s[r]));
+    else
+      for (int64_t c = 0; c < cols; ++c) s[r][c / L][c % L] = acc[r * ldacc + c];
+  for (int64_t q = 0; q < depth; ++q) {
+    F f[2];
+    __builtin_memcpy(&f, panel + q * kW, sizeof(f));
+    const D b0 = __builtin_convertvector(f[0], D), b1 = __builtin_convertvector(f[1], D);
+    for (int r = 0; r < R; ++r) {
+      const D av = D{} + static_cast<double>(a[r * lda + q]);
+      s[r][0] += av * b0;
+      s[r][1] += av * b1;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    if (cols == kW)
+      __builtin_memcpy(acc + r * ldacc, &s[r], sizeof(s[r]));
+    else
+      for (int64_t c = 0; c < cols; ++c) acc[r * ldacc + c] = s[r][c / L][c % L];
+}
+
+void gemm(const float* a, const float* b, bool b_transposed, float* y, int64_t m, int64_t n, int64_t k) {
+  double* acc = new double[static_cast<unsigned long>(m * n)]();
+  float* panel = new float[static_cast<unsigned long>(kDepth * kW)];
+  for (int64_t q0 = 0; q0 < k; q0 += kDepth) {
+    const int64_t depth = k - q0 < kDepth ? k - q0 : kDepth;
+    for (int64_t j0 = 0; j0 < n; j0 += kW) {
+      const int64_t cols = n - j0 < kW ? n - j0 : kW;
+      for (int64_t q = 0; q < depth; ++q)
+        for (int64_t c = 0; c < kW; ++c)
+          panel[q * kW + c] = c >= cols ? 0.0f : b_transposed ? b[(j0 + c) * k + q0 + q] : b[(q0 + q) * n + j0 + c];
+      int64_t i0 = 0;
+      for (; i0 + kRows <= m; i0 += kRows) block<kRows>(a + i0 * k + q0, k, panel, acc + i0 * n + j0, n, depth, cols);
+      for (; i0 < m; ++i0) block<1>(a + i0 * k + q0, k, panel, acc + i0 * n + j0, n, depth, cols);
+    }
+  }
+  for (int64_t i = 0; i < m * n; ++i) y[i] = static_cast<float>(acc[i]);
+  delete[] panel;
+  delete[] acc;
+}
