@@ -18,7 +18,6 @@ namespace {
 // The portable tier of host_gemm.h: SSE2's two doubles a vector.
 constexpr int64_t L = 2, kRows = 4;
 typedef double D __attribute__((vector_size(L * sizeof(double))));
-typedef float F __attribute__((vector_size(L * sizeof(float))));
 #include "host_gemm_impl.h"
 }  // namespace
 

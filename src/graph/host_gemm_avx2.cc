@@ -7,7 +7,6 @@ namespace tessera::cpu::avx2 {
 namespace {
 constexpr int64_t L = 4, kRows = 4;
 typedef double D __attribute__((vector_size(L * sizeof(double))));
-typedef float F __attribute__((vector_size(L * sizeof(float))));
 #include "host_gemm_impl.h"
 }  // namespace
 

@@ -7,7 +7,6 @@ namespace tessera::cpu::avx512 {
 namespace {
 constexpr int64_t L = 8, kRows = 8;
 typedef double D __attribute__((vector_size(L * sizeof(double))));
-typedef float F __attribute__((vector_size(L * sizeof(float))));
 #include "host_gemm_impl.h"
 }  // namespace
 
