@@ -47,6 +47,46 @@ bool suppresses(const KeptBox& a, const Box& b, float ub, float threshold) {
   return inter / uni > threshold;
 }
 
+// The boxes one class keeps, for the question "does any of them suppress
+// this one?". Finite boxes are held in order of x1, so that only those whose
+// x range can meet the candidate's are checked (a detector's class-offset
+// NMS keeps thousands of boxes, each in its own class's region); boxes with
+// a non-finite coordinate are checked one by one.
+class KeptBoxes {
+ public:
+  void clear() { sorted_.clear(), odd_.clear(), widest_ = 0, size_ = 0; }
+  size_t size() const { return size_; }
+  void add(const Box& b, float area) {
+    ++size_;
+    if (!finite(b)) return odd_.push_back({b, area});
+    widest_ = std::max(widest_, double{b.x2} - double{b.x1});
+    const auto at =
+        std::upper_bound(sorted_.begin(), sorted_.end(), b.x1, [](float x, const KeptBox& k) { return x < k.box.x1; });
+    sorted_.insert(at, {b, area});
+  }
+  bool suppress(const Box& b, float area, float threshold) const {
+    auto hit = [&](const KeptBox& k) { return suppresses(k, b, area, threshold); };
+    if (std::any_of(odd_.begin(), odd_.end(), hit)) return true;
+    if (!finite(b)) return std::any_of(sorted_.begin(), sorted_.end(), hit);
+    // An overlap needs k.x1 < b.x2 and k.x2 > b.x1, so k.x1 > b.x1 - widest
+    // (with slack for rounding: a box more is only checked).
+    const double lo = double{b.x1} - widest_ * (1 + 1e-6) - 1e-6 * std::fabs(double{b.x1}) - 1e-30;
+    auto it = std::lower_bound(sorted_.begin(), sorted_.end(), lo,
+                               [](const KeptBox& k, double x) { return double{k.box.x1} < x; });
+    for (; it != sorted_.end() && it->box.x1 < b.x2; ++it)
+      if (hit(*it)) return true;
+    return false;
+  }
+
+ private:
+  static bool finite(const Box& b) {
+    return std::isfinite(b.x1) && std::isfinite(b.x2) && std::isfinite(b.y1) && std::isfinite(b.y2);
+  }
+  std::vector<KeptBox> sorted_, odd_;
+  double widest_ = 0;
+  size_t size_ = 0;
+};
+
 // A scalar input's value, or `dflt` when the input is skipped.
 StatusOr<double> scalar_or(const Node& n, Ins ins, size_t k, double dflt, const char* what) {
   const HostTensor* t = in(ins, k);
@@ -88,7 +128,7 @@ StatusOr<HostTensor> non_max_suppression(const Node& n, Ins ins) {
   const int64_t batches = boxes.dims[0], count = boxes.dims[1], classes = scores.dims[1];
   std::vector<int64_t> out;
   std::vector<int64_t> order(static_cast<size_t>(count));
-  std::vector<KeptBox> kept;
+  KeptBoxes kept;
   for (int64_t b = 0; b < batches; ++b) {
     const float* bb = boxes.f.data() + b * count * 4;
     for (int64_t c = 0; c < classes; ++c) {
@@ -102,14 +142,8 @@ StatusOr<HostTensor> non_max_suppression(const Node& n, Ins ins) {
         if (static_cast<int64_t>(kept.size()) >= max_out) break;
         const Box box = box_at(bb + k * 4, center == 1);
         const float area = box.area();
-        bool suppressed = false;
-        for (const KeptBox& o : kept)
-          if (suppresses(o, box, area, iou)) {
-            suppressed = true;
-            break;
-          }
-        if (suppressed) continue;
-        kept.push_back({box, area});
+        if (kept.suppress(box, area, iou)) continue;
+        kept.add(box, area);
         out.insert(out.end(), {b, c, k});
       }
     }

@@ -215,6 +215,22 @@ TEST(HostEval, MatMulSumsInDoubleBitForBitOnEveryTier) {
         }
   }
   set_kernel_isa_limit(KernelIsa::kAvx512);
+  // 2^27 multiply-adds and more split their columns over the cores: the
+  // same bits.
+  const int64_t m = 32, n = 2050, k = 2048;
+  std::vector<float> av(static_cast<size_t>(m * k)), bv(static_cast<size_t>(k * n));
+  for (float& v : av) v = u(rng);
+  for (float& v : bv) v = u(rng);
+  const HostTensor a = HostTensor::floats({m, k}, av), b = HostTensor::floats({k, n}, bv);
+  const auto y = eval(make("MatMul"), {&a, &b});
+  ASSERT_EQ(y.size(), 1u);
+  std::vector<double> sum(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t q = 0; q < k; ++q)
+      for (int64_t j = 0; j < n; ++j)
+        sum[static_cast<size_t>(i * n + j)] +=
+            double{av[static_cast<size_t>(i * k + q)]} * double{bv[static_cast<size_t>(q * n + j)]};
+  for (size_t e = 0; e < sum.size(); ++e) ASSERT_EQ(y[0].f[e], static_cast<float>(sum[e])) << e;
 }
 
 // RoiAlign over a map whose values are linear in (y, x), which bilinear

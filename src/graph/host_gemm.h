@@ -13,14 +13,20 @@
 namespace tessera::graph::host {
 
 // a: m x k (row stride k), b: k x n (row stride n), or n x k (row stride k)
-// when b_transposed (Gemm's transB), y: m x n (row stride n).
+// when b_transposed (Gemm's transB), y: m x n (row stride n). Products of
+// 2^27 or more multiply-adds split their columns over the machine's cores
+// (each output computed by one thread, in the same order).
 void gemm_f32(const float* a, const float* b, bool b_transposed, float* y, int64_t m, int64_t n, int64_t k);
 
 }  // namespace tessera::graph::host
 
 namespace tessera::cpu::avx512 {
-void host_gemm_f32(const float* a, const float* b, bool b_transposed, float* y, int64_t m, int64_t n, int64_t k);
-}
+// Columns [j_begin, j_end) of y.
+void host_gemm_f32(const float* a, const float* b, bool b_transposed, float* y, int64_t m, int64_t n, int64_t k,
+                   int64_t j_begin, int64_t j_end);
+}  // namespace tessera::cpu::avx512
 namespace tessera::cpu::avx2 {
-void host_gemm_f32(const float* a, const float* b, bool b_transposed, float* y, int64_t m, int64_t n, int64_t k);
-}
+// Columns [j_begin, j_end) of y.
+void host_gemm_f32(const float* a, const float* b, bool b_transposed, float* y, int64_t m, int64_t n, int64_t k,
+                   int64_t j_begin, int64_t j_end);
+}  // namespace tessera::cpu::avx2

@@ -35,26 +35,30 @@ void block(const double* a, int64_t lda, const double* panel, double* acc, int64
       for (int64_t c = 0; c < cols; ++c) acc[r * ldacc + c] = s[r][c / L][c % L];
 }
 
-void gemm(const float* a, const float* b, bool b_transposed, float* y, int64_t m, int64_t n, int64_t k) {
-  double* acc = new double[static_cast<unsigned long>(m * n)]();
+// Columns [j_begin, j_end) of y.
+void gemm(const float* a, const float* b, bool b_transposed, float* y, int64_t m, int64_t n, int64_t k, int64_t j_begin,
+          int64_t j_end) {
+  const int64_t w = j_end - j_begin;  // acc's row stride
+  double* acc = new double[static_cast<unsigned long>(m * w)]();
   double* panel = new double[static_cast<unsigned long>(kDepth * kW)];
   double* wide = new double[static_cast<unsigned long>(m * kDepth)];  // a's k block, (m, depth)
   for (int64_t q0 = 0; q0 < k; q0 += kDepth) {
     const int64_t depth = k - q0 < kDepth ? k - q0 : kDepth;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t q = 0; q < depth; ++q) wide[i * depth + q] = a[i * k + q0 + q];
-    for (int64_t j0 = 0; j0 < n; j0 += kW) {
-      const int64_t cols = n - j0 < kW ? n - j0 : kW;
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += kW) {
+      const int64_t cols = j_end - j0 < kW ? j_end - j0 : kW;
       for (int64_t q = 0; q < depth; ++q)
         for (int64_t c = 0; c < kW; ++c)
           panel[q * kW + c] = c >= cols ? 0.0 : b_transposed ? b[(j0 + c) * k + q0 + q] : b[(q0 + q) * n + j0 + c];
+      double* out = acc + (j0 - j_begin);
       int64_t i0 = 0;
-      for (; i0 + kRows <= m; i0 += kRows)
-        block<kRows>(wide + i0 * depth, depth, panel, acc + i0 * n + j0, n, depth, cols);
-      for (; i0 < m; ++i0) block<1>(wide + i0 * depth, depth, panel, acc + i0 * n + j0, n, depth, cols);
+      for (; i0 + kRows <= m; i0 += kRows) block<kRows>(wide + i0 * depth, depth, panel, out + i0 * w, w, depth, cols);
+      for (; i0 < m; ++i0) block<1>(wide + i0 * depth, depth, panel, out + i0 * w, w, depth, cols);
     }
   }
-  for (int64_t i = 0; i < m * n; ++i) y[i] = static_cast<float>(acc[i]);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < w; ++j) y[i * n + j_begin + j] = static_cast<float>(acc[i * w + j]);
   delete[] wide;
   delete[] panel;
   delete[] acc;

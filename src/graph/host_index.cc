@@ -28,19 +28,6 @@ StatusOr<AxisView> view_at(const Node& n, const Dims& d, int64_t axis_attr, size
   return v;
 }
 
-// Element `flat` of dims `d` as coordinates.
-Dims coords_of(int64_t flat, const Dims& d) {
-  Dims c(d.size());
-  for (size_t k = d.size(); k-- > 0;) c[k] = flat % d[k], flat /= d[k];
-  return c;
-}
-
-int64_t flat_of(const Dims& c, const Dims& strides) {
-  int64_t f = 0;
-  for (size_t k = 0; k < c.size(); ++k) f += c[k] * strides[k];
-  return f;
-}
-
 // An index along a dim of `len` (negative counts from the end), range-checked.
 StatusOr<int64_t> index_in(const Node& n, int64_t g, int64_t len) {
   if (g < -len || g >= len)
@@ -134,18 +121,36 @@ StatusOr<HostTensor> cum_sum(const Node& n, Ins ins) {
 
 namespace {
 
-// The element of data (dims `xd`, strides `xs`) that element k of
-// GatherElements' / ScatterElements' indices (dims `id`, the same rank)
-// addresses: its own coordinates with the one along `axis` replaced by its index.
-StatusOr<size_t> element_of(const Node& n, int64_t k, const Dims& id, const std::vector<int64_t>& ids, const Dims& xd,
-                            const Dims& xs, size_t axis) {
-  Dims c = coords_of(k, id);
-  TS_ASSIGN_OR_RETURN(c[axis], index_in(n, ids[static_cast<size_t>(k)], xd[axis]));
-  for (size_t d = 0; d < c.size(); ++d)
-    if (c[d] >= xd[d])
+// Calls f(k, e) for every element k of GatherElements' / ScatterElements'
+// indices (dims `id`, the rank of data's dims `xd`, strides `xs`), e the
+// element of data it addresses: its own coordinates with the one along
+// `axis` replaced by its index. Coordinates are counted, not divided out,
+// per element (a detector's RoI pooling scatters 1.9 M of them).
+template <typename F>
+Status for_each_element(const Node& n, const Dims& id, const std::vector<int64_t>& ids, const Dims& xd, const Dims& xs,
+                        size_t axis, F&& f) {
+  const int64_t count = dims_volume(id);
+  if (count == 0) return ok_status();
+  for (size_t d = 0; d < id.size(); ++d)
+    if (d != axis && id[d] > xd[d])
       return invalid_argument_error("{}: indices of shape {} pass data of shape {} off axis {}", n.label(),
                                     dims_to_string(id), dims_to_string(xd), d);
-  return static_cast<size_t>(flat_of(c, xs));
+  Dims c(id.size(), 0);
+  int64_t base = 0;  // the offset of c's coordinates but the axis
+  for (int64_t k = 0; k < count; ++k) {
+    TS_ASSIGN_OR_RETURN(const int64_t j, index_in(n, ids[static_cast<size_t>(k)], xd[axis]));
+    f(k, static_cast<size_t>(base + j * xs[axis]));
+    for (size_t d = id.size(); d-- > 0;) {
+      const int64_t step = d == axis ? 0 : xs[d];
+      if (++c[d] < id[d]) {
+        base += step;
+        break;
+      }
+      base -= (id[d] - 1) * step;
+      c[d] = 0;
+    }
+  }
+  return ok_status();
 }
 
 }  // namespace
@@ -159,10 +164,8 @@ StatusOr<HostTensor> gather_elements(const Node& n, const HostTensor& x, const H
   const auto ids = as_ints(idx);
   const Dims xs = strides_of(x.dims);
   HostTensor y = make(x.type, idx.dims);
-  for (int64_t k = 0; k < idx.volume(); ++k) {
-    TS_ASSIGN_OR_RETURN(const size_t from, element_of(n, k, idx.dims, ids, x.dims, xs, axis));
-    copy_elem(x, from, y, static_cast<size_t>(k));
-  }
+  TS_RETURN_IF_ERROR(for_each_element(n, idx.dims, ids, x.dims, xs, axis,
+                                      [&](int64_t k, size_t from) { copy_elem(x, from, y, static_cast<size_t>(k)); }));
   return y;
 }
 
@@ -178,10 +181,9 @@ StatusOr<HostTensor> scatter_elements(const Node& n, Ins ins) {
   const auto ids = as_ints(idx);
   const Dims xs = strides_of(x.dims);
   HostTensor y = x;
-  for (int64_t k = 0; k < idx.volume(); ++k) {
-    TS_ASSIGN_OR_RETURN(const size_t to, element_of(n, k, idx.dims, ids, x.dims, xs, axis));
+  TS_RETURN_IF_ERROR(for_each_element(n, idx.dims, ids, x.dims, xs, axis, [&](int64_t k, size_t to) {
     set(y, to, combine(red, y.at(to), up.at(static_cast<size_t>(k))));
-  }
+  }));
   return y;
 }
 

@@ -5,8 +5,10 @@
 // whole detector against PyTorch).
 #include "tessera/graph/host_tail.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <random>
 
 #include "tessera/graph/host_eval.h"
 #include "tessera/graph/shape_inference.h"
@@ -49,6 +51,58 @@ TEST(HostTail, NonMaxSuppressionKeepsTheBestOfOverlappingBoxes) {
   const HostTensor one = HostTensor::ints({1}, {1}), tied = HostTensor::floats({1, 1, 3}, {0.5f, 0.5f, 0.5f});
   ASSERT_OK_AND_ASSIGN(sel, nms(kBoxes, tied, {&one, &iou}));
   EXPECT_EQ(sel.i, (std::vector<int64_t>{0, 0, 0}));
+}
+
+// The selection checks a candidate only against kept boxes whose x range
+// can meet it: the same selection as checking every kept box, over
+// thousands of boxes in clusters and in class-offset regions (a detector's
+// batched NMS), with degenerate boxes, corners in either order, and NaN and
+// infinite coordinates.
+TEST(HostTail, NonMaxSuppressionMatchesTheGreedyCheckOfEveryKeptBox) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const int64_t count = 3000;
+  std::vector<float> b(static_cast<size_t>(count * 4)), sc(static_cast<size_t>(count));
+  for (int64_t k = 0; k < count; ++k) {
+    const float region = static_cast<float>(k % 7) * 1000.0f, cx = region + 200 * u(rng), cy = 200 * u(rng);
+    const float w = k % 50 == 0 ? 0.0f : 1 + 60 * u(rng), h = 1 + 60 * u(rng);
+    float* p = b.data() + k * 4;
+    p[0] = cy - h / 2, p[1] = cx - w / 2, p[2] = cy + h / 2, p[3] = cx + w / 2;
+    if (k % 3 == 0) std::swap(p[1], p[3]);  // corners in either order
+    sc[static_cast<size_t>(k)] = u(rng);
+  }
+  b[17 * 4 + 1] = NAN, b[29 * 4 + 2] = INFINITY, b[31 * 4 + 1] = -INFINITY, b[43 * 4 + 3] = NAN;
+  for (float th : {0.0f, 0.3f, 0.7f}) {
+    // The greedy selection, every kept box checked (ONNX Runtime's arithmetic).
+    std::vector<int64_t> order(static_cast<size_t>(count));
+    for (int64_t k = 0; k < count; ++k) order[static_cast<size_t>(k)] = k;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return sc[x] > sc[y]; });
+    struct B {
+      float y1, x1, y2, x2, area;
+    };
+    std::vector<B> kept;
+    std::vector<int64_t> want;
+    for (int64_t k : order) {
+      const float* p = b.data() + k * 4;
+      const B c{std::min(p[0], p[2]), std::min(p[1], p[3]), std::max(p[0], p[2]), std::max(p[1], p[3]), 0};
+      const float area = (c.y2 - c.y1) * (c.x2 - c.x1);
+      const bool hit = std::any_of(kept.begin(), kept.end(), [&](const B& o) {
+        const float iy1 = std::max(o.y1, c.y1), ix1 = std::max(o.x1, c.x1);
+        const float iy2 = std::min(o.y2, c.y2), ix2 = std::min(o.x2, c.x2);
+        if (iy2 <= iy1 || ix2 <= ix1) return false;
+        const float inter = (iy2 - iy1) * (ix2 - ix1), uni = o.area + area - inter;
+        return o.area > 0 && area > 0 && uni > 0 && inter / uni > th;
+      });
+      if (hit) continue;
+      kept.push_back({c.y1, c.x1, c.y2, c.x2, area});
+      want.insert(want.end(), {0, 0, k});
+    }
+    const HostTensor boxes = HostTensor::floats({1, count, 4}, b), scores = HostTensor::floats({1, 1, count}, sc);
+    const HostTensor max_out = HostTensor::ints({1}, {count}), iou = HostTensor::floats({1}, {th});
+    ASSERT_OK_AND_ASSIGN(HostTensor sel, nms(boxes, scores, {&max_out, &iou}));
+    EXPECT_GT(want.size() / 3, 100u);
+    EXPECT_EQ(sel.i, want) << "threshold " << th;
+  }
 }
 
 TEST(HostTail, NonMaxSuppressionEmptyResultsAndSpecialScores) {
