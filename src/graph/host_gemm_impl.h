@@ -48,9 +48,11 @@ void gemm(const float* a, const float* b, bool b_transposed, float* y, int64_t m
       for (int64_t q = 0; q < depth; ++q) wide[i * depth + q] = a[i * k + q0 + q];
     for (int64_t j0 = j_begin; j0 < j_end; j0 += kW) {
       const int64_t cols = j_end - j0 < kW ? j_end - j0 : kW;
-      for (int64_t q = 0; q < depth; ++q)
-        for (int64_t c = 0; c < kW; ++c)
-          panel[q * kW + c] = c >= cols ? 0.0 : b_transposed ? b[(j0 + c) * k + q0 + q] : b[(q0 + q) * n + j0 + c];
+      for (int64_t c = 0; c < kW; ++c)  // (b's rows read along, transposed or not)
+        if (c >= cols || !b_transposed)
+          for (int64_t q = 0; q < depth; ++q) panel[q * kW + c] = c >= cols ? 0.0 : b[(q0 + q) * n + j0 + c];
+        else
+          for (int64_t q = 0; q < depth; ++q) panel[q * kW + c] = b[(j0 + c) * k + q0 + q];
       double* out = acc + (j0 - j_begin);
       int64_t i0 = 0;
       for (; i0 + kRows <= m; i0 += kRows) block<kRows>(wide + i0 * depth, depth, panel, out + i0 * w, w, depth, cols);

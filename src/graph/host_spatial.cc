@@ -503,6 +503,14 @@ StatusOr<std::vector<HostTensor>> roi_align(const Node& n, Ins ins, int opset) {
                                   ow, ratio);
   const int64_t N = x.dims[0], C = x.dims[1], H = x.dims[2], W = x.dims[3], R = rois.dims[0];
   HostTensor y = zeros({R, C, oh, ow});
+  // (N, H, W, C): a sample's corners then read every channel in a row.
+  std::vector<float> xt(x.f.size());
+  for (int64_t b = 0; b < N; ++b)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t p = 0; p < H * W; ++p)
+        xt[static_cast<size_t>((b * H * W + p) * C + c)] = x.f[static_cast<size_t>((b * C + c) * H * W + p)];
+  std::vector<double> acc(static_cast<size_t>(C));
+  const bool avg = mode == "avg";
   struct Tap {
     int64_t pos[4];
     double w[4];
@@ -551,22 +559,31 @@ StatusOr<std::vector<HostTensor>> roi_align(const Node& n, Ins ins, int opset) {
             }
             taps.push_back(t);
           }
+        // Every channel at once from the channels-last copy: C contiguous
+        // values per corner, each channel's sum in the same order.
         const auto count = static_cast<double>(taps.size());
-        for (int64_t c = 0; c < C; ++c) {
-          const float* plane = x.f.data() + (b * C + c) * H * W;
-          double acc = 0;
-          for (size_t k = 0; k < taps.size(); ++k) {
-            const Tap& t = taps[k];
-            if (mode == "avg") {
-              for (int q = 0; q < 4; ++q) acc += t.w[q] * plane[t.pos[q]];
-            } else {
-              double v = t.w[0] * plane[t.pos[0]];
-              for (int q = 1; q < 4; ++q) v = std::max(v, t.w[q] * double{plane[t.pos[q]]});
-              acc = k == 0 ? v : std::max(acc, v);
+        for (size_t k = 0; k < taps.size(); ++k) {
+          const Tap& t = taps[k];
+          const float *v0 = xt.data() + (b * H * W + t.pos[0]) * C, *v1 = xt.data() + (b * H * W + t.pos[1]) * C,
+                      *v2 = xt.data() + (b * H * W + t.pos[2]) * C, *v3 = xt.data() + (b * H * W + t.pos[3]) * C;
+          if (avg) {
+            for (int64_t c = 0; c < C; ++c) {
+              double a = k == 0 ? 0.0 : acc[static_cast<size_t>(c)];
+              a += t.w[0] * v0[c], a += t.w[1] * v1[c], a += t.w[2] * v2[c], a += t.w[3] * v3[c];
+              acc[static_cast<size_t>(c)] = a;
+            }
+          } else {
+            for (int64_t c = 0; c < C; ++c) {
+              double v = t.w[0] * v0[c];
+              v = std::max(v, t.w[1] * double{v1[c]}), v = std::max(v, t.w[2] * double{v2[c]});
+              v = std::max(v, t.w[3] * double{v3[c]});
+              acc[static_cast<size_t>(c)] = k == 0 ? v : std::max(acc[static_cast<size_t>(c)], v);
             }
           }
-          out[(c * oh + ph) * ow + pw] = static_cast<float>(mode == "avg" ? acc / count : acc);
         }
+        for (int64_t c = 0; c < C; ++c)
+          out[(c * oh + ph) * ow + pw] =
+              static_cast<float>(avg ? acc[static_cast<size_t>(c)] / count : acc[static_cast<size_t>(c)]);
       }
   }
   std::vector<HostTensor> r;
