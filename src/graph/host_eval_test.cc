@@ -263,6 +263,22 @@ TEST(HostEval, RoiAlignAveragesBilinearSamples) {
     EXPECT_EQ(y[0].f[static_cast<size_t>(4 + k)], 0.0f);  // more than a pixel off the map: zeros
     EXPECT_TRUE(std::isnan(y[0].f[static_cast<size_t>(8 + k)]));
   }
+  // Three channels, each its own linear map (c + 1) * (4y + x) - c; two
+  // images, the region on the second.
+  std::vector<float> v3(2 * 3 * 16);
+  for (int b = 0; b < 2; ++b)
+    for (int c = 0; c < 3; ++c)
+      for (int k = 0; k < 16; ++k)
+        v3[static_cast<size_t>((b * 3 + c) * 16 + k)] = static_cast<float>((c + 1) * k - c + 100 * b);
+  const HostTensor x3 = HostTensor::floats({2, 3, 4, 4}, v3), second = HostTensor::ints({3}, {1, 1, 1});
+  y = eval(roi_align("avg", "output_half_pixel", 2, 2), {&x3, &rois, &second}, 16);
+  ASSERT_EQ(y[0].dims, (std::vector<int64_t>{3, 3, 2, 2}));
+  for (int c = 0; c < 3; ++c)
+    for (int k = 0; k < 4; ++k) {
+      const float at = 4 * (0.5f + static_cast<float>(k / 2)) + 0.5f + static_cast<float>(k % 2);
+      const float want = static_cast<float>(c + 1) * at - static_cast<float>(c) + 100;
+      EXPECT_FLOAT_EQ(y[0].f[static_cast<size_t>(c * 4 + k)], want);
+    }
   // half_pixel shifts the region back by half a pixel: the one sample of a
   // 1 x 1 output lands on (0.5, 0.5), not on pixel (1, 1).
   y = eval(roi_align("avg", "half_pixel", 1, 1), {&x, &rois, &batch}, 16);
