@@ -2,7 +2,7 @@
 """Exports small models, one per construct users write that is not a
 torchvision architecture: attention written with einsum, a detection head's
 top-k and gather, a detector's non-maximum suppression (output shapes that
-depend on the data), a segmentation head's argmax, a CRNN recogniser's
+depend on the data) and a two-stage detector's RoiAlign after it, a segmentation head's argmax, a CRNN recogniser's
 bidirectional LSTM, a GRU, grid_sample (a flow warp), bicubic upsampling,
 3-D convolution, normalize / std / cumsum / flip / where / clamp /
 pixel_unshuffle, and a statically quantized net (PyTorch's eager-mode
@@ -168,6 +168,31 @@ class DetNms(nn.Module):
         return boxes[keep], scores[keep], keep
 
 
+class DetRoi(nn.Module):
+    """A two-stage detector's second stage: the proposals NMS keeps (a count
+    that depends on the data), their features pooled from the backbone's map
+    by RoiAlign (regions partly off the map included) and a Linear box head
+    over them, all after the NMS (Tessera's host tail)."""
+
+    def __init__(self):
+        super().__init__()
+        self.feat = nn.Conv2d(16, 8, 3, padding=1)
+        self.box, self.cls = nn.Conv2d(16, 4, 3, padding=1), nn.Conv2d(16, 1, 3, padding=1)
+        self.head = nn.Linear(8 * 3 * 3, 5)
+        self.register_buffer("image", torch.arange(2).repeat_interleave(8 * 12))  # each box's image
+
+    def forward(self, x):
+        f = torch.relu(self.feat(x))
+        b = self.box(x).flatten(2).transpose(1, 2).reshape(-1, 4)
+        xy, wh = b[:, :2] * 4.0, b[:, 2:].abs() * 4.0 + 1.0
+        boxes = torch.cat([xy, xy + wh], 1)
+        scores = self.cls(x).flatten().sigmoid()
+        keep = torchvision.ops.batched_nms(boxes, scores, self.image, 0.3)
+        rois = torch.cat([self.image[keep].unsqueeze(1).to(boxes.dtype), boxes[keep]], 1)
+        pooled = torchvision.ops.roi_align(f, rois, output_size=3, spatial_scale=1.0, sampling_ratio=2)
+        return self.head(pooled.flatten(1)), rois
+
+
 # name: (model, opset)
 CONSTRUCTS = {
     "einsum_attention": (EinsumAttention, 13),
@@ -181,6 +206,7 @@ CONSTRUCTS = {
     "conv3d": (Conv3d, 13),
     "quantized": (Quantized, 13),
     "det_nms": (DetNms, 13),
+    "det_roi": (DetRoi, 13),
 }
 
 

@@ -37,7 +37,7 @@ if ((${#todo[@]})); then
   /usr/bin/python3 scripts/export_models.py "$dir" "${todo[@]}" 2> >(grep -v -i warn >&2)
 fi
 # Constructs beyond torchvision's architectures (einsum, top-k, LSTM, grid_sample, NMS, ...).
-[ -f "$dir/constructs/det_nms_torch.npz" ] ||
+[ -f "$dir/constructs/det_roi_torch.npz" ] ||
   /usr/bin/python3 scripts/export_constructs.py "$dir/constructs" 2> >(grep -v -i warn | grep -v "_C._jit" >&2)
 # Twelve randomly generated architectures, as users' own models would be.
 [ -f "$dir/random/random11_torch_b8.npz" ] ||
