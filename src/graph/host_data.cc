@@ -35,8 +35,10 @@ void gemm_f32(const float* a, const float* b, bool b_transposed, float* y, int64
   };
   // (A detector's box head is 1.9 G multiply-adds; a classifier's head on
   // the host, 2 M, stays on the calling thread.)
-  const int64_t parts = std::clamp<int64_t>(std::min<int64_t>(std::thread::hardware_concurrency(), n / 64), 1,
-                                            m * n * k >= (int64_t{1} << 27) ? 64 : 1);
+  const int64_t parts =
+      m * n * k < (int64_t{1} << 27)
+          ? 1
+          : std::clamp<int64_t>(std::min<int64_t>(std::thread::hardware_concurrency(), n / 64), 1, 64);
   std::vector<std::thread> threads;
   for (int64_t p = 1; p < parts; ++p) threads.emplace_back(columns, n * p / parts, n * (p + 1) / parts);
   columns(0, n / parts);
@@ -266,25 +268,14 @@ StatusOr<HostTensor> expand(const Node& n, const HostTensor& x, const HostTensor
   TS_ASSIGN_OR_RETURN(Dims out, broadcast_dims(x.dims, as_ints(shape)));
   (void)n;
   HostTensor y = make(x.type, out);
-  // The source offset counted along with the output's coordinates (a
-  // division per dim per element made a detector's index expansion 25 ms).
   Dims xd(out.size() - x.dims.size(), 1);
   xd.insert(xd.end(), x.dims.begin(), x.dims.end());
-  const Dims xs = strides_of(xd);
-  Dims c(out.size(), 0);
-  int64_t src = 0;
-  for (int64_t k = 0; k < dims_volume(out); ++k) {
-    copy_elem(x, static_cast<size_t>(src), y, static_cast<size_t>(k));
-    for (size_t d = out.size(); d-- > 0;) {
-      const int64_t step = xd[d] == 1 ? 0 : xs[d];
-      if (++c[d] < out[d]) {
-        src += step;
-        break;
-      }
-      src -= (out[d] - 1) * step;
-      c[d] = 0;
-    }
-  }
+  Dims steps = strides_of(xd);
+  for (size_t d = 0; d < xd.size(); ++d)
+    if (xd[d] == 1) steps[d] = 0;
+  OffsetWalk src(out, std::move(steps));
+  for (int64_t k = 0; k < dims_volume(out); ++k, src.next())
+    copy_elem(x, static_cast<size_t>(src.offset()), y, static_cast<size_t>(k));
   return y;
 }
 

@@ -54,10 +54,9 @@ bool suppresses(const KeptBox& a, const Box& b, float ub, float threshold) {
 // a non-finite coordinate are checked one by one.
 class KeptBoxes {
  public:
-  void clear() { sorted_.clear(), odd_.clear(), widest_ = 0, size_ = 0; }
-  size_t size() const { return size_; }
+  void clear() { sorted_.clear(), odd_.clear(), widest_ = 0; }
+  size_t size() const { return sorted_.size() + odd_.size(); }
   void add(const Box& b, float area) {
-    ++size_;
     if (!finite(b)) return odd_.push_back({b, area});
     widest_ = std::max(widest_, double{b.x2} - double{b.x1});
     const auto at =
@@ -84,7 +83,6 @@ class KeptBoxes {
   }
   std::vector<KeptBox> sorted_, odd_;
   double widest_ = 0;
-  size_t size_ = 0;
 };
 
 // A scalar input's value, or `dflt` when the input is skipped.

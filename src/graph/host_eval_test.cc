@@ -302,6 +302,31 @@ TEST(HostEval, RoiAlignAveragesBilinearSamples) {
   r = evaluate(plain, Ins{&x, &flat, &batch}, 16);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("expected (N, C, H, W), (R, 4) and (R)"));
+  r = evaluate(roi_align("avg", "align_corners", 1, 1), Ins{&x, &rois, &batch}, 16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("'align_corners', expected half_pixel or output_half_pixel"));
+  r = evaluate(roi_align("avg", "half_pixel", 0, 1), Ins{&x, &rois, &batch}, 16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("output 0 x 0 and sampling_ratio 1: expected positive sizes"));
+}
+
+// Gemm reading B in place (transB or not) checks the inner dims as the
+// copying path does.
+TEST(HostEval, GemmInnerDimsMustAgree) {
+  const HostTensor a = HostTensor::floats({2, 3}, std::vector<float>(6, 1.0f));
+  const HostTensor b = HostTensor::floats({2, 3}, std::vector<float>(6, 1.0f));
+  Node gemm = make("Gemm");
+  auto r = evaluate(gemm, std::vector<const HostTensor*>{&a, &b}, 13);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("inner dims differ: [2,3] x [2,3]"));
+  gemm.attrs["transB"] = {.kind = Attribute::Kind::INT, .i = 1};  // (2, 3) x (3, 2): fine
+  const auto y = eval(gemm, {&a, &b});
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0].f, (std::vector<float>{3, 3, 3, 3}));
+  const HostTensor c = HostTensor::floats({2, 4}, std::vector<float>(8, 1.0f));
+  r = evaluate(gemm, std::vector<const HostTensor*>{&a, &c}, 13);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("(transposed)"));
 }
 
 }  // namespace

@@ -124,8 +124,8 @@ namespace {
 // Calls f(k, e) for every element k of GatherElements' / ScatterElements'
 // indices (dims `id`, the rank of data's dims `xd`, strides `xs`), e the
 // element of data it addresses: its own coordinates with the one along
-// `axis` replaced by its index. Coordinates are counted, not divided out,
-// per element (a detector's RoI pooling scatters 1.9 M of them).
+// `axis` replaced by its index (a detector's RoI pooling scatters 1.9 M of
+// them).
 template <typename F>
 Status for_each_element(const Node& n, const Dims& id, const std::vector<int64_t>& ids, const Dims& xd, const Dims& xs,
                         size_t axis, F&& f) {
@@ -135,20 +135,12 @@ Status for_each_element(const Node& n, const Dims& id, const std::vector<int64_t
     if (d != axis && id[d] > xd[d])
       return invalid_argument_error("{}: indices of shape {} pass data of shape {} off axis {}", n.label(),
                                     dims_to_string(id), dims_to_string(xd), d);
-  Dims c(id.size(), 0);
-  int64_t base = 0;  // the offset of c's coordinates but the axis
-  for (int64_t k = 0; k < count; ++k) {
+  Dims steps = xs;
+  steps[axis] = 0;  // (the index gives that coordinate)
+  OffsetWalk base(id, std::move(steps));
+  for (int64_t k = 0; k < count; ++k, base.next()) {
     TS_ASSIGN_OR_RETURN(const int64_t j, index_in(n, ids[static_cast<size_t>(k)], xd[axis]));
-    f(k, static_cast<size_t>(base + j * xs[axis]));
-    for (size_t d = id.size(); d-- > 0;) {
-      const int64_t step = d == axis ? 0 : xs[d];
-      if (++c[d] < id[d]) {
-        base += step;
-        break;
-      }
-      base -= (id[d] - 1) * step;
-      c[d] = 0;
-    }
+    f(k, static_cast<size_t>(base.offset() + j * xs[axis]));
   }
   return ok_status();
 }

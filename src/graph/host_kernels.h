@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "tessera/graph/graph.h"
@@ -23,6 +24,30 @@ inline std::vector<int64_t> strides_of(const Dims& d) {
   for (size_t k = d.size(); k-- > 1;) s[k - 1] = s[k] * d[k];
   return s;
 }
+
+// An offset that follows the row-major walk through `dims`, moving by
+// steps[d] per step along dim d (0 where the source is broadcast or the dim
+// is addressed otherwise): each element's offset in turn, with no division
+// per element (a detector's index expansions and scatters walk millions).
+class OffsetWalk {
+ public:
+  OffsetWalk(Dims dims, Dims steps) : dims_(std::move(dims)), steps_(std::move(steps)), c_(dims_.size(), 0) {}
+  int64_t offset() const { return offset_; }
+  void next() {
+    for (size_t d = dims_.size(); d-- > 0;) {
+      if (++c_[d] < dims_[d]) {
+        offset_ += steps_[d];
+        return;
+      }
+      offset_ -= (dims_[d] - 1) * steps_[d];
+      c_[d] = 0;
+    }
+  }
+
+ private:
+  Dims dims_, steps_, c_;
+  int64_t offset_ = 0;
+};
 
 // Index into `src` (dims `sd`, right-aligned against `out`) of output element `flat`.
 inline int64_t broadcast_index(int64_t flat, const Dims& out, const Dims& sd) {
